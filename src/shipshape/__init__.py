@@ -1,0 +1,3 @@
+"""Shipshape: cheaper, faster-starting Kubernetes clusters without interruptions."""
+
+__version__ = "0.1.0"

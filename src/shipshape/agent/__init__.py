@@ -1,0 +1,1 @@
+"""The per-cluster agent: watch -> snapshot/delta -> push (spool, retry) -> instructions."""

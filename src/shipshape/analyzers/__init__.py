@@ -1,0 +1,1 @@
+"""Pure analyzers: (cluster state, usage, settings, clock) -> findings. No I/O."""

@@ -1,0 +1,1 @@
+"""The backend: API gateway, queue, workers, storage, recommendations, dashboard."""

@@ -1,0 +1,29 @@
+"""The `shipshape` command: one typer app, sub-commands registered explicitly here."""
+
+from __future__ import annotations
+
+import typer
+
+from shipshape import __version__
+
+app = typer.Typer(
+    name="shipshape",
+    help="Cheaper, faster-starting Kubernetes clusters without interruptions.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print Shipshape's version."""
+    typer.echo(__version__)
+
+
+def _register() -> None:
+    from shipshape.cli import emulator as emulator_cli
+
+    app.add_typer(emulator_cli.app, name="emulator")
+
+
+_register()

@@ -1,0 +1,1 @@
+"""Versioned wire schemas shared by processes (snapshot, delta, recommendation, instruction). No I/O."""

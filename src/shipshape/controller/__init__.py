@@ -1,0 +1,1 @@
+"""The spot/on-demand placement controller: webhook mutators, pure placement decisions, loops."""

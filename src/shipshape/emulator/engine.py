@@ -1,0 +1,132 @@
+"""Timers on an injected clock: the one way the emulator's models schedule work.
+
+Models call `call_at`/`call_later`/`call_soon`. In server mode `run_forever` sleeps (on the
+asyncio loop) until the next timer is due on the clock, scaled by the clock's speed. In
+discrete-event mode `run_until` pops timers in order and moves a `VirtualClock` to each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shipshape.kube.clock import Clock, VirtualClock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True, slots=True)
+class Timer:
+    when: float
+    seq: int
+    callback: Callable[[], None] = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Engine:
+    """A heap of timers keyed by emulated time."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._heap: list[Timer] = []
+        self._seq = itertools.count()
+        self._wakeup: asyncio.Event | None = None
+        self.errors: list[BaseException] = []
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        timer = Timer(when, next(self._seq), callback)
+        heapq.heappush(self._heap, timer)
+        if self._wakeup is not None and self._heap[0] is timer:
+            self._wakeup.set()
+        return timer
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return self.call_at(self.clock.now() + max(0.0, delay), callback)
+
+    def call_soon(self, callback: Callable[[], None]) -> Timer:
+        return self.call_at(self.clock.now(), callback)
+
+    def next_due(self) -> float | None:
+        while self._heap and self._heap[0].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0].when if self._heap else None
+
+    def pending(self) -> int:
+        return sum(1 for t in self._heap if not t.cancelled)
+
+    def _run(self, timer: Timer) -> None:
+        try:
+            timer.callback()
+        except Exception as exc:  # a model bug must not stop the cluster; it is logged and kept
+            log.exception("emulator timer callback failed")
+            self.errors.append(exc)
+
+    def run_due(self, limit: int = 100_000) -> int:
+        """Run every timer due at the clock's current time (including ones they schedule now)."""
+        ran = 0
+        now = self.clock.now()
+        while ran < limit:
+            due = self.next_due()
+            if due is None or due > now:
+                break
+            timer = heapq.heappop(self._heap)
+            self._run(timer)
+            ran += 1
+        return ran
+
+    def run_until(self, until: float) -> int:
+        """Discrete-event mode: run every timer up to `until`, moving the virtual clock to each."""
+        if not isinstance(self.clock, VirtualClock):
+            raise TypeError("run_until needs a VirtualClock")
+        ran = 0
+        while True:
+            due = self.next_due()
+            if due is None or due > until:
+                break
+            if due > self.clock.now():
+                self.clock.set(due)
+            ran += self.run_due()
+        if until > self.clock.now():
+            self.clock.set(until)
+        return ran
+
+    def settle(self, max_rounds: int = 1000) -> int:
+        """Run timers due now until none are left (no time passes)."""
+        total = 0
+        for _ in range(max_rounds):
+            ran = self.run_due()
+            total += ran
+            if not ran:
+                break
+        return total
+
+    async def run_forever(self) -> None:
+        """Server mode: run timers as the clock reaches them, until cancelled."""
+        self._wakeup = asyncio.Event()
+        try:
+            while True:
+                self.run_due()
+                due = self.next_due()
+                self._wakeup.clear()
+                if due is None:
+                    await self._wakeup.wait()
+                    continue
+                delay = self.clock.real_seconds(due - self.clock.now())
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), timeout=delay)
+                else:
+                    await asyncio.sleep(0)  # let HTTP handlers run between bursts
+        finally:
+            self._wakeup = None

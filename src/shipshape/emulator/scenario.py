@@ -1,0 +1,203 @@
+"""Scenario files: the emulated cluster described in YAML, validated with clear errors.
+
+Each section is owned by the model that uses it (cloud, kubelet, usage, ...); this module only
+composes them and loads the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from shipshape.kube.duration import parse_duration
+from shipshape.kube.quantity import QuantityError, parse_quantity
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _quantity(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a quantity such as 2, 500m or 8Gi, got {value!r}")
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Pool(Strict):
+    """A node pool: one instance type in one zone with one capacity type."""
+
+    name: str
+    instance_type: str = Field(alias="instanceType")
+    zone: str
+    capacity_type: Literal["spot", "on-demand"] = Field(alias="capacityType")
+    cpu: Quantity
+    memory: Quantity
+    gpus: int = Field(default=0, ge=0)
+    gpu_resource: str = Field(default="nvidia.com/gpu", alias="gpuResource")
+    max_pods: int = Field(default=110, ge=1, alias="maxPods")
+    price_per_hour: float | None = Field(default=None, ge=0, alias="pricePerHour")
+    min_size: int = Field(default=0, ge=0, alias="minSize")
+    max_size: int = Field(default=10, ge=0, alias="maxSize")
+    initial_size: int = Field(default=0, ge=0, alias="initialSize")
+    # Spot interruptions per node per hour; None = derive from the spot advisor band.
+    interruption_rate: float | None = Field(default=None, ge=0, alias="interruptionRate")
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[dict[str, str]] = Field(default_factory=list)
+    bandwidth_mbps: float | None = Field(default=None, gt=0, alias="bandwidthMBps")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Pool:
+        if self.min_size > self.max_size:
+            raise ValueError(f"pool {self.name}: minSize {self.min_size} is above maxSize {self.max_size}")
+        if not self.min_size <= self.initial_size <= self.max_size:
+            raise ValueError(
+                f"pool {self.name}: initialSize {self.initial_size} must be within "
+                f"[minSize {self.min_size}, maxSize {self.max_size}]"
+            )
+        return self
+
+
+class NodeBoot(Strict):
+    """Seconds from instance launch to each boot milestone (EKS-like defaults, ~30 s to Ready)."""
+
+    vm_initialized: Seconds = Field(default=7.0, alias="vmInitialized")
+    cloud_init_start: Seconds = Field(default=9.0, alias="cloudInitStart")
+    network_ready: Seconds = Field(default=11.0, alias="networkReady")
+    containerd_start: Seconds = Field(default=14.0, alias="containerdStart")
+    kubelet_start: Seconds = Field(default=16.0, alias="kubeletStart")
+    registered: Seconds = Field(default=18.0)
+    cni_ready: Seconds = Field(default=27.0, alias="cniReady")
+    ready: Seconds = Field(default=30.0)
+    jitter: float = Field(default=0.1, ge=0, le=1, description="relative random spread per milestone")
+
+
+class Kubelet(Strict):
+    serialize_image_pulls: bool = Field(default=True, alias="serializeImagePulls")
+    max_parallel_image_pulls: int | None = Field(default=None, ge=1, alias="maxParallelImagePulls")
+    bandwidth_mbps: float = Field(default=100.0, gt=0, alias="bandwidthMBps")
+    sandbox_seconds: Seconds = Field(default=1.0, alias="sandboxSeconds")
+    container_start_seconds: Seconds = Field(default=0.5, alias="containerStartSeconds")
+    heartbeat_seconds: Seconds = Field(default=10.0, alias="heartbeatSeconds")
+    default_image_size: Quantity = Field(default="50Mi", alias="defaultImageSize")
+    images: dict[str, Quantity] = Field(default_factory=dict, description="image -> compressed size")
+    preloaded_images: list[str] = Field(default_factory=list, alias="preloadedImages")
+
+
+class Autoscaler(Strict):
+    enabled: bool = True
+    scale_up_after: Seconds = Field(default=10.0, alias="scaleUpAfter")
+    scale_down_unneeded: Seconds = Field(default=600.0, alias="scaleDownUnneeded")
+
+
+class Interruptions(Strict):
+    enabled: bool = True
+    notice: Seconds = Field(default=120.0)
+    handler: bool = Field(default=False, description="cordon and drain a node on its notice (like NTH)")
+    region: str = "us-east-1"
+    rate_multiplier: float = Field(default=1.0, ge=0, alias="rateMultiplier")
+
+
+class UsageProfile(Strict):
+    """CPU/memory usage of the pods a selector picks, as a share of their requests."""
+
+    namespace: str | None = None
+    selector: dict[str, str] = Field(default_factory=dict)
+    pattern: Literal["steady", "diurnal", "bursty"] = "steady"
+    cpu: float = Field(default=0.5, ge=0, description="mean usage as a fraction of the cpu request")
+    memory: float = Field(default=0.6, ge=0, description="mean usage as a fraction of the memory request")
+    amplitude: float = Field(default=0.3, ge=0, le=1)
+    period: Seconds = Field(default=86400.0)
+
+
+class TimelineEvent(Strict):
+    at: Seconds
+    action: Literal["interrupt", "shortage", "rebalance"]
+    node: str | None = None
+    pool: str | None = None
+    zone: str | None = None
+    notice: Seconds = Field(default=120.0)
+    duration: Seconds | None = Field(default=None, alias="for")
+
+    @model_validator(mode="after")
+    def _target(self) -> TimelineEvent:
+        targets = [t for t in (self.node, self.pool, self.zone) if t]
+        if len(targets) != 1:
+            raise ValueError(f"timeline event at {self.at}s: give exactly one of node, pool or zone")
+        if self.action == "shortage" and (self.pool is None or self.duration is None):
+            raise ValueError("a shortage needs a pool and a duration ('for')")
+        return self
+
+
+class Scenario(Strict):
+    name: str = "cluster"
+    description: str = ""
+    kubernetes_version: str = Field(default="v1.32.0", alias="kubernetesVersion")
+    region: str = "us-east-1"
+    seed: int = 1
+    pools: list[Pool] = Field(min_length=1)
+    node_boot: NodeBoot = Field(default_factory=NodeBoot, alias="nodeBoot")
+    kubelet: Kubelet = Field(default_factory=Kubelet)
+    autoscaler: Autoscaler = Field(default_factory=Autoscaler)
+    interruptions: Interruptions = Field(default_factory=Interruptions)
+    usage: list[UsageProfile] = Field(default_factory=list)
+    timeline: list[TimelineEvent] = Field(default_factory=list)
+    namespaces: list[str] = Field(default_factory=list)
+    objects: list[dict[str, Any]] = Field(default_factory=list, description="manifests applied at start")
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> Scenario:
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool names must be unique, repeated: {', '.join(dupes)}")
+        for ev in self.timeline:
+            if ev.pool and ev.pool not in names:
+                raise ValueError(f"timeline event at {ev.at}s names unknown pool {ev.pool!r}")
+        for i, obj in enumerate(self.objects):
+            if not isinstance(obj, dict) or "kind" not in obj or "metadata" not in obj:
+                raise ValueError(f"objects[{i}] must be a Kubernetes manifest with kind and metadata")
+        return self
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used, with a message that says where and why."""
+
+
+def parse(data: Any, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {where}: {err['msg']}")
+        raise ScenarioError(f"{source}: invalid scenario\n" + "\n".join(lines)) from None
+
+
+def load(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read scenario: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+    return parse(data, str(p))

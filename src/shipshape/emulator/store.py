@@ -1,0 +1,419 @@
+"""The emulator's object store: what etcd plus the API server's generic registry do.
+
+Objects are plain JSON dicts. **Stored objects are never mutated in place**: every write stores
+a fresh copy, so a dict returned by `get`/`list` (or carried by a `WatchEvent`) stays valid and
+must be treated as read-only. Use `clone()` before changing one, then `update()` it.
+
+Semantics kept from Kubernetes: a global resourceVersion, uid, creationTimestamp, generateName,
+generation (bumped on spec changes), optimistic concurrency (409), finalizers with
+deletionTimestamp, graceful pod deletion, and a bounded history of changes for watches
+(410 Gone for a resourceVersion older than the history).
+"""
+
+from __future__ import annotations
+
+import builtins
+import random
+import string
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from shipshape.emulator.resources import PODS, ResourceType
+from shipshape.kube import errors
+from shipshape.kube.clock import Clock, rfc3339
+from shipshape.kube.labels import Selector
+
+Obj = dict[str, Any]
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+# Fields the API server owns: a client's update cannot change them.
+_SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
+
+
+def clone(obj: Obj) -> Obj:
+    """A deep copy of a JSON object (faster than copy.deepcopy for JSON data)."""
+    return orjson.loads(orjson.dumps(obj))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED
+    resource: ResourceType
+    object: Obj
+    resource_version: int
+
+
+Listener = Callable[[WatchEvent], None]
+
+
+def _suffix(n: int = 5) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # as Kubernetes' utilrand: no vowels, no 0/1/3
+    return "".join(random.choice(alphabet) for _ in range(n))
+
+
+def meta(obj: Obj) -> Obj:
+    md: Obj = obj.setdefault("metadata", {})
+    return md
+
+
+class Store:
+    """In-memory objects by resource type, namespace and name, with change notification."""
+
+    def __init__(self, clock: Clock, history: int = 100_000) -> None:
+        self.clock = clock
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._history: deque[WatchEvent] = deque(maxlen=history)
+        self._listeners: list[Listener] = []
+        self._rv = 1
+        # Indexes the models need on hot paths.
+        self._pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._by_owner: dict[str, dict[tuple[str, str, str], Obj]] = {}  # owner uid -> dependents
+
+    # ---- reading -----------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
+        return self._objects.get(rt.key, {}).get((namespace if rt.namespaced else "", name))
+
+    def must_get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self.get(rt, namespace, name)
+        if obj is None:
+            raise errors.NotFound.of(rt.plural, name, rt.group)
+        return obj
+
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        selector: Selector | None = None,
+        predicate: Callable[[Obj], bool] | None = None,
+    ) -> list[Obj]:
+        """Objects sorted by namespace then name, as etcd returns them."""
+        bucket = self._objects.get(rt.key, {})
+        out = []
+        for (ns, _), obj in sorted(bucket.items(), key=lambda kv: kv[0]):
+            if namespace and rt.namespaced and ns != namespace:
+                continue
+            if selector is not None and not selector.matches(obj["metadata"].get("labels")):
+                continue
+            if predicate is not None and not predicate(obj):
+                continue
+            out.append(obj)
+        return out
+
+    def iter(self, rt: ResourceType) -> Iterator[Obj]:
+        """Unsorted, fast iteration over every object of a type."""
+        return iter(list(self._objects.get(rt.key, {}).values()))
+
+    def count(self, rt: ResourceType) -> int:
+        return len(self._objects.get(rt.key, {}))
+
+    def pods_on_node(self, node: str) -> builtins.list[Obj]:
+        return list(self._pods_by_node.get(node, {}).values())
+
+    def dependents(self, owner_uid: str) -> builtins.list[tuple[ResourceType, Obj]]:
+        from shipshape.emulator.resources import BY_KEY
+
+        return [(BY_KEY[key], obj) for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items()]
+
+    # ---- watching ----------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener` synchronously after every change. Returns the unsubscribe function."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def events_since(self, resource_version: int) -> builtins.list[WatchEvent]:
+        """Changes after `resource_version`; raises Gone if that version is no longer in the history."""
+        if resource_version >= self._rv:
+            return []
+        if not self._history or self._history[0].resource_version > resource_version + 1:
+            oldest = self._history[0].resource_version if self._history else self._rv
+            if resource_version + 1 < oldest:
+                raise errors.Gone(f"too old resource version: {resource_version} ({oldest - 1})")
+        return [ev for ev in self._history if ev.resource_version > resource_version]
+
+    def _emit(self, event_type: str, rt: ResourceType, obj: Obj) -> None:
+        event = WatchEvent(event_type, rt, obj, int(obj["metadata"]["resourceVersion"]))
+        self._history.append(event)
+        for listener in list(self._listeners):
+            listener(event)
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    # ---- indexes -----------------------------------------------------------------------
+    def _index(self, rt: ResourceType, old: Obj | None, new: Obj | None) -> None:
+        ref = old or new
+        assert ref is not None
+        md = ref["metadata"]
+        key = (md.get("namespace", ""), md["name"])
+        if rt is PODS:
+            old_node = (old or {}).get("spec", {}).get("nodeName")
+            new_node = (new or {}).get("spec", {}).get("nodeName")
+            if old_node and old_node != new_node:
+                self._pods_by_node.get(old_node, {}).pop(key, None)
+            if new_node:
+                self._pods_by_node.setdefault(new_node, {})[key] = new  # type: ignore[assignment]
+        old_owners = {o.get("uid") for o in ((old or {}).get("metadata", {}).get("ownerReferences") or [])}
+        new_owners = {o.get("uid") for o in ((new or {}).get("metadata", {}).get("ownerReferences") or [])}
+        okey = (rt.key, *key)
+        for uid in old_owners - new_owners:
+            if uid:
+                self._by_owner.get(uid, {}).pop(okey, None)
+        for uid in new_owners:
+            if uid and new is not None:
+                self._by_owner.setdefault(uid, {})[okey] = new
+
+    # ---- writing -----------------------------------------------------------------------
+    def _key(self, rt: ResourceType, obj: Obj) -> tuple[str, str]:
+        md = obj["metadata"]
+        return (md.get("namespace", "") if rt.namespaced else "", md["name"])
+
+    def create(self, rt: ResourceType, obj: Obj, *, dry_run: bool = False) -> Obj:
+        """Store a new object. Fills uid, resourceVersion, creationTimestamp, generation, name."""
+        obj = clone(obj)
+        md = meta(obj)
+        obj["apiVersion"] = rt.api_version
+        obj["kind"] = rt.kind
+        if not rt.namespaced:
+            md.pop("namespace", None)
+        bucket = self._objects.setdefault(rt.key, {})
+        if not md.get("name"):
+            prefix = md.get("generateName")
+            if not prefix:
+                raise errors.Invalid(
+                    rt.kind,
+                    "",
+                    [("metadata.name", "FieldValueRequired", "name or generateName is required")],
+                    rt.group,
+                )
+            for _ in range(100):
+                candidate = prefix + _suffix()
+                if (md.get("namespace", "") if rt.namespaced else "", candidate) not in bucket:
+                    md["name"] = candidate
+                    break
+        key = self._key(rt, obj)
+        if key in bucket:
+            raise errors.AlreadyExists.of(rt.plural, md["name"], rt.group)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            md.pop(field, None)
+        md["uid"] = str(uuid.uuid4())
+        md["creationTimestamp"] = rfc3339(self.clock.now())
+        md["generation"] = 1
+        if dry_run:
+            md["resourceVersion"] = ""
+            return obj
+        md["resourceVersion"] = self._next_rv()
+        bucket[key] = obj
+        self._index(rt, None, obj)
+        self._emit(ADDED, rt, obj)
+        return obj
+
+    def update(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Replace an object (PUT semantics), honouring resourceVersion preconditions.
+
+        With `subresource="status"` only `.status` changes; a main-resource write of a type with a
+        status subresource keeps the stored status. Removing the last finalizer of an object being
+        deleted completes its deletion.
+        """
+        obj = clone(obj)
+        md = meta(obj)
+        if not rt.namespaced:
+            md.pop("namespace", None)
+        name = md.get("name", "")
+        current = self.get(rt, md.get("namespace", ""), name)
+        if current is None:
+            raise errors.NotFound.of(rt.plural, name, rt.group)
+        cur_md = current["metadata"]
+        wanted_rv = md.get("resourceVersion")
+        if wanted_rv and wanted_rv != cur_md["resourceVersion"]:
+            raise errors.Conflict.of(rt.plural, name, rt.group)
+        if subresource == "status":
+            new = clone(current)
+            new["status"] = obj.get("status", {})
+        elif subresource is not None:
+            raise errors.BadRequest(f"unsupported subresource {subresource!r} for update")
+        else:
+            new = obj
+            new["apiVersion"] = rt.api_version
+            new["kind"] = rt.kind
+            if rt.status_subresource:
+                if "status" in current:
+                    new["status"] = current["status"]
+                else:
+                    new.pop("status", None)
+            for field in _SYSTEM_META:
+                if field in cur_md:
+                    new["metadata"][field] = cur_md[field]
+                else:
+                    new["metadata"].pop(field, None)
+            if cur_md.get("deletionTimestamp"):
+                # A terminating object accepts no new finalizers.
+                added = set(new["metadata"].get("finalizers") or []) - set(cur_md.get("finalizers") or [])
+                if added:
+                    raise errors.Forbidden(
+                        f"no new finalizers can be added if the object is being deleted, found new "
+                        f"finalizers {sorted(added)}"
+                    )
+            if _spec_of(new) != _spec_of(current):
+                new["metadata"]["generation"] = int(cur_md.get("generation", 1)) + 1
+        if new == current:
+            return current  # no-op writes do not bump the resourceVersion, as in Kubernetes
+        if dry_run:
+            return new
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects[rt.key][self._key(rt, new)] = new
+        self._index(rt, current, new)
+        finalized = new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers")
+        if finalized and (rt is not PODS or _pod_may_vanish(new)):
+            return self._remove(rt, new)
+        self._emit(MODIFIED, rt, new)
+        return new
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+        propagation: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Delete an object. Returns (object, removed_now).
+
+        Objects with finalizers (including those added for Foreground/Orphan propagation) and bound
+        pods with a grace period get a deletionTimestamp and stay until finalized / terminated.
+        """
+        current = self.must_get(rt, namespace, name)
+        cur_md = current["metadata"]
+        if uid and cur_md["uid"] != uid:
+            raise errors.Conflict(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_md['uid']}"
+            )
+        if resource_version and cur_md["resourceVersion"] != resource_version:
+            raise errors.Conflict(
+                f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+                f"ResourceVersion in object meta: {cur_md['resourceVersion']}"
+            )
+        new = clone(current)
+        md = new["metadata"]
+        finalizers: list[str] = list(md.get("finalizers") or [])
+        if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
+            if self._by_owner.get(cur_md["uid"]):
+                finalizers.append("foregroundDeletion")
+        elif propagation == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+        grace = 0
+        if rt is PODS:
+            default = int(new.get("spec", {}).get("terminationGracePeriodSeconds", 30))
+            grace = default if grace_seconds is None else max(0, grace_seconds)
+            if not new.get("spec", {}).get("nodeName") or new.get("status", {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                grace = 0
+        if not finalizers and grace == 0:
+            if dry_run:
+                return current, True
+            return self._remove(rt, current), True
+        now = self.clock.now()
+        if md.get("deletionTimestamp"):
+            # Already terminating: a shorter grace period may bring the deadline forward.
+            if rt is PODS and grace_seconds is not None:
+                old_grace = int(md.get("deletionGracePeriodSeconds", grace))
+                if grace < old_grace:
+                    md["deletionGracePeriodSeconds"] = grace
+                    md["deletionTimestamp"] = rfc3339(now + grace)
+        else:
+            md["deletionTimestamp"] = rfc3339(now + grace)
+            md["deletionGracePeriodSeconds"] = grace
+        md["finalizers"] = finalizers
+        if not finalizers:
+            md.pop("finalizers")
+        if new == current or dry_run:
+            return (current if new == current else new), False
+        md["resourceVersion"] = self._next_rv()
+        self._objects[rt.key][self._key(rt, new)] = new
+        self._index(rt, current, new)
+        self._emit(MODIFIED, rt, new)
+        return new, False
+
+    def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
+        key = self._key(rt, obj)
+        current = self._objects[rt.key].pop(key)
+        self._index(rt, current, None)
+        gone = clone(obj)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(DELETED, rt, gone)
+        return gone
+
+    def remove(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
+        """Remove an object now, whatever its finalizers (what the kubelet's final delete does)."""
+        current = self.get(rt, namespace, name)
+        if current is None:
+            return None
+        return self._remove(rt, current)
+
+    # ---- helpers for the models --------------------------------------------------------
+    def mutate(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], None],
+        *,
+        subresource: str | None = None,
+    ) -> Obj | None:
+        """Read-modify-write without conflicts (the models are single-threaded). None if absent."""
+        current = self.get(rt, namespace, name)
+        if current is None:
+            return None
+        new = clone(current)
+        change(new)
+        new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.update(rt, new, subresource=subresource)
+
+    def all_types(self) -> Iterable[str]:
+        return self._objects.keys()
+
+
+def _spec_of(obj: Obj) -> Any:
+    """What counts as "spec" for the generation counter (everything but metadata and status)."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _pod_may_vanish(pod: Obj) -> bool:
+    """A terminating pod disappears once unbound, finished, or its grace period is zero."""
+    md = pod["metadata"]
+    return (
+        not pod.get("spec", {}).get("nodeName")
+        or pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        or int(md.get("deletionGracePeriodSeconds", 1)) == 0
+    )
+
+
+def random_token(n: int = 32) -> str:
+    return "".join(random.SystemRandom().choice(string.ascii_letters + string.digits) for _ in range(n))

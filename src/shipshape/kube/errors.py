@@ -1,0 +1,156 @@
+"""API errors as Kubernetes reports them: a `Status` body with a reason and an HTTP code.
+
+Every layer raises these; the HTTP layer turns them into responses in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error the Kubernetes API would answer with a `Status` object."""
+
+    code = 500
+    reason = "InternalError"
+    retryable = False
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _details(kind: str | None, name: str | None, group: str = "") -> dict[str, Any] | None:
+    if kind is None:
+        return None
+    details: dict[str, Any] = {"kind": kind}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    return details
+
+
+class BadRequest(ApiError):
+    code = 400
+    reason = "BadRequest"
+
+
+class Unauthorized(ApiError):
+    code = 401
+    reason = "Unauthorized"
+
+
+class Forbidden(ApiError):
+    code = 403
+    reason = "Forbidden"
+
+
+class NotFound(ApiError):
+    code = 404
+    reason = "NotFound"
+
+    @classmethod
+    def of(cls, plural: str, name: str, group: str = "") -> NotFound:
+        qualified = f"{plural}.{group}" if group else plural
+        return cls(f'{qualified} "{name}" not found', details=_details(plural, name, group))
+
+
+class MethodNotAllowed(ApiError):
+    code = 405
+    reason = "MethodNotAllowed"
+
+
+class AlreadyExists(ApiError):
+    code = 409
+    reason = "AlreadyExists"
+
+    @classmethod
+    def of(cls, plural: str, name: str, group: str = "") -> AlreadyExists:
+        qualified = f"{plural}.{group}" if group else plural
+        return cls(f'{qualified} "{name}" already exists', details=_details(plural, name, group))
+
+
+class Conflict(ApiError):
+    code = 409
+    reason = "Conflict"
+    retryable = True
+
+    @classmethod
+    def of(cls, plural: str, name: str, group: str = "") -> Conflict:
+        qualified = f"{plural}.{group}" if group else plural
+        return cls(
+            f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again",
+            details=_details(plural, name, group),
+        )
+
+
+class Gone(ApiError):
+    code = 410
+    reason = "Expired"
+
+
+class Invalid(ApiError):
+    code = 422
+    reason = "Invalid"
+
+    def __init__(self, kind: str, name: str, causes: list[tuple[str, str, str]], group: str = "") -> None:
+        """`causes` are (field, reason type, message), e.g. ("spec.replicas", "FieldValueInvalid", ...)."""
+        text = "; ".join(f"{field}: {message}" for field, _, message in causes)
+        qualified = f"{kind}.{group}" if group else kind
+        super().__init__(f'{qualified} "{name}" is invalid: {text}')
+        details = _details(kind, name, group) or {}
+        details["causes"] = [
+            {"reason": reason, "message": message, "field": field} for field, reason, message in causes
+        ]
+        self.details = details
+        self.causes = causes
+
+
+class RequestEntityTooLarge(ApiError):
+    code = 413
+    reason = "RequestEntityTooLarge"
+
+
+class UnsupportedMediaType(ApiError):
+    code = 415
+    reason = "UnsupportedMediaType"
+
+
+class TooManyRequests(ApiError):
+    code = 429
+    reason = "TooManyRequests"
+    retryable = True
+
+
+class InternalError(ApiError):
+    code = 500
+    reason = "InternalError"
+
+
+class ServiceUnavailable(ApiError):
+    code = 503
+    reason = "ServiceUnavailable"
+    retryable = True
+
+
+class Timeout(ApiError):
+    code = 504
+    reason = "Timeout"
+    retryable = True

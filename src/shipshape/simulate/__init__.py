@@ -1,0 +1,1 @@
+"""What-if simulation: emulator models in discrete-event mode with the controller's placement."""
