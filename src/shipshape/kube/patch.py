@@ -1,0 +1,305 @@
+"""The three PATCH formats of the Kubernetes API, as pure functions on JSON objects.
+
+- JSON merge patch (RFC 7386), `application/merge-patch+json`.
+- JSON patch (RFC 6902, via `jsonpatch`), `application/json-patch+json`.
+- Strategic merge patch, `application/strategic-merge-patch+json`: lists of the built-in types
+  merge by a key (containers by name, ports by containerPort, ...) instead of being replaced, and
+  the `$patch`, `$retainKeys`, `$setElementOrder/<list>` and `$deleteFromPrimitiveList/<list>`
+  directives apply, as `kubectl apply`, `scale`, `label`, `cordon` and `rollout` send them.
+
+None of these functions changes its arguments; each returns a new object.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from shipshape.kube import errors
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
+
+_DIRECTIVE = "$patch"
+_RETAIN_KEYS = "$retainKeys"
+_SET_ORDER = "$setElementOrder/"
+_DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
+
+
+class PatchFailed(errors.ApiError):
+    """A well-formed patch that cannot be applied to the object (HTTP 422, as upstream)."""
+
+    code = 422
+    reason = "Invalid"
+
+
+# ---- JSON merge patch ----------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, `null` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+# ---- JSON patch ----------------------------------------------------------------------------------
+
+
+def json_patch(target: Any, operations: Any) -> Any:
+    """RFC 6902. A malformed document is a 400; an operation that cannot apply is a 422."""
+    if not isinstance(operations, list):
+        raise errors.BadRequest("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+    for index, op in enumerate(operations):
+        if not isinstance(op, dict) or "op" not in op:
+            raise errors.BadRequest(
+                f"the server rejected our request due to an error in our request: "
+                f"operation {index} has no 'op'"
+            )
+    try:
+        patch = jsonpatch.JsonPatch(operations)
+        return patch.apply(target, in_place=False)
+    except jsonpatch.JsonPatchTestFailed as exc:
+        raise PatchFailed(f"the server rejected our request due to an error in our request: {exc}") from exc
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+        raise PatchFailed(f"the server rejected our request due to an error in our request: {exc}") from exc
+    except (TypeError, KeyError, ValueError) as exc:
+        raise errors.BadRequest(f"invalid JSON patch: {exc}") from exc
+
+
+# ---- strategic merge patch -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListStrategy:
+    """How a list field merges: by `key` for lists of objects, as a set when `key` is empty."""
+
+    key: str = ""
+    retain_keys: bool = False
+
+
+# Lists of the built-in types that merge (patchStrategy "merge" in the Go types), by field name.
+# Lists not named here (tolerations, taints, args, envFrom, ...) are atomic: a patch replaces them.
+_BY_FIELD: dict[str, ListStrategy] = {
+    "containers": ListStrategy("name"),
+    "initContainers": ListStrategy("name"),
+    "ephemeralContainers": ListStrategy("name"),
+    "env": ListStrategy("name"),
+    "volumes": ListStrategy("name", retain_keys=True),
+    "volumeMounts": ListStrategy("mountPath"),
+    "volumeDevices": ListStrategy("devicePath"),
+    "imagePullSecrets": ListStrategy("name"),
+    "hostAliases": ListStrategy("ip"),
+    "topologySpreadConstraints": ListStrategy("topologyKey"),
+    "resourceClaims": ListStrategy("name", retain_keys=True),
+    "schedulingGates": ListStrategy("name"),
+    "conditions": ListStrategy("type"),
+    "ownerReferences": ListStrategy("uid"),
+    "finalizers": ListStrategy(),
+    "podIPs": ListStrategy("ip"),
+    "hostIPs": ListStrategy("ip"),
+    "podCIDRs": ListStrategy(),
+    "addresses": ListStrategy("type"),
+}
+# Maps whose `$retainKeys` semantics the Go types declare (patchStrategy "retainKeys").
+_RETAIN_KEY_FIELDS = frozenset({"strategy", "updateStrategy"})
+
+
+def list_strategy(path: tuple[str, ...]) -> ListStrategy | None:
+    """The merge strategy of the list at `path` (field names from the root, list items skipped)."""
+    if not path:
+        return None
+    name = path[-1]
+    if name == "ports":
+        # Container ports merge by containerPort; a Service's ports by port.
+        parent = path[-2] if len(path) > 1 else ""
+        if parent in ("containers", "initContainers", "ephemeralContainers"):
+            return ListStrategy("containerPort")
+        if path == ("spec", "ports"):
+            return ListStrategy("port")
+        return None
+    if name in ("conditions", "addresses") and path[0] != "status":
+        return None
+    return _BY_FIELD.get(name)
+
+
+def strategic_merge_patch(original: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply a strategic merge patch to a built-in object (the `kind` only picks list keys)."""
+    if not isinstance(patch, Mapping):
+        raise errors.BadRequest("a strategic merge patch must be a JSON object")
+    result = _merge_map(dict(copy.deepcopy(dict(original))), dict(patch), ())
+    if result is None:
+        raise PatchFailed("the patch deletes the whole object")
+    return result
+
+
+def _merge_map(
+    original: dict[str, Any], patch: dict[str, Any], path: tuple[str, ...]
+) -> dict[str, Any] | None:
+    directive = patch.get(_DIRECTIVE)
+    if directive == "delete":
+        return None
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != _DIRECTIVE}
+    if directive not in (None, "merge"):
+        raise errors.BadRequest(f"Unknown patch type: {directive}")
+    retain = patch.get(_RETAIN_KEYS)
+    orders: dict[str, list[Any]] = {}
+    deletions: dict[str, list[Any]] = {}
+    for key, value in patch.items():
+        if key in (_DIRECTIVE, _RETAIN_KEYS):
+            continue
+        if key.startswith(_SET_ORDER):
+            if not isinstance(value, list):
+                raise errors.BadRequest(f"{key} must be a list")
+            orders[key[len(_SET_ORDER) :]] = value
+            continue
+        if key.startswith(_DELETE_PRIMITIVE):
+            if not isinstance(value, list):
+                raise errors.BadRequest(f"{key} must be a list")
+            deletions[key[len(_DELETE_PRIMITIVE) :]] = value
+            continue
+        if value is None:
+            original.pop(key, None)
+            continue
+        child_path = (*path, key)
+        current = original.get(key)
+        if isinstance(value, dict):
+            merged = _merge_map(dict(current) if isinstance(current, dict) else {}, value, child_path)
+            if merged is None:
+                original.pop(key, None)
+            else:
+                original[key] = merged
+        elif isinstance(value, list):
+            original[key] = _merge_list(current if isinstance(current, list) else None, value, child_path)
+        else:
+            original[key] = value
+    for key, values in deletions.items():
+        if isinstance(original.get(key), list):
+            original[key] = [item for item in original[key] if item not in values]
+    for key, order in orders.items():
+        if isinstance(original.get(key), list):
+            original[key] = _apply_order(original[key], order, list_strategy((*path, key)))
+    if retain is not None:
+        if not isinstance(retain, list):
+            raise errors.BadRequest("$retainKeys must be a list")
+        original = {k: v for k, v in original.items() if k in retain}
+    return original
+
+
+def _merge_list(original: list[Any] | None, patch: list[Any], path: tuple[str, ...]) -> list[Any]:
+    strategy = list_strategy(path)
+    if strategy is None or (original is None and not _has_directives(patch)):
+        return [_strip(item) for item in patch]
+    base = list(original or [])
+    if any(isinstance(item, dict) and item.get(_DIRECTIVE) == "replace" for item in patch):
+        return [_strip(item) for item in patch if not (isinstance(item, dict) and _DIRECTIVE in item)]
+    if not strategy.key:
+        # A set of primitives: union, keeping the original order first.
+        for item in patch:
+            if isinstance(item, dict) and item.get(_DIRECTIVE) == "delete":
+                continue
+            if item not in base:
+                base.append(item)
+        return base
+    key = strategy.key
+    for item in patch:
+        if not isinstance(item, dict):
+            raise errors.BadRequest(f"{'.'.join(path)}: list items must be objects with {key!r}")
+        if key not in item:
+            raise PatchFailed(f"map: {item} does not contain declared merge key: {key}")
+        index = next(
+            (i for i, have in enumerate(base) if isinstance(have, dict) and have.get(key) == item[key]), None
+        )
+        if item.get(_DIRECTIVE) == "delete":
+            base = [have for have in base if not (isinstance(have, dict) and have.get(key) == item[key])]
+            continue
+        if index is None:
+            base.append(_strip(item))
+        else:
+            merged = _merge_map(dict(base[index]), item, path)
+            if merged is None:
+                del base[index]
+            else:
+                base[index] = merged
+    return base
+
+
+def _apply_order(items: list[Any], order: list[Any], strategy: ListStrategy | None) -> list[Any]:
+    """`$setElementOrder`: items named in the order come in that order, then the server's others."""
+    key = strategy.key if strategy else ""
+
+    def ident(item: Any) -> Any:
+        return item.get(key) if key and isinstance(item, dict) else item
+
+    wanted = [ident(o) if isinstance(o, dict) else o for o in order]
+    rank = {_hashable(w): i for i, w in enumerate(wanted)}
+    ordered = sorted(
+        (item for item in items if _hashable(ident(item)) in rank), key=lambda it: rank[_hashable(ident(it))]
+    )
+    rest = [item for item in items if _hashable(ident(item)) not in rank]
+    return ordered + rest
+
+
+def _hashable(value: Any) -> Any:
+    return repr(value) if isinstance(value, dict | list) else value
+
+
+def _has_directives(patch: list[Any]) -> bool:
+    return any(isinstance(item, dict) and _DIRECTIVE in item for item in patch)
+
+
+def _strip(value: Any) -> Any:
+    """A patch fragment stored as a value: drop directives nested in it."""
+    if isinstance(value, dict):
+        return {
+            k: _strip(v)
+            for k, v in value.items()
+            if k not in (_DIRECTIVE, _RETAIN_KEYS)
+            and not k.startswith(_SET_ORDER)
+            and not k.startswith(_DELETE_PRIMITIVE)
+            and v is not None
+        }
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def apply(patch_type: str, original: dict[str, Any], patch: Any) -> dict[str, Any]:
+    """Apply a patch of the given content type; the result must still be a JSON object."""
+    if patch_type == JSON_PATCH:
+        result = json_patch(original, patch)
+    elif patch_type == MERGE_PATCH:
+        result = merge_patch(original, patch)
+    elif patch_type == STRATEGIC_MERGE_PATCH:
+        if not isinstance(patch, dict):
+            raise errors.BadRequest(
+                "json: cannot unmarshal array into Go value of type map[string]interface {}"
+            )
+        result = strategic_merge_patch(original, patch)
+    elif patch_type == APPLY_PATCH:
+        raise errors.UnsupportedMediaType(
+            "server-side apply (application/apply-patch+yaml) is not supported by this API server; "
+            "use client-side apply (kubectl apply --server-side=false)"
+        )
+    else:
+        raise errors.UnsupportedMediaType(
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"{', '.join(PATCH_TYPES)}"
+        )
+    if not isinstance(result, dict):
+        raise errors.BadRequest("the patched object is not a JSON object")
+    return result
