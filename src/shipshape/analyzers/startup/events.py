@@ -1,0 +1,210 @@
+"""Core/v1 Events reduced to what start-up analysis needs, indexed by the object they are about.
+
+Kubelet events carry `firstTimestamp`/`lastTimestamp` at second resolution; events written
+through events.k8s.io (the scheduler's `Scheduled`, `FailedScheduling`) carry `eventTime` with
+microseconds and no `firstTimestamp`. The event's time is the first of those that is set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from shipshape.kube.duration import DurationError, parse_duration
+
+Obj = Mapping[str, Any]
+
+# Reasons that matter to start-up, for pods and for the controllers that create them.
+POD_REASONS = frozenset(
+    {
+        "Scheduled",
+        "FailedScheduling",
+        "Preempted",
+        "TriggeredScaleUp",
+        "NotTriggerScaleUp",
+        "Pulling",
+        "Pulled",
+        "Failed",
+        "BackOff",
+        "Created",
+        "Started",
+        "Unhealthy",
+        "FailedCreatePodSandBox",
+        "SandboxChanged",
+        "FailedMount",
+        "FailedAttachVolume",
+        "NetworkNotReady",
+    }
+)
+OWNER_REASONS = frozenset({"SuccessfulCreate", "FailedCreate", "ScalingReplicaSet"})
+NODE_REASONS = frozenset({"NodeReady", "NodeNotReady", "RegisteredNode", "Starting"})
+
+_FIELD_PATH = re.compile(r"spec\.(containers|initContainers|ephemeralContainers)\{([^}]*)\}")
+_PULLED = re.compile(
+    r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<pull>[0-9.]+[a-zµ]+(?:[0-9.]+[a-zµ]+)*)'
+    r"(?: \((?P<total>[0-9.]+[a-zµ]+(?:[0-9.]+[a-zµ]+)*) including waiting\))?"
+    r"(?:\. Image size: (?P<size>\d+) bytes)?"
+)
+_PRESENT = re.compile(r'^Container image "(?P<image>[^"]*)" already present on machine')
+_GO_SMALL_UNITS = {"µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+
+
+class PulledMessage(NamedTuple):
+    image: str
+    present: bool
+    pull: float  # seconds spent pulling
+    total: float  # seconds including the wait in the kubelet's pull queue
+    size: int | None
+
+
+class Event(NamedTuple):
+    """One event, compacted: what it says and when."""
+
+    time: float  # first occurrence
+    last: float  # last occurrence
+    reason: str
+    container: str  # "" when the event is about the whole object
+    init: bool
+    message: str
+    occurrences: int
+    uid: str
+
+
+def go_duration(text: str) -> float:
+    """Seconds in a Go `time.Duration` string ("1.5s", "2m3.1s", "850ms", "12µs")."""
+    for unit, scale in _GO_SMALL_UNITS.items():
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * scale
+    try:
+        return parse_duration(text)
+    except DurationError as error:
+        raise ValueError(f"not a Go duration: {text!r}") from error
+
+
+def parse_pulled(message: str) -> PulledMessage | None:
+    """The facts in a kubelet `Pulled` event's message; None when it is not one of its forms."""
+    present = _PRESENT.match(message)
+    if present:
+        return PulledMessage(present.group("image"), True, 0.0, 0.0, None)
+    pulled = _PULLED.match(message)
+    if not pulled:
+        return None
+    try:
+        pull = go_duration(pulled.group("pull"))
+        total = go_duration(pulled.group("total")) if pulled.group("total") else pull
+    except ValueError:
+        return None
+    size = int(pulled.group("size")) if pulled.group("size") else None
+    return PulledMessage(pulled.group("image"), False, pull, max(total, pull), size)
+
+
+class TimeParser:
+    """RFC 3339 to POSIX seconds, remembering recent strings (timestamps repeat a lot)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, float] = {}
+
+    def __call__(self, text: str) -> float:
+        value = self._cache.get(text)
+        if value is None:
+            cleaned = text[:-1] + "+00:00" if text.endswith("Z") else text
+            value = datetime.fromisoformat(cleaned).timestamp()
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[text] = value
+        return value
+
+    def optional(self, text: object) -> float | None:
+        return self(text) if isinstance(text, str) and text else None
+
+
+class EventIndex:
+    """Events by the pod, controller or node they are about."""
+
+    def __init__(self, parse_time: TimeParser | None = None) -> None:
+        self.time = parse_time or TimeParser()
+        self._pods: dict[str, list[Event]] = {}
+        self._owners: dict[str, list[Event]] = {}
+        self._nodes: dict[str, list[Event]] = {}
+        self._sorted = True
+
+    @classmethod
+    def of(cls, events: Iterable[Obj], parse_time: TimeParser | None = None) -> EventIndex:
+        index = cls(parse_time)
+        for event in events:
+            index.add(event)
+        return index
+
+    def add(self, event: Obj) -> None:
+        reason = event.get("reason") or ""
+        involved = event.get("involvedObject") or event.get("regarding") or {}
+        kind = involved.get("kind") or ""
+        if kind == "Pod":
+            if reason not in POD_REASONS:
+                return
+            target = self._pods
+        elif kind == "Node":
+            if reason not in NODE_REASONS:
+                return
+            target = self._nodes
+        elif reason in OWNER_REASONS:
+            target = self._owners
+        else:
+            return
+        when = self._event_time(event)
+        if when is None:
+            return
+        last = self.time.optional(event.get("lastTimestamp")) or when
+        container, init = "", False
+        field_path = involved.get("fieldPath") or ""
+        if field_path:
+            match = _FIELD_PATH.match(field_path)
+            if match:
+                container, init = match.group(2), match.group(1) == "initContainers"
+        namespace = involved.get("namespace") or ""
+        key = f"{kind}/{namespace}/{involved.get('name') or ''}"
+        record = Event(
+            when,
+            max(last, when),
+            reason,
+            container,
+            init,
+            event.get("message") or event.get("note") or "",
+            int(event.get("count") or 1),
+            involved.get("uid") or "",
+        )
+        target.setdefault(key, []).append(record)
+        self._sorted = False
+
+    def _event_time(self, event: Obj) -> float | None:
+        for field_name in ("eventTime", "firstTimestamp", "lastTimestamp"):
+            value = event.get(field_name)
+            if isinstance(value, str) and value:
+                return self.time(value)
+        metadata = event.get("metadata") or {}
+        return self.time.optional(metadata.get("creationTimestamp"))
+
+    def _sort(self) -> None:
+        if not self._sorted:
+            for table in (self._pods, self._owners, self._nodes):
+                for records in table.values():
+                    records.sort()
+            self._sorted = True
+
+    def for_pod(self, namespace: str, name: str, uid: str = "") -> list[Event]:
+        """The pod's events, oldest first; events about an earlier pod of the same name are left out."""
+        self._sort()
+        records = self._pods.get(f"Pod/{namespace}/{name}", [])
+        if uid and any(record.uid and record.uid != uid for record in records):
+            return [record for record in records if not record.uid or record.uid == uid]
+        return records
+
+    def for_owner(self, kind: str, namespace: str, name: str) -> list[Event]:
+        self._sort()
+        return self._owners.get(f"{kind}/{namespace}/{name}", [])
+
+    def for_node(self, name: str) -> list[Event]:
+        self._sort()
+        return self._nodes.get(f"Node//{name}", [])
