@@ -1,0 +1,386 @@
+"""An in-memory view of the cluster objects the controller needs, fed by watch events.
+
+Pure: `apply(event)` takes a watch event (`{"type": ..., "object": ...}`) and nothing here does I/O,
+so the webhook answers from memory with no API round trip. Stored objects are treated as read-only.
+
+Besides the objects, the cache keeps "assumed" placements: a decision made by the webhook counts
+for its group at once, before the pod exists, so that a burst of creations from one ReplicaSet lands
+exactly on the target split. An assumption ends when the real pod (carrying the decision id in its
+decision annotation) appears, or after a TTL (the pod was never created).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
+from shipshape.controller.policy import (
+    CAPACITY_LABEL,
+    DECISION,
+    INSTANCE_TYPE_LABEL,
+    REGION_LABEL,
+    ZONE_LABEL,
+    CapacityType,
+    ControllerConfig,
+    WorkloadKind,
+)
+from shipshape.controller.risk import RiskModel
+from shipshape.kube.labels import from_label_selector
+
+Obj = dict[str, Any]
+
+# Taints that announce a node is going away (interruption handlers, Karpenter, the emulator's cloud).
+SPOT_NOTICE_TAINTS = frozenset(
+    {"aws-node-termination-handler/spot-itn", "emulator.shipshape.dev/spot-interruption"}
+)
+NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted"}
+# Taints that recommend moving off a node without draining it.
+REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation"})
+# Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.
+SPOT_TAINT_KEYS = frozenset(
+    {
+        CAPACITY_LABEL,
+        "spot",
+        "kubernetes.azure.com/scalesetpriority",
+        "cloud.google.com/gke-spot",
+        "eks.amazonaws.com/capacityType",
+        "karpenter.sh/capacity-type",
+    }
+)
+
+KINDS = ("Namespace", "Deployment", "StatefulSet", "ReplicaSet", "Pod", "Node", "PodDisruptionBudget")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupKey:
+    """Pods decided together: those of one ReplicaSet (a Deployment revision) or one StatefulSet."""
+
+    namespace: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRef:
+    kind: WorkloadKind
+    namespace: str
+    name: str
+    obj: Obj
+    group: GroupKey
+
+    @property
+    def replicas(self) -> int:
+        value = (self.obj.get("spec") or {}).get("replicas")
+        return 1 if value is None else int(value)
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.obj.get("metadata", {}).get("annotations") or {}
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    group: GroupKey
+    capacity: CapacityType
+    pool: Pool | None
+    expires: float
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    md = obj.get("metadata") or {}
+    return str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def is_active(pod: Mapping[str, Any]) -> bool:
+    """A pod that counts toward its workload: not terminating and not finished."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The webhook's decision annotation on a pod, or None when absent or unreadable."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def node_pool(node: Mapping[str, Any]) -> Pool | None:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(CAPACITY_LABEL) != CapacityType.SPOT:
+        return None
+    instance_type, zone = labels.get(INSTANCE_TYPE_LABEL), labels.get(ZONE_LABEL)
+    if not instance_type or not zone:
+        return None
+    return Pool(instance_type, zone)
+
+
+def node_capacity(node: Mapping[str, Any]) -> CapacityType | None:
+    value = ((node.get("metadata") or {}).get("labels") or {}).get(CAPACITY_LABEL)
+    try:
+        return CapacityType(value) if value else None
+    except ValueError:
+        return None
+
+
+def taint_keys(node: Mapping[str, Any]) -> set[str]:
+    return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+
+
+class ClusterCache:
+    """Objects by kind and key, plus the indexes the webhook and the loops read."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
+        self._pods_by_group: dict[GroupKey, dict[tuple[str, str], Obj]] = {}
+        self._assumed: dict[str, Assumption] = {}
+
+    # --- feeding ---------------------------------------------------------------------------------
+
+    def apply(self, event: Mapping[str, Any], kind: str | None = None) -> None:
+        """Apply one watch event; `kind` for list items, which carry no `kind` of their own."""
+        obj = event.get("object") or {}
+        obj_kind = kind or obj.get("kind")
+        if obj_kind not in self._objects:
+            return
+        key = _key(obj)
+        if event.get("type") == "DELETED":
+            self._remove(obj_kind, key)
+        elif event.get("type") in ("ADDED", "MODIFIED"):
+            self._put(obj_kind, key, dict(obj))
+
+    def replace(self, kind: str, items: Iterable[Obj]) -> None:
+        """Replace every object of a kind (after a relist)."""
+        for key in list(self._objects[kind]):
+            self._remove(kind, key)
+        for item in items:
+            self._put(kind, _key(item), item)
+
+    def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
+        if kind == "Pod":
+            self._unindex_pod(key)
+            group = self._group_of_pod(obj)
+            if group is not None:
+                self._pods_by_group.setdefault(group, {})[key] = obj
+            decision = read_decision(obj)
+            if decision is not None and isinstance(decision.get("id"), str):
+                self._assumed.pop(decision["id"], None)
+        self._objects[kind][key] = obj
+
+    def _remove(self, kind: str, key: tuple[str, str]) -> None:
+        if kind == "Pod":
+            self._unindex_pod(key)
+        self._objects[kind].pop(key, None)
+
+    def _unindex_pod(self, key: tuple[str, str]) -> None:
+        old = self._objects["Pod"].get(key)
+        if old is None:
+            return
+        group = self._group_of_pod(old)
+        if group is not None:
+            members = self._pods_by_group.get(group)
+            if members is not None:
+                members.pop(key, None)
+                if not members:
+                    del self._pods_by_group[group]
+
+    # --- lookups ---------------------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self._objects[kind].get((namespace, name))
+
+    def objects(self, kind: str) -> Iterator[Obj]:
+        return iter(list(self._objects[kind].values()))
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        ns = self._objects["Namespace"].get(("", namespace))
+        return ((ns or {}).get("metadata") or {}).get("labels") or {}
+
+    @staticmethod
+    def _group_of_pod(pod: Mapping[str, Any]) -> GroupKey | None:
+        ref = controller_ref(pod)
+        if ref is None or ref.get("kind") not in ("ReplicaSet", "StatefulSet"):
+            return None
+        return GroupKey(_key(pod)[0], str(ref["kind"]), str(ref.get("name")))
+
+    def workload_of(self, pod: Mapping[str, Any], namespace: str | None = None) -> WorkloadRef | None:
+        """Pod -> ReplicaSet -> Deployment, or Pod -> StatefulSet; None for anything else or unknown."""
+        ns = namespace or _key(pod)[0]
+        ref = controller_ref(pod)
+        if ref is None:
+            return None
+        if ref.get("kind") == "StatefulSet":
+            sts = self.get("StatefulSet", ns, str(ref.get("name")))
+            if sts is None:
+                return None
+            name = sts["metadata"]["name"]
+            return WorkloadRef(WorkloadKind.STATEFULSET, ns, name, sts, GroupKey(ns, "StatefulSet", name))
+        if ref.get("kind") != "ReplicaSet":
+            return None
+        rs = self.get("ReplicaSet", ns, str(ref.get("name")))
+        if rs is None:
+            return None
+        owner = controller_ref(rs)
+        if owner is None or owner.get("kind") != "Deployment":
+            return None
+        deployment = self.get("Deployment", ns, str(owner.get("name")))
+        if deployment is None:
+            return None
+        return WorkloadRef(
+            WorkloadKind.DEPLOYMENT,
+            ns,
+            deployment["metadata"]["name"],
+            deployment,
+            GroupKey(ns, "ReplicaSet", rs["metadata"]["name"]),
+        )
+
+    def pods_of_group(self, group: GroupKey) -> list[Obj]:
+        return list(self._pods_by_group.get(group, {}).values())
+
+    def pods_of_workload(self, workload: WorkloadRef) -> list[Obj]:
+        """Every pod of a workload (all ReplicaSets of a Deployment)."""
+        if workload.kind is WorkloadKind.STATEFULSET:
+            return self.pods_of_group(workload.group)
+        uid = workload.obj.get("metadata", {}).get("uid")
+        pods: list[Obj] = []
+        for rs in self._objects["ReplicaSet"].values():
+            owner = controller_ref(rs)
+            if owner is None or owner.get("kind") != "Deployment" or _key(rs)[0] != workload.namespace:
+                continue
+            if owner.get("name") != workload.name or (uid and owner.get("uid") not in (None, uid)):
+                continue
+            pods.extend(self.pods_of_group(GroupKey(workload.namespace, "ReplicaSet", _key(rs)[1])))
+        return pods
+
+    def placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
+        """Where a pod runs (its node's labels) or, while unbound, where its decision sends it."""
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            node = self._objects["Node"].get(("", node_name))
+            if node is not None:
+                return node_capacity(node), node_pool(node)
+        decision = read_decision(pod)
+        if decision is None:
+            return None, None
+        try:
+            capacity = CapacityType(str(decision.get("capacityType")))
+        except ValueError:
+            return None, None
+        pool_text = decision.get("pool")
+        try:
+            pool = Pool.parse(pool_text) if isinstance(pool_text, str) and pool_text else None
+        except ValueError:
+            pool = None
+        return capacity, pool
+
+    def group_counts(self, group: GroupKey, now: float) -> GroupCounts:
+        """Active pods of the group by capacity and pool, plus unexpired assumptions."""
+        counts = GroupCounts()
+        for pod in self._pods_by_group.get(group, {}).values():
+            if not is_active(pod):
+                continue
+            capacity, pool = self.placement_of(pod)
+            if capacity is not None:
+                counts.add(capacity, pool)
+        self._expire(now)
+        for assumption in self._assumed.values():
+            if assumption.group == group:
+                counts.add(assumption.capacity, assumption.pool)
+        return counts
+
+    def assume(
+        self, decision_id: str, group: GroupKey, capacity: CapacityType, pool: Pool | None, now: float
+    ) -> None:
+        self._assumed[decision_id] = Assumption(group, capacity, pool, now + self.config.assume_ttl_seconds)
+
+    def assumed_count(self, now: float) -> int:
+        self._expire(now)
+        return len(self._assumed)
+
+    def _expire(self, now: float) -> None:
+        expired = [key for key, item in self._assumed.items() if item.expires <= now]
+        for key in expired:
+            del self._assumed[key]
+
+    # --- nodes and pools -------------------------------------------------------------------------
+
+    def spot_pools(self) -> dict[Pool, str | None]:
+        """Known spot pools and their region."""
+        pools: dict[Pool, str | None] = {}
+        for node in self._objects["Node"].values():
+            pool = node_pool(node)
+            if pool is not None:
+                pools.setdefault(pool, ((node.get("metadata") or {}).get("labels") or {}).get(REGION_LABEL))
+        return pools
+
+    def nodes_with_taints(self, keys: frozenset[str]) -> list[Obj]:
+        return [node for node in self._objects["Node"].values() if taint_keys(node) & keys]
+
+    def placement_view(self, now: float, risk: RiskModel, shortages: Iterable[Pool] = ()) -> PlacementView:
+        """Pools with their risk, pools excluded (notice now or in cool-down, shortage), nodes avoided."""
+        pools = self.spot_pools()
+        excluded: dict[Pool, Exclusion] = dict.fromkeys(shortages, Exclusion.SHORTAGE)
+        for pool in risk.at_risk(now):
+            excluded[pool] = Exclusion.AT_RISK
+        for node in self.nodes_with_taints(SPOT_NOTICE_TAINTS):
+            noticed = node_pool(node)
+            if noticed is not None:
+                excluded[noticed] = Exclusion.AT_RISK
+        avoided = frozenset(
+            _key(node)[1] for node in self.nodes_with_taints(NOTICE_TAINTS | REBALANCE_TAINTS)
+        )
+        return PlacementView(
+            pool_risk={pool: risk.score(pool, region, now) for pool, region in pools.items()},
+            excluded=excluded,
+            avoided_nodes=avoided,
+            default_pool_share=self.config.max_pool_share,
+        )
+
+    def spot_tolerations(self) -> list[Obj]:
+        """Tolerations a spot-bound pod needs: configured ones, plus well-known spot taints on spot nodes."""
+        found: dict[tuple[str, str | None, str | None], Obj] = {}
+        for spec in self.config.spot_tolerations:
+            found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+        for node in self._objects["Node"].values():
+            if node_capacity(node) is not CapacityType.SPOT:
+                continue
+            for taint in (node.get("spec") or {}).get("taints") or []:
+                key = str(taint.get("key"))
+                if key not in SPOT_TAINT_KEYS or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+                    continue
+                ident = (key, taint.get("value"), taint.get("effect"))
+                if ident in found:
+                    continue
+                toleration: Obj = {"key": key, "operator": "Equal", "effect": taint["effect"]}
+                if taint.get("value") is not None:
+                    toleration["value"] = taint["value"]
+                found[ident] = toleration
+        return [found[ident] for ident in sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))]
+
+    def pdbs_matching(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        matches: list[Obj] = []
+        for pdb in self._objects["PodDisruptionBudget"].values():
+            if _key(pdb)[0] != namespace:
+                continue
+            selector = (pdb.get("spec") or {}).get("selector")
+            if selector is None:
+                continue
+            if from_label_selector(selector).matches(labels):
+                matches.append(pdb)
+        return matches

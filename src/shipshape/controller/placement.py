@@ -1,0 +1,240 @@
+"""Pure placement decisions: the desired spot/on-demand split of a workload and the choice for one new pod.
+
+Definitions (from the workload's policy):
+- `on_demand_base` replicas always run on on-demand;
+- of the replicas above the base, `spot_percentage` % go to spot, rounded down (the remainder is
+  on-demand, the safe side);
+- a workload with exactly one replica follows its single-replica mode instead (`surge` → spot with a
+  replacement started before the old pod goes, `on-demand`);
+- spot replicas are spread over spot pools (instance type x zone) so that no pool holds more than
+  `max_pool_share` of the workload's spot replicas (at least one per pool).
+
+The decision for a new pod counts the pods of its group (a ReplicaSet, or a StatefulSet) that exist or
+are in flight, fills the base first, then the spot share, then the on-demand share. StatefulSet pods are
+decided by ordinal alone, so the same ordinal always gets the same capacity type and the split is exact
+for every replica count (a StatefulSet scales down from the highest ordinal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Pool:
+    """A spot pool: one instance type in one zone."""
+
+    instance_type: str
+    zone: str
+
+    def __str__(self) -> str:
+        return f"{self.instance_type}/{self.zone}"
+
+    @classmethod
+    def parse(cls, text: str) -> Pool:
+        instance_type, sep, zone = text.partition("/")
+        if not sep or not instance_type or not zone:
+            raise ValueError(f"a pool is written <instance-type>/<zone>, got {text!r}")
+        return cls(instance_type, zone)
+
+
+class Reason(StrEnum):
+    """Why a pod went where it went (recorded in the decision annotation and the metrics)."""
+
+    BASE = "on-demand-base"
+    SPOT_SHARE = "spot-share"
+    ON_DEMAND_SHARE = "on-demand-share"
+    SINGLE_SURGE = "single-replica-surge"
+    SINGLE_ON_DEMAND = "single-replica-on-demand"
+    ORDINAL_BASE = "ordinal-below-base"
+    ORDINAL_SPOT = "ordinal-spot-share"
+    ORDINAL_ON_DEMAND = "ordinal-on-demand-share"
+    POOL_SHARE_REACHED = "max-pool-share-reached"
+    NO_SPOT_POOL = "no-safe-spot-pool"
+    SPOT_FALLBACK = "spot-fallback"
+
+
+class Exclusion(StrEnum):
+    """Why a spot pool takes no new placements."""
+
+    AT_RISK = "at-risk"
+    SHORTAGE = "shortage"
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    on_demand: int
+    spot: int
+
+    @property
+    def total(self) -> int:
+        return self.on_demand + self.spot
+
+
+def _multi_replica_split(replicas: int, policy: WorkloadPolicy) -> Split:
+    base = min(policy.on_demand_base, replicas)
+    spot = (replicas - base) * policy.spot_percentage // 100
+    return Split(on_demand=replicas - spot, spot=spot)
+
+
+def desired_split(replicas: int, policy: WorkloadPolicy) -> Split:
+    """How many of `replicas` should run on on-demand and on spot."""
+    if replicas <= 0:
+        return Split(0, 0)
+    if replicas == 1:
+        if policy.single_replica is SingleReplicaMode.SURGE and policy.kind is WorkloadKind.DEPLOYMENT:
+            return Split(0, 1)
+        return Split(1, 0)
+    return _multi_replica_split(replicas, policy)
+
+
+def ordinal_capacity(ordinal: int, replicas: int, policy: WorkloadPolicy) -> tuple[CapacityType, Reason]:
+    """Capacity type of a StatefulSet ordinal: a pure function of the ordinal (and the one-replica case).
+
+    Ordinals below the base are on-demand; above it, ordinal `i` is spot exactly when adding it raises
+    the spot count of the split, so the first `n` ordinals always form `desired_split(n)`.
+    """
+    if replicas == 1 and ordinal == 0:
+        single = desired_split(1, policy)
+        if single.spot:
+            return CapacityType.SPOT, Reason.SINGLE_SURGE
+        return CapacityType.ON_DEMAND, Reason.SINGLE_ON_DEMAND
+    if ordinal < policy.on_demand_base:
+        return CapacityType.ON_DEMAND, Reason.ORDINAL_BASE
+    before = _multi_replica_split(ordinal, policy).spot
+    after = _multi_replica_split(ordinal + 1, policy).spot
+    if after > before:
+        return CapacityType.SPOT, Reason.ORDINAL_SPOT
+    return CapacityType.ON_DEMAND, Reason.ORDINAL_ON_DEMAND
+
+
+def pool_cap(spot_target: int, share: float) -> int:
+    """Most spot replicas of one workload allowed in one pool (at least one)."""
+    if share >= 1.0:
+        return max(spot_target, 1)
+    return max(1, math.floor(share * spot_target + 1e-9))
+
+
+@dataclass(slots=True)
+class GroupCounts:
+    """Current plus in-flight pods of one group, by capacity type and spot pool."""
+
+    on_demand: int = 0
+    spot_by_pool: dict[Pool, int] = field(default_factory=dict)
+    # Spot pods whose pool is not known yet (not bound, no pool in their decision).
+    spot_unplaced: int = 0
+
+    @property
+    def spot(self) -> int:
+        return sum(self.spot_by_pool.values()) + self.spot_unplaced
+
+    @property
+    def total(self) -> int:
+        return self.on_demand + self.spot
+
+    def add(self, capacity: CapacityType, pool: Pool | None, count: int = 1) -> None:
+        if capacity is CapacityType.ON_DEMAND:
+            self.on_demand += count
+        elif pool is None:
+            self.spot_unplaced += count
+        else:
+            self.spot_by_pool[pool] = self.spot_by_pool.get(pool, 0) + count
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementView:
+    """What the cluster looks like to a decision: spot pools, their risk, and what to avoid."""
+
+    pool_risk: Mapping[Pool, float] = field(default_factory=dict)
+    excluded: Mapping[Pool, Exclusion] = field(default_factory=dict)
+    # Nodes that take no new pods: rebalance recommendation or termination notice.
+    avoided_nodes: frozenset[str] = frozenset()
+    default_pool_share: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    capacity_type: CapacityType
+    reason: Reason
+    # The preferred spot pool (None for on-demand, or for spot when no pool is known yet).
+    pool: Pool | None = None
+    # Spot pools the pod may land on; empty for spot means "any spot node".
+    allowed_pools: tuple[Pool, ...] = ()
+    avoided_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What is known of the pod being admitted and its workload."""
+
+    policy: WorkloadPolicy
+    replicas: int
+    ordinal: int | None = None
+
+
+def choose_pool(
+    spot_target: int, counts: GroupCounts, view: PlacementView, policy: WorkloadPolicy
+) -> tuple[Pool | None, tuple[Pool, ...], Reason | None]:
+    """Pick a spot pool: below the pool cap, not excluded; fewest of this group's pods, then lowest risk.
+
+    Returns (preferred pool, allowed pools, None) or (None, (), reason) when no spot pool may take the pod.
+    With no spot pool known at all, spot is unconstrained (pool None, allowed empty, no reason).
+    """
+    known = sorted(view.pool_risk)
+    if not known:
+        return None, (), None
+    usable = [pool for pool in known if pool not in view.excluded]
+    if not usable:
+        if all(view.excluded[pool] is Exclusion.SHORTAGE for pool in known):
+            return None, (), Reason.SPOT_FALLBACK
+        return None, (), Reason.NO_SPOT_POOL
+    share = policy.pool_share(len(known), view.default_pool_share)
+    cap = pool_cap(spot_target, share)
+    below_cap = [pool for pool in usable if counts.spot_by_pool.get(pool, 0) < cap]
+    if not below_cap:
+        return None, (), Reason.POOL_SHARE_REACHED
+    preferred = min(
+        below_cap, key=lambda pool: (counts.spot_by_pool.get(pool, 0), view.pool_risk[pool], pool)
+    )
+    return preferred, tuple(below_cap), None
+
+
+def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Decision:
+    """Capacity type (and spot pool) for one new pod, given its group's current and in-flight pods."""
+    policy = request.policy
+    if request.ordinal is not None:
+        capacity, reason = ordinal_capacity(request.ordinal, request.replicas, policy)
+        spot_target = _multi_replica_split(max(request.replicas, request.ordinal + 1), policy).spot
+    elif request.replicas == 1:
+        capacity, reason = (
+            (CapacityType.SPOT, Reason.SINGLE_SURGE)
+            if desired_split(1, policy).spot
+            else (CapacityType.ON_DEMAND, Reason.SINGLE_ON_DEMAND)
+        )
+        spot_target = 1
+    else:
+        target = _multi_replica_split(max(request.replicas, counts.total + 1), policy)
+        spot_target = target.spot
+        if counts.on_demand < min(policy.on_demand_base, target.total):
+            capacity, reason = CapacityType.ON_DEMAND, Reason.BASE
+        elif counts.spot < target.spot:
+            capacity, reason = CapacityType.SPOT, Reason.SPOT_SHARE
+        else:
+            capacity, reason = CapacityType.ON_DEMAND, Reason.ON_DEMAND_SHARE
+    if capacity is CapacityType.ON_DEMAND:
+        return Decision(CapacityType.ON_DEMAND, reason)
+    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy)
+    if refusal is not None:
+        return Decision(CapacityType.ON_DEMAND, refusal)
+    return Decision(
+        CapacityType.SPOT,
+        reason,
+        pool=pool,
+        allowed_pools=allowed,
+        avoided_nodes=tuple(sorted(view.avoided_nodes)),
+    )

@@ -1,0 +1,256 @@
+"""What users write, as typed policy.
+
+A workload (Deployment or StatefulSet) opts in with the annotation `spot.shipshape.dev/enabled: "true"`
+or through its namespace's label `spot.shipshape.dev/enabled=true`; its placement annotations are
+validated here and turned into a `WorkloadPolicy`. Cluster-wide defaults come from `ControllerConfig`
+(a config file or ConfigMap, loaded once at the entry point).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PREFIX = "spot.shipshape.dev/"
+ENABLED = PREFIX + "enabled"
+ON_DEMAND_BASE = PREFIX + "on-demand-base"
+SPOT_PERCENTAGE = PREFIX + "spot-percentage"
+MAX_POOL_SHARE = PREFIX + "max-pool-share"
+SINGLE_REPLICA = PREFIX + "single-replica"
+DECISION = PREFIX + "decision"
+POLICY_ANNOTATIONS = (ENABLED, ON_DEMAND_BASE, SPOT_PERCENTAGE, MAX_POOL_SHARE, SINGLE_REPLICA)
+
+CAPACITY_LABEL = "node.kubernetes.io/capacity"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+class CapacityType(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class SingleReplicaMode(StrEnum):
+    ON_DEMAND = "on-demand"
+    SURGE = "surge"
+
+
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+    STATEFULSET = "StatefulSet"
+
+
+class TolerationSpec(BaseModel):
+    """A toleration added to spot-bound pods (spot nodes are often tainted)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str
+    operator: str = Field(default="Equal", pattern="^(Equal|Exists)$")
+    value: str | None = None
+    effect: str | None = Field(default=None, pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")
+
+    def to_toleration(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.value is not None and self.operator == "Equal":
+            body["value"] = self.value
+        if self.effect is not None:
+            body["effect"] = self.effect
+        return body
+
+
+class ControllerConfig(BaseModel):
+    """Cluster defaults and tuning; every field has a safe default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = "shipshape-system"
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    on_demand_base: int = Field(default=1, ge=0)
+    spot_percentage: int = Field(default=100, ge=0, le=100)
+    max_pool_share: float = Field(default=0.5, gt=0.0, le=1.0)
+    single_replica_deployment: SingleReplicaMode = SingleReplicaMode.SURGE
+    spot_tolerations: tuple[TolerationSpec, ...] = ()
+    # Seconds an in-flight ("assumed") placement counts before the real pod must have appeared.
+    assume_ttl_seconds: float = Field(default=30.0, gt=0)
+    # Seconds a pool stays "at risk" (no new placements) after an interruption notice in it.
+    risk_cooldown_seconds: float = Field(default=1800.0, ge=0)
+    # Window over which observed interruptions raise a pool's risk score.
+    risk_window_seconds: float = Field(default=7 * 86400.0, gt=0)
+    # Lead time between a termination notice and the instance going away (AWS: 120 s).
+    notice_lead_seconds: float = Field(default=120.0, gt=0)
+    # Seconds a spot-bound pod may stay unschedulable before it is re-decided to on-demand.
+    fallback_after_seconds: float = Field(default=120.0, gt=0)
+    # First back-off before spot is tried again for a pool in shortage (doubles up to the max).
+    fallback_retry_seconds: float = Field(default=300.0, gt=0)
+    fallback_retry_max_seconds: float = Field(default=3600.0, gt=0)
+    region: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:
+        """Build from a parsed config file / ConfigMap, with a readable error on bad input."""
+        try:
+            return cls.model_validate(dict(data or {}))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigError(f"invalid controller configuration: {problems}") from exc
+
+
+class ConfigError(ValueError):
+    """A controller configuration that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyProblem:
+    """One invalid annotation value, reported on the workload and in the admission warnings."""
+
+    annotation: str
+    value: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.annotation}={self.value!r}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPolicy:
+    """The resolved placement policy of one workload."""
+
+    kind: WorkloadKind
+    on_demand_base: int = 1
+    spot_percentage: int = 100
+    # None: the default applies (`ControllerConfig.max_pool_share` when two or more spot pools exist).
+    max_pool_share: float | None = None
+    single_replica: SingleReplicaMode = SingleReplicaMode.SURGE
+
+    def pool_share(self, pool_count: int, default: float) -> float:
+        if self.max_pool_share is not None:
+            return self.max_pool_share
+        return default if pool_count >= 2 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """Outcome of reading a workload's annotations: managed or not, and a policy or problems."""
+
+    managed: bool
+    policy: WorkloadPolicy | None = None
+    problems: tuple[PolicyProblem, ...] = field(default=())
+
+    @property
+    def valid(self) -> bool:
+        return self.managed and self.policy is not None and not self.problems
+
+
+def _truthy(value: str) -> bool | None:
+    lowered = value.strip().lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    return None
+
+
+def _parse_int(annotation: str, value: str, low: int, high: int | None) -> int | PolicyProblem:
+    text = value.strip()
+    if not text.lstrip("-").isdigit():
+        return PolicyProblem(annotation, value, "must be an integer")
+    number = int(text)
+    if number < low or (high is not None and number > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        return PolicyProblem(annotation, value, f"must be {bound}")
+    return number
+
+
+def _parse_share(value: str) -> float | PolicyProblem:
+    text = value.strip()
+    try:
+        share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return PolicyProblem(
+            MAX_POOL_SHARE, value, "must be a fraction in (0, 1] such as 0.5, or a percentage"
+        )
+    if not math.isfinite(share) or share <= 0.0 or share > 1.0:
+        return PolicyProblem(MAX_POOL_SHARE, value, "must be greater than 0 and at most 1 (or 100%)")
+    return share
+
+
+def resolve_policy(
+    kind: WorkloadKind,
+    annotations: Mapping[str, str] | None,
+    namespace_labels: Mapping[str, str] | None,
+    config: ControllerConfig,
+) -> PolicyResult:
+    """Read a workload's opt-in and placement annotations over the cluster defaults.
+
+    The workload's `enabled` annotation wins over its namespace's label. Every invalid value is
+    reported; with any problem the workload gets no policy (it is left as it is).
+    """
+    notes = dict(annotations or {})
+    problems: list[PolicyProblem] = []
+    enabled: bool | None = None
+    if ENABLED in notes:
+        enabled = _truthy(notes[ENABLED])
+        if enabled is None:
+            problems.append(PolicyProblem(ENABLED, notes[ENABLED], 'must be "true" or "false"'))
+    if enabled is None and not problems:
+        enabled = _truthy((namespace_labels or {}).get(ENABLED, "")) is True
+    if problems:
+        return PolicyResult(managed=True, problems=tuple(problems))
+    if not enabled:
+        return PolicyResult(managed=False)
+
+    base: int = config.on_demand_base
+    percentage: int = config.spot_percentage
+    share: float | None = None
+    default_single = (
+        config.single_replica_deployment if kind is WorkloadKind.DEPLOYMENT else SingleReplicaMode.ON_DEMAND
+    )
+    single = default_single
+    if ON_DEMAND_BASE in notes:
+        parsed = _parse_int(ON_DEMAND_BASE, notes[ON_DEMAND_BASE], 0, None)
+        if isinstance(parsed, PolicyProblem):
+            problems.append(parsed)
+        else:
+            base = parsed
+    if SPOT_PERCENTAGE in notes:
+        parsed = _parse_int(SPOT_PERCENTAGE, notes[SPOT_PERCENTAGE], 0, 100)
+        if isinstance(parsed, PolicyProblem):
+            problems.append(parsed)
+        else:
+            percentage = parsed
+    if MAX_POOL_SHARE in notes:
+        parsed_share = _parse_share(notes[MAX_POOL_SHARE])
+        if isinstance(parsed_share, PolicyProblem):
+            problems.append(parsed_share)
+        else:
+            share = parsed_share
+    if SINGLE_REPLICA in notes:
+        raw = notes[SINGLE_REPLICA].strip()
+        if raw not in {mode.value for mode in SingleReplicaMode}:
+            problems.append(
+                PolicyProblem(SINGLE_REPLICA, notes[SINGLE_REPLICA], 'must be "on-demand" or "surge"')
+            )
+        elif raw == SingleReplicaMode.SURGE and kind is WorkloadKind.STATEFULSET:
+            problems.append(PolicyProblem(SINGLE_REPLICA, raw, "a StatefulSet cannot surge; use on-demand"))
+        else:
+            single = SingleReplicaMode(raw)
+    if problems:
+        return PolicyResult(managed=True, problems=tuple(problems))
+    policy = WorkloadPolicy(
+        kind=kind,
+        on_demand_base=base,
+        spot_percentage=percentage,
+        max_pool_share=share,
+        single_replica=single,
+    )
+    return PolicyResult(managed=True, policy=policy)

@@ -1,0 +1,1 @@
+"""The mutating admission webhook: pure mutators, AdmissionReview handling, and its HTTPS server."""

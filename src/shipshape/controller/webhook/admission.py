@@ -1,0 +1,181 @@
+"""AdmissionReview (admission.k8s.io/v1) handling for pod CREATE: decide, mutate, diff, answer.
+
+Fail-open by design: an internal error admits the pod unmodified (and counts a metric); an invalid
+policy admits the pod unmodified with a warning. Pod creation never fails because of placement.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+import orjson
+
+from shipshape.controller.cache import ClusterCache, WorkloadRef
+from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.placement import Decision, PodRequest, Pool, decide
+from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
+from shipshape.controller.risk import RiskModel
+from shipshape.controller.webhook.mutators import CHAIN, MutationInput, pins_capacity
+from shipshape.kube.clock import Clock
+
+Obj = dict[str, Any]
+LOG = logging.getLogger("shipshape.controller.webhook")
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+class BadReview(ValueError):
+    """A request body that is not an admission.k8s.io/v1 AdmissionReview with a request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one admission: a patch (possibly empty), the decision, warnings."""
+
+    patch: list[Obj]
+    decision: Decision | None = None
+    warnings: tuple[str, ...] = ()
+    skipped: str | None = None
+
+
+def statefulset_ordinal(pod: Mapping[str, Any]) -> int | None:
+    metadata = pod.get("metadata") or {}
+    index = (metadata.get("labels") or {}).get(POD_INDEX_LABEL)
+    if index is not None and str(index).isdigit():
+        return int(index)
+    match = _ORDINAL.search(str(metadata.get("name") or ""))
+    return int(match.group(1)) if match else None
+
+
+def review_response(uid: str, outcome: Outcome) -> Obj:
+    response: Obj = {"uid": uid, "allowed": True}
+    if outcome.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(outcome.patch)).decode()
+    if outcome.warnings:
+        response["warnings"] = list(outcome.warnings)
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+class PodPlacer:
+    """Answers AdmissionReviews for pod creation from the cache, with no API round trip."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        config: ControllerConfig,
+        risk: RiskModel,
+        clock: Clock,
+        metrics: ControllerMetrics,
+        shortages: Callable[[float], Iterable[Pool]] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.config = config
+        self.risk = risk
+        self.clock = clock
+        self.metrics = metrics
+        self._shortages = shortages
+
+    def review(self, body: Mapping[str, Any]) -> Obj:
+        """Answer one AdmissionReview; raises `BadReview` only for a body that is not one."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        if (
+            not isinstance(body, Mapping)
+            or body.get("apiVersion") != ADMISSION_API_VERSION
+            or body.get("kind") != "AdmissionReview"
+            or not isinstance(request, Mapping)
+            or not isinstance(request.get("uid"), str)
+        ):
+            raise BadReview("expected an admission.k8s.io/v1 AdmissionReview with a request.uid")
+        uid = request["uid"]
+        try:
+            outcome = self.admit(request)
+        except Exception:
+            LOG.exception("placement failed; admitting the pod unmodified", extra={"uid": uid})
+            self.metrics.webhook_errors.labels(stage="decide").inc()
+            outcome = Outcome(patch=[], skipped="error")
+        return review_response(uid, outcome)
+
+    def admit(self, request: Mapping[str, Any]) -> Outcome:
+        """The decision and patch for one admission request (see module docstring for failure rules)."""
+        resource = request.get("resource") or {}
+        if (
+            request.get("operation") != "CREATE"
+            or resource.get("resource") != "pods"
+            or resource.get("group", "") != ""
+            or request.get("subResource")
+        ):
+            return self._skip("not-pod-create")
+        namespace = str(request.get("namespace") or "")
+        if namespace == self.config.namespace or namespace in self.config.excluded_namespaces:
+            return self._skip("excluded-namespace")
+        pod = request.get("object")
+        if not isinstance(pod, dict):
+            return self._skip("no-object")
+        if (pod.get("spec") or {}).get("nodeName"):
+            return self._skip("already-bound")
+        workload = self.cache.workload_of(pod, namespace)
+        if workload is None:
+            return self._skip("no-workload")
+        policy_result = resolve_policy(
+            workload.kind, workload.annotations, self.cache.namespace_labels(namespace), self.config
+        )
+        if not policy_result.managed:
+            return self._skip("not-managed")
+        if policy_result.problems or policy_result.policy is None:
+            for problem in policy_result.problems:
+                self.metrics.invalid_policies.labels(annotation=problem.annotation).inc()
+            warnings = tuple(
+                f"shipshape: {workload.kind.value} {workload.name}: {problem}; placement left unchanged"
+                for problem in policy_result.problems
+            )
+            return Outcome(patch=[], warnings=warnings, skipped="invalid-policy")
+        if pins_capacity(pod):
+            return self._skip("capacity-pinned")
+        now = self.clock.now()
+        ordinal = statefulset_ordinal(pod) if workload.kind is WorkloadKind.STATEFULSET else None
+        counts = self.cache.group_counts(workload.group, now)
+        shortages = self._shortages(now) if self._shortages is not None else ()
+        view = self.cache.placement_view(now, self.risk, shortages)
+        decision = decide(PodRequest(policy_result.policy, workload.replicas, ordinal), counts, view)
+        patch = self._mutate(pod, workload, decision, str(request["uid"]))
+        if patch is None:
+            return Outcome(patch=[], decision=decision, skipped="error")
+        if not request.get("dryRun"):
+            self.cache.assume(str(request["uid"]), workload.group, decision.capacity_type, decision.pool, now)
+        self.metrics.decisions.labels(
+            capacity_type=decision.capacity_type.value, reason=decision.reason.value
+        ).inc()
+        return Outcome(patch=patch, decision=decision)
+
+    def _mutate(
+        self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
+    ) -> list[Obj] | None:
+        data = MutationInput(
+            decision=decision,
+            decision_id=decision_id,
+            selector=(workload.obj.get("spec") or {}).get("selector"),
+            spot_tolerations=self.cache.spot_tolerations(),
+        )
+        mutated = copy.deepcopy(pod)
+        for name, mutator in CHAIN:
+            try:
+                mutator(data, mutated)
+            except Exception:
+                LOG.exception("mutator %s failed; admitting the pod unmodified", name)
+                self.metrics.webhook_errors.labels(stage=name).inc()
+                return None
+        ops: list[Obj] = jsonpatch.make_patch(pod, mutated).patch
+        return ops
+
+    def _skip(self, cause: str) -> Outcome:
+        self.metrics.skipped.labels(cause=cause).inc()
+        return Outcome(patch=[], skipped=cause)

@@ -1,0 +1,184 @@
+"""Pure pod mutators. Each one changes a deep copy of the pod; the JSON Patch is the diff afterwards.
+
+Order matters only for readability: node affinity, tolerations, topology spread, decision annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from shipshape.controller.placement import Decision, Pool
+from shipshape.controller.policy import (
+    CAPACITY_LABEL,
+    DECISION,
+    HOSTNAME_LABEL,
+    INSTANCE_TYPE_LABEL,
+    ZONE_LABEL,
+    CapacityType,
+)
+
+Obj = dict[str, Any]
+PREFERRED_POOL_WEIGHT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class MutationInput:
+    decision: Decision
+    decision_id: str
+    # The workload's `spec.selector` (a LabelSelector), used for the topology spread.
+    selector: Mapping[str, Any] | None
+    spot_tolerations: Sequence[Obj] = ()
+
+
+Mutator = Callable[[MutationInput, Obj], None]
+
+
+def pins_capacity(pod: Mapping[str, Any]) -> bool:
+    """True when the pod already chooses a capacity type itself (its own choice is kept)."""
+    spec = pod.get("spec") or {}
+    if CAPACITY_LABEL in (spec.get("nodeSelector") or {}):
+        return True
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return any(
+        expr.get("key") == CAPACITY_LABEL
+        for term in required.get("nodeSelectorTerms") or []
+        for expr in term.get("matchExpressions") or []
+    )
+
+
+def placement_terms(decision: Decision) -> list[list[Obj]]:
+    """The decision as node selector terms (ORed), each a list of match expressions (ANDed)."""
+    capacity = {"key": CAPACITY_LABEL, "operator": "In", "values": [decision.capacity_type.value]}
+    if decision.capacity_type is CapacityType.ON_DEMAND:
+        return [[capacity]]
+    avoid: list[Obj] = []
+    if decision.avoided_nodes:
+        avoid = [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(decision.avoided_nodes)}]
+    if not decision.allowed_pools:
+        return [[capacity, *avoid]]
+    zones_by_type: dict[str, list[str]] = {}
+    for pool in sorted(decision.allowed_pools):
+        zones_by_type.setdefault(pool.instance_type, []).append(pool.zone)
+    return [
+        [
+            capacity,
+            {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [instance_type]},
+            {"key": ZONE_LABEL, "operator": "In", "values": zones},
+            *avoid,
+        ]
+        for instance_type, zones in zones_by_type.items()
+    ]
+
+
+def inject_node_affinity(data: MutationInput, pod: Obj) -> None:
+    """Require the decided capacity type (and allowed pools); prefer the chosen pool.
+
+    Existing required terms are kept: our expressions are added to each of them (terms are ORed,
+    so adding to every term is how an extra requirement is ANDed).
+    """
+    spec = pod.setdefault("spec", {})
+    node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    existing = required.get("nodeSelectorTerms") or [{}]
+    merged: list[Obj] = []
+    for term in existing:
+        for ours in placement_terms(data.decision):
+            combined: Obj = dict(term)
+            combined["matchExpressions"] = [*(term.get("matchExpressions") or []), *ours]
+            merged.append(combined)
+    required["nodeSelectorTerms"] = merged
+    if data.decision.pool is not None and len(data.decision.allowed_pools) > 1:
+        preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+        preferred.append(_pool_preference(data.decision.pool))
+
+
+def _pool_preference(pool: Pool) -> Obj:
+    return {
+        "weight": PREFERRED_POOL_WEIGHT,
+        "preference": {
+            "matchExpressions": [
+                {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.instance_type]},
+                {"key": ZONE_LABEL, "operator": "In", "values": [pool.zone]},
+            ]
+        },
+    }
+
+
+def _tolerates(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    if existing.get("operator") == "Exists" and not existing.get("key"):
+        return not existing.get("effect") or existing.get("effect") == wanted.get("effect")
+    if existing.get("key") != wanted.get("key"):
+        return False
+    if existing.get("effect") and existing.get("effect") != wanted.get("effect"):
+        return False
+    return existing.get("operator") == "Exists" or existing.get("value") == wanted.get("value")
+
+
+def inject_spot_tolerations(data: MutationInput, pod: Obj) -> None:
+    """Spot-bound pods tolerate the taints spot nodes carry (only those not tolerated already)."""
+    if data.decision.capacity_type is not CapacityType.SPOT or not data.spot_tolerations:
+        return
+    spec = pod.setdefault("spec", {})
+    tolerations: list[Obj] = spec.get("tolerations") or []
+    added = [t for t in data.spot_tolerations if not any(_tolerates(have, t) for have in tolerations)]
+    if added:
+        spec["tolerations"] = [*tolerations, *(dict(t) for t in added)]
+
+
+def inject_topology_spread(data: MutationInput, pod: Obj) -> None:
+    """Spread spot pods over zones and instance types (soft: ScheduleAnyway) when several pools may take them.
+
+    The scheduler computes the skew only over nodes that pass the pod's node affinity (the default
+    nodeAffinityPolicy Honor), that is over the allowed spot pools.
+    """
+    decision = data.decision
+    if decision.capacity_type is not CapacityType.SPOT or len(decision.allowed_pools) == 1:
+        return
+    if data.selector is None:
+        return
+    spec = pod.setdefault("spec", {})
+    constraints: list[Obj] = spec.get("topologySpreadConstraints") or []
+    taken = {(c.get("topologyKey"), c.get("whenUnsatisfiable")) for c in constraints}
+    added = [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": dict(data.selector),
+        }
+        for key in (ZONE_LABEL, INSTANCE_TYPE_LABEL)
+        if (key, "ScheduleAnyway") not in taken
+    ]
+    if added:
+        spec["topologySpreadConstraints"] = [*constraints, *added]
+
+
+def decision_annotation(decision: Decision, decision_id: str) -> str:
+    return orjson.dumps(
+        {
+            "capacityType": decision.capacity_type.value,
+            "pool": str(decision.pool) if decision.pool is not None else "",
+            "reason": decision.reason.value,
+            "id": decision_id,
+        }
+    ).decode()
+
+
+def annotate_decision(data: MutationInput, pod: Obj) -> None:
+    metadata = pod.setdefault("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    metadata["annotations"] = {**annotations, DECISION: decision_annotation(data.decision, data.decision_id)}
+
+
+CHAIN: tuple[tuple[str, Mutator], ...] = (
+    ("node-affinity", inject_node_affinity),
+    ("tolerations", inject_spot_tolerations),
+    ("topology-spread", inject_topology_spread),
+    ("decision-annotation", annotate_decision),
+)
