@@ -83,6 +83,9 @@ class NodeBoot(Strict):
     cni_ready: Seconds = Field(default=27.0, alias="cniReady")
     ready: Seconds = Field(default=30.0)
     jitter: float = Field(default=0.1, ge=0, le=1, description="relative random spread per milestone")
+    log_dir: str | None = Field(
+        default=None, alias="logDir", description="write each node's boot logs under <logDir>/<node>/var/log"
+    )
 
 
 class Kubelet(Strict):

@@ -1,0 +1,303 @@
+"""A cluster-autoscaler-like loop over the cloud's pools.
+
+Every scan (10 s, as cluster-autoscaler's default `--scan-interval`):
+- scale-up: pods the scheduler marked unschedulable (PodScheduled=False, reason Unschedulable)
+  for longer than `scaleUpAfter` that would not fit on nodes still booting are bin-packed onto
+  template nodes of each pool that may grow (below maxSize, not in a capacity shortage); the pool
+  that helps the most pods wins (ties: the cheapest scale-up). Pods get `TriggeredScaleUp` /
+  `NotTriggerScaleUp` events with cluster-autoscaler's messages.
+- scale-down: a Ready node running nothing but DaemonSet/mirror pods for longer than
+  `scaleDownUnneeded` is tainted `ToBeDeletedByClusterAutoscaler`, gets a `ScaleDown` event and
+  is terminated, down to the pool's minSize. No scale-down while a scale-up is still booting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shipshape.emulator.cloud import fit, nodes
+from shipshape.emulator.resources import NODES, PODS
+from shipshape.emulator.store import Obj
+from shipshape.kube.clock import parse_time
+from shipshape.kube.quantity import resource_amount
+
+if TYPE_CHECKING:
+    from shipshape.emulator.cloud.model import CloudModel, Instance, PoolState
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL = 10.0
+NOT_TRIGGERED_EVENT_INTERVAL = 60.0  # at most one NotTriggerScaleUp event per pod per minute
+RECENTLY_READY = 30.0  # a node Ready for less than this is still "upcoming" (the scheduler may lag)
+COMPONENT = "cluster-autoscaler"
+
+FitFn = Callable[[Obj, Obj, list[Obj]], list[str]]
+
+
+def unschedulable_since(pod: Obj) -> float | None:
+    """When the scheduler marked a pending pod unschedulable, or None if it has not."""
+    if pod.get("spec", {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+        return None
+    if pod.get("status", {}).get("phase", "Pending") != "Pending":
+        return None
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            stamp = cond.get("lastTransitionTime")
+            return parse_time(stamp) if stamp else 0.0
+    return None
+
+
+@dataclass(slots=True)
+class SimNode:
+    """A node in the scale-up simulation: a (template) Node object and the pods placed on it."""
+
+    node: Obj
+    pods: list[Obj] = field(default_factory=list)
+
+
+def pack(pods: list[Obj], bins: list[SimNode], fits: FitFn) -> list[Obj]:
+    """First-fit of pods onto simulated nodes; returns the pods that fit nowhere."""
+    left = []
+    for pod in pods:
+        for sim in bins:
+            if not fits(pod, sim.node, sim.pods):
+                sim.pods.append(pod)
+                break
+        else:
+            left.append(pod)
+    return left
+
+
+@dataclass(slots=True)
+class ScaleUpOption:
+    pool: PoolState
+    pods: list[Obj]
+    new_nodes: int
+
+    def cost_per_hour(self) -> float:
+        return self.new_nodes * self.pool.price_per_hour
+
+
+def _pod_key(pod: Obj) -> tuple[str, str]:
+    return (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+
+
+def _size_by_resources(pods: list[Obj], template: Obj) -> int:
+    """Lower bound of nodes for the pods by each resource (the estimator's limit on big batches)."""
+    alloc = {
+        name: resource_amount(name, value)
+        for name, value in (template["status"].get("allocatable") or {}).items()
+    }
+    need: Counter[str] = Counter()
+    for pod in pods:
+        need.update(fit.pod_requests(pod))
+    need["pods"] = len(pods)
+    bound = 1
+    for name, amount in need.items():
+        capacity = alloc.get(name, 0)
+        if capacity > 0:
+            bound = max(bound, -(-amount // capacity))
+    return bound
+
+
+class ClusterAutoscaler:
+    def __init__(self, cloud: CloudModel) -> None:
+        self.cloud = cloud
+        self._empty_since: dict[str, float] = {}
+        self._last_not_triggered: dict[tuple[str, str], float] = {}
+        self._templates: dict[str, Obj] = {}
+
+    def start(self) -> None:
+        self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _fits(self) -> FitFn:
+        scheduler = self.cloud.c.services.get("scheduler")
+        candidate = getattr(scheduler, "fits", None)
+        if callable(candidate):
+            return candidate  # type: ignore[no-any-return]
+        return fit.fits
+
+    def template(self, pool: PoolState) -> Obj:
+        cached = self._templates.get(pool.name)
+        if cached is None:
+            cached = nodes.template_node(pool.spec, self.cloud.region, self.cloud.kubelet_version)
+            self._templates[pool.name] = cached
+        return cached
+
+    # ---- the loop --------------------------------------------------------------------------
+    def _scan(self) -> None:
+        try:
+            self.run_once()
+        finally:
+            self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
+
+    def run_once(self) -> None:
+        scaled_up = self.scale_up()
+        if not scaled_up and not self._booting():
+            self.scale_down()
+
+    def _booting(self) -> bool:
+        return any(not i.ready and i.notice is None for i in self.cloud.active_instances())
+
+    def scale_up(self) -> bool:
+        cloud = self.cloud
+        now = cloud.c.now()
+        after = cloud.autoscaler_settings.scale_up_after
+        pending = []
+        for pod in cloud.c.store.iter(PODS):
+            since = unschedulable_since(pod)
+            if since is not None and now - since >= after:
+                pending.append(pod)
+        if not pending:
+            return False
+        pending.sort(key=_pod_key)
+        fits = self._fits()
+        remaining = pack(pending, self._upcoming(), fits)
+        if not remaining:
+            return False
+        options: list[ScaleUpOption] = []
+        reasons: dict[tuple[str, str], Counter[str]] = {_pod_key(p): Counter() for p in remaining}
+        for state in cloud.pools.values():
+            headroom = state.spec.max_size - state.desired
+            if cloud.in_shortage(state.name):
+                for pod in remaining:
+                    reasons[_pod_key(pod)]["in backoff after failed scale-up"] += 1
+                continue
+            if headroom <= 0:
+                for pod in remaining:
+                    reasons[_pod_key(pod)]["max node group size reached"] += 1
+                continue
+            template = self.template(state)
+            helped = []
+            for pod in remaining:
+                why = fits(pod, template, [])
+                if why:
+                    for reason in why:
+                        reasons[_pod_key(pod)][reason] += 1
+                else:
+                    helped.append(pod)
+            if not helped:
+                continue
+            bins = [SimNode(template) for _ in range(min(headroom, _size_by_resources(helped, template)))]
+            left = pack(helped, bins, fits)
+            while left and len(bins) < headroom:
+                bins.append(SimNode(template))
+                left = pack(left, bins[-1:], fits)
+            placed = [p for sim in bins for p in sim.pods]
+            used = sum(1 for sim in bins if sim.pods)
+            if placed:
+                options.append(ScaleUpOption(state, placed, used))
+        helped_any = {_pod_key(p) for option in options for p in option.pods}
+        self._not_triggered(remaining, reasons, exclude=helped_any)
+        if not options:
+            return False
+        best = min(options, key=lambda o: (-len(o.pods), o.cost_per_hour(), o.pool.name))
+        state = best.pool
+        before = state.desired
+        cloud.set_desired(state.name, before + best.new_nodes)
+        info = f"[{{{state.name} {before}->{state.desired} (max: {state.spec.max_size})}}]"
+        log.info("scale-up: setting group %s size to %d", state.name, state.desired)
+        for pod in best.pods:
+            cloud.c.recorder.record(
+                pod, "TriggeredScaleUp", f"pod triggered scale-up: {info}", component=COMPONENT
+            )
+            self._last_not_triggered.pop(_pod_key(pod), None)
+        return True
+
+    def _upcoming(self) -> list[SimNode]:
+        """Nodes still booting (or just Ready) with the pods already on them."""
+        cloud = self.cloud
+        now = cloud.c.now()
+        out = []
+        for inst in cloud.active_instances():
+            if inst.notice is not None or (inst.ready and inst.timeline.ready < now - RECENTLY_READY):
+                continue
+            node = cloud.c.store.get(NODES, "", inst.node_name) if inst.registered else None
+            if node is None or not inst.ready:
+                node = self.template(cloud.pools[inst.pool])
+            out.append(SimNode(node, list(cloud.c.store.pods_on_node(inst.node_name))))
+        return out
+
+    def _not_triggered(
+        self, pods: list[Obj], reasons: dict[tuple[str, str], Counter[str]], exclude: set[tuple[str, str]]
+    ) -> None:
+        now = self.cloud.c.now()
+        for pod in pods:
+            key = _pod_key(pod)
+            if key in exclude or not reasons.get(key):
+                continue
+            last = self._last_not_triggered.get(key)
+            if last is not None and now - last < NOT_TRIGGERED_EVENT_INTERVAL:
+                continue
+            self._last_not_triggered[key] = now
+            summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons[key].items()))
+            self.cloud.c.recorder.record(
+                pod,
+                "NotTriggerScaleUp",
+                f"pod didn't trigger scale-up: {summary}",
+                component=COMPONENT,
+            )
+
+    def scale_down(self) -> list[str]:
+        cloud = self.cloud
+        now = cloud.c.now()
+        unneeded_for = cloud.autoscaler_settings.scale_down_unneeded
+        seen: set[str] = set()
+        removed: list[str] = []
+        for inst in sorted(cloud.active_instances(), key=lambda i: i.node_name):
+            if not inst.ready or inst.notice is not None:
+                continue
+            name = inst.node_name
+            if not self._empty(inst):
+                continue
+            seen.add(name)
+            since = self._empty_since.setdefault(name, now)
+            state = cloud.pools[inst.pool]
+            if now - since < unneeded_for or state.desired <= state.spec.min_size:
+                continue
+            self._remove(inst)
+            removed.append(name)
+        for name in list(self._empty_since):
+            if name not in seen:
+                del self._empty_since[name]
+        return removed
+
+    def _empty(self, inst: Instance) -> bool:
+        node = self.cloud.c.store.get(NODES, "", inst.node_name)
+        if node is None:
+            return False
+        return not any(_blocks_scale_down(p) for p in self.cloud.c.store.pods_on_node(inst.node_name))
+
+    def _remove(self, inst: Instance) -> None:
+        cloud = self.cloud
+        taint = {"key": nodes.TO_BE_DELETED_TAINT, "value": str(int(cloud.c.now())), "effect": "NoSchedule"}
+
+        def mark(node: Obj) -> None:
+            node["spec"]["taints"] = [*(node["spec"].get("taints") or []), taint]
+
+        node = cloud.c.store.mutate(NODES, "", inst.node_name, mark)
+        if node is not None:
+            cloud.c.recorder.record(
+                node, "ScaleDown", "marked the node as toBeDeleted/unschedulable", component=COMPONENT
+            )
+        log.info("scale-down: removing empty node %s", inst.node_name)
+        self._empty_since.pop(inst.node_name, None)
+        cloud.remove_node(inst.node_name, "scale-down")
+
+
+def _blocks_scale_down(pod: Obj) -> bool:
+    md = pod["metadata"]
+    if md.get("deletionTimestamp") or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if "kubernetes.io/config.mirror" in (md.get("annotations") or {}):
+        return False
+    return not any(ref.get("kind") == "DaemonSet" for ref in md.get("ownerReferences") or [])

@@ -1,0 +1,657 @@
+"""The cloud: node pools of instances that boot, cost money, and get spot interruption notices.
+
+`CloudModel` owns instances. An instance is launched into a pool, boots along a drawn timeline
+(`boot.py`), registers its Node (NotReady, not-ready taint), becomes Ready, and is billed per
+second until it terminates. Spot instances are reclaimed by a per-node Poisson process or on
+demand (`interrupt`), with a notice (taint, Event, metadata endpoint) before the instance
+terminates and its Node is deleted. Pools keep their desired size like an auto scaling group:
+an interrupted instance is replaced unless the pool is in a capacity shortage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shipshape.emulator.cloud import autoscaler, boot, catalog, handler, http, nodes
+from shipshape.emulator.cloud.errors import CloudError, UnknownTarget
+from shipshape.emulator.engine import Timer
+from shipshape.emulator.resources import NODES
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.scenario import Autoscaler, Interruptions, NodeBoot, Pool, Scenario, TimelineEvent
+from shipshape.emulator.store import Obj
+from shipshape.kube import errors
+from shipshape.kube.clock import rfc3339
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "shipshape-cloud"
+PENDING, RUNNING, SHUTTING_DOWN, TERMINATED = "pending", "running", "shutting-down", "terminated"
+
+
+@dataclass(slots=True)
+class Notice:
+    issued: float
+    action_time: float
+
+
+@dataclass(slots=True)
+class Instance:
+    id: str
+    pool: str
+    node_name: str
+    ip: str
+    launched: float
+    timeline: boot.BootTimeline
+    billed_from: float
+    state: str = PENDING
+    registered: bool = False
+    ready: bool = False
+    terminated_at: float | None = None
+    notice: Notice | None = None
+    rebalance_at: float | None = None
+    termination_reason: str = ""
+    timers: list[Timer] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.state in (PENDING, RUNNING)
+
+    def cancel_timers(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
+
+
+@dataclass(slots=True)
+class PoolState:
+    spec: Pool
+    price_per_hour: float
+    on_demand_price: float | None
+    price_source: str
+    hazard_per_hour: float
+    band: int | None
+    desired: int
+    shortage_until: float = 0.0
+    launched_total: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def spot(self) -> bool:
+        return self.spec.capacity_type == "spot"
+
+
+def _pool_state(pool: Pool, scenario: Scenario | None, cat: catalog.Catalog) -> PoolState:
+    region = scenario.region if scenario else "us-east-1"
+    band_region = scenario.interruptions.region if scenario else region
+    on_demand = cat.on_demand_price(pool.instance_type, region)
+    if pool.price_per_hour is not None:
+        price, source = pool.price_per_hour, "scenario"
+    elif pool.capacity_type == "on-demand" and on_demand is not None:
+        price, source = on_demand, f"catalog (on-demand estimate, prices of {cat.on_demand_as_of})"
+    elif pool.capacity_type == "spot" and on_demand is not None:
+        advice = cat.spot_advice(pool.instance_type, region) or cat.spot_advice(
+            pool.instance_type, band_region
+        )
+        if advice is None:
+            raise CloudError(
+                f"pool {pool.name}: the spot advisor has no savings figure for {pool.instance_type} in "
+                f"{region}; set pricePerHour in the scenario"
+            )
+        price = round(on_demand * (1 - advice.savings_percent / 100), 5)
+        source = f"catalog (on-demand estimate x (1 - {advice.savings_percent}% advisor savings))"
+    else:
+        raise CloudError(
+            f"pool {pool.name}: no price for instance type {pool.instance_type!r} in the catalog; "
+            "set pricePerHour in the scenario"
+        )
+    band: int | None = None
+    hazard = 0.0
+    if pool.capacity_type == "spot":
+        if pool.interruption_rate is not None:
+            hazard = pool.interruption_rate
+        else:
+            band = cat.interruption_band(pool.instance_type, band_region)
+            hazard = catalog.band_hazard_per_hour(band)
+    return PoolState(
+        spec=pool,
+        price_per_hour=price,
+        on_demand_price=on_demand,
+        price_source=source,
+        hazard_per_hour=hazard,
+        band=band,
+        desired=pool.initial_size,
+    )
+
+
+def _seeded(seed: int, *parts: str) -> random.Random:
+    digest = hashlib.sha256(":".join((str(seed), *parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+class CloudModel:
+    """Pools, instances, boot, cost, spot interruptions and shortages (service "cloud")."""
+
+    name = "cloud"
+
+    def __init__(self, *, cat: catalog.Catalog | None = None) -> None:
+        self._catalog = cat
+        self.cluster: Cluster | None = None
+        self.pools: dict[str, PoolState] = {}
+        self.instances: dict[str, Instance] = {}  # by instance id
+        self._by_node: dict[str, Instance] = {}
+        self._ips: set[str] = set()
+        self.started_at = 0.0
+        self.seed = 1
+        self.region = "us-east-1"
+        self.kubelet_version = "v1.32.0"
+        self.boot_settings = NodeBoot()
+        self.interruption_settings = Interruptions()
+        self.autoscaler_settings = Autoscaler()
+        self._rng = random.Random(1)
+        self._zones: list[str] = []
+        self.on_terminated: list[Callable[[Instance], None]] = []
+        self.on_notice: list[Callable[[Instance], None]] = []
+
+    # ---- wiring -------------------------------------------------------------------------------
+    @property
+    def c(self) -> Cluster:
+        assert self.cluster is not None, "cloud model used before start()"
+        return self.cluster
+
+    def start(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        scenario = cluster.scenario
+        cat = self._catalog or catalog.default_catalog()
+        self.started_at = cluster.now()
+        if scenario is not None:
+            self.seed = scenario.seed
+            self.region = scenario.region
+            self.kubelet_version = scenario.kubernetes_version
+            self.boot_settings = scenario.node_boot
+            self.interruption_settings = scenario.interruptions
+            self.autoscaler_settings = scenario.autoscaler
+            for pool in scenario.pools:
+                self.pools[pool.name] = _pool_state(pool, scenario, cat)
+        self._rng = _seeded(self.seed, "cloud")
+        self._zones = sorted({p.spec.zone for p in self.pools.values()})
+        cluster.services["cloud"] = self
+        cluster.services["metadata_app"] = http.metadata_app(cluster)
+        routes = cluster.services.setdefault("http_routes", [])
+        routes.extend(http.control_routes(cluster))
+        for state in self.pools.values():
+            for _ in range(state.desired):
+                self._launch(state, initial=True)
+        if self.interruption_settings.handler:
+            handler.InterruptionHandler(self).start()
+        if self.autoscaler_settings.enabled:
+            autoscaler.ClusterAutoscaler(self).start()
+        if scenario is not None:
+            for event in scenario.timeline:
+                cluster.engine.call_at(self.started_at + event.at, functools.partial(self._fire, event))
+        # The HTTP layer may publish the metadata URL after the models started: annotate then.
+        cluster.engine.call_soon(self._annotate_metadata_url)
+
+    # ---- queries (the "cloud" service) ---------------------------------------------------------
+    def pool_of(self, node: str) -> str | None:
+        inst = self._by_node.get(node)
+        return inst.pool if inst else None
+
+    def instance_for(self, node: str) -> Instance | None:
+        return self._by_node.get(node)
+
+    def active_instances(self, pool: str | None = None) -> list[Instance]:
+        return [i for i in self.instances.values() if i.active and (pool is None or i.pool == pool)]
+
+    def instance_action(self, node: str) -> dict[str, str] | None:
+        """The body of /latest/meta-data/spot/instance-action, or None (404) without a notice."""
+        inst = self._by_node.get(node)
+        if inst is None or inst.notice is None:
+            return None
+        return {"action": "terminate", "time": rfc3339(inst.notice.action_time)}
+
+    def rebalance_recommendation(self, node: str) -> dict[str, str] | None:
+        inst = self._by_node.get(node)
+        if inst is None or inst.rebalance_at is None:
+            return None
+        return {"noticeTime": rfc3339(inst.rebalance_at)}
+
+    def instance_metadata(self, node: str, key: str) -> str | None:
+        """Plain IMDS values: instance-id, instance-type, local-ipv4, hostname, placement/..."""
+        inst = self._by_node.get(node)
+        if inst is None or inst.state == TERMINATED:
+            return None
+        pool = self.pools[inst.pool].spec
+        values = {
+            "instance-id": inst.id,
+            "instance-type": pool.instance_type,
+            "local-ipv4": inst.ip,
+            "local-hostname": inst.node_name,
+            "hostname": inst.node_name,
+            "instance-life-cycle": "spot" if pool.capacity_type == "spot" else "on-demand",
+            "placement/availability-zone": pool.zone,
+            "placement/region": self.region,
+        }
+        return values.get(key)
+
+    def boot_timeline(self, node: str) -> dict[str, float] | None:
+        inst = self._by_node.get(node)
+        return inst.timeline.as_dict() if inst else None
+
+    def boot_log(self, node: str) -> str | None:
+        """/var/log/messages of the node's boot (as far as it has got), None for unknown nodes."""
+        inst = self._by_node.get(node)
+        if inst is None:
+            return None
+        return boot.render_messages(self._log_identity(inst), inst.timeline, until=self.c.now())
+
+    def cni_log(self, node: str) -> str | None:
+        inst = self._by_node.get(node)
+        if inst is None or not inst.ready:
+            return None
+        return boot.render_cni_log(inst.timeline)
+
+    def cost(self) -> dict[str, Any]:
+        """Spend so far (USD), per pool and per capacity type, with node-hours."""
+        now = self.c.now()
+        by_pool: dict[str, dict[str, Any]] = {}
+        by_type: dict[str, dict[str, float]] = {}
+        for name, state in self.pools.items():
+            by_pool[name] = {
+                "capacityType": state.spec.capacity_type,
+                "instanceType": state.spec.instance_type,
+                "zone": state.spec.zone,
+                "pricePerHour": state.price_per_hour,
+                "nodeHours": 0.0,
+                "cost": 0.0,
+            }
+        for inst in self.instances.values():
+            end = inst.terminated_at if inst.terminated_at is not None else now
+            seconds = max(0.0, end - inst.billed_from)
+            entry = by_pool[inst.pool]
+            entry["nodeHours"] += seconds / 3600
+            entry["cost"] += seconds / 3600 * self.pools[inst.pool].price_per_hour
+        for entry in by_pool.values():
+            bucket = by_type.setdefault(entry["capacityType"], {"nodeHours": 0.0, "cost": 0.0})
+            bucket["nodeHours"] += entry["nodeHours"]
+            bucket["cost"] += entry["cost"]
+        for entry in [*by_pool.values(), *by_type.values()]:
+            entry["nodeHours"] = round(entry["nodeHours"], 6)
+            entry["cost"] = round(entry["cost"], 6)
+        return {
+            "currency": "USD",
+            "since": rfc3339(self.started_at),
+            "until": rfc3339(now),
+            "seconds": round(now - self.started_at, 3),
+            "total": round(sum(e["cost"] for e in by_pool.values()), 6),
+            "nodeHours": round(sum(e["nodeHours"] for e in by_pool.values()), 6),
+            "byPool": by_pool,
+            "byCapacityType": by_type,
+        }
+
+    def pools_view(self) -> list[dict[str, Any]]:
+        now = self.c.now()
+        out = []
+        for state in self.pools.values():
+            active = self.active_instances(state.name)
+            spec = state.spec
+            out.append(
+                {
+                    "name": spec.name,
+                    "instanceType": spec.instance_type,
+                    "zone": spec.zone,
+                    "capacityType": spec.capacity_type,
+                    "pricePerHour": state.price_per_hour,
+                    "onDemandPricePerHour": state.on_demand_price,
+                    "priceSource": state.price_source,
+                    "interruptionBand": catalog.BAND_LABELS[state.band] if state.band is not None else None,
+                    "interruptionsPerNodeHour": state.hazard_per_hour
+                    * self.interruption_settings.rate_multiplier
+                    if state.spot
+                    else 0.0,
+                    "minSize": spec.min_size,
+                    "maxSize": spec.max_size,
+                    "desired": state.desired,
+                    "ready": sum(1 for i in active if i.ready),
+                    "booting": sum(1 for i in active if not i.ready),
+                    "shortageUntil": rfc3339(state.shortage_until) if state.shortage_until > now else None,
+                }
+            )
+        return out
+
+    def in_shortage(self, pool: str) -> bool:
+        return self.pools[pool].shortage_until > self.c.now()
+
+    # ---- commands --------------------------------------------------------------------------------
+    def interrupt(
+        self,
+        *,
+        node: str | None = None,
+        pool: str | None = None,
+        zone: str | None = None,
+        notice: float | None = None,
+    ) -> list[str]:
+        """Send spot interruption notices; returns the nodes newly noticed (repeats are ignored)."""
+        targets = [t for t in (node, pool, zone) if t]
+        if len(targets) != 1:
+            raise CloudError("give exactly one of node, pool or zone")
+        seconds = self.interruption_settings.notice if notice is None else float(notice)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise CloudError(f"notice must be a non-negative number of seconds, got {notice!r}")
+        if node:
+            inst = self._by_node.get(node)
+            if inst is None or not inst.active:
+                raise UnknownTarget(f"node {node!r} is not a running instance of this cloud")
+            if not self.pools[inst.pool].spot:
+                raise CloudError(
+                    f"node {node!r} is an on-demand instance: only spot instances get interruption notices"
+                )
+            chosen = [inst]
+        elif pool:
+            if pool not in self.pools:
+                raise UnknownTarget(f"unknown pool {pool!r} (pools: {', '.join(sorted(self.pools))})")
+            if not self.pools[pool].spot:
+                raise CloudError(f"pool {pool!r} is on-demand: only spot instances get interruption notices")
+            chosen = self.active_instances(pool)
+        else:
+            if zone not in self._zones:
+                raise UnknownTarget(f"unknown zone {zone!r} (zones: {', '.join(self._zones)})")
+            chosen = [
+                i
+                for i in self.active_instances()
+                if self.pools[i.pool].spot and self.pools[i.pool].spec.zone == zone
+            ]
+        return [i.node_name for i in chosen if self._notify(i, seconds)]
+
+    def rebalance(
+        self, *, node: str | None = None, pool: str | None = None, zone: str | None = None
+    ) -> list[str]:
+        """EC2 rebalance recommendations (elevated interruption risk) for spot instances."""
+        targets = [t for t in (node, pool, zone) if t]
+        if len(targets) != 1:
+            raise CloudError("give exactly one of node, pool or zone")
+        now = self.c.now()
+        out = []
+        for inst in self.active_instances():
+            state = self.pools[inst.pool]
+            if not state.spot or inst.rebalance_at is not None:
+                continue
+            if (
+                (node and inst.node_name == node)
+                or (pool and inst.pool == pool)
+                or (zone and state.spec.zone == zone)
+            ):
+                inst.rebalance_at = now
+                out.append(inst.node_name)
+        return out
+
+    def shortage(self, pool: str, seconds: float) -> float:
+        """No new instances in `pool` for `seconds`; returns when the shortage ends."""
+        if pool not in self.pools:
+            raise UnknownTarget(f"unknown pool {pool!r} (pools: {', '.join(sorted(self.pools))})")
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise CloudError(f"a shortage needs a positive duration, got {seconds!r}")
+        state = self.pools[pool]
+        until = max(state.shortage_until, self.c.now() + seconds)
+        state.shortage_until = until
+        log.info("pool %s: insufficient capacity until %s", pool, rfc3339(until))
+        self.c.engine.call_at(until, lambda: self.reconcile_pool(pool))
+        return until
+
+    def set_desired(self, pool: str, desired: int) -> None:
+        """Resize a pool (what an autoscaler does); launching honours shortages."""
+        state = self.pools[pool]
+        state.desired = max(state.spec.min_size, min(state.spec.max_size, desired))
+        self.reconcile_pool(pool)
+
+    def remove_node(self, node: str, reason: str) -> None:
+        """Scale-in of one instance: the pool's desired size drops by one and it terminates."""
+        inst = self._by_node[node]
+        state = self.pools[inst.pool]
+        state.desired = max(0, state.desired - 1)
+        self._terminate(inst, reason)
+
+    def reconcile_pool(self, pool: str) -> None:
+        state = self.pools[pool]
+        if self.in_shortage(pool):
+            return
+        missing = state.desired - len(self.active_instances(pool))
+        for _ in range(max(0, missing)):
+            self._launch(state)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def _launch(self, state: PoolState, *, initial: bool = False) -> Instance:
+        now = self.c.now()
+        instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
+        ip = self._allocate_ip(state.spec.zone)
+        suffix = "ec2.internal" if self.region == "us-east-1" else f"{self.region}.compute.internal"
+        node_name = f"ip-{ip.replace('.', '-')}.{suffix}"
+        rng = _seeded(self.seed, "boot", instance_id)
+        if initial:
+            # Booted before the cluster started: the whole timeline lies in the past.
+            provisional = boot.draw_timeline(self.boot_settings, 0.0, rng)
+            launched = now - provisional.ready - 60.0 - rng.uniform(0, 600)
+            timeline = boot.BootTimeline(launched, tuple(t + launched for t in provisional.times))
+        else:
+            timeline = boot.draw_timeline(self.boot_settings, now, rng)
+            launched = now
+        inst = Instance(
+            id=instance_id,
+            pool=state.name,
+            node_name=node_name,
+            ip=ip,
+            launched=launched,
+            timeline=timeline,
+            billed_from=max(launched, self.started_at),
+        )
+        state.launched_total += 1
+        self.instances[instance_id] = inst
+        self._by_node[node_name] = inst
+        engine = self.c.engine
+        if initial:
+            inst.state = RUNNING
+            self._register(inst, ready=True)
+        else:
+            inst.timers.append(engine.call_at(timeline.at("vmInitialized"), lambda: self._running(inst)))
+            inst.timers.append(engine.call_at(timeline.registered, lambda: self._register(inst, ready=False)))
+            inst.timers.append(engine.call_at(timeline.ready, lambda: self._mark_ready(inst)))
+        self._schedule_reclaim(inst)
+        return inst
+
+    def _allocate_ip(self, zone: str) -> str:
+        zone_index = self._zones.index(zone) if zone in self._zones else 0
+        for _ in range(10_000):
+            ip = f"10.0.{zone_index * 32 + self._rng.randrange(32)}.{self._rng.randrange(1, 255)}"
+            if ip not in self._ips:
+                self._ips.add(ip)
+                return ip
+        raise CloudError(f"zone {zone}: no free addresses left in its subnet")
+
+    def _running(self, inst: Instance) -> None:
+        if inst.state == PENDING:
+            inst.state = RUNNING
+
+    def _node_spec(self, inst: Instance) -> nodes.NodeSpec:
+        return nodes.NodeSpec(
+            name=inst.node_name,
+            instance_id=inst.id,
+            ip=inst.ip,
+            pool=self.pools[inst.pool].spec,
+            region=self.region,
+            kubelet_version=self.kubelet_version,
+            launched=inst.launched,
+            metadata_url=self.c.services.get("metadata_url"),
+        )
+
+    def _register(self, inst: Instance, *, ready: bool) -> None:
+        if not inst.active:
+            return
+        now = self.c.now()
+        since = inst.timeline.ready if ready else now
+        body = nodes.build_node(self._node_spec(inst), ready=ready, since=since, heartbeat=now)
+        try:
+            self.c.store.create(NODES, body)
+        except errors.AlreadyExists:
+            log.warning("node %s already exists; instance %s registers with it", inst.node_name, inst.id)
+        inst.registered = True
+        inst.ready = ready
+        if ready:
+            self._write_boot_logs(inst)
+        if inst.notice is not None:
+            self._apply_notice(inst)
+
+    def _mark_ready(self, inst: Instance) -> None:
+        if not inst.active or not inst.registered:
+            return
+        now = self.c.now()
+
+        def set_ready(node: Obj) -> None:
+            conditions = [c for c in node["status"].get("conditions", []) if c.get("type") != "Ready"]
+            ready = nodes.ready_conditions(now, now)[-1]
+            node["status"]["conditions"] = [*conditions, ready]
+
+        def drop_taint(node: Obj) -> None:
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != nodes.NOT_READY_TAINT]
+            if taints:
+                node["spec"]["taints"] = taints
+            else:
+                node["spec"].pop("taints", None)
+
+        store = self.c.store
+        store.mutate(NODES, "", inst.node_name, set_ready, subresource="status")
+        store.mutate(NODES, "", inst.node_name, drop_taint)
+        inst.ready = True
+        self._write_boot_logs(inst)
+
+    def _schedule_reclaim(self, inst: Instance) -> None:
+        state = self.pools[inst.pool]
+        rate = state.hazard_per_hour * self.interruption_settings.rate_multiplier
+        if not state.spot or rate <= 0 or not self.interruption_settings.enabled:
+            return
+        rng = _seeded(self.seed, "reclaim", inst.id)
+        at = max(inst.launched, self.started_at) + rng.expovariate(rate) * 3600.0
+        inst.timers.append(self.c.engine.call_at(at, lambda: self._reclaim(inst)))
+
+    def _reclaim(self, inst: Instance) -> None:
+        if inst.active:
+            self._notify(inst, self.interruption_settings.notice)
+
+    def _notify(self, inst: Instance, seconds: float) -> bool:
+        if inst.notice is not None or not inst.active:
+            return False
+        now = self.c.now()
+        inst.notice = Notice(issued=now, action_time=now + seconds)
+        if inst.rebalance_at is None:
+            inst.rebalance_at = now  # EC2 sends a rebalance recommendation no later than the notice
+        inst.timers.append(
+            self.c.engine.call_at(inst.notice.action_time, lambda: self._terminate(inst, "spot-interruption"))
+        )
+        log.info(
+            "spot interruption notice for %s (%s), terminating at %s",
+            inst.node_name,
+            inst.id,
+            rfc3339(now + seconds),
+        )
+        if inst.registered:
+            self._apply_notice(inst)
+        for callback in list(self.on_notice):
+            callback(inst)
+        return True
+
+    def _apply_notice(self, inst: Instance) -> None:
+        assert inst.notice is not None
+        taint = {"key": nodes.SPOT_INTERRUPTION_TAINT, "value": "terminate", "effect": "NoSchedule"}
+
+        def add_taint(node: Obj) -> None:
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != taint["key"]]
+            node["spec"]["taints"] = [*taints, taint]
+
+        updated = self.c.store.mutate(NODES, "", inst.node_name, add_taint)
+        if updated is None:
+            return
+        pool = self.pools[inst.pool].spec
+        self.c.recorder.record(
+            updated,
+            "SpotInterruption",
+            f"Spot instance {inst.id} ({pool.instance_type}, {pool.zone}) received an interruption notice: "
+            f"it will be terminated at {rfc3339(inst.notice.action_time)}",
+            type="Warning",
+            component=COMPONENT,
+            host=inst.node_name,
+        )
+
+    def _terminate(self, inst: Instance, reason: str) -> None:
+        if inst.state == TERMINATED:
+            return
+        inst.cancel_timers()
+        inst.state = TERMINATED
+        inst.terminated_at = self.c.now()
+        inst.termination_reason = reason
+        self._ips.discard(inst.ip)
+        if inst.registered:
+            with contextlib.suppress(errors.NotFound):
+                self.c.store.delete(NODES, "", inst.node_name)
+        for callback in list(self.on_terminated):
+            callback(inst)
+        self.reconcile_pool(inst.pool)
+
+    # ---- timeline ---------------------------------------------------------------------------------
+    def _fire(self, event: TimelineEvent) -> None:
+        try:
+            if event.action == "interrupt":
+                self.interrupt(node=event.node, pool=event.pool, zone=event.zone, notice=event.notice)
+            elif event.action == "shortage" and event.pool and event.duration is not None:
+                self.shortage(event.pool, event.duration)
+            elif event.action == "rebalance":
+                self.rebalance(node=event.node, pool=event.pool, zone=event.zone)
+        except CloudError as exc:
+            log.warning("timeline event at %ss (%s) skipped: %s", event.at, event.action, exc)
+
+    # ---- metadata URL and logs -------------------------------------------------------------------
+    def _annotate_metadata_url(self) -> None:
+        base = self.c.services.get("metadata_url")
+        if not base:
+            return
+        for inst in self.active_instances():
+            if not inst.registered:
+                continue
+            url = f"{str(base).rstrip('/')}/{inst.node_name}"
+
+            def annotate(node: Obj, url: str = url) -> None:
+                node["metadata"].setdefault("annotations", {})[nodes.METADATA_URL_ANNOTATION] = url
+
+            current = self.c.store.get(NODES, "", inst.node_name)
+            if (
+                current
+                and (current["metadata"].get("annotations") or {}).get(nodes.METADATA_URL_ANNOTATION) != url
+            ):
+                self.c.store.mutate(NODES, "", inst.node_name, annotate)
+
+    def _log_identity(self, inst: Instance) -> boot.LogIdentity:
+        return boot.LogIdentity(
+            node_name=inst.node_name, region=self.region, kubelet_version=self.kubelet_version
+        )
+
+    def _write_boot_logs(self, inst: Instance) -> None:
+        directory = self.boot_settings.log_dir
+        if not directory:
+            return
+        root = Path(directory) / inst.node_name / "var" / "log"
+        cni_dir = root / "pods" / f"kube-system_aws-node-{inst.id[2:7]}" / "aws-node"
+        try:
+            cni_dir.mkdir(parents=True, exist_ok=True)
+            (root / "messages").write_text(boot.render_messages(self._log_identity(inst), inst.timeline))
+            (cni_dir / "0.log").write_text(boot.render_cni_log(inst.timeline))
+        except OSError as exc:
+            log.warning("cannot write boot logs of %s under %s: %s", inst.node_name, directory, exc)
