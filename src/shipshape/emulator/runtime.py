@@ -77,7 +77,10 @@ class EventRecorder:
         if field_path:
             involved_ref["fieldPath"] = field_path
         event = {
-            "metadata": {"name": f"{md.get('name', 'unknown')}.{int(now * 1e9):x}", "namespace": namespace},
+            "metadata": {
+                "name": self._unique_name(namespace, md.get("name", "unknown"), now),
+                "namespace": namespace,
+            },
             "involvedObject": {k: v for k, v in involved_ref.items() if v},
             "reason": reason,
             "message": message,
@@ -95,6 +98,13 @@ class EventRecorder:
         if len(self._recent) > 50_000:
             self._recent.clear()
         return created
+
+    def _unique_name(self, namespace: str, involved_name: str, now: float) -> str:
+        """`<name>.<unix nanos in hex>` as upstream; Events in one virtual instant take the next nanos."""
+        nanos = int(now * 1e9)
+        while self.store.get(EVENTS, namespace, f"{involved_name}.{nanos:x}") is not None:
+            nanos += 1
+        return f"{involved_name}.{nanos:x}"
 
 
 def micro_now(clock: Clock) -> str:

@@ -1,0 +1,19 @@
+"""What kube-controller-manager does, for the emulated cluster: workload and housekeeping controllers.
+
+`all_controllers()` lists them in a fixed order. The order matters only for who sees a change first
+within one engine turn: ReplicaSets before Deployments, so a Deployment reads fresh ReplicaSet
+status after scaling one.
+"""
+
+from __future__ import annotations
+
+from shipshape.emulator.controllers.replicaset import ReplicaSetController
+from shipshape.emulator.runtime import Model
+
+__all__ = ["ReplicaSetController", "all_controllers"]
+
+
+def all_controllers() -> list[Model]:
+    return [
+        ReplicaSetController(),
+    ]

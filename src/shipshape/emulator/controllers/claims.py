@@ -1,0 +1,76 @@
+"""Adoption and release of dependents by selector (upstream `ControllerRefManager.ClaimObject`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.resources import ResourceType
+from shipshape.emulator.store import Obj, Store
+from shipshape.kube.labels import Selector
+
+
+def claim(
+    store: Store,
+    rt: ResourceType,
+    owner: Mapping[str, Any],
+    candidates: list[Obj],
+    selector: Selector,
+    *,
+    can_adopt: Callable[[], bool] | None = None,
+) -> list[Obj]:
+    """The candidates `owner` controls after adopting matching orphans and releasing non-matching ones.
+
+    Objects controlled by someone else are ignored, and so are orphans being deleted. An owner being
+    deleted neither adopts nor releases.
+    """
+    owner_md = podutil.meta(owner)
+    owner_uid = owner_md.get("uid")
+    owner_deleting = bool(owner_md.get("deletionTimestamp"))
+    claimed: list[Obj] = []
+    for obj in candidates:
+        ref = podutil.controller_ref(obj)
+        matches = selector.matches(podutil.meta(obj).get("labels"))
+        if ref is not None:
+            if ref.get("uid") != owner_uid:
+                continue
+            if matches or owner_deleting:
+                claimed.append(obj)
+                continue
+            _release(store, rt, obj, str(owner_uid))
+            continue
+        if not matches or owner_deleting or podutil.is_terminating(obj):
+            continue
+        if can_adopt is not None and not can_adopt():
+            continue
+        adopted = _adopt(store, rt, obj, owner)
+        if adopted is not None:
+            claimed.append(adopted)
+    return claimed
+
+
+def _adopt(store: Store, rt: ResourceType, obj: Obj, owner: Mapping[str, Any]) -> Obj | None:
+    def add_ref(new: Obj) -> None:
+        refs = [
+            r
+            for r in new["metadata"].get("ownerReferences") or []
+            if r.get("uid") != owner["metadata"]["uid"]
+        ]
+        refs.append(podutil.new_controller_ref(owner))
+        new["metadata"]["ownerReferences"] = refs
+
+    ns, name = podutil.key_of(obj)
+    return store.mutate(rt, ns, name, add_ref)
+
+
+def _release(store: Store, rt: ResourceType, obj: Obj, owner_uid: str) -> None:
+    def drop_ref(new: Obj) -> None:
+        refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
+        if refs:
+            new["metadata"]["ownerReferences"] = refs
+        else:
+            new["metadata"].pop("ownerReferences", None)
+
+    ns, name = podutil.key_of(obj)
+    store.mutate(rt, ns, name, drop_ref)

@@ -1,0 +1,240 @@
+"""Pod and owner-reference helpers shared by the workload controllers (upstream `controller_utils`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shipshape.emulator.store import Obj, clone
+from shipshape.kube.clock import parse_time
+
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+_PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md: Mapping[str, Any] = obj.get("metadata") or {}
+    return md
+
+
+def key_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    md = meta(obj)
+    return (md.get("namespace", ""), md["name"])
+
+
+def is_terminating(obj: Mapping[str, Any]) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def is_active(pod: Mapping[str, Any]) -> bool:
+    """Counted by a controller: not finished and not being deleted (upstream `IsPodActive`)."""
+    return phase(pod) not in TERMINAL_PHASES and not is_terminating(pod)
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            found: Mapping[str, Any] = cond
+            return found
+    return None
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    cond = condition(pod, "Ready")
+    return cond is not None and cond.get("status") == "True"
+
+
+def ready_since(pod: Mapping[str, Any]) -> float | None:
+    """When the pod last became Ready (the Ready condition's lastTransitionTime), if it is Ready."""
+    cond = condition(pod, "Ready")
+    if cond is None or cond.get("status") != "True" or not cond.get("lastTransitionTime"):
+        return None
+    return parse_time(str(cond["lastTransitionTime"]))
+
+
+def is_available(pod: Mapping[str, Any], min_ready_seconds: int, now: float) -> bool:
+    """Ready for at least minReadySeconds (upstream `IsPodAvailable`: strictly before now)."""
+    if not is_ready(pod):
+        return False
+    if min_ready_seconds <= 0:
+        return True
+    since = ready_since(pod)
+    return since is not None and since + min_ready_seconds < now
+
+
+def available_in(pods: Iterable[Mapping[str, Any]], min_ready_seconds: int, now: float) -> float | None:
+    """Seconds until the next Ready-but-not-yet-available pod becomes available (None if none)."""
+    soonest: float | None = None
+    for pod in pods:
+        since = ready_since(pod)
+        if since is None or is_available(pod, min_ready_seconds, now):
+            continue
+        # Timestamps have second resolution and availability is strict: look just past the boundary.
+        wait = max(0.0, since + min_ready_seconds - now) + 1.0
+        soonest = wait if soonest is None else min(soonest, wait)
+    return soonest
+
+
+def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
+    return phase(pod) == "Running" and is_ready(pod)
+
+
+def creation_time(obj: Mapping[str, Any]) -> float:
+    stamp = meta(obj).get("creationTimestamp")
+    return parse_time(str(stamp)) if stamp else 0.0
+
+
+def deletion_cost(pod: Mapping[str, Any]) -> int:
+    """The pod-deletion-cost annotation (0 when absent or not an int32, as upstream)."""
+    raw = (meta(pod).get("annotations") or {}).get(POD_DELETION_COST)
+    if raw is None:
+        return 0
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        return 0
+    return value if -(2**31) <= value < 2**31 else 0
+
+
+def max_restarts(pod: Mapping[str, Any]) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return max((int(s.get("restartCount") or 0) for s in statuses), default=0)
+
+
+# ---- owner references ---------------------------------------------------------------------
+def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            found: Mapping[str, Any] = ref
+            return found
+    return None
+
+
+def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    ref = controller_ref(obj)
+    return ref is not None and ref.get("uid") == meta(owner).get("uid")
+
+
+def new_controller_ref(owner: Mapping[str, Any]) -> Obj:
+    """An ownerReference marking `owner` as the controller (upstream `NewControllerRef`)."""
+    md = meta(owner)
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": md["name"],
+        "uid": md["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_from_template(template: Mapping[str, Any], owner: Mapping[str, Any], generate_name: str) -> Obj:
+    """A pod for a controller: labels, annotations and finalizers from the template, controller ref set."""
+    template_md = template.get("metadata") or {}
+    metadata: Obj = {
+        "generateName": generate_name,
+        "namespace": meta(owner).get("namespace", ""),
+        "labels": dict(template_md.get("labels") or {}),
+        "annotations": dict(template_md.get("annotations") or {}),
+        "ownerReferences": [new_controller_ref(owner)],
+    }
+    if template_md.get("finalizers"):
+        metadata["finalizers"] = list(template_md["finalizers"])
+    if not metadata["annotations"]:
+        del metadata["annotations"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": clone(template.get("spec") or {}),
+    }
+
+
+# ---- deletion ranking ---------------------------------------------------------------------
+def _log_rank(when: float, now: float) -> int:
+    elapsed_ns = (now - when) * 1e9
+    return int(math.log2(elapsed_ns)) if elapsed_ns > 0 else -1
+
+
+def _ranked_less(a: _Ranked, b: _Ranked, now: float) -> bool:
+    """Whether `a` should be deleted before `b`: upstream's `ActivePodsWithRanks.Less` (v1.32)."""
+    pa, pb = a.pod, b.pod
+    node_a, node_b = (
+        (pa.get("spec") or {}).get("nodeName") or "",
+        (pb.get("spec") or {}).get("nodeName") or "",
+    )
+    # 1. Unassigned < assigned.
+    if node_a != node_b and (not node_a or not node_b):
+        return not node_a
+    # 2. Pending < Unknown < Running.
+    ord_a, ord_b = _PHASE_ORDINAL.get(phase(pa), 0), _PHASE_ORDINAL.get(phase(pb), 0)
+    if ord_a != ord_b:
+        return ord_a < ord_b
+    # 3. Not ready < ready.
+    if is_ready(pa) != is_ready(pb):
+        return not is_ready(pa)
+    # 4. Lower pod-deletion-cost < higher.
+    if deletion_cost(pa) != deletion_cost(pb):
+        return deletion_cost(pa) < deletion_cost(pb)
+    # 5. Doubled up (more related active pods on the same node) < not doubled up.
+    if a.colocated != b.colocated:
+        return a.colocated > b.colocated
+    uid_a, uid_b = str(meta(pa).get("uid", "")), str(meta(pb).get("uid", ""))
+    # 6. Both ready: recently ready < ready for longer, compared in logarithmic buckets.
+    if is_ready(pa) and is_ready(pb):
+        since_a, since_b = ready_since(pa), ready_since(pb)
+        if since_a != since_b:
+            if since_a is None or since_b is None:
+                return since_a is None
+            diff = _log_rank(since_a, now) - _log_rank(since_b, now)
+            return uid_a < uid_b if diff == 0 else diff < 0
+    # 7. More container restarts < fewer.
+    if max_restarts(pa) != max_restarts(pb):
+        return max_restarts(pa) > max_restarts(pb)
+    # 8. Newer < older, compared in logarithmic buckets.
+    created_a, created_b = creation_time(pa), creation_time(pb)
+    if created_a != created_b:
+        if not created_a or not created_b:
+            return not created_a
+        diff = _log_rank(created_a, now) - _log_rank(created_b, now)
+        return uid_a < uid_b if diff == 0 else diff < 0
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    pod: Obj
+    colocated: int
+
+
+def rank_for_deletion(pods: list[Obj], related: Iterable[Mapping[str, Any]], now: float) -> list[Obj]:
+    """`pods` in the order a controller deletes them; `related` counts the active pods per node."""
+    per_node: dict[str, int] = {}
+    for pod in related:
+        if is_active(pod):
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            per_node[node] = per_node.get(node, 0) + 1
+    ranked = [_Ranked(p, per_node.get((p.get("spec") or {}).get("nodeName") or "", 0)) for p in pods]
+
+    def compare(a: _Ranked, b: _Ranked) -> int:
+        if _ranked_less(a, b, now):
+            return -1
+        return 1 if _ranked_less(b, a, now) else 0
+
+    return [r.pod for r in sorted(ranked, key=functools.cmp_to_key(compare))]
+
+
+def omit_zero(status: Obj, *fields: str) -> Obj:
+    """Drop int fields that are zero and `omitempty` in the Go types, as the API server renders them."""
+    for name in fields:
+        if not status.get(name):
+            status.pop(name, None)
+    return status

@@ -1,0 +1,245 @@
+"""The ReplicaSet controller: keep `spec.replicas` pods of the template, report their status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.base import Controller
+from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.resources import PODS, REPLICASETS
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.store import DELETED, Obj, WatchEvent
+from shipshape.kube import errors
+from shipshape.kube.clock import rfc3339
+from shipshape.kube.labels import Selector, SelectorError, from_label_selector
+
+log = logging.getLogger(__name__)
+
+# Upstream BurstReplicas: the most pods one sync creates or deletes.
+BURST_REPLICAS = 500
+# Upstream SlowStartInitialBatchSize: creations go in batches of 1, 2, 4, ... until one fails.
+SLOW_START_INITIAL_BATCH = 1
+
+Key = tuple[str, str]
+
+
+def selector_of(obj: Obj) -> Selector | None:
+    try:
+        return from_label_selector((obj.get("spec") or {}).get("selector"))
+    except SelectorError:
+        return None
+
+
+class ReplicaSetController(Controller):
+    name = "replicaset-controller"
+    watches = (REPLICASETS, PODS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expectations: Expectations | None = None
+
+    def start(self, cluster: Cluster) -> None:
+        self._expectations = Expectations(cluster.clock)
+        super().start(cluster)
+
+    @property
+    def expectations(self) -> Expectations:
+        assert self._expectations is not None
+        return self._expectations
+
+    # ---- events -> keys ---------------------------------------------------------------------
+    def keys_for(self, event: WatchEvent) -> list[Any]:
+        obj = event.object
+        ns, name = podutil.key_of(obj)
+        if event.resource is REPLICASETS:
+            if event.type == DELETED:
+                self.expectations.forget((ns, name))
+            return [(ns, name)]
+        ref = podutil.controller_ref(obj)
+        if ref is not None:
+            if ref.get("kind") != "ReplicaSet":
+                return []
+            key = (ns, str(ref.get("name")))
+            if event.type == DELETED or podutil.is_terminating(obj):
+                self.expectations.deletion_observed(key, f"{ns}/{name}")
+            elif event.type == "ADDED":
+                self.expectations.creation_observed(key)
+            return [key]
+        if event.type == DELETED:
+            return []
+        # An orphan: every ReplicaSet whose selector matches may adopt it.
+        labels = podutil.meta(obj).get("labels")
+        keys: list[Any] = []
+        for rs in self.store.list(REPLICASETS, ns):
+            selector = selector_of(rs)
+            if selector is not None and not selector.empty and selector.matches(labels):
+                keys.append(podutil.key_of(rs))
+        return keys
+
+    # ---- sync -------------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> None:
+        ns, name = key
+        rs = self.store.get(REPLICASETS, ns, name)
+        if rs is None:
+            self.expectations.forget(key)
+            return
+        needs_sync = self.expectations.satisfied(key)
+        selector = selector_of(rs)
+        if selector is None or selector.empty:
+            return  # validation rejects these; never select every pod in the namespace
+        active = [p for p in self.store.list(PODS, ns) if podutil.is_active(p)]
+        pods = claim(self.store, PODS, rs, active, selector)
+        failure: tuple[str, str] | None = None
+        if needs_sync and not podutil.is_terminating(rs):
+            failure = self._manage_replicas(rs, pods, key)
+        if failure is None:
+            self.forget(key)
+        else:
+            self.retry_later(key)
+        current = self.store.get(REPLICASETS, ns, name)
+        if current is None:
+            return
+        status = self._status(current, pods, failure)
+        self.write_status(REPLICASETS, current, status)
+        min_ready = int(current["spec"].get("minReadySeconds") or 0)
+        replicas = int(current["spec"].get("replicas", 1))
+        ready = status.get("readyReplicas", 0)
+        if (
+            failure is None
+            and min_ready > 0
+            and ready == replicas
+            and status.get("availableReplicas", 0) != replicas
+        ):
+            wait = podutil.available_in(pods, min_ready, self.now())
+            if wait is not None:
+                self.enqueue(key, after=wait)
+
+    def _manage_replicas(self, rs: Obj, pods: list[Obj], key: Key) -> tuple[str, str] | None:
+        """Create or delete pods toward spec.replicas. Returns (reason, message) of a failure, if any."""
+        diff = len(pods) - int(rs["spec"].get("replicas", 1))
+        if diff < 0:
+            return self._create_pods(rs, min(-diff, BURST_REPLICAS), key)
+        if diff > 0:
+            return self._delete_pods(rs, pods, min(diff, BURST_REPLICAS), key)
+        return None
+
+    def _create_pods(self, rs: Obj, count: int, key: Key) -> tuple[str, str] | None:
+        self.expectations.expect_creations(key, count)
+        api = self.c.services["api"]
+        ns, name = key
+        template = rs["spec"].get("template") or {}
+        failures: list[errors.ApiError] = []
+
+        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
+            if error is not None:
+                # The watch will never show this pod: lower the expectation now.
+                self.expectations.creation_observed(key)
+                failures.append(error)
+                self.event(rs, "FailedCreate", f"Error creating: {error.message}", type="Warning")
+            elif pod is not None:
+                self.event(rs, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+
+        submitted = 0
+        batch = SLOW_START_INITIAL_BATCH
+        while submitted < count and not failures:
+            size = min(batch, count - submitted)
+            for _ in range(size):
+                body = podutil.pod_from_template(template, rs, f"{name}-")
+                api.submit_create(PODS, ns, body, on_done=done)
+            submitted += size
+            batch *= 2
+        for _ in range(count - submitted):
+            self.expectations.creation_observed(key)  # skipped after a failure: not expected
+        if failures:
+            return ("FailedCreate", failures[0].message)
+        return None
+
+    def _delete_pods(self, rs: Obj, pods: list[Obj], count: int, key: Key) -> tuple[str, str] | None:
+        ns, _ = key
+        if count < len(pods):
+            victims = podutil.rank_for_deletion(pods, self._related_pods(rs, pods), self.now())[:count]
+        else:
+            victims = pods[:count]
+        pod_keys = {f"{ns}/{p['metadata']['name']}" for p in victims}
+        self.expectations.expect_deletions(key, pod_keys)
+        failure: tuple[str, str] | None = None
+        for pod in victims:
+            pod_name = pod["metadata"]["name"]
+            try:
+                self.store.delete(PODS, ns, pod_name)
+            except errors.NotFound:
+                self.expectations.deletion_observed(key, f"{ns}/{pod_name}")
+                continue
+            except errors.ApiError as exc:
+                self.expectations.deletion_observed(key, f"{ns}/{pod_name}")
+                self.event(rs, "FailedDelete", f"Error deleting: {exc.message}", type="Warning")
+                failure = failure or ("FailedDelete", exc.message)
+                continue
+            self.event(rs, "SuccessfulDelete", f"Deleted pod: {pod_name}")
+        return failure
+
+    def _related_pods(self, rs: Obj, own: list[Obj]) -> list[Obj]:
+        """Pods of every ReplicaSet under the same owner (upstream `getIndirectlyRelatedPods`)."""
+        owner = podutil.controller_ref(rs)
+        if owner is None:
+            return own
+        ns = rs["metadata"].get("namespace", "")
+        siblings = {
+            s["metadata"]["uid"]
+            for s in self.store.list(REPLICASETS, ns)
+            if (ref := podutil.controller_ref(s)) is not None and ref.get("uid") == owner.get("uid")
+        }
+        return [
+            p
+            for p in self.store.list(PODS, ns)
+            if (ref := podutil.controller_ref(p)) is not None and ref.get("uid") in siblings
+        ]
+
+    def _status(self, rs: Obj, pods: list[Obj], failure: tuple[str, str] | None) -> Obj:
+        now = self.now()
+        template_labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+        min_ready = int(rs["spec"].get("minReadySeconds") or 0)
+        fully_labeled = ready = available = 0
+        for pod in pods:
+            labels = podutil.meta(pod).get("labels") or {}
+            if all(labels.get(k) == v for k, v in template_labels.items()):
+                fully_labeled += 1
+            if podutil.is_ready(pod):
+                ready += 1
+                if podutil.is_available(pod, min_ready, now):
+                    available += 1
+        old = rs.get("status") or {}
+        conditions = [dict(c) for c in old.get("conditions") or []]
+        has_failure = any(c.get("type") == "ReplicaFailure" for c in conditions)
+        if failure is not None and not has_failure:
+            reason, message = failure
+            conditions.append(
+                {
+                    "type": "ReplicaFailure",
+                    "status": "True",
+                    "lastTransitionTime": rfc3339(now),
+                    "reason": reason,
+                    "message": message,
+                }
+            )
+        elif failure is None and has_failure:
+            conditions = [c for c in conditions if c.get("type") != "ReplicaFailure"]
+        status: Obj = {
+            "replicas": len(pods),
+            "fullyLabeledReplicas": fully_labeled,
+            "readyReplicas": ready,
+            "availableReplicas": available,
+            "observedGeneration": rs["metadata"].get("generation", 1),
+            "conditions": conditions,
+        }
+        return podutil.omit_zero(
+            status,
+            "fullyLabeledReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "observedGeneration",
+            "conditions",
+        )
