@@ -94,7 +94,10 @@ class Kubelet(Strict):
     bandwidth_mbps: float = Field(default=100.0, gt=0, alias="bandwidthMBps")
     sandbox_seconds: Seconds = Field(default=1.0, alias="sandboxSeconds")
     container_start_seconds: Seconds = Field(default=0.5, alias="containerStartSeconds")
-    heartbeat_seconds: Seconds = Field(default=10.0, alias="heartbeatSeconds")
+    heartbeat_seconds: Seconds = Field(default=10.0, gt=0, alias="heartbeatSeconds")
+    node_status_report_seconds: Seconds = Field(
+        default=60.0, gt=0, alias="nodeStatusReportSeconds", description="node conditions refresh when unchanged"
+    )
     default_image_size: Quantity = Field(default="50Mi", alias="defaultImageSize")
     images: dict[str, Quantity] = Field(default_factory=dict, description="image -> compressed size")
     preloaded_images: list[str] = Field(default_factory=list, alias="preloadedImages")
