@@ -5,32 +5,53 @@ created by the ReplicaSet model passes the same mutating webhooks as one created
 
 Request flow for writes (as in kube-apiserver):
     decode -> defaulting -> mutating admission (built-in, then webhooks) -> validation
-    -> validating admission (webhooks, built-in) -> store
+    -> validating admission (webhooks) -> store
+
+Every step works on a copy: a request that fails at any step leaves the stored state unchanged.
+Without matching webhooks nothing awaits, so a write completes in one step of its coroutine
+(`submit_create` and discrete-event callers rely on that).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import random
+import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.emulator import defaults, validation
+from shipshape.emulator import resources as r
+from shipshape.emulator.admission import (
+    CREATE,
+    DELETE,
+    UPDATE,
+    Attributes,
+    GroupVersionKind,
+    UserInfo,
+    builtin,
+)
+from shipshape.emulator.admission import SYSTEM as SYSTEM
+from shipshape.emulator.admission import webhooks as hooks
 from shipshape.emulator.resources import ResourceType
 from shipshape.emulator.runtime import Cluster
-from shipshape.emulator.store import Obj
-from shipshape.kube import errors
+from shipshape.emulator.store import Obj, clone, meta
+from shipshape.kube import errors, labels
+from shipshape.kube import patch as kpatch
+from shipshape.kube.clock import rfc3339
 
 log = logging.getLogger(__name__)
 
+__all__ = ["SYSTEM", "Api", "DeleteOptions", "UserInfo"]
 
-@dataclass(frozen=True, slots=True)
-class UserInfo:
-    username: str = "system:admin"
-    groups: tuple[str, ...] = ("system:masters", "system:authenticated")
-
-
-SYSTEM = UserInfo()
+SCALE_KIND = GroupVersionKind("autoscaling", "v1", "Scale")
+BINDING_KIND = GroupVersionKind("", "v1", "Binding")
+EVICTION_KIND = GroupVersionKind("policy", "v1", "Eviction")
+MAX_DISRUPTED_PODS = 2000
+MSG_PDB_VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+_PATCH_RETRIES = 5
 
 
 @dataclass(slots=True)
@@ -41,6 +62,74 @@ class DeleteOptions:
     resource_version: str | None = None
     dry_run: bool = False
 
+    @classmethod
+    def from_body(cls, body: Obj | None) -> DeleteOptions:
+        """From a `DeleteOptions` JSON object (as in an Eviction's `deleteOptions`)."""
+        body = body or {}
+        propagation = body.get("propagationPolicy")
+        if propagation is None and body.get("orphanDependents") is not None:
+            propagation = "Orphan" if body["orphanDependents"] else "Background"
+        preconditions = body.get("preconditions") or {}
+        return cls(
+            grace_period_seconds=body.get("gracePeriodSeconds"),
+            propagation_policy=propagation,
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
+            dry_run=bool(body.get("dryRun")),
+        )
+
+    def as_body(self) -> Obj:
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
+        if self.grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = self.grace_period_seconds
+        if self.propagation_policy:
+            body["propagationPolicy"] = self.propagation_policy
+        if self.uid or self.resource_version:
+            body["preconditions"] = {
+                k: v for k, v in (("uid", self.uid), ("resourceVersion", self.resource_version)) if v
+            }
+        if self.dry_run:
+            body["dryRun"] = ["All"]
+        return body
+
+
+def _options(kind: str, dry_run: bool) -> Obj:
+    body: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if dry_run:
+        body["dryRun"] = ["All"]
+    return body
+
+
+def success_status(code: int = 201) -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+def selector_string(selector: Obj | None) -> str:
+    """A LabelSelector as `metav1.LabelSelectorAsSelector(...).String()` prints it (sorted by key)."""
+    if not selector:
+        return ""
+    parts: list[tuple[str, str]] = []
+    for key, value in (selector.get("matchLabels") or {}).items():
+        parts.append((key, f"{key}={value}"))
+    for expr in selector.get("matchExpressions") or []:
+        key, op = expr.get("key", ""), expr.get("operator")
+        values = ",".join(sorted(expr.get("values") or []))
+        text = {
+            "In": f"{key} in ({values})",
+            "NotIn": f"{key} notin ({values})",
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+        }.get(str(op), key)
+        parts.append((key, text))
+    return ",".join(text for _, text in sorted(parts, key=lambda kv: kv[0]))
+
+
+def _pod_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
 
 class Api:
     """Kubernetes API semantics over the cluster's store."""
@@ -48,20 +137,95 @@ class Api:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.store = cluster.store
+        self.webhooks = hooks.Dispatcher(cluster.store)
+        self.allocator = defaults.ServiceAllocator()
         cluster.services["api"] = self
 
     # ---- reads --------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         return self.store.must_get(rt, namespace, name)
 
-    # ---- writes -------------------------------------------------------------------------
+    def get_subresource(self, rt: ResourceType, namespace: str, name: str, subresource: str) -> Obj:
+        """GET of `status` (the object) or `scale` (an autoscaling/v1 Scale)."""
+        self._check_subresource(rt, subresource, ("status", "scale"))
+        obj = self.store.must_get(rt, namespace, name)
+        if subresource == "scale":
+            return self.scale_of(rt, obj)
+        return obj
+
+    def scale_of(self, rt: ResourceType, obj: Obj) -> Obj:
+        md = obj["metadata"]
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        scale_md = {
+            k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md
+        }
+        scale_status: Obj = {"replicas": int(status.get("replicas") or 0)}
+        selector = selector_string(spec.get("selector"))
+        if selector:
+            scale_status["selector"] = selector
+        replicas = spec.get("replicas")
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_md,
+            "spec": {"replicas": replicas} if replicas else {},
+            "status": scale_status,
+        }
+
+    @staticmethod
+    def _check_subresource(rt: ResourceType, subresource: str, served: tuple[str, ...]) -> None:
+        if subresource not in rt.subresources or subresource not in served:
+            raise errors.NotFound("the server could not find the requested resource", details={})
+
+    # ---- create -------------------------------------------------------------------------
     async def create(
         self, rt: ResourceType, namespace: str, body: Obj, *, dry_run: bool = False, user: UserInfo = SYSTEM
     ) -> Obj:
+        validation.check_decodable(rt, body)
+        obj = clone(body)
+        md = meta(obj)
         if rt.namespaced:
-            body.setdefault("metadata", {})["namespace"] = namespace
-        return self.store.create(rt, body, dry_run=dry_run)
+            if md.get("namespace") and md["namespace"] != namespace:
+                raise errors.BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            md["namespace"] = namespace
+        else:
+            md.pop("namespace", None)
+        if md.get("resourceVersion"):
+            raise errors.BadRequest("resourceVersion should not be set on objects to be created")
+        uid: str | None = None
+        if rt is r.JOBS:
+            uid = str(uuid.uuid4())
+            if not md.get("name") and md.get("generateName"):
+                md["name"] = f"{md['generateName']}{_suffix()}"
+            defaults.job_selector(obj, uid)
+        defaults.prepare_create(rt, obj)
+        attrs = Attributes(
+            CREATE,
+            rt,
+            namespace if rt.namespaced else "",
+            str(md.get("name") or ""),
+            obj,
+            dry_run=dry_run,
+            user=user,
+            options=_options("CreateOptions", dry_run),
+        )
+        builtin.admit(self.store, attrs)
+        if await self.webhooks.mutate(attrs):
+            assert attrs.object is not None
+            defaults.apply_defaults(rt, attrs.object)
+        admitted = attrs.object
+        assert admitted is not None
+        validation.raise_if_invalid(
+            rt, str(meta(admitted).get("name") or ""), validation.validate(rt, admitted)
+        )
+        await self.webhooks.validate(attrs)
+        if rt is r.SERVICES:
+            self.allocator.allocate(admitted)
+        return self.store.create(rt, admitted, dry_run=dry_run, uid=uid)
 
+    # ---- update -------------------------------------------------------------------------
     async def update(
         self,
         rt: ResourceType,
@@ -73,8 +237,115 @@ class Api:
         dry_run: bool = False,
         user: UserInfo = SYSTEM,
     ) -> Obj:
-        return self.store.update(rt, body, subresource=subresource, dry_run=dry_run)
+        validation.check_decodable(rt, body)
+        if subresource == "scale":
+            return await self._update_scale(rt, namespace, name, body, dry_run=dry_run, user=user)
+        if subresource is not None:
+            self._check_subresource(rt, subresource, ("status",))
+        current = self.store.must_get(rt, namespace, name)
+        obj = clone(body)
+        md = meta(obj)
+        if md.get("name") and md["name"] != name:
+            raise errors.BadRequest(
+                f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
+            )
+        md["name"] = name
+        if rt.namespaced:
+            if md.get("namespace") and md["namespace"] != namespace:
+                raise errors.BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            md["namespace"] = namespace
+        if subresource == "status":
+            new = clone(current)
+            new["status"] = obj.get("status") or {}
+            if md.get("resourceVersion"):
+                new["metadata"]["resourceVersion"] = md["resourceVersion"]
+        else:
+            defaults.apply_defaults(rt, obj)
+            new = obj
+        attrs = Attributes(
+            UPDATE,
+            rt,
+            namespace if rt.namespaced else "",
+            name,
+            new,
+            old_object=current,
+            subresource=subresource or "",
+            dry_run=dry_run,
+            user=user,
+            options=_options("UpdateOptions", dry_run),
+        )
+        builtin.admit(self.store, attrs)
+        if await self.webhooks.mutate(attrs) and subresource is None:
+            assert attrs.object is not None
+            defaults.apply_defaults(rt, attrs.object)
+        admitted = attrs.object
+        assert admitted is not None
+        self._validate_update(rt, name, admitted, current, subresource)
+        await self.webhooks.validate(attrs)
+        return self.store.update(rt, admitted, subresource=subresource, dry_run=dry_run)
 
+    def _validate_update(
+        self, rt: ResourceType, name: str, new: Obj, current: Obj, subresource: str | None
+    ) -> None:
+        if subresource == "status":
+            validation.raise_if_invalid(rt, name, validation.validate_status(rt, new))
+            return
+        effective = clone(new)
+        for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            if field in current["metadata"]:
+                effective["metadata"][field] = current["metadata"][field]
+        if rt.status_subresource and "status" in current:
+            effective["status"] = current["status"]
+        validation.raise_if_invalid(rt, name, validation.validate(rt, effective, current))
+
+    async def _update_scale(
+        self, rt: ResourceType, namespace: str, name: str, body: Obj, *, dry_run: bool, user: UserInfo
+    ) -> Obj:
+        self._check_subresource(rt, "scale", ("scale",))
+        current = self.store.must_get(rt, namespace, name)
+        wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict.of(rt.plural, name, rt.group)
+        attrs = Attributes(
+            UPDATE,
+            rt,
+            namespace,
+            name,
+            clone(body),
+            old_object=self.scale_of(rt, current),
+            subresource="scale",
+            kind=SCALE_KIND,
+            dry_run=dry_run,
+            user=user,
+            options=_options("UpdateOptions", dry_run),
+        )
+        await self.webhooks.mutate(attrs)
+        scale = attrs.object or {}
+        replicas = (scale.get("spec") or {}).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            shown = replicas if isinstance(replicas, int) else str(replicas)
+            raise errors.Invalid(
+                "Scale",
+                name,
+                [
+                    (
+                        "spec.replicas",
+                        "FieldValueInvalid",
+                        f"Invalid value: {shown}: must be greater than or equal to 0",
+                    )
+                ],
+                "autoscaling",
+            )
+        new = clone(current)
+        new["spec"]["replicas"] = replicas
+        validation.raise_if_invalid(rt, name, validation.validate(rt, new, current))
+        await self.webhooks.validate(attrs)
+        stored = self.store.update(rt, new, dry_run=dry_run)
+        return self.scale_of(rt, stored)
+
+    # ---- patch --------------------------------------------------------------------------
     async def patch(
         self,
         rt: ResourceType,
@@ -87,21 +358,313 @@ class Api:
         dry_run: bool = False,
         user: UserInfo = SYSTEM,
     ) -> Obj:
-        raise errors.UnsupportedMediaType(f"patch type {patch_type} is not supported yet")
+        """Apply the patch to the current object (or its Scale), then run the normal update path.
 
+        Without a resourceVersion in the patch, a conflict with a concurrent write is retried on
+        the newer object, as upstream does.
+        """
+        if subresource is not None:
+            self._check_subresource(rt, subresource, ("status", "scale"))
+        for _ in range(_PATCH_RETRIES):
+            current = self.store.must_get(rt, namespace, name)
+            base = self.scale_of(rt, current) if subresource == "scale" else clone(current)
+            patched = kpatch.apply(patch_type, base, patch)
+            md = patched.get("metadata")
+            if not isinstance(md, dict):
+                raise errors.BadRequest("the patched object has no metadata")
+            precondition = md.get("resourceVersion") != base["metadata"].get("resourceVersion")
+            if not md.get("resourceVersion"):
+                md["resourceVersion"] = base["metadata"].get("resourceVersion")
+            try:
+                return await self.update(
+                    rt, namespace, name, patched, subresource=subresource, dry_run=dry_run, user=user
+                )
+            except errors.Conflict:
+                if precondition:
+                    raise
+                log.debug(
+                    "patch of %s %s/%s conflicted; retrying on the newer object", rt.kind, namespace, name
+                )
+        raise errors.Conflict.of(rt.plural, name, rt.group)
+
+    # ---- delete -------------------------------------------------------------------------
     async def delete(
         self, rt: ResourceType, namespace: str, name: str, options: DeleteOptions, *, user: UserInfo = SYSTEM
     ) -> tuple[Obj, bool]:
+        current = self.store.must_get(rt, namespace, name)
+        attrs = Attributes(
+            DELETE,
+            rt,
+            namespace if rt.namespaced else "",
+            name,
+            None,
+            old_object=current,
+            dry_run=options.dry_run,
+            user=user,
+            options=options.as_body(),
+        )
+        builtin.admit(self.store, attrs)
+        await self.webhooks.mutate(attrs)
+        await self.webhooks.validate(attrs)
+        if rt is r.NAMESPACES:
+            return self._delete_namespace(current, options)
+        propagation = options.propagation_policy or ("Orphan" if rt is r.JOBS else "Background")
         return self.store.delete(
             rt,
             namespace,
             name,
             grace_seconds=options.grace_period_seconds,
-            propagation=options.propagation_policy,
+            propagation=propagation,
             uid=options.uid,
             resource_version=options.resource_version,
             dry_run=options.dry_run,
         )
+
+    def _delete_namespace(self, current: Obj, options: DeleteOptions) -> tuple[Obj, bool]:
+        """A namespace turns Terminating, its content is deleted, then it goes (the namespace controller)."""
+        name = current["metadata"]["name"]
+        md = current["metadata"]
+        if options.uid and md.get("uid") != options.uid:
+            raise errors.Conflict(
+                f"Precondition failed: UID in precondition: {options.uid}, "
+                f"UID in object meta: {md.get('uid')}"
+            )
+        if options.dry_run:
+            return current, False
+        if not (current.get("spec") or {}).get("finalizers") and not md.get("finalizers"):
+            return self.store.delete(r.NAMESPACES, "", name)
+        updated = current
+        if (current.get("status") or {}).get("phase") != "Terminating":
+
+            def terminating(ns: Obj) -> None:
+                ns["status"] = {**(ns.get("status") or {}), "phase": "Terminating"}
+
+            updated = self.store.mutate(r.NAMESPACES, "", name, terminating, subresource="status") or current
+        self._empty_namespace(name)
+        return updated, False
+
+    def _empty_namespace(self, name: str) -> None:
+        for rt in r.STORED:
+            if not rt.namespaced:
+                continue
+            for obj in self.store.list(rt, name):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    try:
+                        self.store.delete(rt, name, obj["metadata"]["name"], propagation="Background")
+                    except errors.NotFound:
+                        continue
+        still = any(self.store.list(rt, name) for rt in r.STORED if rt.namespaced)
+        if not still:
+            namespace = self.store.get(r.NAMESPACES, "", name)
+            if namespace is not None:
+                self.store.remove(r.NAMESPACES, "", name)
+            return
+        self.cluster.engine.call_later(1.0, lambda: self._empty_namespace(name))
+
+    # ---- subresources that create -------------------------------------------------------
+    async def create_subresource(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        subresource: str,
+        body: Obj,
+        *,
+        dry_run: bool = False,
+        user: UserInfo = SYSTEM,
+    ) -> Obj:
+        """POST of pods/binding or pods/eviction; answers a Success Status."""
+        if rt is not r.PODS or subresource not in ("binding", "eviction"):
+            raise errors.MethodNotAllowed(f"POST is not supported on {rt.plural}/{subresource}")
+        if not isinstance(body, dict):
+            raise errors.BadRequest(f"the body of a {subresource} must be a JSON object")
+        if subresource == "binding":
+            return await self._bind(namespace, name, body, dry_run=dry_run, user=user)
+        return await self._evict(namespace, name, body, dry_run=dry_run, user=user)
+
+    async def _bind(self, namespace: str, name: str, body: Obj, *, dry_run: bool, user: UserInfo) -> Obj:
+        target = body.get("target") if isinstance(body.get("target"), dict) else {}
+        assert isinstance(target, dict)
+        causes: list[validation.Cause] = []
+        if not target.get("name"):
+            causes.append(("target.name", "FieldValueRequired", "Required value"))
+        if target.get("kind") not in (None, "", "Node"):
+            causes.append(
+                (
+                    "target.kind",
+                    "FieldValueInvalid",
+                    f"Invalid value: \"{target['kind']}\": must be empty or 'Node'",
+                )
+            )
+        if causes:
+            raise errors.Invalid("Binding", name, causes)
+        attrs = Attributes(
+            CREATE,
+            r.PODS,
+            namespace,
+            name,
+            clone(body),
+            subresource="binding",
+            kind=BINDING_KIND,
+            dry_run=dry_run,
+            user=user,
+            options=_options("CreateOptions", dry_run),
+        )
+        await self.webhooks.mutate(attrs)
+        await self.webhooks.validate(attrs)
+        pod = self.store.must_get(r.PODS, namespace, name)
+        conflict_details = {"name": name, "kind": "pods/binding"}
+        prefix = f'Operation cannot be fulfilled on pods/binding "{name}"'
+        binding_uid = (body.get("metadata") or {}).get("uid")
+        if binding_uid and binding_uid != pod["metadata"].get("uid"):
+            raise errors.Conflict(
+                f"{prefix}: the UID in the bind request ({binding_uid}) does not match the UID of the pod",
+                details=conflict_details,
+            )
+        if pod["metadata"].get("deletionTimestamp"):
+            raise errors.Conflict(
+                f"{prefix}: pod {name} is being deleted, cannot be assigned to a host",
+                details=conflict_details,
+            )
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            raise errors.Conflict(
+                f'{prefix}: pod {name} is already assigned to node "{node}"', details=conflict_details
+            )
+        if dry_run:
+            return success_status()
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        now = rfc3339(self.cluster.clock.now())
+
+        def assign(p: Obj) -> None:
+            p["spec"]["nodeName"] = target["name"]
+            if annotations:
+                p["metadata"].setdefault("annotations", {}).update(annotations)
+
+        def scheduled(p: Obj) -> None:
+            status = p.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append(
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+            )
+            status["conditions"] = conditions
+
+        self.store.mutate(r.PODS, namespace, name, assign)
+        self.store.mutate(r.PODS, namespace, name, scheduled, subresource="status")
+        return success_status()
+
+    async def _evict(self, namespace: str, name: str, body: Obj, *, dry_run: bool, user: UserInfo) -> Obj:
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise errors.BadRequest(
+                f"name in URL does not match name in Eviction object: {name} != {body_name}"
+            )
+        options = DeleteOptions.from_body(body.get("deleteOptions"))
+        options.dry_run = options.dry_run or dry_run
+        attrs = Attributes(
+            CREATE,
+            r.PODS,
+            namespace,
+            name,
+            clone(body),
+            subresource="eviction",
+            kind=EVICTION_KIND,
+            dry_run=options.dry_run,
+            user=user,
+            options=_options("CreateOptions", options.dry_run),
+        )
+        await self.webhooks.mutate(attrs)
+        await self.webhooks.validate(attrs)
+        pod = self.store.must_get(r.PODS, namespace, name)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+            await self._delete_evicted(namespace, name, options, user)
+            return success_status()
+        pdbs = [
+            pdb
+            for pdb in self.store.list(r.PDBS, namespace)
+            if _selects(pdb, pod.get("metadata", {}).get("labels") or {})
+        ]
+        if len(pdbs) > 1:
+            raise errors.InternalError(
+                "This pod has more than one PodDisruptionBudget, "
+                "which the eviction subresource does not support."
+            )
+        if not pdbs:
+            await self._delete_evicted(namespace, name, options, user)
+            return success_status()
+        pdb = pdbs[0]
+        spec, status = pdb.get("spec") or {}, pdb.get("status") or {}
+        if not _pod_ready(pod):
+            policy = spec.get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+            current_healthy = int(status.get("currentHealthy") or 0)
+            desired_healthy = int(status.get("desiredHealthy") or 0)
+            if policy == "AlwaysAllow" or (desired_healthy > 0 and current_healthy >= desired_healthy):
+                await self._delete_evicted(namespace, name, options, user)
+                return success_status()
+        self._check_budget(pdb)
+        if not options.dry_run:
+            now = rfc3339(self.cluster.clock.now())
+
+            def take(p: Obj) -> None:
+                st = p.setdefault("status", {})
+                st["disruptionsAllowed"] = int(st.get("disruptionsAllowed") or 0) - 1
+                st.setdefault("disruptedPods", {})[name] = now
+
+            current_rv = pdb["metadata"]["resourceVersion"]
+            latest = self.store.get(r.PDBS, namespace, pdb["metadata"]["name"])
+            if latest is None or latest["metadata"]["resourceVersion"] != current_rv:
+                raise errors.Conflict.of(r.PDBS.plural, pdb["metadata"]["name"], r.PDBS.group)
+            self.store.mutate(r.PDBS, namespace, pdb["metadata"]["name"], take, subresource="status")
+        await self._delete_evicted(namespace, name, options, user)
+        return success_status()
+
+    @staticmethod
+    def _check_budget(pdb: Obj) -> None:
+        md, status = pdb["metadata"], pdb.get("status") or {}
+        pdb_name = md["name"]
+        if int(status.get("observedGeneration") or 0) < int(md.get("generation") or 1):
+            raise errors.TooManyRequests(
+                MSG_PDB_VIOLATION,
+                details={
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": (
+                                f"The disruption budget {pdb_name} is still being processed by the server."
+                            ),
+                        }
+                    ]
+                },
+            )
+        allowed = int(status.get("disruptionsAllowed") or 0)
+        if allowed < 0:
+            raise errors.Forbidden("pdb disruptions allowed is negative")
+        if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS:
+            raise errors.Forbidden(
+                "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
+            )
+        if allowed == 0:
+            desired, healthy = int(status.get("desiredHealthy") or 0), int(status.get("currentHealthy") or 0)
+            raise errors.TooManyRequests(
+                MSG_PDB_VIOLATION,
+                details={
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": (
+                                f"The disruption budget {pdb_name} needs {desired} "
+                                f"healthy pods and has {healthy} currently"
+                            ),
+                        }
+                    ]
+                },
+            )
+
+    async def _delete_evicted(
+        self, namespace: str, name: str, options: DeleteOptions, user: UserInfo
+    ) -> None:
+        await self.delete(r.PODS, namespace, name, options, user=user)
 
     # ---- for in-process models ----------------------------------------------------------
     def submit_create(
@@ -116,16 +679,18 @@ class Api:
 
         Without webhooks that match, this completes synchronously. With webhooks it completes
         later on the event loop; `on_done(obj, error)` is called either way, so a model can keep
-        "expectations" of in-flight creations as upstream controllers do.
+        "expectations" of in-flight creations as upstream controllers do. In discrete-event mode
+        (no running event loop) a webhook call blocks until it answers.
         """
+        probe = Attributes(CREATE, rt, namespace, str(meta(body).get("name") or ""), body)
+        needs_io = self.webhooks.has_matching(probe)
         coro = self.create(rt, namespace, body)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None:
-            # Discrete-event mode: no event loop, no HTTP webhooks; run the coroutine to its end.
-            result, error = _run_sync(coro)
+        if not needs_io or loop is None:
+            result, error = _run_sync(coro) if not needs_io else _run_blocking(coro)
             if on_done is not None:
                 on_done(result, error)
             return
@@ -149,7 +714,23 @@ class Api:
 _background: set[asyncio.Task[None]] = set()
 
 
-def _run_sync(coro: Any) -> tuple[Obj | None, errors.ApiError | None]:
+def _selects(pdb: Obj, pod_labels: Obj) -> bool:
+    """policy/v1: an empty selector selects every pod of the namespace, a missing one none."""
+    selector = (pdb.get("spec") or {}).get("selector")
+    if selector is None:
+        return False
+    try:
+        return labels.from_label_selector(selector).matches(pod_labels)
+    except labels.SelectorError:
+        return False
+
+
+def _suffix(n: int = 5) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(random.choice(alphabet) for _ in range(n))
+
+
+def _run_sync(coro: Coroutine[Any, Any, Obj]) -> tuple[Obj | None, errors.ApiError | None]:
     """Drive a coroutine that never really suspends (no network I/O) to completion."""
     try:
         coro.send(None)
@@ -158,4 +739,12 @@ def _run_sync(coro: Any) -> tuple[Obj | None, errors.ApiError | None]:
     except errors.ApiError as exc:
         return None, exc
     coro.close()
-    raise RuntimeError("an in-process create suspended outside an event loop (webhook without a loop?)")
+    raise RuntimeError("an in-process create suspended although no webhook matched")
+
+
+def _run_blocking(coro: Coroutine[Any, Any, Obj]) -> tuple[Obj | None, errors.ApiError | None]:
+    """Run a create that calls webhooks to its end, outside any event loop (discrete-event mode)."""
+    try:
+        return asyncio.run(coro), None
+    except errors.ApiError as exc:
+        return None, exc

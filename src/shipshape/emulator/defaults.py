@@ -397,3 +397,25 @@ class ServiceAllocator:
                 if isinstance(port, dict) and not port.get("nodePort"):
                     port["nodePort"] = self.node_port()
         obj["status"] = {"loadBalancer": {}}
+
+
+JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+LEGACY_JOB_CONTROLLER_UID_LABEL = "controller-uid"
+LEGACY_JOB_NAME_LABEL = "job-name"
+
+
+def job_selector(obj: Obj, uid: str) -> None:
+    """A new Job's generated selector and template labels (unless `spec.manualSelector`)."""
+    spec = obj.setdefault("spec", {})
+    if spec.get("manualSelector"):
+        return
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec["selector"] = {"matchLabels": {JOB_CONTROLLER_UID_LABEL: uid}}
+    template = spec.setdefault("template", {})
+    template_md = template.setdefault("metadata", {})
+    template_labels = template_md.setdefault("labels", {})
+    template_labels[JOB_CONTROLLER_UID_LABEL] = uid
+    template_labels[JOB_NAME_LABEL] = name
+    template_labels[LEGACY_JOB_CONTROLLER_UID_LABEL] = uid
+    template_labels[LEGACY_JOB_NAME_LABEL] = name

@@ -182,8 +182,8 @@ class Store:
         md = obj["metadata"]
         return (md.get("namespace", "") if rt.namespaced else "", md["name"])
 
-    def create(self, rt: ResourceType, obj: Obj, *, dry_run: bool = False) -> Obj:
-        """Store a new object. Fills uid, resourceVersion, creationTimestamp, generation, name."""
+    def create(self, rt: ResourceType, obj: Obj, *, dry_run: bool = False, uid: str | None = None) -> Obj:
+        """Store a new object. Fills uid (unless given), resourceVersion, creationTimestamp, generation."""
         obj = clone(obj)
         md = meta(obj)
         obj["apiVersion"] = rt.api_version
@@ -210,7 +210,7 @@ class Store:
             raise errors.AlreadyExists.of(rt.plural, md["name"], rt.group)
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             md.pop(field, None)
-        md["uid"] = str(uuid.uuid4())
+        md["uid"] = uid or str(uuid.uuid4())
         md["creationTimestamp"] = rfc3339(self.clock.now())
         md["generation"] = 1
         if dry_run:
