@@ -21,11 +21,20 @@ def cluster(**kubelet: Any) -> tuple[Cluster, KubeletModel]:
     return c, model
 
 
-def add_node(c: Cluster, name: str = "node-a", *, ready: bool = True, cpu: str = "4", memory: str = "8Gi", pods: int = 110) -> Obj:
+def add_node(
+    c: Cluster,
+    name: str = "node-a",
+    *,
+    ready: bool = True,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: int = 110,
+    labels: dict[str, str] | None = None,
+) -> Obj:
     return c.store.create(
         NODES,
         {
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
             "spec": {"podCIDR": "10.244.1.0/24"},
             "status": {
                 "capacity": {"cpu": cpu, "memory": memory, "pods": str(pods)},
