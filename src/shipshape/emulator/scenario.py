@@ -109,6 +109,12 @@ class Autoscaler(Strict):
     scale_down_unneeded: Seconds = Field(default=600.0, alias="scaleDownUnneeded")
 
 
+class SchedulerSettings(Strict):
+    """kube-scheduler's profile: NodeResourcesFit's scoring strategy (bin packing with MostAllocated)."""
+
+    scoring: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+
+
 class Interruptions(Strict):
     enabled: bool = True
     notice: Seconds = Field(default=120.0)
@@ -158,6 +164,7 @@ class Scenario(Strict):
     node_boot: NodeBoot = Field(default_factory=NodeBoot, alias="nodeBoot")
     kubelet: Kubelet = Field(default_factory=Kubelet)
     autoscaler: Autoscaler = Field(default_factory=Autoscaler)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     interruptions: Interruptions = Field(default_factory=Interruptions)
     usage: list[UsageProfile] = Field(default_factory=list)
     timeline: list[TimelineEvent] = Field(default_factory=list)

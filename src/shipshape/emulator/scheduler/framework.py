@@ -1,0 +1,192 @@
+"""One scheduling decision, as kube-scheduler's `schedulePod` + PostFilter make it. Pure.
+
+`schedule_one(pod, snapshot)` filters nodes (stopping after upstream's number of feasible nodes
+to find, starting where the previous decision stopped), scores the feasible ones, breaks ties
+with the given random source, and on failure runs preemption. `fits` answers "would this pod
+fit on this node with these pods", e.g. for a cluster autoscaler's node template.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipshape.emulator.scheduler import messages as msg
+from shipshape.emulator.scheduler import preemption
+from shipshape.emulator.scheduler.messages import Status
+from shipshape.emulator.scheduler.plugins import Cycle, Profile
+from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, NodeInfo, PodInfo, pod_info
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+
+
+@dataclass(slots=True)
+class Decision:
+    """The outcome of one scheduling attempt.
+
+    `node` is set on success. On failure, `message` is the FailedScheduling message and, when
+    preemption found room, `nominated_node` and `victims` say where and whom to evict.
+    """
+
+    pod: PodInfo
+    node: str = ""
+    message: str = ""
+    statuses: dict[str, Status] = field(default_factory=dict)
+    nominated_node: str = ""
+    victims: list[PodInfo] = field(default_factory=list)
+    feasible: int = 0
+
+    @property
+    def scheduled(self) -> bool:
+        return bool(self.node)
+
+    @property
+    def rejected_by(self) -> set[str]:
+        """Plugins that rejected at least one node (what re-queueing decisions key on)."""
+        return {s.plugin for s in self.statuses.values()}
+
+
+def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
+    """Upstream's adaptive node sampling: all of small clusters, a share of big ones."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    if percentage <= 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    if percentage >= 100:
+        return num_all_nodes
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def _with_nominated(cycle: Cycle, node: NodeInfo) -> Status | None:
+    """Filter a node with the pods nominated to it of no lower priority counted as already there."""
+    pod = cycle.pod
+    nominated = [
+        p
+        for p in cycle.snapshot.nominated.get(node.name, {}).values()
+        if p.key != pod.key and p.priority >= pod.priority
+    ]
+    if nominated:
+        status = cycle.filter(node, added=nominated)
+        if status is not None:
+            return status
+    return cycle.filter(node)
+
+
+def select_host(nodes: Sequence[NodeInfo], scores: Sequence[int], rng: random.Random) -> NodeInfo:
+    """The highest score; ties broken by reservoir sampling, as upstream's `selectHost`."""
+    best = nodes[0]
+    best_score = scores[0]
+    ties = 1
+    for node, score in zip(nodes[1:], scores[1:], strict=True):
+        if score > best_score:
+            best, best_score, ties = node, score, 1
+        elif score == best_score:
+            ties += 1
+            if rng.randrange(ties) == 0:
+                best = node
+    return best
+
+
+def schedule_one(
+    pod: PodInfo | dict[str, Any],
+    snapshot: ClusterSnapshot,
+    *,
+    profile: Profile | None = None,
+    rng: random.Random | None = None,
+    budgets: Sequence[preemption.Budget] = (),
+) -> Decision:
+    """Decide where one pending pod goes. Does not change the snapshot (see `assume`)."""
+    info = pod if isinstance(pod, PodInfo) else pod_info(pod)
+    profile = profile or Profile()
+    rng = rng or random.Random(0)
+    all_nodes = snapshot.node_list()
+    decision = Decision(info)
+    if not all_nodes:
+        decision.message = NO_NODES_AVAILABLE
+        return decision
+    cycle = Cycle(info, snapshot, profile)
+    nominated = snapshot.nodes.get(info.nominated_node) if info.nominated_node else None
+    if nominated is not None and nominated.obj is not None and _with_nominated(cycle, nominated) is None:
+        decision.node, decision.feasible = nominated.name, 1
+        return decision
+    to_find = num_feasible_nodes_to_find(len(all_nodes), profile.percentage_of_nodes_to_score)
+    start = snapshot.next_start_index % len(all_nodes)
+    feasible: list[NodeInfo] = []
+    processed = 0
+    for i in range(len(all_nodes)):
+        node = all_nodes[(start + i) % len(all_nodes)]
+        processed += 1
+        status = _with_nominated(cycle, node)
+        if status is None:
+            feasible.append(node)
+            if len(feasible) >= to_find:
+                break
+        else:
+            decision.statuses[node.name] = status
+    snapshot.next_start_index = (start + processed) % len(all_nodes)
+    decision.feasible = len(feasible)
+    if feasible:
+        if len(feasible) == 1:
+            decision.node = feasible[0].name
+        else:
+            decision.node = select_host(feasible, cycle.scores(feasible), rng).name
+        return decision
+    post_filter = ""
+    if profile.preemption:
+        outcome = preemption.preempt(cycle, decision.statuses, budgets, len(all_nodes))
+        decision.nominated_node, decision.victims = outcome.node, outcome.victims
+        post_filter = outcome.message
+    decision.message = msg.no_nodes_available(len(all_nodes), decision.statuses.values(), post_filter)
+    return decision
+
+
+def assume(snapshot: ClusterSnapshot, decision: Decision) -> PodInfo:
+    """Account a successful decision in the snapshot (what the scheduler cache's assume does)."""
+    if not decision.node:
+        raise ValueError("cannot assume a pod that was not scheduled")
+    bound = pod_info(
+        {**decision.pod.obj, "spec": {**(decision.pod.obj.get("spec") or {}), "nodeName": decision.node}},
+        priority=decision.pod.priority,
+        default_spread_selector=decision.pod.default_spread_selector,
+    )
+    snapshot.add_pod(bound)
+    return bound
+
+
+def schedule_all(
+    pods: Iterable[dict[str, Any]],
+    snapshot: ClusterSnapshot,
+    *,
+    profile: Profile | None = None,
+    rng: random.Random | None = None,
+) -> list[Decision]:
+    """Schedule pods one after another on a snapshot (a what-if run without preemption side effects)."""
+    rng = rng or random.Random(0)
+    infos = sorted((pod_info(p) for p in pods), key=lambda p: -p.priority)
+    out = []
+    for info in infos:
+        decision = schedule_one(info, snapshot, profile=profile, rng=rng)
+        if decision.scheduled:
+            assume(snapshot, decision)
+        out.append(decision)
+    return out
+
+
+def fits(
+    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
+) -> list[str]:
+    """Whether `pod` would pass every filter on `node` holding `pods_on_node`: [] if so, else the reasons."""
+    name = str((node.get("metadata") or {}).get("name") or "template")
+    snapshot = ClusterSnapshot()
+    snapshot.set_node({**node, "metadata": {**(node.get("metadata") or {}), "name": name}})
+    for other in pods_on_node:
+        body = dict(other)
+        body["spec"] = {**(other.get("spec") or {}), "nodeName": name}
+        snapshot.add_pod(pod_info(body))
+    info = pod_info(dict(pod))
+    status = Cycle(info, snapshot).filter(snapshot.nodes[name])
+    return [] if status is None else list(status.reasons)

@@ -1,0 +1,501 @@
+"""kube-scheduler's default filter and score plugins, for one pod over a `ClusterSnapshot`.
+
+A `Cycle` is one pod's scheduling cycle: what the PreFilter/PreScore extension points compute
+once (topology spread counts, inter-pod affinity counts), then `filter(node)` and `scores(nodes)`.
+Filters run in upstream order and stop at the first plugin that rejects a node, so the reasons
+and their counts in "0/N nodes are available" read as upstream's.
+
+`filter` takes pods to pretend removed from / added to the node, which is how preemption
+evaluates victims and how nominated pods keep the room they were promised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shipshape.emulator.scheduler import messages as msg
+from shipshape.emulator.scheduler.messages import Status
+from shipshape.emulator.scheduler.snapshot import (
+    AffinityTerm,
+    ClusterSnapshot,
+    NodeInfo,
+    PodInfo,
+    SpreadConstraint,
+)
+from shipshape.kube import scheduling
+from shipshape.kube.labels import Selector
+
+MAX_NODE_SCORE = 100
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_FIXED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_MB = 1024 * 1024
+_IMAGE_MIN_THRESHOLD = 23 * _MB
+_IMAGE_MAX_CONTAINER_THRESHOLD = 1000 * _MB
+
+Scoring = Literal["LeastAllocated", "MostAllocated"]
+
+DEFAULT_WEIGHTS: Mapping[str, int] = {
+    "TaintToleration": 3,
+    "NodeAffinity": 2,
+    "NodeResourcesFit": 1,
+    "PodTopologySpread": 2,
+    "InterPodAffinity": 2,
+    "NodeResourcesBalancedAllocation": 1,
+    "ImageLocality": 1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The scheduling profile: default plugins with upstream weights, and the scoring strategy."""
+
+    scoring: Scoring = "LeastAllocated"
+    weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    # 0 = upstream's adaptive percentage (50 % - nodes/125, at least 5 %, at least 100 nodes).
+    percentage_of_nodes_to_score: int = 0
+    hard_pod_affinity_weight: int = 1
+    preemption: bool = True
+
+
+def _counts_for(pod: PodInfo, other: PodInfo, selector: Selector) -> bool:
+    return other.namespace == pod.namespace and not other.terminating and selector.matches(other.labels)
+
+
+def _untolerated(taints: Iterable[Mapping[str, object]], tolerations: Sequence[Mapping[str, object]]) -> bool:
+    return any(
+        t.get("effect") in scheduling.DO_NOT_SCHEDULE_EFFECTS and not scheduling.tolerates(tolerations, t)
+        for t in taints
+    )
+
+
+class Cycle:
+    """One pod's scheduling cycle over a snapshot."""
+
+    def __init__(self, pod: PodInfo, snapshot: ClusterSnapshot, profile: Profile | None = None) -> None:
+        self.pod = pod
+        self.snapshot = snapshot
+        self.profile = profile or Profile()
+        self.all_nodes = snapshot.node_list()
+        self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
+        self.scalar_requests = sorted(
+            (name, amount) for name, amount in pod.requests.items() if name not in _FIXED_RESOURCES and amount
+        )
+        self._hard_spread = tuple(c for c in pod.spread if c.hard)
+        self._spread_counts: list[dict[str, int]] = []
+        self._spread_min: list[int] = []
+        if self._hard_spread:
+            self._prefilter_spread()
+        self._affinity_counts: Counter[tuple[str, str]] = Counter()
+        self._anti_counts: Counter[tuple[str, str]] = Counter()
+        self._existing_anti: Counter[tuple[str, str]] = Counter()
+        self._check_interpod = bool(
+            pod.required_affinity or pod.required_anti_affinity or snapshot.with_required_anti_affinity
+        )
+        if self._check_interpod:
+            self._prefilter_interpod()
+
+    # ---- PreFilter ------------------------------------------------------------------------
+    def _spread_eligible(self, c: SpreadConstraint, node: NodeInfo) -> bool:
+        if c.honor_node_affinity and not self.pod.node_affinity.matches(node.labels, node.name):
+            return False
+        return not (c.honor_node_taints and _untolerated(node.taints, self.pod.tolerations))
+
+    def _prefilter_spread(self) -> None:
+        keys = [c.topology_key for c in self._hard_spread]
+        for c in self._hard_spread:
+            counts: dict[str, int] = {}
+            eligible: set[str] = set()
+            for node in self.all_nodes:
+                if all(k in node.labels for k in keys) and self._spread_eligible(c, node):
+                    eligible.add(node.name)
+                    counts.setdefault(node.labels[c.topology_key], 0)
+            for other in self.snapshot.matching_pods(self.pod.namespace, c.selector):
+                if other.terminating or other.node_name not in eligible:
+                    continue
+                value = self.snapshot.nodes[other.node_name].labels[c.topology_key]
+                counts[value] += 1
+            self._spread_counts.append(counts)
+            self._spread_min.append(min(counts.values()) if counts else 0)
+
+    def _term_pods(self, term: AffinityTerm) -> Iterable[PodInfo]:
+        namespace = (
+            next(iter(term.namespaces)) if len(term.namespaces) == 1 and not term.namespace_selector else None
+        )
+        for other in self.snapshot.matching_pods(namespace, term.selector):
+            if term.selects(other, self.snapshot.namespace_labels):
+                yield other
+
+    def _prefilter_interpod(self) -> None:
+        pod, nodes = self.pod, self.snapshot.nodes
+        ns_labels = self.snapshot.namespace_labels
+        for existing in self.snapshot.with_required_anti_affinity.values():
+            node = nodes.get(existing.node_name)
+            if node is None or node.obj is None:
+                continue
+            for term in existing.required_anti_affinity:
+                if term.topology_key in node.labels and term.selects(pod, ns_labels):
+                    self._existing_anti[(term.topology_key, node.labels[term.topology_key])] += 1
+        if pod.required_affinity:
+            first, *rest = pod.required_affinity
+            for other in self._term_pods(first):
+                if not all(t.selects(other, ns_labels) for t in rest):
+                    continue
+                node = nodes.get(other.node_name)
+                if node is None or node.obj is None:
+                    continue
+                for term in pod.required_affinity:
+                    if term.topology_key in node.labels:
+                        self._affinity_counts[(term.topology_key, node.labels[term.topology_key])] += 1
+        for term in pod.required_anti_affinity:
+            for other in self._term_pods(term):
+                node = nodes.get(other.node_name)
+                if node is not None and node.obj is not None and term.topology_key in node.labels:
+                    self._anti_counts[(term.topology_key, node.labels[term.topology_key])] += 1
+
+    # ---- Filter ---------------------------------------------------------------------------
+    def filter(
+        self, node: NodeInfo, removed: Sequence[PodInfo] = (), added: Sequence[PodInfo] = ()
+    ) -> Status | None:
+        """None when the pod fits the node; else the first rejecting plugin's status."""
+        pod = self.pod
+        if node.unschedulable and not scheduling.tolerates(pod.tolerations, UNSCHEDULABLE_TAINT):
+            return Status.unresolvable("NodeUnschedulable", msg.NODE_UNSCHEDULABLE)
+        if pod.node_name and pod.node_name != node.name:
+            return Status.unresolvable("NodeName", msg.NODE_NAME)
+        for taint in node.taints:
+            if taint.get("effect") in scheduling.DO_NOT_SCHEDULE_EFFECTS and not scheduling.tolerates(
+                pod.tolerations, taint
+            ):
+                return Status.unresolvable(
+                    "TaintToleration",
+                    msg.untolerated_taint(str(taint.get("key", "")), str(taint.get("value") or "")),
+                )
+        if not pod.node_affinity.matches(node.labels, node.name):
+            return Status.unresolvable("NodeAffinity", msg.NODE_AFFINITY)
+        status = self._fit(node, removed, added)
+        if status is not None:
+            return status
+        if self._hard_spread:
+            status = self._spread_filter(node, removed, added)
+            if status is not None:
+                return status
+        if self._check_interpod:
+            return self._interpod_filter(node, removed, added)
+        return None
+
+    def _fit(self, node: NodeInfo, removed: Sequence[PodInfo], added: Sequence[PodInfo]) -> Status | None:
+        reasons: list[str] = []
+        unresolvable = False
+        pod_count = len(node.pods) - len(removed) + len(added)
+        if pod_count + 1 > node.allowed_pods:
+            reasons.append(msg.TOO_MANY_PODS)
+        if self.requests_anything:
+            requests, allocatable = self.pod.requests, node.allocatable
+            used = node.requested
+            if removed or added:
+                used = dict(used)
+                for other, sign in [*((p, -1) for p in removed), *((p, 1) for p in added)]:
+                    for name, amount in other.requests.items():
+                        used[name] = used.get(name, 0) + sign * amount
+            for name in _FIXED_RESOURCES:
+                want = requests.get(name, 0)
+                have = allocatable.get(name, 0)
+                if have < want + used.get(name, 0):
+                    reasons.append(msg.insufficient(name))
+                    unresolvable = unresolvable or want > have
+            for name, want in self.scalar_requests:
+                have = allocatable.get(name, 0)
+                if have < want + used.get(name, 0):
+                    reasons.append(msg.insufficient(name))
+                    unresolvable = unresolvable or want > have
+        if not reasons:
+            return None
+        if unresolvable:
+            return Status.unresolvable("NodeResourcesFit", *reasons)
+        return Status.unschedulable("NodeResourcesFit", *reasons)
+
+    def _spread_filter(
+        self, node: NodeInfo, removed: Sequence[PodInfo], added: Sequence[PodInfo]
+    ) -> Status | None:
+        pod = self.pod
+        for i, c in enumerate(self._hard_spread):
+            value = node.labels.get(c.topology_key)
+            if value is None:
+                return Status.unresolvable("PodTopologySpread", msg.SPREAD_MISSING_LABEL)
+            counts = self._spread_counts[i]
+            match_num = counts.get(value, 0)
+            min_match = self._spread_min[i]
+            if (removed or added) and value in counts:
+                delta = sum(1 for p in added if _counts_for(pod, p, c.selector)) - sum(
+                    1 for p in removed if _counts_for(pod, p, c.selector)
+                )
+                if delta:
+                    match_num += delta
+                    min_match = min([n for v, n in counts.items() if v != value] + [match_num])
+            if len(counts) < c.min_domains:
+                min_match = 0
+            self_match = 1 if c.selector.matches(pod.labels) else 0
+            if match_num + self_match - min_match > c.max_skew:
+                return Status.unschedulable("PodTopologySpread", msg.SPREAD_CONSTRAINTS)
+        return None
+
+    def _interpod_filter(
+        self, node: NodeInfo, removed: Sequence[PodInfo], added: Sequence[PodInfo]
+    ) -> Status | None:
+        pod, ns_labels = self.pod, self.snapshot.namespace_labels
+        changes = [*((p, -1) for p in removed), *((p, 1) for p in added)]
+        if pod.required_affinity:
+            exists = True
+            for term in pod.required_affinity:
+                value = node.labels.get(term.topology_key)
+                if value is None:
+                    return Status.unresolvable("InterPodAffinity", msg.AFFINITY_RULES)
+                count = self._affinity_counts[(term.topology_key, value)]
+                for other, sign in changes:
+                    if all(t.selects(other, ns_labels) for t in pod.required_affinity):
+                        count += sign
+                if count <= 0:
+                    exists = False
+            if not exists and not (
+                not self._affinity_counts and all(t.selects(pod, ns_labels) for t in pod.required_affinity)
+            ):
+                return Status.unresolvable("InterPodAffinity", msg.AFFINITY_RULES)
+        for term in pod.required_anti_affinity:
+            value = node.labels.get(term.topology_key)
+            if value is None:
+                continue
+            count = self._anti_counts[(term.topology_key, value)]
+            for other, sign in changes:
+                if term.selects(other, ns_labels):
+                    count += sign
+            if count > 0:
+                return Status.unschedulable("InterPodAffinity", msg.ANTI_AFFINITY_RULES)
+        if self._existing_anti or changes:
+            for key, value in node.labels.items():
+                count = self._existing_anti.get((key, value), 0)
+                for other, sign in changes:
+                    count += sign * sum(
+                        1
+                        for t in other.required_anti_affinity
+                        if t.topology_key == key and t.selects(pod, ns_labels)
+                    )
+                if count > 0:
+                    return Status.unschedulable("InterPodAffinity", msg.EXISTING_ANTI_AFFINITY)
+        return None
+
+    # ---- Score ----------------------------------------------------------------------------
+    def scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        """Weighted sum of the score plugins for each feasible node (same order as `nodes`)."""
+        weights = self.profile.weights
+        totals = [0] * len(nodes)
+        parts: list[tuple[str, list[int]]] = [
+            ("NodeResourcesFit", [self._resource_score(n) for n in nodes]),
+            ("NodeResourcesBalancedAllocation", self._balanced_scores(nodes)),
+            ("TaintToleration", self._taint_scores(nodes)),
+            ("NodeAffinity", self._node_affinity_scores(nodes)),
+            ("PodTopologySpread", self._spread_scores(nodes)),
+            ("InterPodAffinity", self._interpod_scores(nodes)),
+            ("ImageLocality", self._image_scores(nodes)),
+        ]
+        for plugin, values in parts:
+            weight = weights.get(plugin, 0)
+            if weight:
+                for i, v in enumerate(values):
+                    totals[i] += weight * v
+        return totals
+
+    def _resource_score(self, node: NodeInfo) -> int:
+        total = 0
+        for capacity, requested in (
+            (node.allocatable.get("cpu", 0), node.non_zero_cpu + self.pod.non_zero_cpu),
+            (node.allocatable.get("memory", 0), node.non_zero_memory + self.pod.non_zero_memory),
+        ):
+            if capacity == 0:
+                continue
+            if self.profile.scoring == "MostAllocated":
+                total += min(requested, capacity) * MAX_NODE_SCORE // capacity
+            elif requested <= capacity:
+                total += (capacity - requested) * MAX_NODE_SCORE // capacity
+        return total // 2
+
+    def _balanced_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        cpu, memory = self.pod.requests.get("cpu", 0), self.pod.requests.get("memory", 0)
+        if not cpu and not memory:
+            return [0] * len(nodes)
+        out = []
+        for node in nodes:
+            fractions = []
+            for name, want in (("cpu", cpu), ("memory", memory)):
+                capacity = node.allocatable.get(name, 0)
+                if capacity:
+                    fractions.append(min(1.0, (node.requested.get(name, 0) + want) / capacity))
+            std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
+            out.append(int((1 - std) * MAX_NODE_SCORE))
+        return out
+
+    def _taint_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        tolerations = [
+            t for t in self.pod.tolerations if (t.get("effect") or "PreferNoSchedule") == "PreferNoSchedule"
+        ]
+        raw = [
+            sum(
+                1
+                for t in n.taints
+                if t.get("effect") == "PreferNoSchedule" and not scheduling.tolerates(tolerations, t)
+            )
+            for n in nodes
+        ]
+        return _normalize(raw, reverse=True)
+
+    def _node_affinity_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        terms = self.pod.preferred_node_terms
+        if not terms:
+            return [0] * len(nodes)
+        raw = [sum(w for w, t in terms if t.matches(n.labels, n.name)) for n in nodes]
+        return _normalize(raw, reverse=False)
+
+    def _spread_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        pod = self.pod
+        constraints: tuple[SpreadConstraint, ...]
+        if pod.spread:
+            constraints = tuple(c for c in pod.spread if not c.hard)
+            require_all = True
+        elif pod.default_spread_selector is not None:
+            constraints = (
+                SpreadConstraint(3, HOSTNAME, pod.default_spread_selector, hard=False),
+                SpreadConstraint(5, ZONE, pod.default_spread_selector, hard=False),
+            )
+            require_all = False
+        else:
+            constraints = ()
+        if not constraints:
+            return [0] * len(nodes)
+        keys = [c.topology_key for c in constraints]
+        ignored = {n.name for n in nodes if require_all and not all(k in n.labels for k in keys)}
+        domain_counts: list[dict[str, int]] = []
+        weights: list[float] = []
+        for c in constraints:
+            counts: dict[str, int] = {}
+            if c.topology_key != HOSTNAME:
+                for n in nodes:
+                    if n.name not in ignored and c.topology_key in n.labels:
+                        counts.setdefault(n.labels[c.topology_key], 0)
+                for other in self.snapshot.matching_pods(pod.namespace, c.selector):
+                    if other.terminating:
+                        continue
+                    node = self.snapshot.nodes.get(other.node_name)
+                    if (
+                        node is None
+                        or node.obj is None
+                        or (require_all and not all(k in node.labels for k in keys))
+                    ):
+                        continue
+                    value = node.labels.get(c.topology_key)
+                    if value in counts and self._spread_eligible(c, node):
+                        counts[value] += 1
+                size = len(counts)
+            else:
+                size = len(nodes) - len(ignored)
+            domain_counts.append(counts)
+            weights.append(math.log(size + 2))
+        raw: list[int] = []
+        for n in nodes:
+            if n.name in ignored:
+                raw.append(-1)
+                continue
+            score = 0.0
+            for i, c in enumerate(constraints):
+                value = n.labels.get(c.topology_key)
+                if value is None:
+                    continue
+                if c.topology_key == HOSTNAME:
+                    count = sum(1 for p in n.pods.values() if _counts_for(pod, p, c.selector))
+                else:
+                    count = domain_counts[i].get(value, 0)
+                score += count * weights[i] + (c.max_skew - 1)
+            raw.append(round(score))
+        valid = [s for s in raw if s >= 0]
+        if not valid:
+            return [0] * len(nodes)
+        lo, hi = min(valid), max(valid)
+        out = []
+        for s in raw:
+            if s < 0:
+                out.append(0)
+            elif hi == 0:
+                out.append(MAX_NODE_SCORE)
+            else:
+                out.append(MAX_NODE_SCORE * (hi + lo - s) // hi)
+        return out
+
+    def _interpod_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        pod, ns_labels = self.pod, self.snapshot.namespace_labels
+        topology: dict[str, Counter[str]] = {}
+
+        def credit(other: PodInfo, key: str, amount: int) -> None:
+            node = self.snapshot.nodes.get(other.node_name)
+            if node is not None and node.obj is not None and key in node.labels:
+                topology.setdefault(key, Counter())[node.labels[key]] += amount
+
+        for term in pod.preferred_affinity:
+            for other in self._term_pods(term):
+                credit(other, term.topology_key, term.weight)
+        for term in pod.preferred_anti_affinity:
+            for other in self._term_pods(term):
+                credit(other, term.topology_key, -term.weight)
+        hard_weight = self.profile.hard_pod_affinity_weight
+        for existing in self.snapshot.with_affinity.values():
+            for term in existing.required_affinity:
+                if hard_weight and term.selects(pod, ns_labels):
+                    credit(existing, term.topology_key, hard_weight)
+            for term in existing.preferred_affinity:
+                if term.selects(pod, ns_labels):
+                    credit(existing, term.topology_key, term.weight)
+            for term in existing.preferred_anti_affinity:
+                if term.selects(pod, ns_labels):
+                    credit(existing, term.topology_key, -term.weight)
+        if not topology:
+            return [0] * len(nodes)
+        raw = [
+            sum(c.get(n.labels.get(k, ""), 0) for k, c in topology.items() if k in n.labels) for n in nodes
+        ]
+        lo, hi = min(raw), max(raw)
+        if hi == lo:
+            return [0] * len(nodes)
+        return [int(MAX_NODE_SCORE * (s - lo) / (hi - lo)) for s in raw]
+
+    def _image_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        images = self.pod.images
+        total_nodes = len(self.all_nodes)
+        if not images or not total_nodes or not self.snapshot.image_nodes:
+            return [0] * len(nodes)
+        spec = self.pod.obj.get("spec") or {}
+        containers = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+        max_threshold = _IMAGE_MAX_CONTAINER_THRESHOLD * max(1, containers)
+        out = []
+        for n in nodes:
+            total = 0
+            for image in images:
+                size = n.images.get(image)
+                if size is not None:
+                    total += int(size * self.snapshot.image_nodes.get(image, 0) / total_nodes)
+            total = min(max(total, _IMAGE_MIN_THRESHOLD), max_threshold)
+            out.append(
+                MAX_NODE_SCORE * (total - _IMAGE_MIN_THRESHOLD) // (max_threshold - _IMAGE_MIN_THRESHOLD)
+            )
+        return out
+
+
+def _normalize(raw: Sequence[int], *, reverse: bool) -> list[int]:
+    """Upstream `DefaultNormalizeScore`: scale to [0, 100] by the maximum, optionally reversed."""
+    top = max(raw, default=0)
+    if top == 0:
+        return [MAX_NODE_SCORE if reverse else 0 for _ in raw]
+    out = [MAX_NODE_SCORE * s // top for s in raw]
+    return [MAX_NODE_SCORE - s for s in out] if reverse else out

@@ -1,0 +1,190 @@
+"""kube-scheduler's scheduling queue: activeQ, backoffQ and the unschedulable pods. No I/O.
+
+activeQ pops by priority, then by the time the pod entered it. A pod that failed waits in the
+unschedulable set until a cluster event that may help it (keyed on the plugins that rejected
+it) moves it back: to activeQ if its backoff (1 s doubling to 10 s) is over, else to backoffQ.
+Pods left unschedulable for 5 minutes are retried anyway.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from shipshape.emulator.scheduler.snapshot import PodInfo, PodKey
+
+ALL_PLUGINS = frozenset(
+    {
+        "NodeUnschedulable",
+        "NodeName",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
+    }
+)
+
+
+@dataclass(slots=True, eq=False)
+class QueuedPod:
+    info: PodInfo
+    timestamp: float  # when it last entered a queue
+    attempts: int = 0
+    unschedulable_plugins: frozenset[str] = field(default_factory=frozenset)
+    where: str = "active"  # active | backoff | unschedulable | popped
+    seq: int = 0
+
+
+class SchedulingQueue:
+    def __init__(
+        self, initial_backoff: float = 1.0, max_backoff: float = 10.0, max_unschedulable: float = 300.0
+    ) -> None:
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.max_unschedulable = max_unschedulable
+        self._entries: dict[PodKey, QueuedPod] = {}
+        self._active: list[tuple[int, float, int, PodKey]] = []
+        self._seq = itertools.count()
+        self._unschedulable: dict[PodKey, QueuedPod] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def get(self, key: PodKey) -> QueuedPod | None:
+        return self._entries.get(key)
+
+    def where(self, key: PodKey) -> str:
+        entry = self._entries.get(key)
+        return entry.where if entry is not None else ""
+
+    # ---- membership -----------------------------------------------------------------------
+    def add(self, info: PodInfo, now: float) -> None:
+        """A new pending pod (or one not known yet): straight to activeQ."""
+        if info.key in self._entries:
+            self.update(info, now)
+            return
+        entry = QueuedPod(info, now)
+        self._entries[info.key] = entry
+        self._activate(entry, now)
+
+    def update(self, info: PodInfo, now: float, *, changed: bool = False) -> list[QueuedPod]:
+        """A pending pod changed. A change that may make it schedulable re-activates it.
+
+        Returns the entries that went to backoffQ (their owner sets a timer for `expire`).
+        """
+        entry = self._entries.get(info.key)
+        if entry is None:
+            self.add(info, now)
+            return []
+        entry.info = info
+        if changed and entry.where == "unschedulable":
+            return [entry] if self._move(entry, now) == "backoff" else []
+        return []
+
+    def delete(self, key: PodKey) -> None:
+        self._entries.pop(key, None)  # heap entries of deleted pods are skipped on pop
+        self._unschedulable.pop(key, None)
+
+    def _place(self, entry: QueuedPod, where: str) -> None:
+        entry.where = where
+        if where == "unschedulable":
+            self._unschedulable[entry.info.key] = entry
+        else:
+            self._unschedulable.pop(entry.info.key, None)
+
+    def _activate(self, entry: QueuedPod, now: float) -> None:
+        self._place(entry, "active")
+        entry.timestamp = now
+        entry.seq = next(self._seq)
+        heapq.heappush(self._active, (-entry.info.priority, now, entry.seq, entry.info.key))
+
+    # ---- popping and failing --------------------------------------------------------------
+    def pop(self) -> QueuedPod | None:
+        while self._active:
+            _, _, seq, key = heapq.heappop(self._active)
+            entry = self._entries.get(key)
+            if entry is None or entry.where != "active" or entry.seq != seq:
+                continue
+            self._place(entry, "popped")
+            entry.attempts += 1
+            return entry
+        return None
+
+    def done(self, key: PodKey) -> None:
+        """The pod was bound (or is no longer ours)."""
+        self.delete(key)
+
+    def backoff_duration(self, entry: QueuedPod) -> float:
+        duration = self.initial_backoff
+        for _ in range(1, entry.attempts):
+            duration *= 2
+            if duration >= self.max_backoff:
+                return self.max_backoff
+        return min(duration, self.max_backoff)
+
+    def backoff_expiry(self, entry: QueuedPod) -> float:
+        return entry.timestamp + self.backoff_duration(entry)
+
+    def failed(self, entry: QueuedPod, now: float, plugins: Iterable[str]) -> None:
+        """A scheduling attempt failed: park it until something changes."""
+        if entry.info.key not in self._entries:
+            return
+        entry.unschedulable_plugins = frozenset(plugins)
+        entry.timestamp = now
+        self._place(entry, "unschedulable")
+
+    def _move(self, entry: QueuedPod, now: float) -> str:
+        if now >= self.backoff_expiry(entry):
+            self._activate(entry, now)
+        else:
+            self._place(entry, "backoff")
+        return entry.where
+
+    def move(self, now: float, plugins: Iterable[str] | None = None) -> list[QueuedPod]:
+        """A cluster event: move unschedulable pods that one of `plugins` (None: any) rejected.
+
+        Returns the entries that went to backoffQ (their owner sets a timer for `expire`).
+        """
+        interested = None if plugins is None else frozenset(plugins)
+        backing_off: list[QueuedPod] = []
+        for entry in list(self._unschedulable.values()):
+            if (
+                interested is not None
+                and entry.unschedulable_plugins
+                and not (entry.unschedulable_plugins & interested)
+            ):
+                continue
+            if self._move(entry, now) == "backoff":
+                backing_off.append(entry)
+        return backing_off
+
+    # ---- timers ---------------------------------------------------------------------------
+    def expire(self, key: PodKey, now: float) -> list[QueuedPod]:
+        """A timer for one pod: end its backoff, or retry it after 5 minutes unschedulable."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return []
+        if entry.where == "backoff" and now >= self.backoff_expiry(entry):
+            self._activate(entry, now)
+        elif (
+            entry.where == "unschedulable"
+            and now - entry.timestamp >= self.max_unschedulable
+            and self._move(entry, now) == "backoff"
+        ):
+            return [entry]
+        return []
+
+    def has_active(self) -> bool:
+        return any(
+            (e := self._entries.get(key)) is not None and e.where == "active" and e.seq == seq
+            for _, _, seq, key in self._active
+        )
+
+    def pending(self) -> list[QueuedPod]:
+        return list(self._entries.values())

@@ -1,0 +1,399 @@
+"""The scheduler's view of the cluster: nodes with what is requested on them, kept incrementally.
+
+`ClusterSnapshot` is plain data, with no store behind it: the scheduler model feeds it from
+watch events, while simulations and the autoscaler build one from lists of bodies. Per-node
+aggregates (requested resources, pod count) and a label index of pods are updated on every
+change, so a scheduling decision never re-sums all pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipshape.kube import labels as labelsel
+from shipshape.kube import scheduling
+from shipshape.kube.clock import parse_time
+from shipshape.kube.labels import Selector
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str]  # (namespace, name)
+Taint = tuple[str, str, str]  # (key, value, effect)
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """A compiled PodAffinityTerm: which pods it selects and over which topology."""
+
+    selector: Selector
+    namespaces: frozenset[str]
+    namespace_selector: Selector | None
+    topology_key: str
+    weight: int = 0
+
+    def selects(self, pod: PodInfo, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        if pod.namespace not in self.namespaces and (
+            self.namespace_selector is None
+            or not self.namespace_selector.matches(namespace_labels.get(pod.namespace, {}))
+        ):
+            return False
+        return self.selector.matches(pod.labels)
+
+
+def _compile_terms(items: Iterable[Any] | None, namespace: str, weighted: bool) -> tuple[AffinityTerm, ...]:
+    out = []
+    for item in items or ():
+        term = (item.get("podAffinityTerm") or {}) if weighted else item
+        weight = int(item.get("weight") or 0) if weighted else 0
+        if weighted and not weight:
+            continue
+        try:
+            selector = labelsel.from_label_selector(term.get("labelSelector"))
+            ns_selector_body = term.get("namespaceSelector")
+            ns_selector = None if ns_selector_body is None else labelsel.from_label_selector(ns_selector_body)
+        except labelsel.SelectorError:
+            continue
+        namespaces = frozenset(term.get("namespaces") or ())
+        if not namespaces and ns_selector is None:
+            namespaces = frozenset({namespace})
+        out.append(AffinityTerm(selector, namespaces, ns_selector, str(term.get("topologyKey", "")), weight))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    max_skew: int
+    topology_key: str
+    selector: Selector
+    hard: bool  # whenUnsatisfiable: DoNotSchedule
+    min_domains: int = 1
+    honor_node_affinity: bool = True  # nodeAffinityPolicy: Honor (default)
+    honor_node_taints: bool = False  # nodeTaintsPolicy: Ignore (default)
+
+
+def _compile_spread(pod: Obj, pod_labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
+    out = []
+    for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or []:
+        try:
+            selector = labelsel.from_label_selector(c.get("labelSelector"))
+        except labelsel.SelectorError:
+            continue
+        extra = [
+            labelsel.Requirement(k, "In", (pod_labels[k],))
+            for k in c.get("matchLabelKeys") or ()
+            if k in pod_labels
+        ]
+        if extra:
+            selector = Selector((*extra, *selector.requirements), selector.match_nothing)
+        out.append(
+            SpreadConstraint(
+                max_skew=int(c.get("maxSkew") or 1),
+                topology_key=str(c.get("topologyKey", "")),
+                selector=selector,
+                hard=c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule",
+                min_domains=int(c.get("minDomains") or 1),
+                honor_node_affinity=c.get("nodeAffinityPolicy", "Honor") == "Honor",
+                honor_node_taints=c.get("nodeTaintsPolicy", "Ignore") == "Honor",
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(slots=True, eq=False)
+class PodInfo:
+    """What scheduling needs of a pod, computed once per pod version."""
+
+    obj: Obj
+    key: PodKey
+    uid: str
+    namespace: str
+    labels: Mapping[str, str]
+    priority: int
+    requests: dict[str, int]
+    non_zero_cpu: int
+    non_zero_memory: int
+    node_name: str
+    terminating: bool
+    start_time: float
+    preempt_never: bool
+    tolerations: list[Obj]
+    node_affinity: scheduling.RequiredNodeAffinity
+    preferred_node_terms: list[tuple[int, scheduling.NodeSelectorTerm]]
+    spread: tuple[SpreadConstraint, ...]
+    required_affinity: tuple[AffinityTerm, ...]
+    required_anti_affinity: tuple[AffinityTerm, ...]
+    preferred_affinity: tuple[AffinityTerm, ...]
+    preferred_anti_affinity: tuple[AffinityTerm, ...]
+    images: tuple[str, ...]
+    nominated_node: str
+    # The selector the system-default spreading uses (owner/services); None when there is none.
+    default_spread_selector: Selector | None = None
+
+    @property
+    def has_pod_affinity(self) -> bool:
+        return bool(
+            self.required_affinity
+            or self.required_anti_affinity
+            or self.preferred_affinity
+            or self.preferred_anti_affinity
+        )
+
+
+def normalized_image(name: str) -> str:
+    """An image name as the ImageLocality plugin compares them (":latest" added when untagged)."""
+    last = name.rsplit("/", 1)[-1]
+    if "@" in name or ":" in last:
+        return name
+    return name + ":latest"
+
+
+def pod_info(
+    pod: Obj, *, priority: int | None = None, default_spread_selector: Selector | None = None
+) -> PodInfo:
+    """Compile a pod body. `priority` overrides `spec.priority` (e.g. resolved from its PriorityClass)."""
+    md = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    namespace = str(md.get("namespace") or "default")
+    pod_labels: Mapping[str, str] = md.get("labels") or {}
+    affinity = spec.get("affinity") or {}
+    pa = affinity.get("podAffinity") or {}
+    paa = affinity.get("podAntiAffinity") or {}
+    started = status.get("startTime") or md.get("creationTimestamp")
+    cpu, memory = scheduling.pod_non_zero_requests(pod)
+    return PodInfo(
+        obj=pod,
+        key=(namespace, str(md.get("name", ""))),
+        uid=str(md.get("uid", "")),
+        namespace=namespace,
+        labels=pod_labels,
+        priority=scheduling.pod_priority(pod) if priority is None else priority,
+        requests=scheduling.pod_requests(pod),
+        non_zero_cpu=cpu,
+        non_zero_memory=memory,
+        node_name=str(spec.get("nodeName") or ""),
+        terminating=bool(md.get("deletionTimestamp")),
+        start_time=parse_time(started) if isinstance(started, str) else 0.0,
+        preempt_never=spec.get("preemptionPolicy") == "Never",
+        tolerations=list(spec.get("tolerations") or []),
+        node_affinity=scheduling.RequiredNodeAffinity.of(pod),
+        preferred_node_terms=scheduling.preferred_terms(pod),
+        spread=_compile_spread(pod, pod_labels),
+        required_affinity=_compile_terms(
+            pa.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace, False
+        ),
+        required_anti_affinity=_compile_terms(
+            paa.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace, False
+        ),
+        preferred_affinity=_compile_terms(
+            pa.get("preferredDuringSchedulingIgnoredDuringExecution"), namespace, True
+        ),
+        preferred_anti_affinity=_compile_terms(
+            paa.get("preferredDuringSchedulingIgnoredDuringExecution"), namespace, True
+        ),
+        images=tuple(
+            normalized_image(str(c.get("image", ""))) for c in spec.get("containers") or [] if c.get("image")
+        ),
+        nominated_node=str(status.get("nominatedNodeName") or ""),
+        default_spread_selector=default_spread_selector,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class NodeInfo:
+    """A node with the pods bound to it and what they request."""
+
+    name: str
+    obj: Obj | None  # None while pods reference a node the snapshot has not seen (yet)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Obj, ...] = ()
+    unschedulable: bool = False
+    allocatable: dict[str, int] = field(default_factory=dict)
+    images: dict[str, int] = field(default_factory=dict)  # normalized image name -> size in bytes
+    pods: dict[PodKey, PodInfo] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    non_zero_cpu: int = 0
+    non_zero_memory: int = 0
+
+    @property
+    def allowed_pods(self) -> int:
+        return self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
+
+    def set_node(self, node: Obj) -> None:
+        md = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        self.obj = node
+        self.labels = md.get("labels") or {}
+        self.taints = tuple(spec.get("taints") or ())
+        self.unschedulable = bool(spec.get("unschedulable"))
+        self.allocatable = scheduling.node_allocatable(node)
+        images: dict[str, int] = {}
+        for image in (node.get("status") or {}).get("images") or []:
+            for name in image.get("names") or []:
+                images[normalized_image(str(name))] = int(image.get("sizeBytes") or 0)
+        self.images = images
+
+    def add(self, pod: PodInfo, sign: int = 1) -> None:
+        for name, amount in pod.requests.items():
+            self.requested[name] = self.requested.get(name, 0) + sign * amount
+        self.non_zero_cpu += sign * pod.non_zero_cpu
+        self.non_zero_memory += sign * pod.non_zero_memory
+        if sign > 0:
+            self.pods[pod.key] = pod
+        else:
+            self.pods.pop(pod.key, None)
+
+
+def _zone_of(node: NodeInfo) -> str:
+    return (
+        node.labels.get("topology.kubernetes.io/region", "")
+        + ":"
+        + node.labels.get("topology.kubernetes.io/zone", "")
+    )
+
+
+class ClusterSnapshot:
+    """Nodes and the pods assigned to them, updated incrementally."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[PodKey, PodInfo] = {}
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}
+        # Pods nominated to a node by preemption, not bound yet: node -> pod key -> pod.
+        self.nominated: dict[str, dict[PodKey, PodInfo]] = {}
+        self._by_label: dict[tuple[str, str, str], dict[PodKey, PodInfo]] = {}
+        self._by_namespace: dict[str, dict[PodKey, PodInfo]] = {}
+        self.with_affinity: dict[PodKey, PodInfo] = {}
+        self.with_required_anti_affinity: dict[PodKey, PodInfo] = {}
+        self.image_nodes: dict[str, int] = {}  # normalized image -> number of nodes that have it
+        self._order: list[NodeInfo] | None = None
+        self.next_start_index = 0
+
+    @classmethod
+    def of(cls, nodes: Iterable[Obj], pods: Iterable[Obj] = ()) -> ClusterSnapshot:
+        snapshot = cls()
+        for node in nodes:
+            snapshot.set_node(node)
+        for pod in pods:
+            if (pod.get("spec") or {}).get("nodeName"):
+                snapshot.add_pod(pod_info(pod))
+        return snapshot
+
+    # ---- nodes ----------------------------------------------------------------------------
+    def set_node(self, node: Obj) -> NodeInfo:
+        """Add or update a node."""
+        name = str(node["metadata"]["name"])
+        info = self.nodes.get(name)
+        if info is None:
+            info = self.nodes[name] = NodeInfo(name, None)
+        old_zone = _zone_of(info) if info.obj is not None else None
+        if info.obj is not None:
+            self._count_images(info, -1)
+        was_known = info.obj is not None
+        info.set_node(node)
+        self._count_images(info, 1)
+        if not was_known or old_zone != _zone_of(info):
+            self._order = None
+        return info
+
+    def remove_node(self, name: str) -> None:
+        info = self.nodes.get(name)
+        if info is None or info.obj is None:
+            return
+        self._count_images(info, -1)
+        self._order = None
+        if info.pods:
+            info.obj = None  # keep the pods until they are deleted, as upstream's cache does
+        else:
+            del self.nodes[name]
+
+    def _count_images(self, info: NodeInfo, sign: int) -> None:
+        for image in info.images:
+            self.image_nodes[image] = self.image_nodes.get(image, 0) + sign
+            if self.image_nodes[image] <= 0:
+                del self.image_nodes[image]
+
+    def node_list(self) -> list[NodeInfo]:
+        """Real nodes, interleaved by zone as upstream's node tree lists them."""
+        if self._order is None:
+            zones: dict[str, list[NodeInfo]] = {}
+            for info in sorted((n for n in self.nodes.values() if n.obj is not None), key=lambda n: n.name):
+                zones.setdefault(_zone_of(info), []).append(info)
+            columns = [zones[z] for z in sorted(zones)]
+            order: list[NodeInfo] = []
+            for i in range(max((len(c) for c in columns), default=0)):
+                order.extend(c[i] for c in columns if i < len(c))
+            self._order = order
+        return self._order
+
+    # ---- pods -----------------------------------------------------------------------------
+    def add_pod(self, pod: PodInfo) -> None:
+        """Account an assigned pod (replacing an older version of it)."""
+        if pod.key in self.pods:
+            self.remove_pod(pod.key)
+        if not pod.node_name:
+            raise ValueError(f"pod {pod.key[0]}/{pod.key[1]} is not assigned to a node")
+        self.pods[pod.key] = pod
+        node = self.nodes.get(pod.node_name)
+        if node is None:
+            node = self.nodes[pod.node_name] = NodeInfo(pod.node_name, None)
+        node.add(pod)
+        self._by_namespace.setdefault(pod.namespace, {})[pod.key] = pod
+        for k, v in pod.labels.items():
+            self._by_label.setdefault((pod.namespace, k, v), {})[pod.key] = pod
+        if pod.has_pod_affinity:
+            self.with_affinity[pod.key] = pod
+        if pod.required_anti_affinity:
+            self.with_required_anti_affinity[pod.key] = pod
+        self.nominate(pod.key, None)
+
+    def remove_pod(self, key: PodKey) -> PodInfo | None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return None
+        node = self.nodes.get(pod.node_name)
+        if node is not None:
+            node.add(pod, -1)
+            if node.obj is None and not node.pods:
+                del self.nodes[pod.node_name]
+        self._by_namespace.get(pod.namespace, {}).pop(key, None)
+        for k, v in pod.labels.items():
+            bucket = self._by_label.get((pod.namespace, k, v))
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del self._by_label[(pod.namespace, k, v)]
+        self.with_affinity.pop(key, None)
+        self.with_required_anti_affinity.pop(key, None)
+        return pod
+
+    def nominate(self, key: PodKey, pod: PodInfo | None, node: str = "") -> None:
+        """Record (or with `pod=None`, forget) that a pending pod is nominated to a node."""
+        for bucket_node, bucket in list(self.nominated.items()):
+            if key in bucket:
+                del bucket[key]
+                if not bucket:
+                    del self.nominated[bucket_node]
+        if pod is not None and node:
+            self.nominated.setdefault(node, {})[key] = pod
+
+    def matching_pods(self, namespace: str | None, selector: Selector) -> Iterator[PodInfo]:
+        """Assigned pods in `namespace` (None: any) whose labels the selector matches, via the label index."""
+        if selector.match_nothing:
+            return iter(())
+        candidates: Iterable[PodInfo]
+        exact = next((r for r in selector.requirements if r.operator == "In" and len(r.values) == 1), None)
+        if exact is not None and namespace is not None:
+            candidates = self._by_label.get((namespace, exact.key, exact.values[0]), {}).values()
+        elif namespace is not None:
+            candidates = self._by_namespace.get(namespace, {}).values()
+        else:
+            candidates = self.pods.values()
+        return (p for p in candidates if selector.matches(p.labels))
+
+    def namespaces(self) -> Iterable[str]:
+        return self._by_namespace.keys()
+
+    def pods_where(self, predicate: Callable[[PodInfo], bool]) -> list[PodInfo]:
+        return [p for p in self.pods.values() if predicate(p)]
