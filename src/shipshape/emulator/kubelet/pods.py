@@ -754,7 +754,7 @@ class PodWorker:
         status["phase"] = phase
         status["hostIP"] = self.agent.host_ip
         status["hostIPs"] = [{"ip": self.agent.host_ip}]
-        if self.pod_ip and not terminal:
+        if self.pod_ip:
             status["podIP"] = self.pod_ip
             status["podIPs"] = [{"ip": self.pod_ip}]
         if self.start_time is not None and "startTime" not in status:

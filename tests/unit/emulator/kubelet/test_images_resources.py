@@ -49,7 +49,7 @@ def _puller(max_parallel: int | None) -> tuple[VirtualClock, Engine, images.Imag
 
 
 def test_serial_puller_runs_one_pull_at_a_time_in_fifo_order() -> None:
-    clock, engine, puller = _puller(1)
+    _clock, engine, puller = _puller(1)
     done: dict[str, tuple[float, float]] = {}
     puller.pull("a", 200_000_000, lambda s, f: done.__setitem__("a", (s, f)))
     puller.pull("b", 100_000_000, lambda s, f: done.__setitem__("b", (s, f)))
@@ -59,7 +59,7 @@ def test_serial_puller_runs_one_pull_at_a_time_in_fifo_order() -> None:
 
 
 def test_parallel_pulls_share_the_bandwidth() -> None:
-    clock, engine, puller = _puller(None)
+    _clock, engine, puller = _puller(None)
     done: dict[str, tuple[float, float]] = {}
     puller.pull("a", 200_000_000, lambda s, f: done.__setitem__("a", (s, f)))
     puller.pull("b", 100_000_000, lambda s, f: done.__setitem__("b", (s, f)))
@@ -70,10 +70,14 @@ def test_parallel_pulls_share_the_bandwidth() -> None:
 
 
 def test_parallel_limit_queues_the_rest() -> None:
-    clock, engine, puller = _puller(2)
+    _clock, engine, puller = _puller(2)
     done: dict[str, float] = {}
+
+    def finished(name: str) -> images.PullDone:
+        return lambda _started, end: done.__setitem__(name, end)
+
     for name in "abc":
-        puller.pull(name, 100_000_000, lambda s, f, n=name: done.__setitem__(n, f))
+        puller.pull(name, 100_000_000, finished(name))
     engine.run_until(1100.0)
     assert done["a"] == pytest.approx(1002.0)
     assert done["b"] == pytest.approx(1002.0)
@@ -81,7 +85,7 @@ def test_parallel_limit_queues_the_rest() -> None:
 
 
 def test_a_second_request_for_the_same_image_joins_the_running_pull() -> None:
-    clock, engine, puller = _puller(1)
+    _clock, engine, puller = _puller(1)
     done: list[tuple[float, float]] = []
     puller.pull("a", 100_000_000, lambda s, f: done.append((s, f)))
     engine.run_until(1000.5)
@@ -115,7 +119,9 @@ def test_effective_requests_take_the_init_peak_and_sidecars() -> None:
     )
     # containers 300m + sidecar 50m = 350m; the init container alone needs 1000m (no sidecar before it).
     assert pod_requests(pod)["cpu"] == 1000
-    pod2 = _pod(_c({"cpu": "900m"}), init=[{**_c({"cpu": "50m"}), "restartPolicy": "Always"}, _c({"cpu": "500m"})])
+    pod2 = _pod(
+        _c({"cpu": "900m"}), init=[{**_c({"cpu": "50m"}), "restartPolicy": "Always"}, _c({"cpu": "500m"})]
+    )
     assert pod_requests(pod2)["cpu"] == 950
 
 
@@ -124,7 +130,10 @@ def test_admission_reports_the_first_resource_that_does_not_fit() -> None:
     rejection = admission_check(_pod(_c({"cpu": "2"})), {"cpu": "4", "memory": "8Gi", "pods": "110"}, running)
     assert rejection is not None
     assert rejection.reason == "OutOfcpu"
-    assert rejection.message == "Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000"
+    assert (
+        rejection.message
+        == "Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000"
+    )
     assert admission_check(_pod(_c({"cpu": "1"})), {"cpu": "4", "memory": "8Gi"}, running) is None
     too_many = admission_check(_pod(_c()), {"cpu": "4", "pods": "1"}, running)
     assert too_many is not None and too_many.reason == "OutOfpods"

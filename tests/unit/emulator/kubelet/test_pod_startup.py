@@ -31,7 +31,11 @@ def uid(obj: dict[str, object]) -> str:
 
 def test_phases_follow_the_configured_model() -> None:
     c, kubelet = cluster(
-        sandboxSeconds=2, containerStartSeconds=1, bandwidthMBps=50, images={"app:1": "100M"}, defaultImageSize="10M"
+        sandboxSeconds=2,
+        containerStartSeconds=1,
+        bandwidthMBps=50,
+        images={"app:1": "100M"},
+        defaultImageSize="10M",
     )
     add_node(c)
     p = add_pod(c, containers=[container(image="app:1")])
@@ -114,7 +118,9 @@ def test_image_cache_hits_and_pull_policies() -> None:
 
 
 def test_init_containers_run_in_order_before_the_containers() -> None:
-    c, kubelet = cluster(sandboxSeconds=1, containerStartSeconds=0, preloadedImages=["busybox:1", "nginx:1.25"])
+    c, kubelet = cluster(
+        sandboxSeconds=1, containerStartSeconds=0, preloadedImages=["busybox:1", "nginx:1.25"]
+    )
     add_node(c)
     p = add_pod(
         c,
@@ -162,9 +168,8 @@ def test_readiness_probe_gates_ready_with_initial_delay_and_period() -> None:
     assert ready["lastTransitionTime"] == "2026-01-01T00:00:10Z"
     failures = messages(c, "web", "Unhealthy")
     ip = pod(c)["status"]["podIP"]
-    assert failures == [
-        f'Readiness probe failed: Get "http://{ip}:8080/healthz": dial tcp {ip}:8080: connect: connection refused'
-    ]
+    refused = f"dial tcp {ip}:8080: connect: connection refused"
+    assert failures == [f'Readiness probe failed: Get "http://{ip}:8080/healthz": {refused}']
 
 
 def test_startup_probe_holds_started_and_readiness() -> None:
