@@ -242,13 +242,13 @@ class Api:
             return await self._update_scale(rt, namespace, name, body, dry_run=dry_run, user=user)
         if subresource is not None:
             self._check_subresource(rt, subresource, ("status",))
-        current = self.store.must_get(rt, namespace, name)
         obj = clone(body)
         md = meta(obj)
         if md.get("name") and md["name"] != name:
             raise errors.BadRequest(
                 f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
             )
+        current = self.store.must_get(rt, namespace, name)
         md["name"] = name
         if rt.namespaced:
             if md.get("namespace") and md["namespace"] != namespace:
@@ -440,7 +440,7 @@ class Api:
                 ns["status"] = {**(ns.get("status") or {}), "phase": "Terminating"}
 
             updated = self.store.mutate(r.NAMESPACES, "", name, terminating, subresource="status") or current
-        self._empty_namespace(name)
+        self.cluster.engine.call_soon(lambda: self._empty_namespace(name))
         return updated, False
 
     def _empty_namespace(self, name: str) -> None:

@@ -490,7 +490,7 @@ def _pod(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
     for key in ("containers", "initContainers"):
         news = new_spec.get(key) or []
         olds = old_spec.get(key) or []
-        if len(news) == len(olds):
+        if key in new_spec and len(news) == len(olds):
             new_spec[key] = [
                 {**n, "image": o.get("image")} if isinstance(n, dict) and isinstance(o, dict) else n
                 for n, o in zip(news, olds, strict=True)

@@ -1,0 +1,345 @@
+"""Defaulting, built-in admission and validation on the in-process Api."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from shipshape.emulator.api import Api, DeleteOptions
+from shipshape.emulator.resources import (
+    DEPLOYMENTS,
+    JOBS,
+    NAMESPACES,
+    PODS,
+    PRIORITYCLASSES,
+    SERVICES,
+    STATEFULSETS,
+)
+from shipshape.emulator.runtime import Cluster
+from shipshape.kube import errors
+
+from .conftest import deployment_body, pod_body
+
+
+def causes(exc: errors.ApiError) -> dict[str, str]:
+    assert isinstance(exc, errors.Invalid)
+    return {field: message for field, _, message in exc.causes}
+
+
+async def test_pod_defaults_and_admission(api: Api) -> None:
+    pod = await api.create(PODS, "default", pod_body(image="nginx"))
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Always"
+    assert spec["dnsPolicy"] == "ClusterFirst"
+    assert spec["schedulerName"] == "default-scheduler"
+    assert spec["terminationGracePeriodSeconds"] == 30
+    assert spec["enableServiceLinks"] is True
+    assert spec["securityContext"] == {}
+    assert spec["serviceAccountName"] == "default"
+    assert spec["priority"] == 0
+    assert spec["preemptionPolicy"] == "PreemptLowerPriority"
+    container = spec["containers"][0]
+    assert container["imagePullPolicy"] == "Always"  # untagged image
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "File"
+    assert {t["key"]: t["tolerationSeconds"] for t in spec["tolerations"]} == {
+        "node.kubernetes.io/not-ready": 300,
+        "node.kubernetes.io/unreachable": 300,
+    }
+    assert pod["status"] == {"phase": "Pending", "qosClass": "BestEffort"}
+    assert pod["metadata"]["namespace"] == "default"
+
+
+async def test_pod_keeps_own_not_ready_toleration_and_tagged_pull_policy(api: Api) -> None:
+    own = {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 5,
+    }
+    pod = await api.create(PODS, "default", pod_body(image="nginx:1.27", tolerations=[own]))
+    assert pod["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    not_ready = [t for t in pod["spec"]["tolerations"] if t["key"] == "node.kubernetes.io/not-ready"]
+    assert not_ready == [own]
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos"),
+    [
+        ({"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+        ({"requests": {"cpu": "100m"}}, "Burstable"),
+        ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}, "Burstable"),
+    ],
+)
+async def test_qos_class_on_create(api: Api, resources: dict[str, dict[str, str]], qos: str) -> None:
+    body = pod_body()
+    body["spec"]["containers"][0]["resources"] = resources
+    pod = await api.create(PODS, "default", body)
+    assert pod["status"]["qosClass"] == qos
+
+
+async def test_priority_from_class_and_global_default(api: Api) -> None:
+    await api.create(PRIORITYCLASSES, "", {"metadata": {"name": "high"}, "value": 1000})
+    high = await api.create(PODS, "default", pod_body("a", priorityClassName="high"))
+    assert high["spec"]["priority"] == 1000
+    critical = await api.create(PODS, "default", pod_body("b", priorityClassName="system-node-critical"))
+    assert critical["spec"]["priority"] == 2_000_001_000
+    with pytest.raises(errors.Forbidden) as missing:
+        await api.create(PODS, "default", pod_body("c", priorityClassName="nope"))
+    assert missing.value.message == 'pods "c" is forbidden: no PriorityClass with name nope was found'
+    with pytest.raises(errors.Forbidden):
+        await api.create(PODS, "default", pod_body("d", priority=7))
+    await api.create(PRIORITYCLASSES, "", {"metadata": {"name": "base"}, "value": 10, "globalDefault": True})
+    defaulted = await api.create(PODS, "default", pod_body("e"))
+    assert (defaulted["spec"]["priorityClassName"], defaulted["spec"]["priority"]) == ("base", 10)
+
+
+async def test_namespace_lifecycle(api: Api, cluster: Cluster) -> None:
+    with pytest.raises(errors.NotFound) as missing:
+        await api.create(PODS, "nowhere", pod_body())
+    assert missing.value.message == 'namespaces "nowhere" not found'
+    assert cluster.store.get(PODS, "nowhere", "web") is None
+
+    await api.create(PODS, "dev", pod_body("unbound"))
+    gone, removed = await api.delete(NAMESPACES, "", "dev", DeleteOptions())
+    assert not removed and gone["status"]["phase"] == "Terminating"
+    with pytest.raises(errors.Forbidden) as terminating:
+        await api.create(PODS, "dev", pod_body("late"))
+    assert "unable to create new content in namespace dev because it is being terminated" in (
+        terminating.value.message
+    )
+    cluster.engine.run_until(cluster.clock.now() + 5)
+    assert cluster.store.get(NAMESPACES, "", "dev") is None
+    assert cluster.store.get(PODS, "dev", "unbound") is None
+    with pytest.raises(errors.Forbidden):
+        await api.delete(NAMESPACES, "", "default", DeleteOptions())
+
+
+async def test_namespace_defaults(api: Api) -> None:
+    ns = await api.create(NAMESPACES, "", {"metadata": {"name": "team-a"}})
+    assert ns["spec"]["finalizers"] == ["kubernetes"]
+    assert ns["status"] == {"phase": "Active"}
+    assert ns["metadata"]["labels"]["kubernetes.io/metadata.name"] == "team-a"
+
+
+async def test_workload_defaults(api: Api) -> None:
+    body = deployment_body()
+    del body["spec"]["replicas"]
+    dep = await api.create(DEPLOYMENTS, "default", body)
+    spec = dep["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
+    }
+    assert (spec["revisionHistoryLimit"], spec["progressDeadlineSeconds"]) == (10, 600)
+    assert spec["template"]["spec"]["restartPolicy"] == "Always"
+    assert dep["status"] == {}
+
+    sts_body = deployment_body("db")
+    sts_body["kind"] = "StatefulSet"
+    sts_body["spec"]["serviceName"] = ""
+    sts = await api.create(STATEFULSETS, "default", sts_body)
+    assert sts["spec"]["podManagementPolicy"] == "OrderedReady"
+    assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+
+
+async def test_job_selector_is_generated_from_its_uid(api: Api) -> None:
+    job = await api.create(
+        JOBS,
+        "default",
+        {
+            "metadata": {"name": "once"},
+            "spec": {
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+                }
+            },
+        },
+    )
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert job["spec"]["template"]["metadata"]["labels"]["job-name"] == "once"
+    assert (job["spec"]["completions"], job["spec"]["parallelism"], job["spec"]["backoffLimit"]) == (1, 1, 6)
+
+
+async def test_service_defaults_allocate_cluster_ip(api: Api) -> None:
+    svc = await api.create(
+        SERVICES, "default", {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}
+    )
+    spec = svc["spec"]
+    assert spec["type"] == "ClusterIP"
+    assert spec["clusterIP"].startswith("10.") and spec["clusterIPs"] == [spec["clusterIP"]]
+    assert spec["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+    other = await api.create(
+        SERVICES, "default", {"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}
+    )
+    assert other["spec"]["clusterIP"] != spec["clusterIP"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message_part"),
+    [
+        (lambda b: b["metadata"].update(name="Web_1"), "metadata.name", "RFC 1123 subdomain"),
+        (
+            lambda b: b["metadata"].update(labels={"bad key!": "x"}),
+            "metadata.labels",
+            "name part must consist",
+        ),
+        (lambda b: b["metadata"].update(labels={"app": "-x"}), "metadata.labels", "a valid label must be"),
+        (lambda b: b["spec"].update(containers=[]), "spec.containers", "Required value"),
+        (lambda b: b["spec"]["containers"][0].pop("image"), "spec.containers[0].image", "Required value"),
+        (lambda b: b["spec"]["containers"][0].pop("name"), "spec.containers[0].name", "Required value"),
+        (
+            lambda b: b["spec"]["containers"].append({"name": "main", "image": "x"}),
+            "spec.containers[1].name",
+            'Duplicate value: "main"',
+        ),
+        (lambda b: b["spec"].update(restartPolicy="Sometimes"), "spec.restartPolicy", "Unsupported value"),
+        (
+            lambda b: b["spec"]["containers"][0].update(
+                resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+            ),
+            "spec.containers[0].resources.requests",
+            "must be less than or equal to cpu limit of 1",
+        ),
+        (
+            lambda b: b["spec"]["containers"][0].update(ports=[{"containerPort": 70000}]),
+            "spec.containers[0].ports[0].containerPort",
+            "must be between 1 and 65535, inclusive",
+        ),
+        (
+            lambda b: b["spec"]["containers"][0].update(volumeMounts=[{"name": "nope", "mountPath": "/x"}]),
+            "spec.containers[0].volumeMounts[0].name",
+            'Not found: "nope"',
+        ),
+    ],
+)
+async def test_pod_validation(
+    api: Api, cluster: Cluster, change: Callable[[Any], object], field: str, message_part: str
+) -> None:
+    good = pod_body("ok")
+    assert (await api.create(PODS, "default", good))["metadata"]["name"] == "ok"
+    bad = pod_body("bad")
+    change(bad)
+    before = cluster.store.resource_version
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(PODS, "default", bad)
+    found = causes(invalid.value)
+    assert field in found and message_part in found[field]
+    assert invalid.value.code == 422
+    assert cluster.store.resource_version == before
+
+
+async def test_malformed_quantity_is_a_bad_request(api: Api, cluster: Cluster) -> None:
+    body = pod_body()
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "lots"}}
+    with pytest.raises(errors.BadRequest, match="quantities must match"):
+        await api.create(PODS, "default", body)
+    assert cluster.store.get(PODS, "default", "web") is None
+
+
+async def test_resource_version_on_create_is_rejected(api: Api) -> None:
+    body = pod_body()
+    body["metadata"]["resourceVersion"] = "12"
+    with pytest.raises(errors.BadRequest, match="resourceVersion should not be set"):
+        await api.create(PODS, "default", body)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message_part"),
+    [
+        (
+            lambda s: s.update(replicas=-1),
+            "spec.replicas",
+            "Invalid value: -1: must be greater than or equal to 0",
+        ),
+        (lambda s: s.pop("selector"), "spec.selector", "Required value"),
+        (
+            lambda s: s["template"]["metadata"].update(labels={"app": "other"}),
+            "spec.template.metadata.labels",
+            "`selector` does not match template `labels`",
+        ),
+        (
+            lambda s: s["template"]["spec"].update(restartPolicy="Never"),
+            "spec.template.spec.restartPolicy",
+            'supported values: "Always"',
+        ),
+        (
+            lambda s: s.update(
+                strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}
+            ),
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            "may not be 0 when `maxSurge` is 0",
+        ),
+    ],
+)
+async def test_deployment_validation(
+    api: Api, change: Callable[[Any], object], field: str, message_part: str
+) -> None:
+    body = deployment_body()
+    change(body["spec"])
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(DEPLOYMENTS, "default", body)
+    assert message_part in causes(invalid.value)[field]
+    assert invalid.value.message.startswith('Deployment.apps "web" is invalid: ')
+
+
+async def test_update_immutable_fields(api: Api, cluster: Cluster) -> None:
+    pod = await api.create(PODS, "default", pod_body())
+    changed_image = {
+        **pod,
+        "spec": {**pod["spec"], "containers": [{**pod["spec"]["containers"][0], "image": "nginx:2"}]},
+    }
+    updated = await api.update(PODS, "default", "web", changed_image)
+    assert updated["spec"]["containers"][0]["image"] == "nginx:2"
+    moved = {**updated, "spec": {**updated["spec"], "nodeName": "node-b"}}
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.update(PODS, "default", "web", moved)
+    assert causes(invalid.value)["spec"].startswith("Forbidden: pod updates may not change fields other than")
+    relabelled = {**updated, "metadata": {**updated["metadata"], "labels": {"app": "web", "v": "2"}}}
+    assert (await api.update(PODS, "default", "web", relabelled))["metadata"]["labels"]["v"] == "2"
+
+    dep = await api.create(DEPLOYMENTS, "default", deployment_body())
+    reselected = {**dep, "spec": {**dep["spec"], "selector": {"matchLabels": {"app": "web", "x": "y"}}}}
+    reselected["spec"]["template"] = {
+        **dep["spec"]["template"],
+        "metadata": {"labels": {"app": "web", "x": "y"}},
+    }
+    with pytest.raises(errors.Invalid) as immutable:
+        await api.update(DEPLOYMENTS, "default", "web", reselected)
+    assert "field is immutable" in causes(immutable.value)["spec.selector"]
+
+
+async def test_update_name_mismatch_and_stale_resource_version(api: Api) -> None:
+    pod = await api.create(PODS, "default", pod_body())
+    with pytest.raises(errors.BadRequest, match="does not match the name on the URL"):
+        await api.update(PODS, "default", "other", pod)
+    fresh = await api.update(
+        PODS, "default", "web", {**pod, "metadata": {**pod["metadata"], "labels": {"a": "b"}}}
+    )
+    assert fresh["metadata"]["resourceVersion"] != pod["metadata"]["resourceVersion"]
+    with pytest.raises(errors.Conflict):
+        await api.update(
+            PODS, "default", "web", {**pod, "metadata": {**pod["metadata"], "labels": {"c": "d"}}}
+        )
+
+
+async def test_status_update_changes_only_status(api: Api) -> None:
+    dep = await api.create(DEPLOYMENTS, "default", deployment_body())
+    body = {**dep, "spec": {**dep["spec"], "replicas": 9}, "status": {"replicas": 2, "readyReplicas": 1}}
+    updated = await api.update(DEPLOYMENTS, "default", "web", body, subresource="status")
+    assert updated["status"] == {"replicas": 2, "readyReplicas": 1}
+    assert updated["spec"]["replicas"] == 2
+    with pytest.raises(errors.Invalid):
+        await api.update(
+            DEPLOYMENTS, "default", "web", {**updated, "status": {"replicas": -3}}, subresource="status"
+        )
+
+
+async def test_dry_run_create_stores_nothing(api: Api, cluster: Cluster) -> None:
+    result = await api.create(PODS, "default", pod_body(), dry_run=True)
+    assert result["spec"]["schedulerName"] == "default-scheduler"
+    assert cluster.store.get(PODS, "default", "web") is None
