@@ -7,13 +7,15 @@ status after scaling one.
 
 from __future__ import annotations
 
+from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
 from shipshape.emulator.runtime import Model
 
-__all__ = ["ReplicaSetController", "all_controllers"]
+__all__ = ["DeploymentController", "ReplicaSetController", "all_controllers"]
 
 
 def all_controllers() -> list[Model]:
     return [
         ReplicaSetController(),
+        DeploymentController(),
     ]
