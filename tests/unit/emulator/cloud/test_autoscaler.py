@@ -1,0 +1,195 @@
+"""The autoscaler: scale-up for unschedulable pods, scale-down of empty nodes, shortages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shipshape.emulator.cloud import fit, nodes
+from shipshape.emulator.cloud.autoscaler import SCAN_INTERVAL
+from shipshape.emulator.resources import PODS
+from shipshape.emulator.scenario import Scenario
+
+from .builders import ON_DEMAND_B, SPOT_A, add_running, add_unschedulable, scenario, start
+
+NO_INTERRUPTIONS = {"enabled": False}
+
+
+def _quiet(pools: list[dict[str, Any]], **autoscaler: object) -> Scenario:
+    return scenario(pools, interruptions=NO_INTERRUPTIONS, autoscaler={"scaleUpAfter": "10s", **autoscaler})
+
+
+def test_unschedulable_pods_trigger_a_scale_up_of_the_cheapest_fitting_pool() -> None:
+    pools = [{**SPOT_A, "initialSize": 0}, {**ON_DEMAND_B, "initialSize": 0}]
+    env = start(_quiet(pools))
+    # m5.large allocatable cpu is 1930m: three 1.5-cpu pods need three spot nodes.
+    for i in range(3):
+        add_unschedulable(env, f"web-{i}", cpu="1500m")
+    env.run(SCAN_INTERVAL * 2)
+    assert env.cloud.pools["spot-a"].desired == 3
+    assert env.cloud.pools["od-b"].desired == 0
+    events = env.events("TriggeredScaleUp")
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["web-0", "web-1", "web-2"]
+    assert {e["message"] for e in events} == {"pod triggered scale-up: [{spot-a 0->3 (max: 6)}]"}
+    assert {e["source"]["component"] for e in events} == {"cluster-autoscaler"}
+    # The pods stay pending while the nodes boot: no second scale-up for them.
+    env.run(SCAN_INTERVAL * 2)
+    assert env.cloud.pools["spot-a"].desired == 3
+    assert len(env.events("TriggeredScaleUp")) == 3
+
+
+def test_scale_up_waits_for_scale_up_after() -> None:
+    pools = [{**SPOT_A, "initialSize": 0}]
+    env = start(_quiet(pools, scaleUpAfter="45s"))
+    add_unschedulable(env, "late", cpu="1")
+    env.run(40)
+    assert env.cloud.pools["spot-a"].desired == 0
+    env.run(20)
+    assert env.cloud.pools["spot-a"].desired == 1
+
+
+def test_a_node_selector_picks_the_pool_whose_nodes_match() -> None:
+    pools = [{**SPOT_A, "initialSize": 0}, {**ON_DEMAND_B, "initialSize": 0}]
+    env = start(_quiet(pools))
+    add_unschedulable(env, "needs-od", cpu="1", node_selector={"node.kubernetes.io/capacity": "on-demand"})
+    env.run(SCAN_INTERVAL * 2)
+    assert (env.cloud.pools["spot-a"].desired, env.cloud.pools["od-b"].desired) == (0, 1)
+
+
+def test_pods_that_fit_no_pool_get_not_trigger_scale_up() -> None:
+    pools = [{**SPOT_A, "initialSize": 0}]
+    env = start(_quiet(pools))
+    add_unschedulable(env, "huge", cpu="16")
+    env.run(SCAN_INTERVAL * 2)
+    assert env.cloud.pools["spot-a"].desired == 0
+    (event,) = env.events("NotTriggerScaleUp")
+    assert event["message"] == "pod didn't trigger scale-up: 1 Insufficient cpu"
+
+
+def test_max_size_caps_a_scale_up() -> None:
+    pools = [{**SPOT_A, "initialSize": 0, "maxSize": 2}]
+    env = start(_quiet(pools))
+    for i in range(4):
+        add_unschedulable(env, f"p-{i}", cpu="1500m")
+    env.run(SCAN_INTERVAL * 2)
+    assert env.cloud.pools["spot-a"].desired == 2
+    assert len(env.events("TriggeredScaleUp")) == 2
+
+
+def test_a_shortage_blocks_growth_and_scale_up_goes_elsewhere_or_waits() -> None:
+    pools = [{**SPOT_A, "initialSize": 0}, {**ON_DEMAND_B, "initialSize": 0}]
+    env = start(_quiet(pools))
+    env.cloud.shortage("spot-a", 600)
+    add_unschedulable(env, "any", cpu="1")
+    env.run(SCAN_INTERVAL * 2)
+    assert (env.cloud.pools["spot-a"].desired, env.cloud.pools["od-b"].desired) == (0, 1)
+
+    only_spot = start(_quiet([{**SPOT_A, "initialSize": 0}]))
+    only_spot.cloud.shortage("spot-a", 300)
+    add_unschedulable(only_spot, "waits", cpu="1")
+    only_spot.run(SCAN_INTERVAL * 2)
+    assert only_spot.cloud.pools["spot-a"].desired == 0
+    (event,) = only_spot.events("NotTriggerScaleUp")
+    assert event["message"] == "pod didn't trigger scale-up: 1 in backoff after failed scale-up"
+    only_spot.run(300)
+    assert only_spot.cloud.pools["spot-a"].desired == 1
+    assert len(only_spot.cloud.active_instances("spot-a")) == 1
+
+
+def test_a_shortage_also_holds_back_replacements() -> None:
+    env = start(_quiet([{**SPOT_A, "initialSize": 2}], enabled=False))
+    env.cloud.shortage("spot-a", 600)
+    env.cloud.interrupt(pool="spot-a", notice=120)
+    env.run(120)
+    assert env.cloud.active_instances("spot-a") == []
+    assert env.cloud.pools["spot-a"].desired == 2
+    env.run(480)
+    assert len(env.cloud.active_instances("spot-a")) == 2
+
+
+def test_empty_nodes_are_removed_after_scale_down_unneeded_down_to_min_size() -> None:
+    pools = [{**SPOT_A, "initialSize": 4, "minSize": 1}]
+    env = start(_quiet(pools, scaleDownUnneeded="10m"))
+    names = env.nodes_of("spot-a")
+    add_running(env, "busy", names[0], cpu="1")
+    for i, name in enumerate(names):  # a DaemonSet pod everywhere does not keep a node
+        add_running(env, f"ds-{i}", name, cpu="50m", owner_kind="DaemonSet")
+    env.run(590)
+    assert env.cloud.pools["spot-a"].desired == 4
+    env.run(SCAN_INTERVAL * 2 + 10)
+    # Three empty nodes go; the busy one stays (and is the min size).
+    assert env.cloud.pools["spot-a"].desired == 1
+    assert env.nodes_of("spot-a") == [names[0]]
+    scale_downs = env.events("ScaleDown")
+    assert len(scale_downs) == 3
+    assert {e["message"] for e in scale_downs} == {"marked the node as toBeDeleted/unschedulable"}
+    assert all(env.node(e["involvedObject"]["name"]) is None for e in scale_downs)
+
+
+def test_scale_down_marks_the_node_to_be_deleted_first() -> None:
+    env = start(_quiet([{**SPOT_A, "initialSize": 2, "minSize": 0}], scaleDownUnneeded="1m"))
+    seen: list[list[str]] = []
+    env.cluster.store.subscribe(
+        lambda ev: (
+            seen.append([t["key"] for t in ev.object["spec"].get("taints", [])])
+            if ev.resource.kind == "Node" and ev.type == "MODIFIED"
+            else None
+        )
+    )
+    env.run(90)
+    assert env.cloud.pools["spot-a"].desired == 0
+    assert [nodes.TO_BE_DELETED_TAINT] in seen
+
+
+def test_fallback_fit_check_reasons() -> None:
+    template = nodes.template_node(scenario([SPOT_A]).pools[0], "us-east-1", "v1.32.0")
+    pod = {"spec": {"containers": [{"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}
+    assert fit.fits(pod, template, []) == ["Insufficient nvidia.com/gpu"]
+    tainted = {**template, "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}}
+    small = {"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}}
+    assert fit.fits(small, tainted, []) == ["node(s) had untolerated taint {dedicated: ml}"]
+    tolerant = {"spec": {**small["spec"], "tolerations": [{"key": "dedicated", "operator": "Exists"}]}}
+    assert fit.fits(tolerant, tainted, []) == []
+    affinity = {
+        "spec": {
+            **small["spec"],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "node.kubernetes.io/capacity",
+                                        "operator": "In",
+                                        "values": ["on-demand"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    }
+    assert fit.fits(affinity, template, []) == ["node(s) didn't match Pod's node affinity/selector"]
+    full = [{"spec": {"containers": [{"resources": {"requests": {"cpu": "1900m"}}}]}}]
+    assert fit.fits(small, template, full) == ["Insufficient cpu"]
+
+
+def test_pods_already_bound_are_not_scale_up_candidates() -> None:
+    env = start(_quiet([{**SPOT_A, "initialSize": 1}]))
+    pod = add_unschedulable(env, "bound", cpu="1")
+
+    def bind(p: dict[str, Any]) -> None:
+        p["spec"]["nodeName"] = env.nodes_of("spot-a")[0]
+
+    env.cluster.store.mutate(PODS, "default", pod["metadata"]["name"], bind)
+    env.run(SCAN_INTERVAL * 3)
+    assert env.cloud.pools["spot-a"].desired == 1
+
+
+def test_min_size_stops_scale_down() -> None:
+    env = start(_quiet([{**SPOT_A, "initialSize": 3, "minSize": 2}], scaleDownUnneeded="1m"))
+    env.run(300)
+    assert env.cloud.pools["spot-a"].desired == 2
+    assert len(env.nodes_of("spot-a")) == 2
