@@ -135,11 +135,8 @@ async def _running_pod(api: Api, cluster: Cluster, name: str, *, ready: bool = T
 
 
 async def _pdb(api: Api, cluster: Cluster, allowed: int, *, observed: bool = True, **spec: Any) -> Obj:
-    body = {
-        "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-    }
-    body["spec"].update(spec)
+    pdb_spec: Obj = {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}, **spec}
+    body = {"metadata": {"name": "web"}, "spec": pdb_spec}
     pdb = await api.create(PDBS, "default", body)
 
     def status(p: Obj) -> None:
