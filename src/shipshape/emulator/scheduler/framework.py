@@ -64,6 +64,8 @@ def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
 def _with_nominated(cycle: Cycle, node: NodeInfo) -> Status | None:
     """Filter a node with the pods nominated to it of no lower priority counted as already there."""
     pod = cycle.pod
+    if not cycle.snapshot.nominated:
+        return cycle.filter(node)
     nominated = [
         p
         for p in cycle.snapshot.nominated.get(node.name, {}).values()

@@ -83,6 +83,7 @@ class Cycle:
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
         self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
+        self.fixed_requests = [(name, pod.requests.get(name, 0)) for name in _FIXED_RESOURCES]
         self.scalar_requests = sorted(
             (name, amount) for name, amount in pod.requests.items() if name not in _FIXED_RESOURCES and amount
         )
@@ -196,15 +197,14 @@ class Cycle:
         if pod_count + 1 > node.allowed_pods:
             reasons.append(msg.TOO_MANY_PODS)
         if self.requests_anything:
-            requests, allocatable = self.pod.requests, node.allocatable
+            allocatable = node.allocatable
             used = node.requested
             if removed or added:
                 used = dict(used)
                 for other, sign in [*((p, -1) for p in removed), *((p, 1) for p in added)]:
                     for name, amount in other.requests.items():
                         used[name] = used.get(name, 0) + sign * amount
-            for name in _FIXED_RESOURCES:
-                want = requests.get(name, 0)
+            for name, want in self.fixed_requests:
                 have = allocatable.get(name, 0)
                 if have < want + used.get(name, 0):
                     reasons.append(msg.insufficient(name))

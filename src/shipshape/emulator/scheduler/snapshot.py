@@ -215,10 +215,7 @@ class NodeInfo:
     requested: dict[str, int] = field(default_factory=dict)
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
-
-    @property
-    def allowed_pods(self) -> int:
-        return self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
+    allowed_pods: int = 0
 
     def set_node(self, node: Obj) -> None:
         md = node.get("metadata") or {}
@@ -228,6 +225,7 @@ class NodeInfo:
         self.taints = tuple(spec.get("taints") or ())
         self.unschedulable = bool(spec.get("unschedulable"))
         self.allocatable = scheduling.node_allocatable(node)
+        self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
         images: dict[str, int] = {}
         for image in (node.get("status") or {}).get("images") or []:
             for name in image.get("names") or []:
