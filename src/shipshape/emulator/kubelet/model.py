@@ -228,6 +228,7 @@ class KubeletModel:
                 agent.suspend()
             self._node_added(node)
             return
+        agent.node = node
         if agent.running == is_unreachable(node) or agent.network_ready != (ready_status(node) == "True"):
             self.c.engine.call_soon(lambda: self._refresh(name))
 

@@ -122,8 +122,9 @@ class NodeAgent:
             self.suspend()
             return
         ready = ready_status(node) == "True"
-        if ready:
+        if ready and not self.was_ready:
             self.was_ready = True
+            self._record_node_ready()
         if ready and not self.network_ready:
             self.network_ready = True
             waiters, self._network_waiters = self._network_waiters, []
@@ -150,6 +151,17 @@ class NodeAgent:
         event("NodeAllocatableEnforced", "Updated Node Allocatable limit across pods")
         for status in ("NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID"):
             event(status, f"Node {self.name} status is now: {status}")
+        if self.was_ready:
+            self._record_node_ready()
+
+    def _record_node_ready(self) -> None:
+        self.recorder.record(
+            self.node,
+            "NodeReady",
+            f"Node {self.name} status is now: NodeReady",
+            component="kubelet",
+            host=self.name,
+        )
 
     def _heartbeat(self) -> None:
         self._renew_lease()
@@ -227,13 +239,7 @@ class NodeAgent:
         if updated is not None:
             self.node = updated
             if restored:
-                self.recorder.record(
-                    updated,
-                    "NodeReady",
-                    f"Node {self.name} status is now: NodeReady",
-                    component="kubelet",
-                    host=self.name,
-                )
+                self._record_node_ready()
 
     def _image_list(self) -> list[Obj]:
         biggest = sorted(self.images.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REPORTED_IMAGES]

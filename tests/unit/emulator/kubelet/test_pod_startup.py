@@ -219,8 +219,10 @@ def test_pods_wait_for_the_network_unless_host_network() -> None:
     def mark_ready(node: dict[str, object]) -> None:
         condition(node, "Ready")["status"] = "True"
 
+    assert messages(c, "node-a", "NodeReady") == []
     c.store.mutate(NODES, "", "node-a", mark_ready, subresource="status")
     run_for(c, 5)
+    assert messages(c, "node-a", "NodeReady") == ["Node node-a status is now: NodeReady"]
     assert pod(c, "normal")["status"]["phase"] == "Running"
     assert kubelet.timeline(uid(normal))["network-wait"] == approx((T0, T0 + 10))
     assert kubelet.timeline(uid(host))["sandbox"] == approx((T0, T0 + 1))
