@@ -8,14 +8,16 @@ status after scaling one.
 from __future__ import annotations
 
 from shipshape.emulator.controllers.deployment import DeploymentController
+from shipshape.emulator.controllers.garbagecollector import GarbageCollector
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
 from shipshape.emulator.runtime import Model
 
-__all__ = ["DeploymentController", "ReplicaSetController", "all_controllers"]
+__all__ = ["DeploymentController", "GarbageCollector", "ReplicaSetController", "all_controllers"]
 
 
 def all_controllers() -> list[Model]:
     return [
         ReplicaSetController(),
         DeploymentController(),
+        GarbageCollector(),
     ]
