@@ -1,0 +1,652 @@
+"""Pure decisions of the controller's loops; the loops themselves only read the cache and act.
+
+- `deletion_costs`: `controller.kubernetes.io/pod-deletion-cost` values so that a scale-down removes
+  the pods that bring the split back to target (spot in the riskiest, fullest pool first);
+- `next_move`: the one pod the rebalancer moves next, never taking ready replicas below the
+  workload's availability floor;
+- `fallback_candidates` and `ShortageTracker`: spot-bound pods stuck unschedulable are re-decided to
+  on-demand, and spot is tried again after a back-off;
+- `plan_interruptions`: the response to a set of termination notices, handled together;
+- `headroom_plan`: on-demand placeholder capacity sized from the largest set of pods one spot pool
+  could lose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from shipshape.controller.cache import (
+    ClusterCache,
+    WorkloadRef,
+    controller_ref,
+    is_active,
+    node_pool,
+    read_decision,
+)
+from shipshape.controller.placement import (
+    GroupCounts,
+    PlacementView,
+    Pool,
+    choose_pool,
+    desired_split,
+    ordinal_capacity,
+    pool_cap,
+)
+from shipshape.controller.policy import (
+    CAPACITY_LABEL,
+    DELETION_COST,
+    INSTANCE_TYPE_LABEL,
+    ZONE_LABEL,
+    CapacityType,
+    SingleReplicaMode,
+    WorkloadKind,
+    WorkloadPolicy,
+)
+from shipshape.controller.webhook.admission import statefulset_ordinal
+from shipshape.kube.clock import parse_time
+from shipshape.kube.quantity import cpu_millis, to_int
+
+Obj = dict[str, Any]
+
+
+# --- state read from the cache --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    name: str
+    capacity: CapacityType | None
+    pool: Pool | None
+    node: str | None
+    ready: bool
+    ordinal: int | None = None
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    deletion_cost: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    kind: WorkloadKind
+    namespace: str
+    name: str
+    replicas: int
+    policy: WorkloadPolicy
+    pods: tuple[PodState, ...]
+    # Fewest ready replicas allowed: the PDB's, else spec.replicas - maxUnavailable.
+    floor: int
+    # A rollout or a deletion is under way: the loops leave the workload alone until it settles.
+    settling: bool = False
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for pod in self.pods if pod.ready)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind.value}/{self.name}"
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """Effective cpu (millicores) and memory (bytes) requests: the larger of the containers' sum
+    and the largest init container, as the scheduler counts them."""
+    spec = pod.get("spec") or {}
+
+    def of(container: Mapping[str, Any]) -> tuple[int, int]:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        return cpu_millis(requests.get("cpu", 0)), to_int(requests.get("memory", 0))
+
+    regular = [of(c) for c in spec.get("containers") or []]
+    init = [of(c) for c in spec.get("initContainers") or []]
+    cpu = max(sum(c for c, _ in regular), max((c for c, _ in init), default=0))
+    memory = max(sum(m for _, m in regular), max((m for _, m in init), default=0))
+    return cpu, memory
+
+
+def scaled(value: int | str | None, total: int, *, round_up: bool, default: int) -> int:
+    """An IntOrString (`3` or `"25%"`) against `total`, rounded as Kubernetes rounds it."""
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text.endswith("%"):
+        share = int(text[:-1]) * total / 100
+        return math.ceil(share) if round_up else math.floor(share)
+    return int(text)
+
+
+def deployment_max_unavailable(deployment: Mapping[str, Any]) -> int:
+    """maxUnavailable of a Deployment's rolling update (default 25 %, rounded down; 1 when surge is 0 too)."""
+    spec = deployment.get("spec") or {}
+    replicas = int(spec.get("replicas", 1))
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return replicas
+    rolling = strategy.get("rollingUpdate") or {}
+    unavailable = scaled(rolling.get("maxUnavailable", "25%"), replicas, round_up=False, default=0)
+    surge = scaled(rolling.get("maxSurge", "25%"), replicas, round_up=True, default=0)
+    if unavailable == 0 and surge == 0:
+        return 1
+    return unavailable
+
+
+def pdb_floor(pdb: Mapping[str, Any], expected: int) -> int:
+    """Desired healthy pods of a PodDisruptionBudget, as the disruption controller computes it."""
+    spec = pdb.get("spec") or {}
+    if spec.get("minAvailable") is not None:
+        return scaled(spec["minAvailable"], expected, round_up=True, default=0)
+    if spec.get("maxUnavailable") is not None:
+        return max(0, expected - scaled(spec["maxUnavailable"], expected, round_up=True, default=0))
+    return 0
+
+
+def availability_floor(workload: WorkloadRef, pdbs: Sequence[Mapping[str, Any]]) -> int:
+    replicas = workload.replicas
+    floors = [pdb_floor(pdb, replicas) for pdb in pdbs]
+    if not floors:
+        if workload.kind is WorkloadKind.DEPLOYMENT:
+            floors.append(replicas - deployment_max_unavailable(workload.obj))
+        else:
+            floors.append(replicas - 1)  # a StatefulSet's default maxUnavailable is 1
+    return max(0, min(replicas, max(floors)))
+
+
+def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
+    """The workload as the loops see it: its active pods with placement, readiness and requests."""
+    all_pods = cache.pods_of_workload(workload)
+    active = [pod for pod in all_pods if is_active(pod)]
+    groups = {str((controller_ref(pod) or {}).get("name")) for pod in active}
+    pods: list[PodState] = []
+    for pod in active:
+        capacity, pool = cache.placement_of(pod)
+        cpu, memory = pod_requests(pod)
+        metadata = pod.get("metadata") or {}
+        pods.append(
+            PodState(
+                name=str(metadata.get("name")),
+                capacity=capacity,
+                pool=pool,
+                node=(pod.get("spec") or {}).get("nodeName"),
+                ready=pod_ready(pod),
+                ordinal=statefulset_ordinal(pod) if workload.kind is WorkloadKind.STATEFULSET else None,
+                cpu_millis=cpu,
+                memory_bytes=memory,
+                deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
+            )
+        )
+    labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    pdbs = cache.pdbs_matching(workload.namespace, labels)
+    return WorkloadState(
+        kind=workload.kind,
+        namespace=workload.namespace,
+        name=workload.name,
+        replicas=workload.replicas,
+        policy=policy,
+        pods=tuple(sorted(pods, key=lambda p: p.name)),
+        floor=availability_floor(workload, pdbs),
+        settling=len(groups) > 1 or len(active) != len(all_pods),
+    )
+
+
+def _counts(pods: Iterable[PodState]) -> GroupCounts:
+    counts = GroupCounts()
+    for pod in pods:
+        if pod.capacity is not None:
+            counts.add(pod.capacity, pod.pool)
+    return counts
+
+
+# --- scale-down ranking ---------------------------------------------------------------------------
+
+
+def removal_order(
+    pods: Sequence[PodState], policy: WorkloadPolicy, pool_risk: Mapping[Pool, float]
+) -> list[str]:
+    """Pod names in the order a scale-down should remove them so that every smaller size keeps the split.
+
+    Pods of unknown capacity go first; then, at each size n, a spot pod when spot exceeds
+    desired_split(n - 1) (from the fullest pool, then the riskiest), else an on-demand pod.
+    """
+    remaining = sorted(pods, key=lambda p: (p.ready, p.name))
+    order = [pod.name for pod in remaining if pod.capacity is None]
+    remaining = [pod for pod in remaining if pod.capacity is not None]
+    while remaining:
+        target = desired_split(len(remaining) - 1, policy)
+        spot = [pod for pod in remaining if pod.capacity is CapacityType.SPOT]
+        if len(spot) > target.spot or len(spot) == len(remaining):
+            per_pool = Counter(pod.pool for pod in spot)
+            victim = min(
+                spot,
+                key=lambda p: (
+                    p.ready,
+                    -per_pool[p.pool],
+                    -(pool_risk.get(p.pool, 0.0) if p.pool is not None else 0.0),
+                    p.name,
+                ),
+            )
+        else:
+            victim = next(pod for pod in remaining if pod.capacity is CapacityType.ON_DEMAND)
+        order.append(victim.name)
+        remaining.remove(victim)
+    return order
+
+
+def deletion_costs(
+    pods: Sequence[PodState], policy: WorkloadPolicy, pool_risk: Mapping[Pool, float]
+) -> dict[str, int]:
+    """pod-deletion-cost per pod: the ReplicaSet controller deletes lower costs first."""
+    return {name: rank for rank, name in enumerate(removal_order(pods, policy, pool_risk))}
+
+
+def deletion_cost_updates(state: WorkloadState, pool_risk: Mapping[Pool, float]) -> dict[str, str]:
+    """Only the annotations that must change (StatefulSets scale down by ordinal and need none)."""
+    if state.kind is not WorkloadKind.DEPLOYMENT:
+        return {}
+    wanted = deletion_costs(state.pods, state.policy, pool_risk)
+    return {
+        pod.name: str(wanted[pod.name]) for pod in state.pods if pod.deletion_cost != str(wanted[pod.name])
+    }
+
+
+# --- rebalance ------------------------------------------------------------------------------------
+
+
+class MoveKind(StrEnum):
+    EVICT = "evict"  # through the Eviction API (PDBs apply); the controller re-creates the pod
+    SURGE_RESTART = "surge-restart"  # single replica: rollout restart with maxSurge 1, maxUnavailable 0
+
+
+class Direction(StrEnum):
+    TO_ON_DEMAND = "spot-to-on-demand"
+    TO_SPOT = "on-demand-to-spot"
+    ACROSS_POOLS = "across-spot-pools"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    workload: str
+    pod: str
+    kind: MoveKind
+    direction: Direction
+
+
+def next_move(state: WorkloadState, view: PlacementView) -> Move | None:
+    """The one pod to move next, or None. Only a settled, fully ready workload moves, one pod at a time,
+    and only while its ready replicas stay at or above its floor after the move.
+
+    Pods on nodes with a rebalance recommendation, or in pools at risk, are not moved: those only stop
+    new placements (pods on noticed nodes are the interruption responder's).
+    """
+    if state.settling or state.replicas <= 0 or state.ready < state.replicas:
+        return None
+    if any(pod.capacity is None for pod in state.pods):
+        return None
+    if state.replicas == 1:
+        return _single_replica_move(state, view)
+    if state.ready - 1 < state.floor:
+        return None
+    if state.kind is WorkloadKind.STATEFULSET:
+        return _ordinal_move(state, view)
+    desired = desired_split(state.replicas, state.policy)
+    counts = _counts(state.pods)
+    spot = [pod for pod in state.pods if pod.capacity is CapacityType.SPOT]
+    if counts.spot > desired.spot:
+        victim = _riskiest(spot, view)
+        return Move(state.key, victim.name, MoveKind.EVICT, Direction.TO_ON_DEMAND)
+    cap = pool_cap(desired.spot, state.policy.pool_share(len(view.pool_risk), view.default_pool_share))
+    crowded = [pod for pod in spot if pod.pool is not None and counts.spot_by_pool.get(pod.pool, 0) > cap]
+    if crowded:
+        victim = _riskiest(crowded, view)
+        without = _counts(p for p in state.pods if p.name != victim.name)
+        destination = choose_pool(desired.spot, without, view, state.policy)[0]
+        if destination is not None and destination != victim.pool:
+            return Move(state.key, victim.name, MoveKind.EVICT, Direction.ACROSS_POOLS)
+    if counts.on_demand > desired.on_demand and _spot_available(desired.spot, counts, view, state.policy):
+        victim = max((p for p in state.pods if p.capacity is CapacityType.ON_DEMAND), key=lambda p: p.name)
+        return Move(state.key, victim.name, MoveKind.EVICT, Direction.TO_SPOT)
+    return None
+
+
+def _spot_available(
+    spot_target: int, counts: GroupCounts, view: PlacementView, policy: WorkloadPolicy
+) -> bool:
+    return choose_pool(spot_target, counts, view, policy)[2] is None
+
+
+def _riskiest(pods: Sequence[PodState], view: PlacementView) -> PodState:
+    per_pool = Counter(pod.pool for pod in pods)
+    return min(
+        pods,
+        key=lambda p: (
+            -(view.pool_risk.get(p.pool, 0.0) if p.pool is not None else 0.0),
+            -per_pool[p.pool],
+            p.name,
+        ),
+    )
+
+
+def _single_replica_move(state: WorkloadState, view: PlacementView) -> Move | None:
+    want = desired_split(1, state.policy)
+    pod = state.pods[0]
+    if (pod.capacity is CapacityType.SPOT) == bool(want.spot):
+        return None
+    if state.kind is not WorkloadKind.DEPLOYMENT:
+        return None  # a lone StatefulSet pod cannot surge: moving it would take it to zero ready
+    if want.spot and not _spot_available(1, GroupCounts(), view, state.policy):
+        return None
+    direction = Direction.TO_SPOT if want.spot else Direction.TO_ON_DEMAND
+    return Move(state.key, pod.name, MoveKind.SURGE_RESTART, direction)
+
+
+def _ordinal_move(state: WorkloadState, view: PlacementView) -> Move | None:
+    for pod in sorted(state.pods, key=lambda p: -(p.ordinal or 0)):
+        if pod.ordinal is None:
+            continue
+        want, _ = ordinal_capacity(pod.ordinal, state.replicas, state.policy)
+        if pod.capacity is want:
+            continue
+        if want is CapacityType.SPOT and not _spot_available(
+            desired_split(state.replicas, state.policy).spot, _counts(state.pods), view, state.policy
+        ):
+            continue
+        direction = Direction.TO_SPOT if want is CapacityType.SPOT else Direction.TO_ON_DEMAND
+        return Move(state.key, pod.name, MoveKind.EVICT, direction)
+    return None
+
+
+# --- spot fallback --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """A spot-bound pod unschedulable for too long: delete it so that it is re-decided."""
+
+    namespace: str
+    pod: str
+    pools: tuple[Pool, ...]
+    since: float
+
+
+def allowed_pools_of(pod: Mapping[str, Any]) -> tuple[Pool, ...]:
+    """Spot pools a pod's required node affinity allows (empty: any spot pool)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or []
+    pools: set[Pool] = set()
+    for term in terms:
+        values = {
+            e.get("key"): e.get("values") or []
+            for e in term.get("matchExpressions") or []
+            if e.get("operator") == "In"
+        }
+        if values.get(CAPACITY_LABEL) != [CapacityType.SPOT.value]:
+            continue
+        for instance_type in values.get(INSTANCE_TYPE_LABEL, []):
+            for zone in values.get(ZONE_LABEL, []):
+                pools.add(Pool(instance_type, zone))
+    return tuple(sorted(pools))
+
+
+def unschedulable_since(pod: Mapping[str, Any]) -> float | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            stamp = condition.get("lastTransitionTime") or (pod.get("metadata") or {}).get(
+                "creationTimestamp"
+            )
+            return parse_time(stamp) if stamp else None
+    return None
+
+
+def fallback_candidates(
+    pods: Iterable[Mapping[str, Any]], now: float, threshold_seconds: float, known_pools: Iterable[Pool]
+) -> list[Fallback]:
+    """Spot-decided pods, not bound, unschedulable for longer than the threshold."""
+    known = tuple(sorted(known_pools))
+    found: list[Fallback] = []
+    for pod in pods:
+        if not is_active(pod) or (pod.get("spec") or {}).get("nodeName"):
+            continue
+        decision = read_decision(pod)
+        if decision is None or decision.get("capacityType") != CapacityType.SPOT.value:
+            continue
+        since = unschedulable_since(pod)
+        if since is None or now - since < threshold_seconds:
+            continue
+        metadata = pod.get("metadata") or {}
+        found.append(
+            Fallback(
+                str(metadata.get("namespace")),
+                str(metadata.get("name")),
+                allowed_pools_of(pod) or known,
+                since,
+            )
+        )
+    return sorted(found, key=lambda f: (f.since, f.namespace, f.pod))
+
+
+@dataclass(slots=True)
+class ShortageTracker:
+    """Spot pools without capacity: no new spot placements there until a back-off ends.
+
+    The back-off doubles with each consecutive shortage of a pool (up to a maximum) and resets when
+    capacity is seen again (a spot pod bound in the pool, or a new node of the pool).
+    """
+
+    retry_seconds: float = 300.0
+    max_retry_seconds: float = 3600.0
+    _until: dict[Pool, float] = field(default_factory=dict)
+    _strikes: dict[Pool, int] = field(default_factory=dict)
+
+    def mark(self, pools: Iterable[Pool], now: float) -> list[Pool]:
+        """Record a shortage; returns the pools newly marked (already marked ones are left alone)."""
+        newly: list[Pool] = []
+        for pool in pools:
+            if self._until.get(pool, -math.inf) > now:
+                continue
+            strikes = self._strikes.get(pool, 0)
+            self._until[pool] = now + min(self.max_retry_seconds, self.retry_seconds * 2**strikes)
+            self._strikes[pool] = strikes + 1
+            newly.append(pool)
+        return newly
+
+    def capacity_seen(self, pool: Pool) -> None:
+        self._until.pop(pool, None)
+        self._strikes.pop(pool, None)
+
+    def shortages(self, now: float) -> frozenset[Pool]:
+        return frozenset(pool for pool, until in self._until.items() if until > now)
+
+
+# --- interruptions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    node: str
+    deadline: float
+    source: str
+
+
+class ActionKind(StrEnum):
+    SURGE_RESTART = "surge-restart"  # single replica: start the replacement first (rollout restart)
+    SURGE = "surge"  # bring up replacements for the doomed pods before the node goes
+    RESCHEDULE = "reschedule"  # cannot surge (StatefulSet, lone on-demand-mode pod): only steer the new pods
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadAction:
+    workload: str
+    kind: ActionKind
+    doomed_pods: tuple[str, ...]
+    replacements: int
+    ready_now: int
+    ready_after_loss: int
+    floor: int
+    deadline: float
+    cpu_millis: int
+    memory_bytes: int
+
+    @property
+    def below_floor_without_action(self) -> bool:
+        return self.ready_after_loss < self.floor or self.ready_after_loss == 0
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionPlan:
+    doomed_nodes: frozenset[str]
+    reclaimed_pools: frozenset[Pool]
+    reclaimed_zones: frozenset[str]
+    # Every spot node no replacement may land on: all nodes of the reclaimed pools and zones.
+    avoid_nodes: frozenset[str]
+    actions: tuple[WorkloadAction, ...]
+
+    @property
+    def replacement_requests(self) -> tuple[int, int]:
+        surging = [a for a in self.actions if a.kind is not ActionKind.RESCHEDULE]
+        return sum(a.cpu_millis for a in surging), sum(a.memory_bytes for a in surging)
+
+
+def reclaimed_scope(
+    notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]]
+) -> tuple[frozenset[Pool], frozenset[str]]:
+    """Pools with a noticed node, and zones reclaimed as a whole (notices in two or more of their pools)."""
+    noticed = {n.node for n in notices if n.node in nodes}
+    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name])) is not None)
+    pools_per_zone = Counter(pool.zone for pool in pools)
+    return pools, frozenset(zone for zone, hit in pools_per_zone.items() if hit >= 2)
+
+
+def plan_interruptions(
+    notices: Sequence[Notice],
+    nodes: Mapping[str, Mapping[str, Any]],
+    workloads: Sequence[WorkloadState],
+) -> InterruptionPlan:
+    """One plan for every notice at hand: what to avoid, and per workload how to keep it available."""
+    if not notices:
+        return InterruptionPlan(frozenset(), frozenset(), frozenset(), frozenset(), ())
+    deadlines: dict[str, float] = {}
+    for notice in notices:
+        deadlines[notice.node] = min(deadlines.get(notice.node, math.inf), notice.deadline)
+    pools, zones = reclaimed_scope(notices, nodes)
+    avoid = {
+        name
+        for name, node in nodes.items()
+        if (pool := node_pool(node)) is not None and (pool in pools or pool.zone in zones)
+    }
+    avoid |= set(deadlines)
+    actions: list[WorkloadAction] = []
+    for state in workloads:
+        doomed = [pod for pod in state.pods if pod.node in deadlines]
+        if not doomed:
+            continue
+        ready_after = state.ready - sum(1 for pod in doomed if pod.ready)
+        if state.kind is WorkloadKind.DEPLOYMENT and state.replicas == 1:
+            kind = (
+                ActionKind.SURGE_RESTART
+                if state.policy.single_replica is SingleReplicaMode.SURGE
+                else ActionKind.RESCHEDULE
+            )
+        elif state.kind is WorkloadKind.DEPLOYMENT:
+            kind = ActionKind.SURGE
+        else:
+            kind = ActionKind.RESCHEDULE
+        actions.append(
+            WorkloadAction(
+                workload=state.key,
+                kind=kind,
+                doomed_pods=tuple(pod.name for pod in doomed),
+                replacements=len(doomed) if kind is not ActionKind.RESCHEDULE else 0,
+                ready_now=state.ready,
+                ready_after_loss=ready_after,
+                floor=state.floor,
+                deadline=min(deadlines[pod.node] for pod in doomed if pod.node is not None),
+                cpu_millis=sum(pod.cpu_millis for pod in doomed),
+                memory_bytes=sum(pod.memory_bytes for pod in doomed),
+            )
+        )
+    actions.sort(key=lambda a: (a.deadline, not a.below_floor_without_action, a.workload))
+    return InterruptionPlan(
+        doomed_nodes=frozenset(deadlines),
+        reclaimed_pools=pools,
+        reclaimed_zones=zones,
+        avoid_nodes=frozenset(avoid),
+        actions=tuple(actions),
+    )
+
+
+# --- headroom -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PlaceholderShape:
+    cpu_millis: int
+    memory_bytes: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomPlan:
+    pool: Pool | None
+    cpu_millis: int
+    memory_bytes: int
+    placeholders: tuple[PlaceholderShape, ...]
+
+
+def headroom_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], cpu_per_gib: float = 0.25) -> HeadroomPlan:
+    """Placeholders sized from the largest set of pods one spot pool could lose.
+
+    "Largest" is by requests, cpu and memory weighed together (`cpu_per_gib` cores per GiB). One
+    placeholder per lost pod, grouped by shape, so that each replacement preempts one placeholder of
+    its own size and starts at once.
+    """
+
+    def weight(pods: Sequence[PodState]) -> tuple[float, int]:
+        cpu = sum(p.cpu_millis for p in pods) / 1000
+        memory = sum(p.memory_bytes for p in pods) / 2**30 * cpu_per_gib
+        return cpu + memory, len(pods)
+
+    if not pods_by_pool:
+        return HeadroomPlan(None, 0, 0, ())
+    pool = max(sorted(pods_by_pool), key=lambda p: weight(pods_by_pool[p]))
+    lost = pods_by_pool[pool]
+    shapes = Counter((pod.cpu_millis, pod.memory_bytes) for pod in lost)
+    placeholders = tuple(
+        sorted(
+            (PlaceholderShape(cpu, memory, count) for (cpu, memory), count in shapes.items()), reverse=True
+        )
+    )
+    return HeadroomPlan(
+        pool=pool,
+        cpu_millis=sum(p.cpu_millis for p in lost),
+        memory_bytes=sum(p.memory_bytes for p in lost),
+        placeholders=placeholders,
+    )
+
+
+def spot_pods_by_pool(states: Iterable[WorkloadState]) -> dict[Pool, list[PodState]]:
+    grouped: dict[Pool, list[PodState]] = {}
+    for state in states:
+        for pod in state.pods:
+            if pod.capacity is CapacityType.SPOT and pod.pool is not None:
+                grouped.setdefault(pod.pool, []).append(pod)
+    return grouped
+
+
+def nodes_by_name(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str((node.get("metadata") or {}).get("name")): node for node in nodes}
