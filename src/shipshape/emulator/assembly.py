@@ -5,10 +5,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from shipshape.emulator import controllers
 from shipshape.emulator.api import Api
+from shipshape.emulator.cloud.model import CloudModel
+from shipshape.emulator.kubelet.model import KubeletModel
 from shipshape.emulator.resources import NAMESPACES, RESOURCES, ResourceType
-from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.runtime import Cluster, Model
 from shipshape.emulator.scenario import Scenario
+from shipshape.emulator.scheduler.model import SchedulerModel
+from shipshape.emulator.usage import UsageModel
 from shipshape.kube import errors
 from shipshape.kube.clock import Clock
 
@@ -17,8 +22,12 @@ log = logging.getLogger(__name__)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
-def build(scenario: Scenario | None, clock: Clock) -> Cluster:
-    """A cluster with its API semantics and models, the scenario's namespaces and objects created."""
+def build(scenario: Scenario | None, clock: Clock, *, models: bool = True) -> Cluster:
+    """A cluster with its API semantics, its models and the scenario's namespaces.
+
+    `models=False` gives a bare API server over a store (no scheduler, kubelets or cloud), for
+    tests of the API layer alone. The scenario's manifests are created by `apply_objects`.
+    """
     cluster = Cluster(clock, scenario)
     Api(cluster)
     for name in SYSTEM_NAMESPACES + tuple(scenario.namespaces if scenario else ()):
@@ -29,7 +38,24 @@ def build(scenario: Scenario | None, clock: Clock) -> Cluster:
                 "status": {"phase": "Active"},
             }
             cluster.store.create(NAMESPACES, namespace)
+    if models:
+        for model in model_set():
+            cluster.add(model)
     return cluster
+
+
+def model_set() -> list[Model]:
+    """Every model of the emulated cluster, in start order: control plane, then nodes, then cloud.
+
+    The cloud comes last so that the nodes it creates at start are seen by models already watching.
+    """
+    return [
+        *controllers.all_controllers(),
+        SchedulerModel(),
+        KubeletModel(),
+        UsageModel(),
+        CloudModel(),
+    ]
 
 
 async def apply_objects(cluster: Cluster) -> None:
