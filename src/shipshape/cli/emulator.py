@@ -62,3 +62,12 @@ def up(
     except OSError as exc:
         typer.echo(f"cannot serve on port {port}: {exc.strerror or exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _register_cloud_commands() -> None:
+    from shipshape.cli import emulator_cloud
+
+    emulator_cloud.register(app)
+
+
+_register_cloud_commands()
