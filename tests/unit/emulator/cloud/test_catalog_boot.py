@@ -105,11 +105,11 @@ def test_boot_log_milestones_parse_as_on_a_real_node() -> None:
         ("ready", "ready"),
     ]:
         assert found[event].timestamp() == math.floor(t[milestone]), event
-    order = [found[e] for e in ("vmInitialized", "networkReady", "kubeletStart", "registered", "awsNodeStart", "ready")]
+    sequence = ("vmInitialized", "networkReady", "kubeletStart", "registered", "awsNodeStart", "ready")
+    order = [found[e] for e in sequence]
     assert order == sorted(order)
-    cni_line = next(
-        line for line in boot.render_cni_log(timeline).splitlines() if "Successfully copied CNI plugin" in line
-    )
+    cni_log = boot.render_cni_log(timeline).splitlines()
+    cni_line = next(line for line in cni_log if "Successfully copied CNI plugin" in line)
     stamp = cni_line.split(" ", 1)[0]
     assert datetime.fromisoformat(stamp[:26] + "+00:00").timestamp() == pytest.approx(t["cniReady"], abs=1e-5)
 

@@ -36,7 +36,8 @@ class _RequireToken:
         if scope["type"] == "http":
             request = Request(scope)
             if request.headers.get("authorization") != f"Bearer {TOKEN}":
-                response: Response = JSONResponse({"kind": "Status", "code": 401, "message": "Unauthorized"}, 401)
+                body = {"kind": "Status", "code": 401, "message": "Unauthorized"}
+                response: Response = JSONResponse(body, 401)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
