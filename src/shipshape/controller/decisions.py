@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from shipshape.controller.cache import (
+    NOTICE_TAINTS,
     ClusterCache,
     WorkloadRef,
     controller_ref,
@@ -650,3 +651,33 @@ def spot_pods_by_pool(states: Iterable[WorkloadState]) -> dict[Pool, list[PodSta
 
 def nodes_by_name(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {str((node.get("metadata") or {}).get("name")): node for node in nodes}
+
+
+# --- notice sources -------------------------------------------------------------------------------
+
+
+def notices_from_taints(nodes: Iterable[Mapping[str, Any]], now: float, lead_seconds: float) -> list[Notice]:
+    """Notices read from interruption handlers' node taints; the deadline is the taint's time plus the
+    lead time (or now plus the lead time when the taint carries no time)."""
+    found: list[Notice] = []
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name"))
+        for taint in (node.get("spec") or {}).get("taints") or []:
+            if taint.get("key") not in NOTICE_TAINTS:
+                continue
+            added = taint.get("timeAdded")
+            start = parse_time(added) if added else now
+            found.append(Notice(name, start + lead_seconds, f"taint:{taint['key']}"))
+            break
+    return found
+
+
+def notice_from_instance_action(node: str, body: Mapping[str, Any] | None) -> Notice | None:
+    """The metadata endpoint's answer (`{"action": "terminate", "time": "<RFC 3339>"}`) as a notice."""
+    if not body or body.get("action") not in ("terminate", "stop", "hibernate") or not body.get("time"):
+        return None
+    try:
+        deadline = parse_time(str(body["time"]))
+    except ValueError:
+        return None
+    return Notice(node, deadline, "instance-metadata")

@@ -21,12 +21,15 @@ from shipshape.controller.decisions import (
     headroom_plan,
     next_move,
     nodes_by_name,
+    notice_from_instance_action,
+    notices_from_taints,
     pdb_floor,
     plan_interruptions,
     removal_order,
     spot_pods_by_pool,
     workload_state,
 )
+from shipshape.controller.headroom import placeholder_deployments, priority_class
 from shipshape.controller.placement import Exclusion, PlacementView, Pool, desired_split
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
 from shipshape.kube.clock import rfc3339
@@ -365,3 +368,39 @@ def test_workload_state_from_the_cache() -> None:
     cache.apply(added(sts))
     sts_ref = cache.workload_of(pod_of(sts, "db-0"))
     assert sts_ref is not None and availability_floor(sts_ref, []) == 2
+
+
+def test_notices_from_taints_and_the_metadata_endpoint() -> None:
+    now = 1_800_000_000.0
+    tainted = node(
+        "a1",
+        "spot",
+        taints=[
+            {
+                "key": "aws-node-termination-handler/spot-itn",
+                "effect": "NoSchedule",
+                "timeAdded": rfc3339(now - 20),
+            }
+        ],
+    )
+    karpenter = node("a2", "spot", taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+    plain = node(
+        "a3", "spot", taints=[{"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}]
+    )
+    found = notices_from_taints([tainted, karpenter, plain], now, lead_seconds=120)
+    assert [(n.node, n.deadline) for n in found] == [("a1", now + 100), ("a2", now + 120)]
+    notice = notice_from_instance_action("a1", {"action": "terminate", "time": rfc3339(now + 120)})
+    assert notice is not None and notice.deadline == now + 120 and notice.source == "instance-metadata"
+    assert notice_from_instance_action("a1", None) is None
+    assert notice_from_instance_action("a1", {"action": "terminate", "time": "soon"}) is None
+
+
+def test_placeholder_bodies() -> None:
+    plan = headroom_plan(spot_pods_by_pool(workloads_on_nodes()))
+    bodies = placeholder_deployments(plan, "shipshape-system")
+    assert [b["spec"]["replicas"] for b in bodies] == [1, 2]
+    template = bodies[1]["spec"]["template"]["spec"]
+    assert template["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    assert template["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
+    assert template["priorityClassName"] == priority_class()["metadata"]["name"]
+    assert priority_class()["value"] < 0 and priority_class()["preemptionPolicy"] == "Never"
