@@ -1,0 +1,176 @@
+"""The whole start-up analysis in one call, for the CLI, the agent and the backend.
+
+`analyze_pod_startup` and `analyze_node_startup` take the API's JSON (lists of pods, events,
+nodes, as in a snapshot) and return reports that render to JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipshape.analyzers.startup import aggregate, diagnose, model, nodes
+from shipshape.analyzers.startup.events import EventIndex
+from shipshape.analyzers.startup.model import Finding, NodeInfo, Obj, PodTimeline
+from shipshape.analyzers.startup.pods import PodTimelineBuilder, node_infos
+
+
+class SnapshotError(ValueError):
+    """A snapshot that is not {"pods": [...], "events": [...], "nodes": [...]}."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    pods: Sequence[Obj]
+    events: Sequence[Obj]
+    nodes: Sequence[Obj]
+
+    @classmethod
+    def from_json(cls, body: object) -> Snapshot:
+        """Validate a decoded snapshot. Each list may also be a Kubernetes List (`{"items": [...]}`)."""
+        if not isinstance(body, Mapping):
+            raise SnapshotError("a snapshot must be a JSON object with pods, events and nodes lists")
+        lists: dict[str, list[Obj]] = {}
+        for key in ("pods", "events", "nodes"):
+            value = body.get(key, [])
+            if isinstance(value, Mapping):
+                value = value.get("items", [])
+            if not isinstance(value, list):
+                raise SnapshotError(f"snapshot.{key} must be a list of objects")
+            for position, item in enumerate(value):
+                if not isinstance(item, Mapping) or not isinstance(item.get("metadata"), Mapping):
+                    raise SnapshotError(
+                        f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)"
+                    )
+            lists[key] = value
+        return cls(lists["pods"], lists["events"], lists["nodes"])
+
+
+def matches_workload(timeline: PodTimeline, selector: str) -> bool:
+    """`web`, `Deployment/web` or `ns/Deployment/web`."""
+    parts = selector.split("/")
+    if len(parts) == 1:
+        return timeline.workload.name == parts[0]
+    if len(parts) == 2:
+        return timeline.workload.kind.lower() == parts[0].lower() and timeline.workload.name == parts[1]
+    return timeline.namespace == parts[0] and matches_workload(timeline, "/".join(parts[1:]))
+
+
+@dataclass(slots=True)
+class PodReport:
+    timelines: list[PodTimeline]
+    nodes: Mapping[str, NodeInfo]
+    overall: aggregate.GroupStats
+    groups: dict[str, list[aggregate.GroupStats]]
+    slo: aggregate.SloCheck
+    findings: list[Finding]
+
+    def slowest(self, count: int = 20) -> list[PodTimeline]:
+        """Ready pods by decreasing creation-to-Ready time, then pods that are not Ready."""
+        ready = sorted(
+            (t for t in self.timelines if t.end_to_end is not None), key=lambda t: -(t.end_to_end or 0.0)
+        )
+        return ready[:count]
+
+    def to_json(self, slowest: int = 20) -> dict[str, Any]:
+        not_ready = [t for t in self.timelines if t.ready is None]
+        return {
+            "pods": len(self.timelines),
+            "overall": self.overall.to_json(),
+            "slo": self.slo.to_json(),
+            "groups": {dimension: [g.to_json() for g in stats] for dimension, stats in self.groups.items()},
+            "slowest": [t.to_json() for t in self.slowest(slowest)],
+            "notReady": [t.to_json() for t in not_ready[:slowest]],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def analyze_pod_startup(
+    pods: Iterable[Obj],
+    events: Iterable[Obj],
+    nodes_list: Iterable[Obj] = (),
+    *,
+    namespace: str | None = None,
+    workload: str | None = None,
+    thresholds: diagnose.Thresholds | None = None,
+    node_timelines: Mapping[str, nodes.NodeTimeline] | None = None,
+    dimensions: Sequence[str] = aggregate.DIMENSIONS,
+) -> PodReport:
+    """Timelines, stats per group, the SLO check and findings. Events are consumed before pods, so
+    both may be generators (only a compact form of each event is kept)."""
+    index = EventIndex.of(events)
+    infos = node_infos(nodes_list, index.time)
+    builder = PodTimelineBuilder(index, infos)
+    timelines: list[PodTimeline] = []
+    for pod in pods:
+        if namespace and (pod.get("metadata") or {}).get("namespace") != namespace:
+            continue
+        timeline = builder.build(pod)
+        if timeline is None or (workload and not matches_workload(timeline, workload)):
+            continue
+        timelines.append(timeline)
+    groups = {dimension: aggregate.aggregate(timelines, dimension, infos) for dimension in dimensions}
+    data = diagnose.DiagnosisInput(
+        timelines, infos, node_timelines or {}, thresholds or diagnose.Thresholds()
+    )
+    return PodReport(
+        timelines=timelines,
+        nodes=infos,
+        overall=aggregate.group_stats("cluster", "all", timelines),
+        groups=groups,
+        slo=aggregate.slo_check(timelines),
+        findings=diagnose.diagnose(data),
+    )
+
+
+@dataclass(slots=True)
+class NodeReport:
+    timelines: list[nodes.NodeTimeline]
+    comparisons: list[nodes.PoolComparison]
+    segment_stats: dict[str, aggregate.Stats | None] = field(default_factory=dict)
+    time_to_ready: aggregate.Stats | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": [t.to_json() for t in self.timelines],
+            "timeToReady": self.time_to_ready.to_json() if self.time_to_ready else None,
+            "segments": {name: s.to_json() if s else None for name, s in self.segment_stats.items()},
+            "pools": [c.to_json() for c in self.comparisons],
+        }
+
+
+def analyze_node_startup(
+    nodes_list: Iterable[Obj],
+    pods: Iterable[Obj] = (),
+    events: Iterable[Obj] = (),
+    *,
+    launch_times: Mapping[str, float] | None = None,
+    log_timelines: Mapping[str, Mapping[str, float]] | None = None,
+) -> NodeReport:
+    timelines = nodes.analyze_nodes(
+        nodes_list, pods, events, launch_times=launch_times, log_timelines=log_timelines
+    )
+    timelines.sort(key=lambda t: -(t.time_to_ready if t.time_to_ready is not None else float("inf")))
+    segment_stats = {
+        name: aggregate.Stats.of(v for t in timelines if (v := t.segments.get(name)) is not None)
+        for name in nodes.SEGMENT_NAMES
+    }
+    return NodeReport(
+        timelines=timelines,
+        comparisons=nodes.compare_pools(timelines),
+        segment_stats=segment_stats,
+        time_to_ready=aggregate.Stats.of(t.time_to_ready for t in timelines if t.time_to_ready is not None),
+    )
+
+
+__all__ = [
+    "NodeReport",
+    "PodReport",
+    "Snapshot",
+    "SnapshotError",
+    "analyze_node_startup",
+    "analyze_pod_startup",
+    "matches_workload",
+    "model",
+]
