@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 SERVICE_ADDRESS_ANNOTATION = "emulator.shipshape.dev/address"
 MUTATING, VALIDATING = "mutating", "validating"
 DEFAULT_TIMEOUT_SECONDS = 10
+_EXEMPT = (r.MUTATING_WEBHOOKS, r.VALIDATING_WEBHOOKS)
 
 
 class WebhookDenied(errors.ApiError):
@@ -280,6 +281,8 @@ class Dispatcher:
 
     # ---- dispatching -------------------------------------------------------------------------
     def matching(self, kind: str, attrs: Attributes) -> list[Webhook]:
+        if attrs.resource in _EXEMPT:
+            return []  # webhooks never see their own configurations, so none can lock itself in
         hooks = configured(self.store, kind)
         if not hooks:
             return []
