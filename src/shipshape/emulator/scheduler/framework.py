@@ -101,7 +101,11 @@ def schedule_one(
     rng: random.Random | None = None,
     budgets: Sequence[preemption.Budget] = (),
 ) -> Decision:
-    """Decide where one pending pod goes. Does not change the snapshot (see `assume`)."""
+    """Decide where one pending pod goes.
+
+    The snapshot is left as it was but for its round-robin start index; `assume` accounts a
+    successful decision. `budgets` are the PodDisruptionBudgets preemption should respect.
+    """
     info = pod if isinstance(pod, PodInfo) else pod_info(pod)
     profile = profile or Profile()
     rng = rng or random.Random(0)

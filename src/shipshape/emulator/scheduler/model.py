@@ -28,7 +28,7 @@ from shipshape.emulator.scheduler import framework, messages
 from shipshape.emulator.scheduler.plugins import Profile
 from shipshape.emulator.scheduler.preemption import Budget
 from shipshape.emulator.scheduler.queue import ALL_PLUGINS, QueuedPod, SchedulingQueue
-from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, PodKey, pod_info
+from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, PodKey, pod_info, start_time
 from shipshape.emulator.store import DELETED, Obj, WatchEvent
 from shipshape.kube import errors
 from shipshape.kube import labels as labelsel
@@ -64,6 +64,15 @@ def _set_condition(pod: Obj, condition: Obj, now: float) -> None:
 def _scheduling_relevant(pod: Obj) -> Any:
     md = pod.get("metadata") or {}
     return (md.get("labels"), md.get("annotations"), pod.get("spec"))
+
+
+def _same_for_scheduling(old: Obj, new: Obj) -> bool:
+    old_md, new_md = old.get("metadata") or {}, new.get("metadata") or {}
+    return (
+        old.get("spec") == new.get("spec")
+        and old_md.get("labels") == new_md.get("labels")
+        and old_md.get("deletionTimestamp") == new_md.get("deletionTimestamp")
+    )
 
 
 def _node_relevant(node: Obj) -> dict[str, Any]:
@@ -158,6 +167,11 @@ class SchedulerModel:
             if kind == DELETED:
                 self.snapshot.remove_pod(key)
                 self._move(_ON_ASSIGNED_POD_DELETE)
+                return
+            known = self.snapshot.pods.get(key)
+            if known is not None and previous is not None and _same_for_scheduling(previous, pod):
+                known.obj = pod  # a status-only change (the kubelet's): nothing to re-account
+                known.start_time = start_time(pod)
                 return
             self.snapshot.add_pod(pod_info(pod, priority=self._priority(pod)))
             if (
@@ -264,7 +278,7 @@ class SchedulerModel:
 
     # ---- scheduling -----------------------------------------------------------------------
     def _kick(self) -> None:
-        if not self._running and self.queue.has_active():
+        if not self._running and self.queue.may_have_active():
             self._running = True
             self.c.engine.call_soon(self._run)
 
@@ -331,11 +345,11 @@ class SchedulerModel:
                 if inspect.iscoroutine(result):
                     _drive(result)
                 bound = True
-            except (errors.NotFound, errors.Conflict) as exc:
+            except (errors.MethodNotAllowed, NotImplementedError) as exc:
+                log.debug("binding through the api is unavailable (%s); writing the store", exc)
+            except errors.ApiError as exc:  # gone, already bound, denied by admission
                 log.info("binding %s/%s to %s failed: %s", namespace, name, node, exc)
                 return False
-            except (errors.ApiError, NotImplementedError) as exc:
-                log.debug("binding through the api is unavailable (%s); writing the store", exc)
         if not bound and not self._bind_in_store(namespace, name, node):
             return False
         self.c.recorder.record(

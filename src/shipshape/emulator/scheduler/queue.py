@@ -180,11 +180,9 @@ class SchedulingQueue:
             return [entry]
         return []
 
-    def has_active(self) -> bool:
-        return any(
-            (e := self._entries.get(key)) is not None and e.where == "active" and e.seq == seq
-            for _, _, seq, key in self._active
-        )
+    def may_have_active(self) -> bool:
+        """Cheap: False only when activeQ is certainly empty (deleted pods are dropped lazily)."""
+        return bool(self._active)
 
     def pending(self) -> list[QueuedPod]:
         return list(self._entries.values())

@@ -148,6 +148,14 @@ def normalized_image(name: str) -> str:
     return name + ":latest"
 
 
+def start_time(pod: Obj) -> float:
+    """When the pod started (status.startTime), else when it was created; what preemption ranks by."""
+    started = (pod.get("status") or {}).get("startTime") or (pod.get("metadata") or {}).get(
+        "creationTimestamp"
+    )
+    return parse_time(started) if isinstance(started, str) else 0.0
+
+
 def pod_info(
     pod: Obj, *, priority: int | None = None, default_spread_selector: Selector | None = None
 ) -> PodInfo:
@@ -160,7 +168,6 @@ def pod_info(
     affinity = spec.get("affinity") or {}
     pa = affinity.get("podAffinity") or {}
     paa = affinity.get("podAntiAffinity") or {}
-    started = status.get("startTime") or md.get("creationTimestamp")
     cpu, memory = scheduling.pod_non_zero_requests(pod)
     return PodInfo(
         obj=pod,
@@ -174,7 +181,7 @@ def pod_info(
         non_zero_memory=memory,
         node_name=str(spec.get("nodeName") or ""),
         terminating=bool(md.get("deletionTimestamp")),
-        start_time=parse_time(started) if isinstance(started, str) else 0.0,
+        start_time=start_time(pod),
         preempt_never=spec.get("preemptionPolicy") == "Never",
         tolerations=list(spec.get("tolerations") or []),
         node_affinity=scheduling.RequiredNodeAffinity.of(pod),
