@@ -142,6 +142,49 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
     return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    spot_pools: Mapping[Pool, str | None]
+    # Pools with a node that carries a spot interruption taint right now.
+    noticed_pools: frozenset[Pool]
+    # Nodes that take no new pods: a termination notice or a rebalance recommendation.
+    avoided: frozenset[str]
+    tolerations: tuple[Obj, ...]
+
+
+def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig) -> NodeSummary:
+    pools: dict[Pool, str | None] = {}
+    noticed: set[Pool] = set()
+    avoided: set[str] = set()
+    found: dict[tuple[str, str | None, str | None], Obj] = {}
+    for spec in config.spot_tolerations:
+        found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+    for node in nodes:
+        metadata = node.get("metadata") or {}
+        pool = node_pool(node)
+        if pool is not None:
+            pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
+        keys = taint_keys(node)
+        if keys & (NOTICE_TAINTS | REBALANCE_TAINTS):
+            avoided.add(str(metadata.get("name")))
+        if pool is not None and keys & SPOT_NOTICE_TAINTS:
+            noticed.add(pool)
+        if node_capacity(node) is not CapacityType.SPOT:
+            continue
+        for taint in (node.get("spec") or {}).get("taints") or []:
+            key = str(taint.get("key"))
+            if key not in SPOT_TAINT_KEYS or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+                continue
+            ident = (key, taint.get("value"), taint.get("effect"))
+            if ident not in found:
+                toleration: Obj = {"key": key, "operator": "Equal", "effect": taint["effect"]}
+                if taint.get("value") is not None:
+                    toleration["value"] = taint["value"]
+                found[ident] = toleration
+    ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
+    return NodeSummary(pools, frozenset(noticed), frozenset(avoided), tuple(found[i] for i in ordered))
+
+
 class ClusterCache:
     """Objects by kind and key, plus the indexes the webhook and the loops read."""
 
@@ -149,7 +192,10 @@ class ClusterCache:
         self.config = config
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self._pods_by_group: dict[GroupKey, dict[tuple[str, str], Obj]] = {}
+        # In insertion order, which is expiry order (one TTL, time never goes back).
         self._assumed: dict[str, Assumption] = {}
+        self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
+        self._node_summary: NodeSummary | None = None
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -173,6 +219,8 @@ class ClusterCache:
             self._put(kind, _key(item), item)
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
+        if kind == "Node":
+            self._node_summary = None
         if kind == "Pod":
             self._unindex_pod(key)
             group = self._group_of_pod(obj)
@@ -180,10 +228,12 @@ class ClusterCache:
                 self._pods_by_group.setdefault(group, {})[key] = obj
             decision = read_decision(obj)
             if decision is not None and isinstance(decision.get("id"), str):
-                self._assumed.pop(decision["id"], None)
+                self._forget(decision["id"])
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
+        if kind == "Node":
+            self._node_summary = None
         if kind == "Pod":
             self._unindex_pod(key)
         self._objects[kind].pop(key, None)
@@ -299,79 +349,70 @@ class ClusterCache:
             if capacity is not None:
                 counts.add(capacity, pool)
         self._expire(now)
-        for assumption in self._assumed.values():
-            if assumption.group == group:
-                counts.add(assumption.capacity, assumption.pool)
+        for assumption in self._assumed_by_group.get(group, {}).values():
+            counts.add(assumption.capacity, assumption.pool)
         return counts
 
     def assume(
         self, decision_id: str, group: GroupKey, capacity: CapacityType, pool: Pool | None, now: float
     ) -> None:
-        self._assumed[decision_id] = Assumption(group, capacity, pool, now + self.config.assume_ttl_seconds)
+        self._forget(decision_id)
+        assumption = Assumption(group, capacity, pool, now + self.config.assume_ttl_seconds)
+        self._assumed[decision_id] = assumption
+        self._assumed_by_group.setdefault(group, {})[decision_id] = assumption
 
     def assumed_count(self, now: float) -> int:
         self._expire(now)
         return len(self._assumed)
 
     def _expire(self, now: float) -> None:
-        expired = [key for key, item in self._assumed.items() if item.expires <= now]
-        for key in expired:
-            del self._assumed[key]
+        while self._assumed:
+            key, oldest = next(iter(self._assumed.items()))
+            if oldest.expires > now:
+                break
+            self._forget(key)
+
+    def _forget(self, decision_id: str) -> None:
+        assumption = self._assumed.pop(decision_id, None)
+        if assumption is None:
+            return
+        members = self._assumed_by_group.get(assumption.group)
+        if members is not None:
+            members.pop(decision_id, None)
+            if not members:
+                del self._assumed_by_group[assumption.group]
 
     # --- nodes and pools -------------------------------------------------------------------------
 
     def spot_pools(self) -> dict[Pool, str | None]:
         """Known spot pools and their region."""
-        pools: dict[Pool, str | None] = {}
-        for node in self._objects["Node"].values():
-            pool = node_pool(node)
-            if pool is not None:
-                pools.setdefault(pool, ((node.get("metadata") or {}).get("labels") or {}).get(REGION_LABEL))
-        return pools
+        return dict(self._nodes().spot_pools)
 
     def nodes_with_taints(self, keys: frozenset[str]) -> list[Obj]:
         return [node for node in self._objects["Node"].values() if taint_keys(node) & keys]
 
+    def _nodes(self) -> NodeSummary:
+        """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""
+        if self._node_summary is None:
+            self._node_summary = summarize_nodes(self._objects["Node"].values(), self.config)
+        return self._node_summary
+
     def placement_view(self, now: float, risk: RiskModel, shortages: Iterable[Pool] = ()) -> PlacementView:
         """Pools with their risk, pools excluded (notice now or in cool-down, shortage), nodes avoided."""
-        pools = self.spot_pools()
+        nodes = self._nodes()
         excluded: dict[Pool, Exclusion] = dict.fromkeys(shortages, Exclusion.SHORTAGE)
-        for pool in risk.at_risk(now):
+        for pool in risk.at_risk(now) | nodes.noticed_pools:
             excluded[pool] = Exclusion.AT_RISK
-        for node in self.nodes_with_taints(SPOT_NOTICE_TAINTS):
-            noticed = node_pool(node)
-            if noticed is not None:
-                excluded[noticed] = Exclusion.AT_RISK
-        avoided = frozenset(
-            _key(node)[1] for node in self.nodes_with_taints(NOTICE_TAINTS | REBALANCE_TAINTS)
-        )
         return PlacementView(
-            pool_risk={pool: risk.score(pool, region, now) for pool, region in pools.items()},
+            pool_risk={pool: risk.score(pool, region, now) for pool, region in nodes.spot_pools.items()},
             excluded=excluded,
-            avoided_nodes=avoided,
+            avoided_nodes=nodes.avoided,
             default_pool_share=self.config.max_pool_share,
         )
 
     def spot_tolerations(self) -> list[Obj]:
         """Tolerations a spot-bound pod needs: configured ones, plus well-known spot taints on spot nodes."""
-        found: dict[tuple[str, str | None, str | None], Obj] = {}
-        for spec in self.config.spot_tolerations:
-            found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
-        for node in self._objects["Node"].values():
-            if node_capacity(node) is not CapacityType.SPOT:
-                continue
-            for taint in (node.get("spec") or {}).get("taints") or []:
-                key = str(taint.get("key"))
-                if key not in SPOT_TAINT_KEYS or taint.get("effect") not in ("NoSchedule", "NoExecute"):
-                    continue
-                ident = (key, taint.get("value"), taint.get("effect"))
-                if ident in found:
-                    continue
-                toleration: Obj = {"key": key, "operator": "Equal", "effect": taint["effect"]}
-                if taint.get("value") is not None:
-                    toleration["value"] = taint["value"]
-                found[ident] = toleration
-        return [found[ident] for ident in sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))]
+        return [dict(toleration) for toleration in self._nodes().tolerations]
 
     def pdbs_matching(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         matches: list[Obj] = []
