@@ -71,16 +71,20 @@ class KubeletModel:
         self._node_index = 0
         self._pending: set[str] = set()  # bound pods waiting for their admission turn
         self.registry = CollectorRegistry()
+        # As upstream: one series for the first pod with pod networking on each node (CNI start-up).
         self._sli = Histogram(
             "kubelet_pod_start_sli_duration_seconds",
             "Duration in seconds to start a pod, excluding time to pull images, measured from pod creation "
             "to when all its containers are reported as started",
+            ["first_network_pod"],
             buckets=SLI_BUCKETS,
             registry=self.registry,
         )
-        self._start = Histogram(
-            "kubelet_pod_start_duration_seconds",
-            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+        self._total = Histogram(
+            "kubelet_pod_start_total_duration_seconds",
+            "Duration in seconds to start a pod since creation, including time to pull images, measured "
+            "from pod creation to when all its containers are reported as started",
+            ["first_network_pod"],
             buckets=SLI_BUCKETS,
             registry=self.registry,
         )
@@ -150,10 +154,11 @@ class KubeletModel:
                 self._timelines.popitem(last=False)
         return record
 
-    def observe_pod_start(self, *, sli: float, total: float) -> None:
+    def observe_pod_start(self, *, sli: float, total: float, first_network_pod: bool) -> None:
         self.pod_start_sli_seconds.append(sli)
-        self._sli.observe(sli)
-        self._start.observe(total)
+        label = "true" if first_network_pod else ""
+        self._sli.labels(label).observe(sli)
+        self._total.labels(label).observe(total)
 
     # ---- watch handling --------------------------------------------------------------------------
     def _on_change(self, event: WatchEvent) -> None:

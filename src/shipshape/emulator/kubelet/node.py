@@ -65,6 +65,7 @@ class NodeAgent:
         self.was_ready = ready_status(node) == "True"
         self.network_ready = self.was_ready
         self.workers: dict[str, PodWorker] = {}
+        self.first_network_pod_seen = False
         self.images: dict[str, int] = {}
         for image in self.settings.preloaded_images:
             self.images[images.normalize(image)] = model.image_size(image)

@@ -134,10 +134,12 @@ class ContainerSpec:
     readiness: Probe | None
     liveness: Probe | None
     ports: dict[str, int]
+    pre_stop_seconds: float  # a preStop `sleep` hook; exec and httpGet hooks return at once here
 
     @classmethod
     def of(cls, container: Obj, init: bool) -> ContainerSpec:
         image = str(container.get("image", ""))
+        pre_stop = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
         return cls(
             name=str(container["name"]),
             image=image,
@@ -148,6 +150,7 @@ class ContainerSpec:
             readiness=Probe.of("Readiness", container.get("readinessProbe")),
             liveness=Probe.of("Liveness", container.get("livenessProbe")),
             ports={p["name"]: int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name")},
+            pre_stop_seconds=max(0.0, float(pre_stop.get("seconds", 0))),
         )
 
     @property
@@ -533,9 +536,13 @@ class PodWorker:
         pulling = 0.0
         if self.first_pull_started is not None and self.last_pull_finished is not None:
             pulling = self.last_pull_finished - self.first_pull_started
+        first_network_pod = not self.host_network and not self.agent.first_network_pod_seen
+        if first_network_pod:
+            self.agent.first_network_pod_seen = True
         self.agent.model.observe_pod_start(
             sli=max(0.0, self.now - created - pulling),
-            total=self.now - (self.start_time or created),
+            total=self.now - created,
+            first_network_pod=first_network_pod,
         )
 
     def _schedule_exit(self, run: ContainerRun) -> None:
@@ -693,14 +700,19 @@ class PodWorker:
         self._cancel_timers()
         began = self.now
         running = [run for run in self.all_containers if run.state == "running"]
+        grace = self._grace()
+        # Each container: preStop hook, then SIGTERM and the application's stop time; SIGKILL at the grace.
+        wanted = {run.spec.name: run.spec.pre_stop_seconds + self.timing.stop_seconds for run in running}
         for run in running:
             self._event("Killing", f"Stopping container {run.spec.name}", container=run)
-        stop = min(self._grace(), self.timing.stop_seconds) if running else 0.0
+        stop = min(grace, max(wanted.values())) if running else 0.0
 
         def stopped() -> None:
             for run in running:
                 run.epoch += 1
-                run.state, run.reason, run.exit_code, run.finished_at = "terminated", "Completed", 0, self.now
+                killed = wanted[run.spec.name] > grace
+                run.state, run.finished_at = "terminated", began + min(grace, wanted[run.spec.name])
+                run.exit_code, run.reason = (137, "Error") if killed else (0, "Completed")
                 run.ready = False
                 run.started = False
             self._mark("terminating", began)

@@ -3,6 +3,7 @@
 import pytest
 
 from shipshape.emulator.resources import LEASES, NODES, PODS
+from shipshape.emulator.store import Obj
 from shipshape.kube.clock import parse_time
 from tests.unit.emulator.kubelet.builders import (
     T0,
@@ -209,3 +210,31 @@ def test_invalid_annotation_gets_a_warning_and_the_default() -> None:
     (warning,) = messages(c, "web", "InvalidAnnotation")
     assert "emulator.shipshape.dev/init-seconds" in warning and "'soon'" in warning
     assert pod(c)["status"]["phase"] == "Running"
+
+
+def test_pre_stop_sleep_delays_the_stop_and_the_grace_period_kills() -> None:
+    c, _ = cluster(sandboxSeconds=0, containerStartSeconds=0, preloadedImages=["nginx:1.25", "envoy:1"])
+    add_node(c)
+    hook = {"preStop": {"sleep": {"seconds": 5}}}
+    add_pod(c, containers=[container(lifecycle=hook), container("proxy", "envoy:1", lifecycle={})])
+    run_for(c, 2)
+    last: list[Obj] = []
+    c.store.subscribe(lambda ev: last.append(ev.object) if ev.resource is PODS else None)
+    c.store.delete(PODS, "default", "web", grace_seconds=30)
+    deleted_at = c.now()
+    run_for(c, 5.5)
+    assert c.store.get(PODS, "default", "web") is not None  # preStop 5 s + stop 1 s
+    run_for(c, 1)
+    assert c.store.get(PODS, "default", "web") is None
+    final = {s["name"]: s["state"]["terminated"] for s in last[-1]["status"]["containerStatuses"]}
+    assert final["app"]["exitCode"] == 0 and final["proxy"]["exitCode"] == 0
+    assert parse_time(final["app"]["finishedAt"]) == int(deleted_at + 6)
+    assert parse_time(final["proxy"]["finishedAt"]) == int(deleted_at + 1)
+
+    add_pod(c, "short", containers=[container(lifecycle=hook)])
+    run_for(c, 2)
+    c.store.delete(PODS, "default", "short", grace_seconds=3)
+    run_for(c, 5)
+    killed = last[-1]["status"]
+    assert killed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    assert killed["phase"] == "Failed"

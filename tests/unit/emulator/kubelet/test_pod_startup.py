@@ -272,3 +272,16 @@ def test_conditions_keep_their_transition_times() -> None:
     assert condition(p, "Initialized")["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert condition(p, "Ready")["lastTransitionTime"] == "2026-01-01T00:00:02Z"
     assert parse_time(p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]) == T0 + 2
+
+
+def test_start_sli_histogram_labels_the_first_network_pod() -> None:
+    c, kubelet = cluster(sandboxSeconds=1, containerStartSeconds=0, preloadedImages=["nginx:1.25"])
+    add_node(c)
+    add_pod(c, "host", hostNetwork=True)
+    add_pod(c, "first")
+    add_pod(c, "second")
+    run_for(c, 10)
+    sample = kubelet.registry.get_sample_value
+    assert sample("kubelet_pod_start_sli_duration_seconds_count", {"first_network_pod": "true"}) == 1
+    assert sample("kubelet_pod_start_sli_duration_seconds_count", {"first_network_pod": ""}) == 2
+    assert kubelet.pod_start_sli_seconds == [approx(1.0)] * 3

@@ -126,3 +126,30 @@ def test_node_usage_is_its_running_pods_plus_system_overhead() -> None:
     assert memory == usage.SYSTEM_MEMORY_BYTES + sum(u[2] for u in pods)
     assert cpu == pytest.approx(100 + 1500, rel=0.05)
     assert m.node_usage("missing") == (0, 0)
+
+
+def test_pods_run_by_the_kubelet_get_usage_once_their_containers_run() -> None:
+    from shipshape.emulator.kubelet import KubeletModel
+    from shipshape.emulator.scenario import Kubelet
+
+    c = Cluster(VirtualClock(MIDNIGHT))
+    kubelet_settings = Kubelet.model_validate({"sandboxSeconds": 1, "preloadedImages": ["nginx:1.25"]})
+    c.add(KubeletModel(kubelet_settings))
+    m = usage.UsageModel([UsageProfile(cpu=0.5, memory=0.5)], seed=1)
+    c.add(m)
+    node_status = {
+        "allocatable": {"cpu": "2", "memory": "4Gi"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    c.store.create(NODES, {"metadata": {"name": "n1"}, "status": node_status})
+    pod = running_pod("web", [app(requests={"cpu": "1", "memory": "1Gi"})])
+    del pod["status"], pod["metadata"]["uid"]
+    c.store.create(PODS, pod)
+    stored = c.store.get(PODS, "default", "web")
+    assert stored is not None and m.pod_usage(stored) == []
+    c.engine.run_until(MIDNIGHT + 10)
+    stored = c.store.get(PODS, "default", "web")
+    assert stored is not None
+    ((name, cpu, _),) = m.pod_usage(stored)
+    assert name == "app" and cpu == pytest.approx(500, rel=0.06)
+    assert m.node_usage("n1")[0] == usage.SYSTEM_CPU_MILLIS + cpu
