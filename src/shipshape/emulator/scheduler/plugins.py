@@ -83,7 +83,11 @@ class Cycle:
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
         self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
-        self.fixed_requests = [(name, pod.requests.get(name, 0)) for name in _FIXED_RESOURCES]
+        # Only what the pod asks for is checked (a node over-committed on memory still takes a
+        # pod that requests none).
+        self.fixed_requests = [
+            (name, pod.requests[name]) for name in _FIXED_RESOURCES if pod.requests.get(name)
+        ]
         self.scalar_requests = sorted(
             (name, amount) for name, amount in pod.requests.items() if name not in _FIXED_RESOURCES and amount
         )

@@ -16,6 +16,16 @@ from tests.unit.emulator.scheduler.builders import node, pod, taint
 Obj = dict[str, Any]
 
 
+def _always(p: Obj | Any, nodes: list[Obj], existing: list[Obj] | None = None) -> str:
+    """The node chosen whatever the tie-breaking seed (a scoring test must not pass by luck)."""
+    chosen = {
+        schedule_one(p, ClusterSnapshot.of(nodes, existing or []), rng=random.Random(s)).node
+        for s in range(8)
+    }
+    assert len(chosen) == 1, chosen
+    return chosen.pop()
+
+
 def test_reasons_are_counted_and_sorted_as_strings() -> None:
     statuses = (
         [Status.unschedulable("NodeResourcesFit", "Insufficient cpu")] * 3
@@ -55,7 +65,7 @@ def test_nodes_to_find_follows_upstream_percentages() -> None:
 def test_prefer_no_schedule_taints_and_preferred_affinity_steer_scores() -> None:
     soft = node("soft", taints=[taint("maintenance", "soon", "PreferNoSchedule")])
     plain = node("plain")
-    assert schedule_one(pod("a"), ClusterSnapshot.of([soft, plain])).node == "plain"
+    assert _always(pod("a"), [soft, plain]) == "plain"
     prefs = [
         {
             "weight": 100,
@@ -64,12 +74,13 @@ def test_prefer_no_schedule_taints_and_preferred_affinity_steer_scores() -> None
     ]
     spec = {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefs}}}
     liked = node("liked", labels={"pool": "x"})
-    assert schedule_one(pod("b", spec=spec), ClusterSnapshot.of([plain, liked])).node == "liked"
+    assert _always(pod("b", spec=spec), [plain, liked]) == "liked"
 
 
 def test_soft_spread_and_default_spreading_prefer_emptier_domains() -> None:
-    nodes = [node("a1", zone="a"), node("b1", zone="b")]
-    existing = [pod(f"w{i}", labels={"app": "web"}, node_name="a1") for i in range(3)]
+    # a1 and b1 are equally empty; only the spreading (zone a already has web pods) tells them apart.
+    nodes = [node("a1", zone="a"), node("a2", zone="a"), node("b1", zone="b")]
+    existing = [pod(f"w{i}", labels={"app": "web"}, node_name="a2") for i in range(3)]
     constraint = {
         "maxSkew": 1,
         "topologyKey": "topology.kubernetes.io/zone",
@@ -77,9 +88,9 @@ def test_soft_spread_and_default_spreading_prefer_emptier_domains() -> None:
         "labelSelector": {"matchLabels": {"app": "web"}},
     }
     soft = pod("w-new", labels={"app": "web"}, spec={"topologySpreadConstraints": [constraint]})
-    assert schedule_one(soft, ClusterSnapshot.of(nodes, existing)).node == "b1"
+    assert _always(soft, nodes, existing) == "b1"
     owned = pod_info(pod("w-owned", labels={"app": "web"}), default_spread_selector=labels.parse("app=web"))
-    assert schedule_one(owned, ClusterSnapshot.of(nodes, existing)).node == "b1"
+    assert _always(owned, nodes, existing) == "b1"
 
 
 def test_preferred_pod_affinity_pulls_towards_matching_pods() -> None:
@@ -93,7 +104,7 @@ def test_preferred_pod_affinity_pulls_towards_matching_pods() -> None:
             }
         }
     }
-    assert schedule_one(pod("web", spec=spec), ClusterSnapshot.of(nodes, [cache])).node == "b1"
+    assert _always(pod("web", spec=spec), nodes, [cache]) == "b1"
 
 
 def test_preemption_picks_the_node_with_the_least_important_victims() -> None:
@@ -140,3 +151,35 @@ def test_throughput_on_a_test_sized_cluster() -> None:
         per_node[d.node] = per_node.get(d.node, 0) + 1
     assert max(per_node.values()) - min(per_node.values()) <= 2  # LeastAllocated spreads evenly
     assert elapsed < 5.0
+
+
+def test_image_locality_prefers_nodes_that_have_the_image() -> None:
+    warm = node("warm")
+    warm["status"]["images"] = [{"names": ["docker.io/library/big:1.0", "big:1.0"], "sizeBytes": 900 * 2**20}]
+    cold = node("cold")
+    heavy = pod("heavy")
+    heavy["spec"]["containers"][0]["image"] = "big:1.0"
+    assert _always(heavy, [cold, warm]) == "warm"
+
+
+def test_nominated_node_is_tried_first() -> None:
+    nodes = [node(f"n{i}") for i in range(5)]
+    waiting = pod("vip")
+    waiting["status"]["nominatedNodeName"] = "n3"
+    decision = schedule_one(waiting, ClusterSnapshot.of(nodes))
+    assert (decision.node, decision.feasible) == ("n3", 1)
+
+
+def test_no_second_preemption_while_victims_terminate() -> None:
+    victim = pod("victim", cpu="1500m", priority=-1, node_name="n1")
+    victim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    waiting = pod("vip", cpu="1", priority=10)
+    waiting["status"]["nominatedNodeName"] = "n1"
+    other = pod("other", cpu="1500m", priority=-1, node_name="n2")
+    decision = schedule_one(
+        waiting, ClusterSnapshot.of([node("n1", cpu="2"), node("n2", cpu="2")], [victim, other])
+    )
+    assert not decision.victims
+    assert decision.message.endswith(
+        "preemption: not eligible due to a terminating pod on the nominated node.."
+    )
