@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
+from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
 from shipshape.emulator.runtime import Model
 
-__all__ = ["DeploymentController", "GarbageCollector", "ReplicaSetController", "all_controllers"]
+__all__ = [
+    "DeploymentController",
+    "GarbageCollector",
+    "NodeLifecycleController",
+    "ReplicaSetController",
+    "all_controllers",
+]
 
 
 def all_controllers() -> list[Model]:
@@ -20,4 +27,5 @@ def all_controllers() -> list[Model]:
         ReplicaSetController(),
         DeploymentController(),
         GarbageCollector(),
+        NodeLifecycleController(),
     ]

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+from shipshape.emulator.controllers.podutil import condition, is_ready
+from shipshape.emulator.resources import NODES, PODS
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.store import Obj, WatchEvent
+
+from .helpers import create, events, make_cluster, pod_template, run, set_running, update
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def bound_pod(name: str, tolerations: list[Obj] | None = None, node: str = "node-a") -> Obj:
+    spec = pod_template({})["spec"] | {"nodeName": node}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def taints(cluster: Cluster, node: str = "node-a") -> set[tuple[str, str]]:
+    body = cluster.store.must_get(NODES, "", node)
+    return {(t["key"], t["effect"]) for t in body["spec"].get("taints") or []}
+
+
+def watch_deletions(cluster: Cluster) -> dict[str, float]:
+    deleted: dict[str, float] = {}
+
+    def record(event: WatchEvent) -> None:
+        md = event.object["metadata"]
+        if event.resource is PODS and md.get("deletionTimestamp") and md["name"] not in deleted:
+            deleted[md["name"]] = cluster.clock.now()
+
+    cluster.store.subscribe(record)
+    return deleted
+
+
+def test_silent_node_becomes_unknown_tainted_and_its_pods_are_evicted_on_time() -> None:
+    cluster, fake = make_cluster()
+    start = cluster.clock.now()
+    # Written straight to the store: no admission adds the default 300 s tolerations.
+    set_running(
+        cluster,
+        cluster.store.create(
+            PODS, bound_pod("plain") | {"metadata": {"name": "plain", "namespace": "default"}}
+        ),
+    )
+    create(
+        cluster,
+        PODS,
+        bound_pod(
+            "tolerant",
+            [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}],
+        ),
+    )
+    create(cluster, PODS, bound_pod("defaulted"))  # admission gives it 300 s
+    create(
+        cluster,
+        PODS,
+        bound_pod("forever", [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute"}]),
+    )
+    deleted = watch_deletions(cluster)
+    run(cluster, 15)
+    fake.silent.add("node-a")  # last renewal was at +10 s
+    run(cluster, 39)  # +54: 44 s of silence, but the monitor (every 5 s) has not looked since +50
+    ready = condition(cluster.store.must_get(NODES, "", "node-a"), "Ready")
+    assert ready is not None and ready["status"] == "True"
+    run(cluster, 1)  # +55
+    node = cluster.store.must_get(NODES, "", "node-a")
+    ready = condition(node, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "Unknown",
+        "NodeStatusUnknown",
+        "Kubelet stopped posting node status.",
+    )
+    assert taints(cluster) == {(UNREACHABLE, "NoExecute"), (UNREACHABLE, "NoSchedule")}
+    (not_ready,) = events(cluster, "NodeNotReady", "node-a")
+    assert not_ready["message"] == "Node node-a status is now: NodeNotReady"
+    assert deleted == {"plain": start + 55}
+    marked = events(cluster, "TaintManagerEviction", "plain")
+    assert [e["message"] for e in marked] == ["Marking for deletion Pod default/plain"]
+
+    run(cluster, 29)
+    assert "tolerant" not in deleted
+    run(cluster, 1)
+    assert deleted["tolerant"] == start + 85
+    target = condition(cluster.store.must_get(PODS, "default", "tolerant"), "DisruptionTarget")
+    assert target is not None and target["reason"] == "DeletionByTaintManager"
+    run(cluster, 270)
+    assert deleted["defaulted"] == start + 355
+    run(cluster, 1000)
+    assert "forever" not in deleted
+
+
+def test_pods_on_an_unreachable_node_are_marked_not_ready() -> None:
+    cluster, fake = make_cluster()
+    pod = set_running(cluster, create(cluster, PODS, bound_pod("app", [{"operator": "Exists"}])))
+    assert pod is not None and is_ready(pod)
+    fake.silent.add("node-a")
+    run(cluster, 60)
+    assert not is_ready(cluster.store.must_get(PODS, "default", "app"))
+
+
+def test_resumed_lease_removes_taints_and_cancels_pending_evictions() -> None:
+    cluster, fake = make_cluster()
+    toleration = {"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 120}
+    create(cluster, PODS, bound_pod("tolerant", [toleration]))
+    deleted = watch_deletions(cluster)
+    fake.silent.add("node-a")
+    run(cluster, 60)
+    assert (UNREACHABLE, "NoExecute") in taints(cluster)
+    fake.silent.discard("node-a")
+    run(cluster, 15)
+    ready = condition(cluster.store.must_get(NODES, "", "node-a"), "Ready")
+    assert ready is not None and ready["status"] == "True"
+    assert taints(cluster) == set()
+    run(cluster, 300)
+    assert deleted == {}
+    (cancel,) = [
+        e
+        for e in events(cluster, "TaintManagerEviction", "tolerant")
+        if e["message"].startswith("Cancelling")
+    ]
+    assert cancel["message"] == "Cancelling deletion of Pod default/tolerant"
+
+
+def test_not_ready_and_unschedulable_nodes_get_their_taints() -> None:
+    cluster, _ = make_cluster(nodes=("node-a", "node-b"))
+
+    def not_ready(node: Obj) -> None:
+        node["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+
+    cluster.store.mutate(NODES, "", "node-a", not_ready, subresource="status")
+    update(cluster, NODES, "node-b", lambda n: n["spec"].update(unschedulable=True), ns="")
+    run(cluster, 1)
+    assert taints(cluster, "node-a") == {
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/not-ready", "NoSchedule"),
+    }
+    assert taints(cluster, "node-b") == {("node.kubernetes.io/unschedulable", "NoSchedule")}
+    added = next(
+        t for t in cluster.store.must_get(NODES, "", "node-a")["spec"]["taints"] if t["effect"] == "NoExecute"
+    )
+    assert added["timeAdded"] == "2026-01-01T00:00:00Z"
+
+
+def test_pods_of_a_deleted_node_are_collected_after_the_quarantine() -> None:
+    cluster, _ = make_cluster(nodes=("node-a", "node-b"))
+    create(cluster, PODS, bound_pod("stranded", node="node-b"))
+    cluster.store.delete(NODES, "", "node-b")
+    run(cluster, 39)
+    assert cluster.store.get(PODS, "default", "stranded") is not None
+    run(cluster, 2)
+    assert cluster.store.get(PODS, "default", "stranded") is None
