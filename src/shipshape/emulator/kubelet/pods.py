@@ -352,13 +352,20 @@ class PodWorker:
         self.alive = False
 
         def change(pod: Obj) -> None:
+            # The kubelet's rejection status; conditions other components own (PodScheduled) stay.
+            kept = [
+                c
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c.get("type") not in KUBELET_CONDITIONS
+            ]
             pod["status"] = {
                 "phase": "Failed",
                 "reason": reason,
                 "message": self.message,
                 "qosClass": qos_class(pod),
-                "startTime": rfc3339(self.now),
             }
+            if kept:
+                pod["status"]["conditions"] = kept
 
         self._write(change)
 
