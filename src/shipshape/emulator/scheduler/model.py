@@ -185,6 +185,9 @@ class SchedulerModel:
             self.queue.delete(key)
             self.snapshot.nominate(key, None)
             return
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            self.queue.delete(key)  # SchedulingGates (PreEnqueue): not queued until the gates are gone
+            return
         info = pod_info(pod, priority=self._priority(pod))
         if info.nominated_node:
             self.snapshot.nominate(key, info, info.nominated_node)

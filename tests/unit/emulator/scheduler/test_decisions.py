@@ -183,3 +183,19 @@ def test_no_second_preemption_while_victims_terminate() -> None:
     assert decision.message.endswith(
         "preemption: not eligible due to a terminating pod on the nominated node.."
     )
+
+
+def test_preemption_can_remove_an_anti_affinity_conflict() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    spec = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    old = pod("web-old", labels={"app": "web"}, priority=-1, node_name="n1")
+    decision = schedule_one(
+        pod("web-new", labels={"app": "web"}, priority=5, spec=spec), ClusterSnapshot.of([node("n1")], [old])
+    )
+    assert decision.statuses["n1"].reasons == (msg.ANTI_AFFINITY_RULES,)
+    assert (decision.nominated_node, [v.key[1] for v in decision.victims]) == ("n1", ["web-old"])
+    same_priority = schedule_one(
+        pod("web-new", labels={"app": "web"}, spec=spec),
+        ClusterSnapshot.of([node("n1")], [pod("web-old", labels={"app": "web"}, node_name="n1")]),
+    )
+    assert same_priority.message.endswith("1 No preemption victims found for incoming pod..")

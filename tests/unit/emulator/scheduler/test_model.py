@@ -257,3 +257,29 @@ def test_priority_orders_the_queue(cluster: Cluster) -> None:
     _run(cluster)
     assert _pod(cluster, "high")["spec"]["nodeName"] == "n1"
     assert "nodeName" not in _pod(cluster, "low")["spec"]
+
+
+def test_scheduling_gates_hold_a_pod_until_removed(cluster: Cluster) -> None:
+    cluster.store.create(NODES, node("n1"))
+    cluster.store.create(PODS, pod("gated", spec={"schedulingGates": [{"name": "example.com/wait"}]}))
+    _run(cluster, 5)
+    assert "nodeName" not in _pod(cluster, "gated")["spec"]
+
+    def ungate(p: Obj) -> None:
+        del p["spec"]["schedulingGates"]
+
+    cluster.store.mutate(PODS, "default", "gated", ungate)
+    _run(cluster)
+    assert _pod(cluster, "gated")["spec"]["nodeName"] == "n1"
+
+
+def test_clears_weaker_nominations_on_the_preempted_node(cluster: Cluster) -> None:
+    cluster.store.create(NODES, node("n1", cpu="2"))
+    cluster.store.create(PODS, pod("placeholder", cpu="1500m", priority=-10, node_name="n1"))
+    weaker = pod("weaker", cpu="1", priority=-5)
+    weaker["status"]["nominatedNodeName"] = "n1"
+    cluster.store.create(PODS, weaker)
+    cluster.store.create(PODS, pod("strong", cpu="1", priority=100))
+    _run(cluster)
+    assert _pod(cluster, "strong")["status"]["nominatedNodeName"] == "n1"
+    assert "nominatedNodeName" not in _pod(cluster, "weaker")["status"]
