@@ -124,6 +124,20 @@ def selector_string(selector: Obj | None) -> str:
     return ",".join(text for _, text in sorted(parts, key=lambda kv: kv[0]))
 
 
+def check_preconditions(obj: Obj, options: DeleteOptions) -> None:
+    """DeleteOptions preconditions, worded as upstream's registry."""
+    md = obj["metadata"]
+    if options.uid and md.get("uid") != options.uid:
+        raise errors.Conflict(
+            f"Precondition failed: UID in precondition: {options.uid}, UID in object meta: {md.get('uid')}"
+        )
+    if options.resource_version and md.get("resourceVersion") != options.resource_version:
+        raise errors.Conflict(
+            f"Precondition failed: ResourceVersion in precondition: {options.resource_version}, "
+            f"ResourceVersion in object meta: {md.get('resourceVersion')}"
+        )
+
+
 def _pod_ready(pod: Obj) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -139,6 +153,7 @@ class Api:
         self.store = cluster.store
         self.webhooks = hooks.Dispatcher(cluster.store)
         self.allocator = defaults.ServiceAllocator()
+        self._terminating: set[str] = set()  # namespaces whose content is being deleted
         cluster.services["api"] = self
 
     # ---- reads --------------------------------------------------------------------------
@@ -263,6 +278,8 @@ class Api:
                 new["metadata"]["resourceVersion"] = md["resourceVersion"]
         else:
             defaults.apply_defaults(rt, obj)
+            if rt is r.SERVICES:
+                self.allocator.keep_allocated(obj, current)
             new = obj
         attrs = Attributes(
             UPDATE,
@@ -423,15 +440,10 @@ class Api:
     def _delete_namespace(self, current: Obj, options: DeleteOptions) -> tuple[Obj, bool]:
         """A namespace turns Terminating, its content is deleted, then it goes (the namespace controller)."""
         name = current["metadata"]["name"]
-        md = current["metadata"]
-        if options.uid and md.get("uid") != options.uid:
-            raise errors.Conflict(
-                f"Precondition failed: UID in precondition: {options.uid}, "
-                f"UID in object meta: {md.get('uid')}"
-            )
+        check_preconditions(current, options)
         if options.dry_run:
             return current, False
-        if not (current.get("spec") or {}).get("finalizers") and not md.get("finalizers"):
+        if not (current.get("spec") or {}).get("finalizers"):
             return self.store.delete(r.NAMESPACES, "", name)
         updated = current
         if (current.get("status") or {}).get("phase") != "Terminating":
@@ -440,7 +452,9 @@ class Api:
                 ns["status"] = {**(ns.get("status") or {}), "phase": "Terminating"}
 
             updated = self.store.mutate(r.NAMESPACES, "", name, terminating, subresource="status") or current
-        self.cluster.engine.call_soon(lambda: self._empty_namespace(name))
+        if name not in self._terminating:
+            self._terminating.add(name)
+            self.cluster.engine.call_soon(lambda: self._empty_namespace(name))
         return updated, False
 
     def _empty_namespace(self, name: str) -> None:
@@ -455,9 +469,8 @@ class Api:
                         continue
         still = any(self.store.list(rt, name) for rt in r.STORED if rt.namespaced)
         if not still:
-            namespace = self.store.get(r.NAMESPACES, "", name)
-            if namespace is not None:
-                self.store.remove(r.NAMESPACES, "", name)
+            self._terminating.discard(name)
+            self.store.remove(r.NAMESPACES, "", name)
             return
         self.cluster.engine.call_later(1.0, lambda: self._empty_namespace(name))
 
@@ -603,6 +616,7 @@ class Api:
                 await self._delete_evicted(namespace, name, options, user)
                 return success_status()
         self._check_budget(pdb)
+        check_preconditions(pod, options)
         if not options.dry_run:
             now = rfc3339(self.cluster.clock.now())
 

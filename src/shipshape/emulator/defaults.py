@@ -383,6 +383,22 @@ class ServiceAllocator:
         self._next_port = port + 1 if port + 1 < NODE_PORT_RANGE.stop else NODE_PORT_RANGE.start
         return port
 
+    @staticmethod
+    def keep_allocated(obj: Obj, old: Obj) -> None:
+        """An update that leaves clusterIP(s) or node ports out keeps the allocated ones (as upstream)."""
+        spec, old_spec = obj.setdefault("spec", {}), old.get("spec") or {}
+        if spec.get("type", "ClusterIP") == "ExternalName":
+            return
+        for field in ("clusterIP", "clusterIPs"):
+            if not spec.get(field) and old_spec.get(field):
+                spec[field] = old_spec[field]
+        old_ports = {(p.get("port"), p.get("protocol", "TCP")): p for p in old_spec.get("ports") or []}
+        if spec.get("type") in ("NodePort", "LoadBalancer"):
+            for port in spec.get("ports") or []:
+                before = old_ports.get((port.get("port"), port.get("protocol", "TCP")))
+                if isinstance(port, dict) and not port.get("nodePort") and before and before.get("nodePort"):
+                    port["nodePort"] = before["nodePort"]
+
     def allocate(self, obj: Obj) -> None:
         """Fill clusterIP(s) and node ports of a new Service."""
         spec = obj.setdefault("spec", {})

@@ -845,6 +845,34 @@ def _webhook_configuration(errs: FieldErrors, obj: Obj, *, mutating: bool) -> No
                 _label_selector(errs, f"{p}.{selector_field}", hook[selector_field])
 
 
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+MSG_CONFIG_KEY = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+    "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+
+
+def _config_data(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
+    """ConfigMap and Secret keys; a key may not be in both `data` and `binaryData` (ConfigMaps)."""
+    seen: set[str] = set()
+    for section in ("data", "binaryData", "stringData"):
+        for key in obj.get(section) or {}:
+            path = f"{section}[{key}]"
+            if len(key) > 253:
+                errs.too_long(path, 253)
+            elif not _CONFIG_KEY.match(key) or key in (".", ".."):
+                errs.invalid(path, key, MSG_CONFIG_KEY)
+            if section == "binaryData" and key in seen:
+                errs.invalid(path, key, "duplicate of key present in data")
+            seen.add(key)
+    if (
+        old is not None
+        and old.get("immutable")
+        and (obj.get("data") != old.get("data") or obj.get("binaryData") != old.get("binaryData"))
+    ):
+        errs.forbidden("data", "field is immutable when `immutable` is set")
+
+
 Validator = Callable[[FieldErrors, Obj, "Obj | None"], None]
 _VALIDATORS: dict[str, Validator] = {
     r.PODS.key: _pod,
@@ -853,6 +881,8 @@ _VALIDATORS: dict[str, Validator] = {
     r.NODES.key: _node,
     r.PDBS.key: _pdb,
     r.PRIORITYCLASSES.key: _priority_class,
+    r.CONFIGMAPS.key: _config_data,
+    "secrets": _config_data,
     r.MUTATING_WEBHOOKS.key: lambda errs, obj, old: _webhook_configuration(errs, obj, mutating=True),
     r.VALIDATING_WEBHOOKS.key: lambda errs, obj, old: _webhook_configuration(errs, obj, mutating=False),
 }

@@ -112,7 +112,8 @@ class Invalid(ApiError):
 
     def __init__(self, kind: str, name: str, causes: list[tuple[str, str, str]], group: str = "") -> None:
         """`causes` are (field, reason type, message), e.g. ("spec.replicas", "FieldValueInvalid", ...)."""
-        text = "; ".join(f"{field}: {message}" for field, _, message in causes)
+        parts = [f"{field}: {message}" for field, _, message in causes]
+        text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"  # as upstream's ToAggregate()
         qualified = f"{kind}.{group}" if group else kind
         super().__init__(f'{qualified} "{name}" is invalid: {text}')
         details = _details(kind, name, group) or {}

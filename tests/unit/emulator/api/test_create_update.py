@@ -343,3 +343,47 @@ async def test_dry_run_create_stores_nothing(api: Api, cluster: Cluster) -> None
     result = await api.create(PODS, "default", pod_body(), dry_run=True)
     assert result["spec"]["schedulerName"] == "default-scheduler"
     assert cluster.store.get(PODS, "default", "web") is None
+
+
+async def test_service_update_keeps_allocated_cluster_ip_and_node_ports(api: Api) -> None:
+    svc = await api.create(
+        SERVICES,
+        "default",
+        {"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}},
+    )
+    node_port = svc["spec"]["ports"][0]["nodePort"]
+    assert 30000 <= node_port <= 32767
+    replaced = {
+        "metadata": {"name": "web"},
+        "spec": {"type": "NodePort", "ports": [{"port": 80, "name": "http"}]},
+    }
+    updated = await api.update(SERVICES, "default", "web", replaced)
+    assert updated["spec"]["clusterIP"] == svc["spec"]["clusterIP"]
+    assert updated["spec"]["ports"][0]["nodePort"] == node_port
+    moved = {
+        **updated,
+        "spec": {**updated["spec"], "clusterIP": "10.96.99.99", "clusterIPs": ["10.96.99.99"]},
+    }
+    with pytest.raises(errors.Invalid, match="may not change once set"):
+        await api.update(SERVICES, "default", "web", moved)
+
+
+async def test_several_errors_are_listed_as_upstream_aggregates_them(api: Api) -> None:
+    body = pod_body()
+    body["spec"]["containers"][0] = {}
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(PODS, "default", body)
+    assert invalid.value.message == (
+        'Pod "web" is invalid: '
+        "[spec.containers[0].name: Required value, spec.containers[0].image: Required value]"
+    )
+
+
+async def test_config_map_keys(api: Api) -> None:
+    from shipshape.emulator.resources import CONFIGMAPS
+
+    ok = await api.create(CONFIGMAPS, "default", {"metadata": {"name": "c"}, "data": {"app.conf": "x"}})
+    assert ok["data"] == {"app.conf": "x"}
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(CONFIGMAPS, "default", {"metadata": {"name": "d"}, "data": {"bad/key": "x"}})
+    assert "a valid config key must consist of" in causes(invalid.value)["data[bad/key]"]

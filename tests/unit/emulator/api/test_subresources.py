@@ -230,3 +230,14 @@ async def test_delete_options(api: Api, cluster: Cluster) -> None:
     orphaned, removed = await api.delete(JOBS, "default", "j", DeleteOptions())
     assert not removed and orphaned["metadata"]["finalizers"] == ["orphan"]  # batch/v1 default: orphan
     assert orphaned["metadata"]["uid"] == job["metadata"]["uid"]
+
+
+async def test_eviction_preconditions_are_checked_before_the_budget_is_spent(
+    api: Api, cluster: Cluster
+) -> None:
+    await _running_pod(api, cluster, "web-1")
+    await _pdb(api, cluster, allowed=1)
+    stale = {**EVICTION, "deleteOptions": {"preconditions": {"uid": "someone-else"}}}
+    with pytest.raises(errors.Conflict, match="Precondition failed"):
+        await api.create_subresource(PODS, "default", "web-1", "eviction", stale)
+    assert api.get(PDBS, "default", "web")["status"]["disruptionsAllowed"] == 1
