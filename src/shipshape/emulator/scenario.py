@@ -101,6 +101,9 @@ class Kubelet(Strict):
     default_image_size: Quantity = Field(default="50Mi", alias="defaultImageSize")
     images: dict[str, Quantity] = Field(default_factory=dict, description="image -> compressed size")
     preloaded_images: list[str] = Field(default_factory=list, alias="preloadedImages")
+    missing_images: list[str] = Field(
+        default_factory=list, alias="missingImages", description="images the registry lacks: ErrImagePull"
+    )
 
 
 class Autoscaler(Strict):

@@ -66,6 +66,7 @@ class KubeletModel:
         self.agents: dict[str, NodeAgent] = {}
         self._pools: dict[str, Pool] = {}
         self._image_sizes: dict[str, int] = {}
+        self._missing_images: set[str] = set()
         self._default_image_size = 0
         self._timelines: OrderedDict[str, Timeline] = OrderedDict()
         self._node_index = 0
@@ -111,6 +112,7 @@ class KubeletModel:
         self._image_sizes = {
             images.normalize(name): to_int(size) for name, size in self.settings.images.items()
         }
+        self._missing_images = {images.normalize(name) for name in self.settings.missing_images}
         cluster.services["kubelet"] = self
         cluster.store.subscribe(self._on_change)
         for pod in cluster.store.iter(PODS):
@@ -141,6 +143,9 @@ class KubeletModel:
         if pool is not None and pool.bandwidth_mbps:
             return pool.bandwidth_mbps
         return self.settings.bandwidth_mbps
+
+    def image_missing(self, image: str) -> bool:
+        return images.normalize(image) in self._missing_images
 
     def image_size(self, image: str) -> int:
         return self._image_sizes.get(images.normalize(image), self._default_image_size)

@@ -41,6 +41,8 @@ STOP_SECONDS = ANNOTATION_PREFIX + "stop-seconds"
 DEFAULT_INIT_SECONDS = 1.0
 DEFAULT_STOP_SECONDS = 1.0
 BACKOFF_INITIAL = 10.0
+# After a failed pull the pod worker's next sync (about a second later) finds the image in back-off.
+IMAGE_BACKOFF_NOTICE_SECONDS = 1.0
 BACKOFF_MAX = 300.0
 # A container that ran this long gets its crash back-off reset (2 x the maximum back-off, as upstream).
 BACKOFF_RESET_AFTER = 2 * BACKOFF_MAX
@@ -176,6 +178,7 @@ class ContainerRun:
     last_state: Obj = field(default_factory=dict)
     app_up_at: float = 0.0
     backoff: float = 0.0
+    pull_backoff: float = 0.0
     epoch: int = 0  # bumped on every (re)start so that timers of an old run do nothing
     successes: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
@@ -428,14 +431,20 @@ class PodWorker:
             self.flush_soon()
             return
         size = self.agent.image_size(spec.image)
+        missing = self.agent.model.image_missing(spec.image)
         self._event("Pulling", f'Pulling image "{spec.image}"', container=run)
         if self.first_pull_started is None:
             self.first_pull_started = requested
 
         def pulled(started: float, finished: float) -> None:
+            if missing:
+                if self.alive and not self.terminating:
+                    self._pull_failed(run, then)
+                return
             self.agent.add_image(ref, size)
             if not self.alive or self.terminating:
                 return
+            run.pull_backoff = 0.0
             self.last_pull_finished = finished
             self._event(
                 "Pulled",
@@ -447,7 +456,32 @@ class PodWorker:
             self._mark(key, requested, finished)
             then()
 
-        self.agent.pull(ref, 0 if present else size, pulled)
+        self.agent.pull(ref, 0 if present or missing else size, pulled)
+
+    def _pull_failed(self, run: ContainerRun, then: Callable[[], None]) -> None:
+        """The registry has no such image: ErrImagePull, then ImagePullBackOff until the next try."""
+        spec = run.spec
+        ref = images.normalize(spec.image)
+        error = (
+            f'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": '
+            f'failed to resolve reference "{ref}": {ref}: not found'
+        )
+        self._event("Failed", f'Failed to pull image "{spec.image}": {error}', warning=True, container=run)
+        self._event("Failed", "Error: ErrImagePull", warning=True, container=run)
+        run.state, run.reason, run.message = "waiting", "ErrImagePull", error
+        self.flush_soon()
+        delay = run.pull_backoff or BACKOFF_INITIAL
+        run.pull_backoff = min(BACKOFF_MAX, delay * 2)
+
+        def backing_off() -> None:
+            message = f'Back-off pulling image "{spec.image}"'
+            self._event("BackOff", message, container=run)
+            self._event("Failed", "Error: ImagePullBackOff", warning=True, container=run)
+            run.reason, run.message = "ImagePullBackOff", message
+            self.flush_soon()
+
+        self._later(min(IMAGE_BACKOFF_NOTICE_SECONDS, delay), backing_off)
+        self._later(delay, lambda: self._ensure_image(run, then))
 
     # ---- containers ---------------------------------------------------------------------
     def _run_container(self, run: ContainerRun, then: Callable[[], None]) -> None:

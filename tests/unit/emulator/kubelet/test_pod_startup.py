@@ -16,6 +16,7 @@ from tests.unit.emulator.kubelet.builders import (
     cluster,
     condition,
     container,
+    events,
     messages,
     pod,
     run_for,
@@ -285,3 +286,24 @@ def test_start_sli_histogram_labels_the_first_network_pod() -> None:
     assert sample("kubelet_pod_start_sli_duration_seconds_count", {"first_network_pod": "true"}) == 1
     assert sample("kubelet_pod_start_sli_duration_seconds_count", {"first_network_pod": ""}) == 2
     assert kubelet.pod_start_sli_seconds == [approx(1.0)] * 3
+
+
+def test_missing_image_fails_to_pull_and_backs_off() -> None:
+    c, _ = cluster(sandboxSeconds=0, missingImages=["typo/app:1"])
+    add_node(c)
+    add_pod(c, containers=[container(image="typo/app:1")])
+    run_for(c, 0.5)
+    waiting = pod(c)["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["reason"] == "ErrImagePull"
+    assert waiting["message"].endswith(
+        'failed to resolve reference "docker.io/typo/app:1": docker.io/typo/app:1: not found'
+    )
+    run_for(c, 1)
+    waiting = pod(c)["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting == {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "typo/app:1"'}
+    assert messages(c, "web", "Failed")[1:] == ["Error: ErrImagePull", "Error: ImagePullBackOff"]
+    run_for(c, 60)
+    # Tries at 0, 10, 30 s (back-off 10 s, then 20 s, then 40 s): one aggregated Pulling event.
+    (pulling,) = [e for e in events(c, "web", "Pulling")]
+    assert pulling["count"] == 3
+    assert pod(c)["status"]["phase"] == "Pending"
