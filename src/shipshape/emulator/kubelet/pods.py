@@ -290,7 +290,6 @@ class PodWorker:
         self.start_time: float | None = None
         self.pod_ip = ""
         self.sandbox_ready = False
-        self.initialized = not any(not c.spec.sidecar for c in self.inits)
         self.first_pull_started: float | None = None
         self.last_pull_finished: float | None = None
         self.sli_recorded = False
@@ -521,8 +520,6 @@ class PodWorker:
             self._initialized()
             return
         run = self.inits[index]
-        for later in self.inits[index:]:
-            later.reason = "PodInitializing"
 
         def running() -> None:
             if run.spec.sidecar:
@@ -548,7 +545,6 @@ class PodWorker:
     def _initialized(self) -> None:
         if self.inits:
             self._mark("initialized", self.timeline.get("sandbox", (self.now, self.now))[1])
-        self.initialized = True
         for run in self.mains:
             if run.state == "waiting" and run.reason == "PodInitializing":
                 run.reason = "ContainerCreating"
@@ -906,7 +902,6 @@ class PodWorker:
         """Take over a pod that already runs (the node came back): its containers keep running."""
         self.start_time = self.start_time or self.now
         self.sandbox_ready = True
-        self.initialized = True
         self.pod_ip = str(status.get("podIP") or "")
         if self.pod_ip and not self.host_network:
             self.agent.reserve_ip(self.pod_ip)
