@@ -8,6 +8,7 @@ status after scaling one.
 from __future__ import annotations
 
 from shipshape.emulator.controllers.deployment import DeploymentController
+from shipshape.emulator.controllers.disruption import DisruptionController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
 from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
@@ -28,4 +29,5 @@ def all_controllers() -> list[Model]:
         DeploymentController(),
         GarbageCollector(),
         NodeLifecycleController(),
+        DisruptionController(),
     ]

@@ -15,7 +15,9 @@ BACKOFF_MAX = 1000.0
 
 
 class Controller(Reconciler):
-    """A watch-driven controller; `name` doubles as the Events' reporting component."""
+    """A watch-driven controller; `component` (default: `name`) reports its Events."""
+
+    component = ""
 
     def __init__(self) -> None:
         super().__init__()
@@ -39,7 +41,7 @@ class Controller(Reconciler):
         return self.c.clock.now()
 
     def event(self, obj: Mapping[str, Any], reason: str, message: str, *, type: str = "Normal") -> None:
-        self.c.recorder.record(dict(obj), reason, message, type=type, component=self.name)
+        self.c.recorder.record(dict(obj), reason, message, type=type, component=self.component or self.name)
 
     def write_status(self, rt: ResourceType, obj: Mapping[str, Any], status: Obj) -> Obj | None:
         """Replace `.status` when it differs (no write, no new resourceVersion otherwise)."""

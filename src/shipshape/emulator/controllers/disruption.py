@@ -1,0 +1,247 @@
+"""The disruption controller: PodDisruptionBudget status (healthy, desired, expected, allowed)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.base import Controller
+from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
+from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS
+from shipshape.emulator.store import Obj, WatchEvent
+from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.labels import Selector, SelectorError, from_label_selector
+
+log = logging.getLogger(__name__)
+
+_UNMANAGED = (
+    "Pods selected by this PodDisruptionBudget (selector: {selector}) were found to be unmanaged. "
+    "As a result, the status of the PDB cannot be calculated correctly, which may result in undefined "
+    'behavior. To account for these pods please set ".spec.minAvailable" field of the PDB to an integer '
+    "value."
+)
+# How long an eviction's entry in status.disruptedPods keeps the pod out of currentHealthy.
+DELETION_TIMEOUT = 120.0
+
+
+class ExpectedCountError(Exception):
+    """The pods' controllers, and so the expected pod count, cannot be determined."""
+
+
+class DisruptionController(Controller):
+    name = "disruption-controller"
+    component = "controllermanager"
+    watches = (PDBS, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS)
+
+    def keys_for(self, event: WatchEvent) -> list[Any]:
+        obj = event.object
+        ns, name = podutil.key_of(obj)
+        if event.resource is PDBS:
+            return [(ns, name)]
+        if event.resource is PODS:
+            labels = podutil.meta(obj).get("labels")
+            return [podutil.key_of(pdb) for pdb in self.store.list(PDBS, ns) if _matches(pdb, labels)]
+        # A controller's scale changed: the expected count of the budgets in its namespace may change.
+        return [podutil.key_of(pdb) for pdb in self.store.list(PDBS, ns)]
+
+    def reconcile(self, key: tuple[str, str]) -> None:
+        ns, name = key
+        pdb = self.store.get(PDBS, ns, name)
+        if pdb is None:
+            return
+        try:
+            selector = from_label_selector((pdb.get("spec") or {}).get("selector"))
+        except SelectorError as exc:
+            self._fail_safe(pdb, str(exc))
+            return
+        pods = self.store.list(PODS, ns, selector=selector)
+        if not pods:
+            self.event(pdb, "NoPods", "No matching pods found")
+        try:
+            expected, desired, unmanaged = self._expected_pod_count(pdb, pods)
+        except (ExpectedCountError, IntOrPercentError) as exc:
+            self.event(
+                pdb,
+                "CalculateExpectedPodCountFailed",
+                f"Failed to calculate the number of expected pods: {exc}",
+                type="Warning",
+            )
+            self._fail_safe(pdb, str(exc))
+            return
+        if unmanaged:
+            self.event(
+                pdb,
+                "UnmanagedPods",
+                _UNMANAGED.format(selector=_selector_text(selector)),
+                type="Warning",
+            )
+        now = self.now()
+        disrupted, recheck = _disrupted_pods(pdb, pods, now)
+        healthy = _count_healthy(pods, disrupted, now)
+        self._update_status(pdb, healthy, desired, expected, disrupted)
+        if recheck is not None:
+            self.enqueue(key, after=max(0.0, recheck - now) + 1.0)
+
+    # ---- expected count -------------------------------------------------------------------------
+    def _expected_pod_count(self, pdb: Obj, pods: list[Obj]) -> tuple[int, int, list[str]]:
+        """(expectedPods, desiredHealthy, unmanaged pod names) as upstream `getExpectedPodCount`."""
+        spec = pdb.get("spec") or {}
+        unmanaged: list[str] = []
+        if spec.get("maxUnavailable") is not None:
+            expected, unmanaged = self._expected_scale(pods)
+            unavailable = scaled_value(spec["maxUnavailable"], expected, round_up=True)
+            return expected, max(0, expected - unavailable), unmanaged
+        min_available = spec.get("minAvailable")
+        if isinstance(min_available, int) and not isinstance(min_available, bool):
+            return len(pods), min_available, unmanaged
+        if isinstance(min_available, str):
+            expected, unmanaged = self._expected_scale(pods)
+            return expected, scaled_value(min_available, expected, round_up=True), unmanaged
+        return 0, 0, unmanaged
+
+    def _expected_scale(self, pods: list[Obj]) -> tuple[int, list[str]]:
+        scales: dict[str, int] = {}
+        unmanaged: list[str] = []
+        for pod in pods:
+            ref = podutil.controller_ref(pod)
+            if ref is None:
+                unmanaged.append(pod["metadata"]["name"])
+                continue
+            if ref.get("uid") in scales:
+                continue
+            found = self._controller_scale(ref, pod["metadata"].get("namespace", ""))
+            if found is None:
+                raise ExpectedCountError(f'found no controllers for pod "{pod["metadata"]["name"]}"')
+            uid, scale = found
+            scales[uid] = scale
+        return sum(scales.values()), unmanaged
+
+    def _controller_scale(self, ref: Mapping[str, Any], ns: str) -> tuple[str, int] | None:
+        """The scale of a pod's controller: a Deployment (through its ReplicaSet), ReplicaSet, StatefulSet."""
+        kind, name, uid = ref.get("kind"), str(ref.get("name")), ref.get("uid")
+        if kind == "ReplicaSet":
+            rs = self.store.get(REPLICASETS, ns, name)
+            if rs is None or rs["metadata"]["uid"] != uid:
+                return None
+            owner = podutil.controller_ref(rs)
+            if owner is not None and owner.get("kind") == "Deployment":
+                d = self.store.get(DEPLOYMENTS, ns, str(owner.get("name")))
+                if d is None or d["metadata"]["uid"] != owner.get("uid"):
+                    return None
+                return d["metadata"]["uid"], int(d["spec"].get("replicas", 1))
+            return rs["metadata"]["uid"], int(rs["spec"].get("replicas", 1))
+        if kind == "StatefulSet":
+            sts = self.store.get(STATEFULSETS, ns, name)
+            if sts is None or sts["metadata"]["uid"] != uid:
+                return None
+            return sts["metadata"]["uid"], int(sts["spec"].get("replicas", 1))
+        return None
+
+    # ---- status ---------------------------------------------------------------------------------
+    def _update_status(
+        self, pdb: Obj, healthy: int, desired: int, expected: int, disrupted: dict[str, str]
+    ) -> None:
+        allowed = healthy - desired
+        if expected <= 0 or allowed <= 0:
+            allowed = 0
+        generation = pdb["metadata"].get("generation", 1)
+        old = pdb.get("status") or {}
+        status: Obj = {
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "disruptionsAllowed": allowed,
+            "observedGeneration": generation,
+            "conditions": [dict(c) for c in old.get("conditions") or []],
+        }
+        if disrupted:
+            status["disruptedPods"] = disrupted
+        if allowed > 0:
+            cond = _condition("True", "SufficientPods", "", generation)
+        else:
+            cond = _condition("False", "InsufficientPods", "", generation)
+        _set_condition(status, cond, rfc3339(self.now()))
+        self.write_status(PDBS, pdb, status)
+
+    def _fail_safe(self, pdb: Obj, message: str) -> None:
+        status = dict(pdb.get("status") or {})
+        status["disruptionsAllowed"] = 0
+        status["conditions"] = [dict(c) for c in status.get("conditions") or []]
+        cond = _condition("False", "SyncFailed", message, int(status.get("observedGeneration") or 0))
+        _set_condition(status, cond, rfc3339(self.now()))
+        self.write_status(PDBS, pdb, status)
+
+
+def _matches(pdb: Obj, labels: Mapping[str, str] | None) -> bool:
+    try:
+        return from_label_selector((pdb.get("spec") or {}).get("selector")).matches(labels)
+    except SelectorError:
+        return False
+
+
+def _selector_text(selector: Selector) -> str:
+    parts = []
+    for req in selector.requirements:
+        if req.operator == "In" and len(req.values) == 1:
+            parts.append(f"{req.key}={req.values[0]}")
+        elif req.operator == "Exists":
+            parts.append(req.key)
+        elif req.operator == "DoesNotExist":
+            parts.append(f"!{req.key}")
+        else:
+            parts.append(f"{req.key} {req.operator.lower()} ({','.join(req.values)})")
+    return ",".join(parts)
+
+
+def _disrupted_pods(pdb: Obj, pods: list[Obj], now: float) -> tuple[dict[str, str], float | None]:
+    """Entries of status.disruptedPods still pending (pod present, not deleted, under 2 minutes old)."""
+    recorded: Mapping[str, str] = (pdb.get("status") or {}).get("disruptedPods") or {}
+    result: dict[str, str] = {}
+    recheck: float | None = None
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if podutil.is_terminating(pod) or name not in recorded:
+            continue
+        expected_deletion = parse_time(recorded[name]) + DELETION_TIMEOUT
+        if expected_deletion < now:
+            continue  # it was not deleted after all: it counts again
+        result[name] = recorded[name]
+        recheck = expected_deletion if recheck is None else min(recheck, expected_deletion)
+    return result, recheck
+
+
+def _count_healthy(pods: list[Obj], disrupted: Mapping[str, str], now: float) -> int:
+    healthy = 0
+    for pod in pods:
+        if podutil.is_terminating(pod):
+            continue
+        name = pod["metadata"]["name"]
+        if name in disrupted and parse_time(disrupted[name]) + DELETION_TIMEOUT > now:
+            continue
+        if podutil.is_ready(pod):
+            healthy += 1
+    return healthy
+
+
+def _condition(status: str, reason: str, message: str, generation: int) -> Obj:
+    return {
+        "type": "DisruptionAllowed",
+        "status": status,
+        "observedGeneration": generation,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _set_condition(status: Obj, cond: Obj, now: str) -> None:
+    """metav1 `SetStatusCondition`: the transition time changes only when the status does."""
+    conditions: list[Obj] = status["conditions"]
+    for existing in conditions:
+        if existing.get("type") == cond["type"]:
+            if existing.get("status") != cond["status"]:
+                existing["lastTransitionTime"] = now
+            existing.update({k: v for k, v in cond.items() if k != "type"})
+            return
+    conditions.append({**cond, "lastTransitionTime": now})
