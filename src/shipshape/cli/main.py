@@ -24,6 +24,12 @@ def _register() -> None:
     from shipshape.cli import emulator as emulator_cli
 
     app.add_typer(emulator_cli.app, name="emulator")
+    from shipshape.cli import startup as startup_cli
+
+    app.add_typer(startup_cli.app, name="startup")
+    from shipshape.nodecollector import cli as node_collector_cli
+
+    app.command("node-collector")(node_collector_cli.node_collector)
 
 
 _register()

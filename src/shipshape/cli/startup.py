@@ -1,0 +1,314 @@
+"""`shipshape startup ...`: where pod and node start-up time goes.
+
+Reads a live cluster through `shipshape.kube.client` or a snapshot file (`--from-file`, a JSON
+object with `pods`, `events` and `nodes` lists), and prints tables, JSON or charts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from prometheus_client import start_http_server
+from rich.console import Console
+from rich.table import Table
+
+from shipshape.analyzers.startup import aggregate, charts, model, nodes
+from shipshape.analyzers.startup.analysis import (
+    NodeReport,
+    PodReport,
+    Snapshot,
+    SnapshotError,
+    analyze_node_startup,
+    analyze_pod_startup,
+)
+from shipshape.analyzers.startup.prometheus import StartupMetrics
+from shipshape.kube import client
+from shipshape.kube.clock import parse_time
+
+app = typer.Typer(
+    help="Where pod and node start-up time goes: phases, percentiles, SLO, diagnosis.", no_args_is_help=True
+)
+
+KUBECONFIG = typer.Option(None, "--kubeconfig", help="Kubeconfig of the cluster to read.")
+CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+FROM_FILE = typer.Option(None, "--from-file", help="Read a snapshot JSON ({pods, events, nodes}) instead.")
+
+
+def _fail(console: Console, message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def _load(
+    console: Console,
+    kubeconfig: Path | None,
+    context: str | None,
+    from_file: Path | None,
+    namespace: str | None,
+) -> Snapshot:
+    if from_file is not None:
+        try:
+            body = json.loads(from_file.read_text())
+        except OSError as error:
+            raise _fail(console, f"cannot read {from_file}: {error.strerror}") from error
+        except json.JSONDecodeError as error:
+            raise _fail(console, f"{from_file} is not JSON: {error.msg} (line {error.lineno})") from error
+        try:
+            return Snapshot.from_json(body)
+        except SnapshotError as error:
+            raise _fail(console, f"{from_file}: {error}") from error
+    try:
+        api = client.load_api_client(kubeconfig, context)
+        with console.status("reading pods, events and nodes"):
+            return Snapshot(
+                client.list_pods(api, namespace), client.list_events(api, namespace), client.list_nodes(api)
+            )
+    except client.KubeClientError as error:
+        raise _fail(console, str(error)) from error
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pods_tables(report: PodReport, console: Console, top: int) -> None:
+    slowest = Table(title=f"Slowest {min(top, len(report.timelines))} pods, creation to Ready (seconds)")
+    slowest.add_column("pod")
+    slowest.add_column("node")
+    slowest.add_column("total", justify="right")
+    for phase in model.POD_PHASES:
+        slowest.add_column(model.PHASE_TITLES[phase], justify="right")
+    slowest.add_column("dominant")
+    for timeline in report.slowest(top):
+        slowest.add_row(
+            timeline.key,
+            timeline.node,
+            _seconds(timeline.end_to_end),
+            *(_seconds(timeline.phases.get(phase)) for phase in model.POD_PHASES),
+            model.PHASE_TITLES.get(timeline.dominant_phase() or "", "-"),
+        )
+    console.print(slowest)
+
+    percentiles = Table(title=f"Per-phase percentiles over {report.overall.pods} pods (seconds)")
+    for column in ("phase", "pods", "p50", "p90", "p99", "max"):
+        percentiles.add_column(column, justify="left" if column == "phase" else "right")
+    rows: list[tuple[str, aggregate.Stats | None]] = [
+        (model.PHASE_TITLES[phase], report.overall.phases.get(phase)) for phase in model.ALL_POD_PHASES
+    ]
+    rows += [
+        ("creation to Ready", report.overall.end_to_end),
+        ("SLI (kubelet definition)", report.overall.sli),
+    ]
+    for name, stats in rows:
+        if stats is None:
+            percentiles.add_row(name, "0", "-", "-", "-", "-")
+        else:
+            percentiles.add_row(
+                name, str(stats.count), *(_seconds(v) for v in (stats.p50, stats.p90, stats.p99, stats.max))
+            )
+    console.print(percentiles)
+
+    workloads = report.groups.get(aggregate.WORKLOAD, [])
+    if workloads:
+        table = Table(title="Workloads (slowest p90 first)")
+        for column in ("workload", "pods", "ready", "p50", "p90", "p99", "dominant phase"):
+            table.add_column(column)
+        for group in workloads[:top]:
+            e2e = group.end_to_end
+            table.add_row(
+                group.key,
+                str(group.pods),
+                str(group.ready),
+                *(_seconds(getattr(e2e, q)) if e2e else "-" for q in ("p50", "p90", "p99")),
+                model.PHASE_TITLES.get(group.dominant_phase or "", "-"),
+            )
+        console.print(table)
+
+    slo = report.slo
+    if slo.met is None:
+        console.print(
+            f"SLO (p99 <= {slo.threshold:g} s, stateless pods, pre-pulled images): unknown, {slo.reason}"
+        )
+    else:
+        verdict = "[green]met[/green]" if slo.met else "[red]missed[/red]"
+        console.print(
+            f"SLO (p99 <= {slo.threshold:g} s, stateless pods, pre-pulled images): {verdict}, "
+            f"p99 {slo.value:.1f} s over {slo.eligible} pods"
+        )
+    not_ready = [t for t in report.timelines if t.ready is None]
+    if not_ready:
+        console.print(f"{len(not_ready)} pods not Ready:")
+        for timeline in not_ready[:top]:
+            console.print(f"  {timeline.key}: {timeline.outcome}, {timeline.missing.get('ready', '')}")
+    for finding in report.findings:
+        console.print(f"\n[bold yellow]{finding.title}[/bold yellow] ({finding.rule})")
+        console.print(f"  cause: {finding.cause}")
+        console.print(f"  fix: {finding.fix}")
+        for line in finding.evidence:
+            console.print(f"  - {line}")
+
+
+@app.command()
+def pods(
+    kubeconfig: Path | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = typer.Option(None, "-n", "--namespace", help="Only this namespace."),
+    workload: str | None = typer.Option(
+        None, "--workload", help="Only this workload: NAME, KIND/NAME or NS/KIND/NAME."
+    ),
+    from_file: Path | None = FROM_FILE,
+    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    chart: Path | None = typer.Option(None, "--chart", help="Write a chart (.png or .svg)."),
+    top: int = typer.Option(20, "--top", min=1, help="How many pods and workloads to list."),
+) -> None:
+    """Pod start-up phases: slowest pods, per-phase percentiles, SLO check and diagnosis."""
+    console = Console()
+    snapshot = _load(console, kubeconfig, context, from_file, namespace)
+    report = analyze_pod_startup(
+        snapshot.pods, snapshot.events, snapshot.nodes, namespace=namespace, workload=workload
+    )
+    if chart is not None:
+        try:
+            charts.pod_startup_chart(report.timelines, chart, slowest=top)
+        except charts.ChartError as error:
+            raise _fail(console, str(error)) from error
+    if json_output:
+        typer.echo(json.dumps(report.to_json(slowest=top), indent=2))
+        return
+    _pods_tables(report, console, top)
+    if chart is not None:
+        console.print(f"chart written to {chart}")
+
+
+def read_log_timelines(directory: Path) -> dict[str, dict[str, float]]:
+    """`<node>.json` files written by `shipshape node-collector --once --json`."""
+    timelines: dict[str, dict[str, float]] = {}
+    for path in sorted(directory.glob("*.json")):
+        body = json.loads(path.read_text())
+        events = body.get("events") if isinstance(body, dict) else None
+        if not isinstance(events, list):
+            raise ValueError(f"{path} is not a node-collector timeline (no events list)")
+        timelines[path.stem] = {
+            str(e["event"]): parse_time(str(e["time"])) for e in events if e.get("event") in nodes.EVENT_ORDER
+        }
+    return timelines
+
+
+def _nodes_tables(report: NodeReport, console: Console) -> None:
+    columns = (
+        nodes.INSTANCE_CREATED,
+        nodes.VM_INITIALIZED,
+        nodes.CLOUD_INIT_FINISH,
+        nodes.KUBELET_START,
+        nodes.REGISTERED,
+        nodes.CNI_READY,
+        nodes.NODE_READY,
+        nodes.FIRST_POD_STARTED,
+    )
+    table = Table(title="Node start-up (seconds from each node's first known event)")
+    table.add_column("node")
+    table.add_column("pool")
+    for name in columns:
+        table.add_column(nodes.EVENT_TITLES[name], justify="right")
+    table.add_column("to Ready", justify="right")
+    table.add_column("slowest segment")
+    for timeline in report.timelines:
+        origin = timeline.origin
+        cells = [
+            _seconds(timeline.events[name] - origin[1]) if origin and name in timeline.events else "-"
+            for name in columns
+        ]
+        ready = (
+            _seconds(timeline.time_to_ready) if timeline.time_to_ready is not None else "[red]missing[/red]"
+        )
+        table.add_row(
+            timeline.name, timeline.info.pool_key, *cells, ready, timeline.dominant_segment() or "-"
+        )
+    console.print(table)
+    segments = Table(title="Segments over all nodes (seconds)")
+    for column in ("segment", "nodes", "p50", "p90", "max"):
+        segments.add_column(column)
+    for name, stats in report.segment_stats.items():
+        if stats is not None:
+            segments.add_row(
+                name, str(stats.count), _seconds(stats.p50), _seconds(stats.p90), _seconds(stats.max)
+            )
+    console.print(segments)
+    for comparison in report.comparisons:
+        console.print(f"- {comparison.sentence()} ({comparison.nodes} nodes)")
+    for timeline in report.timelines:
+        if nodes.NODE_READY not in timeline.events:
+            console.print(
+                f"[yellow]{timeline.name}[/yellow]: Node Ready missing ({timeline.missing[nodes.NODE_READY]})"
+            )
+
+
+@app.command("nodes")
+def nodes_command(
+    kubeconfig: Path | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    from_file: Path | None = FROM_FILE,
+    logs: Path | None = typer.Option(
+        None, "--logs", help="Directory of <node>.json from node-collector --json."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    chart: Path | None = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
+) -> None:
+    """Node start-up: per-node timing table, per-pool comparison and a Gantt chart."""
+    console = Console()
+    snapshot = _load(console, kubeconfig, context, from_file, None)
+    log_timelines = None
+    if logs is not None:
+        try:
+            log_timelines = read_log_timelines(logs)
+        except (OSError, ValueError, KeyError) as error:
+            raise _fail(console, f"cannot read node timelines from {logs}: {error}") from error
+    report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events, log_timelines=log_timelines)
+    if chart is not None:
+        try:
+            charts.node_gantt_chart(report.timelines, chart)
+        except charts.ChartError as error:
+            raise _fail(console, str(error)) from error
+    if json_output:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return
+    _nodes_tables(report, console)
+
+
+def refresh_metrics(metrics: StartupMetrics, snapshot: Snapshot) -> dict[str, int]:
+    """Analyze a fresh listing and observe pods and nodes that finished starting since the last."""
+    pod_report = analyze_pod_startup(snapshot.pods, snapshot.events, snapshot.nodes, dimensions=())
+    node_report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events)
+    observed_pods = sum(metrics.observe_pod(t) for t in pod_report.timelines)
+    observed_nodes = sum(metrics.observe_node(t) for t in node_report.timelines)
+    return {"pods": observed_pods, "nodes": observed_nodes}
+
+
+@app.command()
+def serve(
+    kubeconfig: Path | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    port: int = typer.Option(9464, "--port", help="Port of the /metrics endpoint."),
+    interval: float = typer.Option(30.0, "--interval", min=1.0, help="Seconds between reads of the cluster."),
+) -> None:
+    """Watch the cluster and expose start-up histograms (kubelet buckets) at /metrics."""
+    console = Console()
+    try:
+        api = client.load_api_client(kubeconfig, context)
+    except client.KubeClientError as error:
+        raise _fail(console, str(error)) from error
+    metrics = StartupMetrics()
+    start_http_server(port, registry=metrics.registry)
+    console.print(f"serving start-up metrics on :{port}/metrics, reading the cluster every {interval:g} s")
+    while True:
+        try:
+            snapshot = Snapshot(client.list_pods(api), client.list_events(api), client.list_nodes(api))
+            counts = refresh_metrics(metrics, snapshot)
+            if counts["pods"] or counts["nodes"]:
+                console.print(f"observed {counts['pods']} pods and {counts['nodes']} nodes")
+        except client.KubeClientError as error:
+            console.print(f"[yellow]read failed, retrying:[/yellow] {error}")
+        time.sleep(interval)

@@ -1,0 +1,110 @@
+"""The one place that talks to a Kubernetes API server through the official `kubernetes` client.
+
+Objects come back as the API's JSON (plain dicts, camelCase field names), not as the client's
+model classes, so the same analyzers run on live clusters, snapshot files and the emulator.
+Errors are translated to `KubeClientError`; the client's own exceptions do not leak.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+Obj = dict[str, Any]
+
+PAGE_SIZE = 500
+
+
+class KubeClientError(RuntimeError):
+    """The API server could not be reached or refused the request."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def load_api_client(kubeconfig: Path | None = None, context: str | None = None) -> k8s.ApiClient:
+    """An API client from a kubeconfig file; without one, the in-cluster service account, then
+    the default kubeconfig (~/.kube/config or $KUBECONFIG)."""
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is not None:
+            if not kubeconfig.is_file():
+                raise KubeClientError(f"kubeconfig {kubeconfig} does not exist")
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), context=context, client_configuration=configuration
+            )
+        else:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    context=context, client_configuration=configuration
+                )
+    except ConfigException as error:
+        raise KubeClientError(f"cannot load the Kubernetes configuration: {error}") from error
+    return k8s.ApiClient(configuration)
+
+
+def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    try:
+        response = function(*args, _preload_content=False, **kwargs)
+    except k8s.ApiException as error:
+        raise KubeClientError(
+            f"API request failed: {error.status} {error.reason}", status=error.status
+        ) from error
+    except OSError as error:  # connection refused, DNS, TLS
+        raise KubeClientError(f"cannot reach the API server: {error}") from error
+    except Exception as error:  # urllib3's errors do not share a base class with OSError
+        if type(error).__module__.startswith("urllib3"):
+            raise KubeClientError(f"cannot reach the API server: {error}") from error
+        raise
+    body = json.loads(response.data)
+    if not isinstance(body, dict):
+        raise KubeClientError("the API server answered with something other than a JSON object")
+    return body
+
+
+def _paged(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Obj]:
+    token: str | None = None
+    while True:
+        extra: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token:
+            extra["_continue"] = token
+        body = _call(function, *args, **kwargs, **extra)
+        yield from body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def list_pods(api: k8s.ApiClient, namespace: str | None = None) -> list[Obj]:
+    core = k8s.CoreV1Api(api)
+    if namespace:
+        return list(_paged(core.list_namespaced_pod, namespace))
+    return list(_paged(core.list_pod_for_all_namespaces))
+
+
+def list_events(api: k8s.ApiClient, namespace: str | None = None) -> list[Obj]:
+    """core/v1 Events (the view in which kubelet and scheduler events both appear)."""
+    core = k8s.CoreV1Api(api)
+    if namespace:
+        return list(_paged(core.list_namespaced_event, namespace))
+    return list(_paged(core.list_event_for_all_namespaces))
+
+
+def list_nodes(api: k8s.ApiClient) -> list[Obj]:
+    return list(_paged(k8s.CoreV1Api(api).list_node))
+
+
+def annotate_node(api: k8s.ApiClient, name: str, annotations: Mapping[str, str | None]) -> Obj:
+    """Merge-patch annotations onto a node (None removes one)."""
+    core = k8s.CoreV1Api(api)
+    body = {"metadata": {"annotations": dict(annotations)}}
+    return _call(core.patch_node, name, body, _content_type="application/merge-patch+json")

@@ -1,0 +1,185 @@
+"""`shipshape startup ...` and `shipshape node-collector` end to end: a snapshot file, and a real
+HTTP server speaking the list endpoints the official client calls."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from shipshape.analyzers.startup import nodes
+from shipshape.analyzers.startup.analysis import Snapshot
+from shipshape.analyzers.startup.prometheus import StartupMetrics
+from shipshape.cli import startup as startup_cli
+from shipshape.cli.main import app
+
+from .builders import C, PodPlan, event, node, pod_and_events
+
+FIXTURES = (
+    Path(__file__).resolve().parents[4].parent / "shared" / "data" / "node-latency-for-k8s-fixtures" / "test"
+)
+
+
+def snapshot() -> dict[str, Any]:
+    pods, events = [], []
+    for i in range(3):
+        plan = PodPlan(
+            name=f"web-6b7f9c8d5-{i}",
+            created=0.0,
+            scheduled=0.5,
+            sandbox=1.0,
+            initialized=0.0,
+            containers_ready=33.0,
+            ready=33.0,
+            containers=[C("app", started=2.0 + i, readiness_delay=30)],
+        )
+        pod, pod_events = pod_and_events(plan)
+        pods.append(pod)
+        events.extend(pod_events)
+    events.append(event("Node", "", "node-a", "NodeReady", "Node node-a status is now: NodeReady", -590.0))
+    return {"pods": pods, "events": events, "nodes": [node("node-a", ready=-590.0)]}
+
+
+def test_pods_from_file_json_and_chart(tmp_path: Path) -> None:
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot()))
+    chart = tmp_path / "pods.svg"
+    result = CliRunner().invoke(
+        app, ["startup", "pods", "--from-file", str(path), "--json", "--chart", str(chart)]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["pods"] == 3
+    assert [f["rule"] for f in body["findings"]] == ["readiness-initial-delay"]
+    assert "default/web-6b7f9c8d5-0" in chart.read_text()
+
+
+def test_pods_table(tmp_path: Path) -> None:
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot()))
+    result = CliRunner().invoke(app, ["startup", "pods", "--from-file", str(path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "Slowest 3 pods" in result.output
+    assert "Readiness held back by initialDelaySeconds" in result.output
+    # the SLI stops when containers start: the 30 s readiness delay does not count against the SLO
+    assert "met, p99 4.0 s over 3 pods" in result.output
+
+
+def test_bad_snapshot_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "snapshot.json"
+    path.write_text('{"pods": 3}')
+    result = CliRunner().invoke(app, ["startup", "pods", "--from-file", str(path)])
+    assert result.exit_code == 2
+    assert "snapshot.pods must be a list" in result.output
+
+
+class _FakeApi(BaseHTTPRequestHandler):
+    objects: dict[str, list[dict[str, Any]]] = {}
+    paths: list[str] = []
+
+    def do_GET(self) -> None:
+        self.paths.append(self.path)
+        resource = self.path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+        if resource not in self.objects:
+            self.send_error(404)
+            return
+        data = json.dumps({"kind": "List", "metadata": {}, "items": self.objects[resource]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Iterator[Path]:
+    body = snapshot()
+    _FakeApi.objects = {"pods": body["pods"], "events": body["events"], "nodes": body["nodes"]}
+    _FakeApi.paths = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{server.server_address[1]}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+    )
+    yield path
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_pods_from_a_cluster_through_the_official_client(kubeconfig: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["startup", "pods", "--kubeconfig", str(kubeconfig), "-n", "default", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["pods"] == 3
+    assert "/api/v1/namespaces/default/pods?limit=500" in _FakeApi.paths
+
+
+def test_nodes_from_a_cluster_with_log_timelines(kubeconfig: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node-a.json").write_text(
+        json.dumps({"events": [{"event": nodes.VM_INITIALIZED, "time": "2025-12-31T23:49:30Z"}]})
+    )
+    result = CliRunner().invoke(
+        app, ["startup", "nodes", "--kubeconfig", str(kubeconfig), "--logs", str(logs), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (body,) = json.loads(result.output)["nodes"]
+    assert body["origin"] == nodes.VM_INITIALIZED and body["timeToReady"] == pytest.approx(40.0)
+
+
+def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+    )
+    result = CliRunner().invoke(app, ["startup", "pods", "--kubeconfig", str(path)])
+    assert result.exit_code == 2
+    assert "cannot reach the API server" in result.output
+
+
+def test_serve_observes_each_pod_once() -> None:
+    metrics = StartupMetrics()
+    data = Snapshot.from_json(snapshot())
+    assert startup_cli.refresh_metrics(metrics, data) == {"pods": 3, "nodes": 1}
+    assert startup_cli.refresh_metrics(metrics, data) == {"pods": 0, "nodes": 0}
+    assert (
+        b'shipshape_pod_start_total_duration_seconds_count{namespace="default"} 3.0' in metrics.exposition()
+    )
+
+
+def test_node_collector_once_json() -> None:
+    root = FIXTURES / "normal"
+    if not root.is_dir():
+        pytest.skip("fixtures not available")
+    result = CliRunner().invoke(
+        app, ["node-collector", "--root", str(root), "--once", "--json", "--year", "2022"]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    ready = next(e for e in body["events"] if e["event"] == nodes.NODE_READY)
+    assert ready["time"] == "2022-11-28T02:59:25.526964Z" and ready["t"] == pytest.approx(18.526964)
+    assert body["missing"] == {}
+
+
+def test_node_collector_without_logs_fails_clearly(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["node-collector", "--root", str(tmp_path), "--once"])
+    assert result.exit_code == 2
+    assert "no system log" in result.output
