@@ -203,6 +203,8 @@ class KubeletModel:
                 )
         elif md.get("deletionTimestamp") and not worker.terminating and worker.alive:
             self.c.engine.call_soon(worker.terminate)
+        elif worker.readiness_gates and worker.alive and not worker.terminating:
+            worker.flush_soon()  # a readiness gate's condition may have changed (a no-op write otherwise)
 
     def _admit_later(self, node_name: str, uid: str, namespace: str, name: str) -> None:
         self._pending.discard(uid)

@@ -1,5 +1,7 @@
 """Heartbeats, node status, graceful termination, restarts, finished pods and unreachable nodes."""
 
+from collections.abc import Callable
+
 import pytest
 
 from shipshape.emulator.resources import LEASES, NODES, PODS
@@ -238,3 +240,41 @@ def test_pre_stop_sleep_delays_the_stop_and_the_grace_period_kills() -> None:
     killed = last[-1]["status"]
     assert killed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     assert killed["phase"] == "Failed"
+
+
+def test_running_pods_keep_running_when_the_node_comes_back() -> None:
+    c, _ = cluster(sandboxSeconds=0, containerStartSeconds=0, preloadedImages=["nginx:1.25"])
+    add_node(c)
+    add_pod(c)
+    run_for(c, 5)
+    before = pod(c)["status"]["containerStatuses"][0]
+
+    def set_unreachable(value: str) -> Callable[[Obj], None]:
+        def change(node: Obj) -> None:
+            node["metadata"]["annotations"] = {UNREACHABLE: value}
+
+        return change
+
+    c.store.mutate(NODES, "", "node-a", set_unreachable("true"))
+    run_for(c, 60)
+    c.store.mutate(NODES, "", "node-a", set_unreachable("false"))
+    run_for(c, 5)
+    after = pod(c)["status"]["containerStatuses"][0]
+    assert after["containerID"] == before["containerID"]
+    assert after["state"] == before["state"]
+    assert after["restartCount"] == 0
+    assert condition(pod(c), "Ready")["status"] == "True"
+    assert len(messages(c, "web", "Started")) == 1
+
+    # The node's Ready condition, set Unknown by the node lifecycle controller meanwhile, is posted again.
+    def lost(node: Obj) -> None:
+        condition(node, "Ready").update(status="Unknown", reason="NodeStatusUnknown")
+
+    c.store.mutate(NODES, "", "node-a", lost, subresource="status")
+    run_for(c, 60)
+    node = c.store.get(NODES, "", "node-a")
+    assert node is not None
+    assert (condition(node, "Ready")["status"], condition(node, "Ready")["reason"]) == (
+        "True",
+        "KubeletReady",
+    )

@@ -1,11 +1,12 @@
 """Pod start-up on the kubelet model: timings, image cache, init containers, probes, conditions, Events."""
 
 import json
+from typing import Any
 
 import pytest
 
 from shipshape.emulator.kubelet import KubeletModel
-from shipshape.emulator.resources import NODES
+from shipshape.emulator.resources import NODES, PODS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Scenario
 from shipshape.kube.clock import VirtualClock, parse_time
@@ -307,3 +308,47 @@ def test_missing_image_fails_to_pull_and_backs_off() -> None:
     (pulling,) = [e for e in events(c, "web", "Pulling")]
     assert pulling["count"] == 3
     assert pod(c)["status"]["phase"] == "Pending"
+
+
+def test_sidecar_starts_before_the_containers_and_counts_for_readiness() -> None:
+    c, kubelet = cluster(sandboxSeconds=0, containerStartSeconds=1, preloadedImages=["nginx:1.25", "envoy:1"])
+    add_node(c)
+    sidecar = container(
+        "proxy", "envoy:1", restartPolicy="Always", readinessProbe={"tcpSocket": {"port": 15000}}
+    )
+    p = add_pod(c, init=[sidecar], annotations={"emulator.shipshape.dev/ready-after-seconds": '{"proxy": 4}'})
+    run_for(c, 10)
+    t = kubelet.timeline(uid(p))
+    assert t["start:proxy"] == approx((T0, T0 + 1))
+    assert t["start:app"] == approx((T0 + 1, T0 + 2))
+    status = pod(c)["status"]
+    proxy = status["initContainerStatuses"][0]
+    assert "running" in proxy["state"] and proxy["started"] is True
+    # The proxy answers 4 s after it started (at 5 s); its probe runs every 10 s from 1 s: ready at 11 s.
+    assert condition(pod(c), "Ready")["status"] == "False"
+    assert condition(pod(c), "Ready")["message"] == "containers with unready status: [proxy]"
+    run_for(c, 2)
+    assert condition(pod(c), "Ready")["status"] == "True"
+    assert kubelet.timeline(uid(p))["ready"][1] == approx(T0 + 11)
+
+
+def test_readiness_gates_hold_ready_until_their_condition_is_true() -> None:
+    c, _ = cluster(sandboxSeconds=0, containerStartSeconds=0, preloadedImages=["nginx:1.25"])
+    add_node(c)
+    add_pod(c, readinessGates=[{"conditionType": "example.com/lb-ready"}])
+    run_for(c, 5)
+    ready = condition(pod(c), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert (
+        ready["message"]
+        == 'corresponding condition of pod readiness gate "example.com/lb-ready" does not exist.'
+    )
+    assert condition(pod(c), "ContainersReady")["status"] == "True"
+
+    def gate_open(obj: dict[str, Any]) -> None:
+        obj["status"]["conditions"].append({"type": "example.com/lb-ready", "status": "True"})
+
+    c.store.mutate(PODS, "default", "web", gate_open, subresource="status")
+    run_for(c, 1)
+    assert condition(pod(c), "Ready")["status"] == "True"
+    assert condition(pod(c), "example.com/lb-ready")["status"] == "True"
