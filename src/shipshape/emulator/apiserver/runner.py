@@ -46,6 +46,16 @@ class _Server(uvicorn.Server):
     def capture_signals(self) -> Generator[None, None, None]:
         yield
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Clients that keep idle TLS connections never answer close_notify: drop those at once
+        # (in-flight responses, watches included, still finish).
+        for connection in list(self.server_state.connections):
+            cycle = getattr(connection, "cycle", None)
+            transport = getattr(connection, "transport", None)
+            if transport is not None and (cycle is None or cycle.response_complete):
+                transport.abort()
+        await super().shutdown(sockets)
+
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
