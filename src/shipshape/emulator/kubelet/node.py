@@ -221,6 +221,8 @@ class NodeAgent:
                         (i for i, c in enumerate(conditions) if c.get("type") == "Ready"), len(conditions)
                     )
                     conditions.insert(ready_at, condition)
+                elif condition.get("status") != "False":  # e.g. Unknown after the node was unreachable
+                    condition.update(status="False", reason=reason, message=message, lastTransitionTime=now)
                 condition["lastHeartbeatTime"] = now
             ready = by_type.get("Ready")
             if ready is not None and ready.get("status") == "True":

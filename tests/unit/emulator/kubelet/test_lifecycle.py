@@ -268,13 +268,14 @@ def test_running_pods_keep_running_when_the_node_comes_back() -> None:
 
     # The node's Ready condition, set Unknown by the node lifecycle controller meanwhile, is posted again.
     def lost(node: Obj) -> None:
-        condition(node, "Ready").update(status="Unknown", reason="NodeStatusUnknown")
+        for ctype in ("Ready", "MemoryPressure"):
+            condition(node, ctype).update(status="Unknown", reason="NodeStatusUnknown")
 
     c.store.mutate(NODES, "", "node-a", lost, subresource="status")
     run_for(c, 60)
     node = c.store.get(NODES, "", "node-a")
     assert node is not None
-    assert (condition(node, "Ready")["status"], condition(node, "Ready")["reason"]) == (
-        "True",
-        "KubeletReady",
-    )
+    ready = condition(node, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
+    memory = condition(node, "MemoryPressure")
+    assert (memory["status"], memory["reason"]) == ("False", "KubeletHasSufficientMemory")
