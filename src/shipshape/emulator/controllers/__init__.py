@@ -10,6 +10,7 @@ from __future__ import annotations
 from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.disruption import DisruptionController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
+from shipshape.emulator.controllers.namespace import NamespaceController
 from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
 from shipshape.emulator.runtime import Model
@@ -30,4 +31,5 @@ def all_controllers() -> list[Model]:
         GarbageCollector(),
         NodeLifecycleController(),
         DisruptionController(),
+        NamespaceController(),
     ]

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from shipshape.emulator.resources import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
+from shipshape.emulator.store import Obj
+
+from .helpers import create, make_cluster, run
+from .test_deployment import deployment
+
+
+def test_terminating_namespace_is_emptied_then_finalized_and_removed() -> None:
+    cluster, fake = make_cluster()
+    fake.terminate_after = 10.0
+    create(cluster, NAMESPACES, {"metadata": {"name": "team"}}, namespace="")
+    create(cluster, DEPLOYMENTS, deployment(replicas=2), namespace="team")
+    create(cluster, CONFIGMAPS, {"metadata": {"name": "settings"}}, namespace="team")
+    create(cluster, CONFIGMAPS, {"metadata": {"name": "untouched"}}, namespace="default")
+    run(cluster, 10)
+    assert len(cluster.store.list(PODS, "team")) == 2
+
+    def terminate(ns: Obj) -> None:
+        ns["status"] = {"phase": "Terminating"}
+
+    cluster.store.mutate(NAMESPACES, "", "team", terminate, subresource="status")
+    run(cluster, 1)
+    ns = cluster.store.must_get(NAMESPACES, "", "team")
+    conditions = {c["type"]: c for c in ns["status"]["conditions"]}
+    remaining = conditions["NamespaceContentRemaining"]
+    assert (remaining["status"], remaining["reason"]) == ("True", "SomeResourcesRemain")
+    assert remaining["message"] == "Some resources are remaining: pods has 2 resource instances"
+    assert conditions["NamespaceDeletionContentFailure"]["reason"] == "ContentDeleted"
+    assert ns["spec"]["finalizers"] == ["kubernetes"]
+    assert cluster.store.list(DEPLOYMENTS, "team") == cluster.store.list(REPLICASETS, "team") == []
+    assert cluster.store.list(CONFIGMAPS, "team") == []
+
+    run(cluster, 15)
+    assert cluster.store.get(NAMESPACES, "", "team") is None
+    assert cluster.store.list(PODS, "team") == []
+    assert [c["metadata"]["name"] for c in cluster.store.list(CONFIGMAPS, "default")] == ["untouched"]
