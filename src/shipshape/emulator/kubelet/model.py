@@ -7,7 +7,6 @@ analyzers and benchmarks, the exact emulated times of each pod's start-up phases
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -20,8 +19,6 @@ from shipshape.emulator.scenario import Kubelet, Pool
 from shipshape.emulator.store import ADDED, DELETED, Obj, WatchEvent
 from shipshape.kube.clock import parse_time
 from shipshape.kube.quantity import to_int
-
-log = logging.getLogger(__name__)
 
 Timeline = dict[str, tuple[float, float]]
 # Upstream buckets of kubelet_pod_start_sli_duration_seconds.

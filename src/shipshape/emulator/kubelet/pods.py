@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,12 +23,10 @@ from shipshape.emulator.kubelet import images
 from shipshape.emulator.kubelet.resources import qos_class
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.store import Obj
-from shipshape.kube.clock import rfc3339
+from shipshape.kube.clock import parse_time, rfc3339
 
 if TYPE_CHECKING:
     from shipshape.emulator.kubelet.node import NodeAgent
-
-log = logging.getLogger(__name__)
 
 ANNOTATION_PREFIX = "emulator.shipshape.dev/"
 INIT_SECONDS = ANNOTATION_PREFIX + "init-seconds"
@@ -906,25 +903,24 @@ class PodWorker:
         if self.pod_ip and not self.host_network:
             self.agent.reserve_ip(self.pod_ip)
         self.sli_recorded = True
-        by_name = {s.get("name"): s for s in status.get("containerStatuses") or []}
-        for run in self.inits:
-            run.state, run.reason, run.exit_code, run.ready = "terminated", "Completed", 0, True
-            run.container_id = f"{next(_ids):064x}"
-        for run in self.mains:
+        reported = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        by_name = {s.get("name"): s for s in reported}
+        for run in self.all_containers:
             seen = by_name.get(run.spec.name) or {}
             run.container_id = (
                 str(seen.get("containerID", "")).removeprefix("containerd://") or f"{next(_ids):064x}"
             )
             run.restart_count = int(seen.get("restartCount", 0))
-            run.state, run.reason = "running", ""
-            run.started_at = self.now
-            running_state = (seen.get("state") or {}).get("running") or {}
-            if running_state.get("startedAt"):
-                from shipshape.kube.clock import parse_time
-
-                run.started_at = parse_time(running_state["startedAt"])
-            run.started = True
             run.ready = True
+            if run.spec.init and not run.spec.sidecar:
+                run.state, run.reason, run.exit_code = "terminated", "Completed", 0
+                continue
+            run.state, run.reason = "running", ""
+            running_state = (seen.get("state") or {}).get("running") or {}
+            started = running_state.get("startedAt")
+            run.started_at = parse_time(started) if started else self.now
+            run.started = True
             run.epoch += 1
-            self._schedule_exit(run)
+            if not run.spec.init:
+                self._schedule_exit(run)
         self.flush_soon()
