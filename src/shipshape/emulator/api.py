@@ -374,14 +374,32 @@ class Api:
         subresource: str | None = None,
         dry_run: bool = False,
         user: UserInfo = SYSTEM,
+        field_manager: str | None = None,
+        force: bool = False,
     ) -> Obj:
         """Apply the patch to the current object (or its Scale), then run the normal update path.
 
         Without a resourceVersion in the patch, a conflict with a concurrent write is retried on
-        the newer object, as upstream does.
+        the newer object, as upstream does. An apply patch (server-side apply) by `field_manager`
+        creates the object when it does not exist; `force` takes over fields other appliers own.
         """
         if subresource is not None:
             self._check_subresource(rt, subresource, ("status", "scale"))
+        if patch_type == kpatch.APPLY_PATCH:
+            if subresource is not None:
+                raise errors.UnsupportedMediaType(
+                    f"server-side apply of the {subresource} subresource is not supported by this API server"
+                )
+            return await self._apply(
+                rt,
+                namespace,
+                name,
+                patch,
+                field_manager or "unknown",
+                force=force,
+                dry_run=dry_run,
+                user=user,
+            )
         for _ in range(_PATCH_RETRIES):
             current = self.store.must_get(rt, namespace, name)
             base = self.scale_of(rt, current) if subresource == "scale" else clone(current)
@@ -401,6 +419,47 @@ class Api:
                     raise
                 log.debug(
                     "patch of %s %s/%s conflicted; retrying on the newer object", rt.kind, namespace, name
+                )
+        raise errors.Conflict.of(rt.plural, name, rt.group)
+
+    async def _apply(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        config: Any,
+        manager: str,
+        *,
+        force: bool,
+        dry_run: bool,
+        user: UserInfo,
+    ) -> Obj:
+        if not isinstance(config, dict):
+            raise errors.BadRequest("an apply patch must be an object")
+        config_name = (
+            (config.get("metadata") or {}).get("name") if isinstance(config.get("metadata"), dict) else None
+        )
+        if config_name and config_name != name:
+            raise errors.BadRequest(
+                f"the name of the object ({config_name}) does not match the name on the URL ({name})"
+            )
+        now = rfc3339(self.cluster.clock.now())
+        for _ in range(_PATCH_RETRIES):
+            current = self.store.get(rt, namespace, name)
+            applied = kpatch.server_side_apply(current, config, manager, force=force, now=now)
+            applied.setdefault("metadata", {})["name"] = name
+            if current is None:
+                applied["metadata"].pop("resourceVersion", None)
+                try:
+                    return await self.create(rt, namespace, applied, dry_run=dry_run, user=user)
+                except errors.AlreadyExists:
+                    continue
+            applied["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return await self.update(rt, namespace, name, applied, dry_run=dry_run, user=user)
+            except errors.Conflict:
+                log.debug(
+                    "apply to %s %s/%s conflicted; retrying on the newer object", rt.kind, namespace, name
                 )
         raise errors.Conflict.of(rt.plural, name, rt.group)
 

@@ -7,13 +7,19 @@
   the `$patch`, `$retainKeys`, `$setElementOrder/<list>` and `$deleteFromPrimitiveList/<list>`
   directives apply, as `kubectl apply`, `scale`, `label`, `cordon` and `rollout` send them.
 
+Server-side apply (`application/apply-patch+yaml`) is supported as a subset: field ownership of
+appliers is tracked in `metadata.managedFields` (FieldsV1), fields a manager stops applying are
+removed, and conflicts with other appliers answer 409 unless forced. Ownership by non-apply writers
+(PUT, other patches) is not tracked.
+
 None of these functions changes its arguments; each returns a new object.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +120,6 @@ _BY_FIELD: dict[str, ListStrategy] = {
     "podCIDRs": ListStrategy(),
     "addresses": ListStrategy("type"),
 }
-# Maps whose `$retainKeys` semantics the Go types declare (patchStrategy "retainKeys").
-_RETAIN_KEY_FIELDS = frozenset({"strategy", "updateStrategy"})
 
 
 def list_strategy(path: tuple[str, ...]) -> ListStrategy | None:
@@ -292,8 +296,7 @@ def apply(patch_type: str, original: dict[str, Any], patch: Any) -> dict[str, An
         result = strategic_merge_patch(original, patch)
     elif patch_type == APPLY_PATCH:
         raise errors.UnsupportedMediaType(
-            "server-side apply (application/apply-patch+yaml) is not supported by this API server; "
-            "use client-side apply (kubectl apply --server-side=false)"
+            "server-side apply (application/apply-patch+yaml) needs a field manager: see server_side_apply()"
         )
     else:
         raise errors.UnsupportedMediaType(
@@ -303,3 +306,231 @@ def apply(patch_type: str, original: dict[str, Any], patch: Any) -> dict[str, An
     if not isinstance(result, dict):
         raise errors.BadRequest("the patched object is not a JSON object")
     return result
+
+
+# ---- server-side apply (a subset) ----------------------------------------------------------------
+
+FieldPath = tuple[str, ...]
+# Fields a manager never owns: identity, server-set metadata and status (applied via its subresource).
+_UNOWNED_TOP = frozenset({"apiVersion", "kind", "status"})
+_UNOWNED_META = frozenset(
+    {"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields"}
+)
+
+
+class ApplyConflict(errors.ApiError):
+    """An apply that would change fields another manager owns (HTTP 409 unless forced)."""
+
+    code = 409
+    reason = "Conflict"
+
+
+def _token_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _collect(value: Any, path: FieldPath, names: tuple[str, ...], out: set[FieldPath]) -> None:
+    if isinstance(value, dict):
+        if not value and path:
+            out.add(path)
+        for key, child in value.items():
+            if not path and key in _UNOWNED_TOP:
+                continue
+            if path == ("f:metadata",) and key in _UNOWNED_META:
+                continue
+            _collect(child, (*path, f"f:{key}"), (*names, key), out)
+        return
+    if isinstance(value, list):
+        strategy = list_strategy(names)
+        if strategy is None or not value:
+            out.add(path)  # an atomic list is owned as a whole
+            return
+        for item in value:
+            if not strategy.key:
+                out.add((*path, f"v:{_token_json(item)}"))
+            elif isinstance(item, dict) and strategy.key in item:
+                item_path = (*path, f"k:{_token_json({strategy.key: item[strategy.key]})}")
+                out.add((*item_path, "."))
+                for key, child in item.items():
+                    _collect(child, (*item_path, f"f:{key}"), (*names, key), out)
+        return
+    out.add(path)
+
+
+def field_set(obj: Mapping[str, Any]) -> set[FieldPath]:
+    """The fields an applied configuration sets, as FieldsV1 paths ("f:spec", "k:{...}", "v:...")."""
+    out: set[FieldPath] = set()
+    _collect(dict(obj), (), (), out)
+    return out
+
+
+def to_fields_v1(paths: Iterable[FieldPath]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path in sorted(paths):
+        node = tree
+        for token in path:
+            node = node.setdefault(token, {})
+    return tree
+
+
+def from_fields_v1(tree: Mapping[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
+    out: set[FieldPath] = set()
+    for token, child in tree.items():
+        path = (*prefix, token)
+        if isinstance(child, Mapping) and child:
+            out |= from_fields_v1(child, path)
+        else:
+            out.add(path)
+    return out
+
+
+def _step(value: Any, token: str) -> tuple[bool, Any]:
+    """Follow one FieldsV1 token; (found, child)."""
+    kind, _, rest = token.partition(":")
+    if token == ".":
+        return True, value
+    if kind == "f" and isinstance(value, dict):
+        return (rest in value), value.get(rest)
+    if kind == "k" and isinstance(value, list):
+        wanted = json.loads(rest)
+        for item in value:
+            if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items()):
+                return True, item
+        return False, None
+    if kind == "v" and isinstance(value, list):
+        wanted = json.loads(rest)
+        return (wanted in value), wanted
+    return False, None
+
+
+def _lookup(obj: Any, path: FieldPath) -> tuple[bool, Any]:
+    value = obj
+    for token in path:
+        found, value = _step(value, token)
+        if not found:
+            return False, None
+    return True, value
+
+
+def _remove(obj: dict[str, Any], path: FieldPath) -> None:
+    """Remove the field, list item or set value at `path`, if present."""
+    if path and path[-1] == ".":
+        path = path[:-1]
+    if not path:
+        return
+    found, parent = _lookup(obj, path[:-1])
+    if not found:
+        return
+    kind, _, rest = path[-1].partition(":")
+    if kind == "f" and isinstance(parent, dict):
+        parent.pop(rest, None)
+    elif kind == "k" and isinstance(parent, list):
+        wanted = json.loads(rest)
+        parent[:] = [
+            item
+            for item in parent
+            if not (isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items()))
+        ]
+    elif kind == "v" and isinstance(parent, list):
+        wanted = json.loads(rest)
+        parent[:] = [item for item in parent if item != wanted]
+
+
+def display_path(path: FieldPath) -> str:
+    """A FieldsV1 path as upstream prints it in conflicts: `.spec.containers[name="main"].image`."""
+    out = ""
+    for token in path:
+        kind, _, rest = token.partition(":")
+        if kind == "f":
+            out += f".{rest}"
+        elif kind == "k":
+            out += "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in json.loads(rest).items()) + "]"
+        elif kind == "v":
+            out += f"[={rest}]"
+    return out
+
+
+def _conflict_error(conflicts: list[tuple[str, FieldPath]]) -> ApplyConflict:
+    by_manager: dict[str, list[str]] = {}
+    for manager, path in conflicts:
+        by_manager.setdefault(manager, []).append(display_path(path))
+    count = len(conflicts)
+    if count == 1:
+        manager, path = conflicts[0]
+        text = f'conflict with "{manager}": {display_path(path)}'
+    else:
+        text = "\n".join(
+            f'conflicts with "{manager}":\n' + "\n".join(f"- {p}" for p in sorted(paths))
+            for manager, paths in by_manager.items()
+        )
+    message = f"Apply failed with {count} conflict{'s' if count > 1 else ''}: {text}"
+    causes = [
+        {
+            "reason": "FieldManagerConflict",
+            "message": f'conflict with "{manager}"',
+            "field": display_path(path),
+        }
+        for manager, path in conflicts
+    ]
+    return ApplyConflict(message, details={"causes": causes})
+
+
+def server_side_apply(
+    current: Mapping[str, Any] | None,
+    applied: Mapping[str, Any],
+    manager: str,
+    *,
+    force: bool = False,
+    now: str = "",
+) -> dict[str, Any]:
+    """The object after `manager` applies `applied` to `current` (None: the apply creates it)."""
+    if not isinstance(applied, Mapping):
+        raise errors.BadRequest("an apply patch must be an object")
+    config = {k: copy.deepcopy(v) for k, v in applied.items() if k != "status"}
+    config_md = config.get("metadata")
+    if config_md is not None and not isinstance(config_md, dict):
+        raise errors.BadRequest("metadata must be an object")
+    if isinstance(config_md, dict) and "managedFields" in config_md:
+        raise errors.BadRequest("metadata.managedFields must be nil")
+    new_fields = field_set(config)
+    base: dict[str, Any] = copy.deepcopy(dict(current)) if current is not None else {}
+    entries: list[dict[str, Any]] = [
+        dict(e) for e in (base.get("metadata") or {}).get("managedFields") or [] if isinstance(e, dict)
+    ]
+    mine = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Apply"), None)
+    old_fields = from_fields_v1(mine.get("fieldsV1") or {}) if mine else set()
+    others = [(e, from_fields_v1(e.get("fieldsV1") or {})) for e in entries if e is not mine]
+    conflicts: list[tuple[str, FieldPath]] = []
+    for entry, fields in others:
+        for path in sorted(new_fields & fields):
+            if path[-1] == ".":
+                continue
+            if _lookup(base, path) != _lookup(config, path):
+                conflicts.append((str(entry.get("manager", "")), path))
+    if conflicts and not force:
+        raise _conflict_error(conflicts)
+    if force:
+        lost = {path for _, path in conflicts}
+        others = [(entry, fields - lost) for entry, fields in others]
+    merged = strategic_merge_patch(base, config) if base else copy.deepcopy(config)
+    owned_elsewhere: set[FieldPath] = set().union(*(fields for _, fields in others)) if others else set()
+    # Shortest first: a list item that goes takes its fields with it (they are then not found).
+    for path in sorted(old_fields - new_fields - owned_elsewhere, key=lambda p: len(p) - (p[-1] == ".")):
+        _remove(merged, path)
+    kept = []
+    for entry, fields in others:
+        if fields:
+            entry["fieldsV1"] = to_fields_v1(fields)
+            kept.append(entry)
+    kept.append(
+        {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": str(config.get("apiVersion") or base.get("apiVersion") or ""),
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": to_fields_v1(new_fields),
+        }
+    )
+    merged.setdefault("metadata", {})["managedFields"] = kept
+    return merged
