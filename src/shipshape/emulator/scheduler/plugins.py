@@ -383,17 +383,22 @@ class Cycle:
         keys = [c.topology_key for c in constraints]
         ignored = {n.name for n in nodes if require_all and not all(k in n.labels for k in keys)}
         domain_counts: list[dict[str, int]] = []
+        per_node: list[Counter[str]] = []
         weights: list[float] = []
         for c in constraints:
             counts: dict[str, int] = {}
+            matching = Counter(
+                p.node_name
+                for p in self.snapshot.matching_pods(pod.namespace, c.selector)
+                if not p.terminating
+            )
+            per_node.append(matching)
             if c.topology_key != HOSTNAME:
                 for n in nodes:
                     if n.name not in ignored and c.topology_key in n.labels:
                         counts.setdefault(n.labels[c.topology_key], 0)
-                for other in self.snapshot.matching_pods(pod.namespace, c.selector):
-                    if other.terminating:
-                        continue
-                    node = self.snapshot.nodes.get(other.node_name)
+                for node_name, number in matching.items():
+                    node = self.snapshot.nodes.get(node_name)
                     if (
                         node is None
                         or node.obj is None
@@ -402,28 +407,35 @@ class Cycle:
                         continue
                     value = node.labels.get(c.topology_key)
                     if value in counts and self._spread_eligible(c, node):
-                        counts[value] += 1
+                        counts[value] += number
                 size = len(counts)
             else:
                 size = len(nodes) - len(ignored)
             domain_counts.append(counts)
             weights.append(math.log(size + 2))
+        plan = [
+            (
+                c.topology_key,
+                per_node[i] if c.topology_key == HOSTNAME else None,
+                domain_counts[i],
+                weights[i],
+                c.max_skew - 1,
+            )
+            for i, c in enumerate(constraints)
+        ]
         raw: list[int] = []
         for n in nodes:
             if n.name in ignored:
                 raw.append(-1)
                 continue
             score = 0.0
-            for i, c in enumerate(constraints):
-                value = n.labels.get(c.topology_key)
-                if value is None:
-                    continue
-                if c.topology_key == HOSTNAME:
-                    count = sum(1 for p in n.pods.values() if _counts_for(pod, p, c.selector))
-                else:
-                    count = domain_counts[i].get(value, 0)
-                score += count * weights[i] + (c.max_skew - 1)
-            raw.append(round(score))
+            labels = n.labels
+            for key, hosts, domains, weight, slack in plan:
+                value = labels.get(key)
+                if value is not None:
+                    count = hosts[n.name] if hosts is not None else domains.get(value, 0)
+                    score += count * weight + slack
+            raw.append(math.floor(score + 0.5))  # Go's math.Round: halves away from zero
         valid = [s for s in raw if s >= 0]
         if not valid:
             return [0] * len(nodes)
