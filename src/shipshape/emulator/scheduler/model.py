@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shipshape.emulator.resources import (
@@ -127,7 +127,9 @@ class SchedulerModel:
             self._on_pod("ADDED", pod, None)
         store.subscribe(self._on_event)
 
-    def fits(self, pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Any = ()) -> list[str]:
+    def fits(
+        self, pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
+    ) -> list[str]:
         """The filters' verdict for a pod on a (template) node: [] when it fits, else the reasons."""
         return framework.fits(pod, node, pods_on_node)
 
