@@ -13,6 +13,7 @@ from shipshape.emulator.controllers.garbagecollector import GarbageCollector
 from shipshape.emulator.controllers.namespace import NamespaceController
 from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
+from shipshape.emulator.controllers.statefulset import StatefulSetController
 from shipshape.emulator.runtime import Model
 
 __all__ = [
@@ -28,6 +29,7 @@ def all_controllers() -> list[Model]:
     return [
         ReplicaSetController(),
         DeploymentController(),
+        StatefulSetController(),
         GarbageCollector(),
         NodeLifecycleController(),
         DisruptionController(),
