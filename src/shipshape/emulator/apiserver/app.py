@@ -513,7 +513,17 @@ class ApiServer:
         self._check_write_params(request)
         dry_run = self._dry_run(request)
         patch_type, patch = await self._decode_patch(request)
-        patched = await self.api.patch(rt, target.namespace, target.name, patch_type, patch, dry_run=dry_run)
+        q = request.query_params
+        patched = await self.api.patch(
+            rt,
+            target.namespace,
+            target.name,
+            patch_type,
+            patch,
+            dry_run=dry_run,
+            field_manager=q.get("fieldManager"),
+            force=q.get("force") in _TRUE,
+        )
         return self._respond(request, self._object_body_out(request, rt, patched))
 
     async def _delete_options(self, request: Request) -> DeleteOptions:
