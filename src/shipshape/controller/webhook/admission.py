@@ -7,14 +7,12 @@ policy admits the pod unmodified with a warning. Pod creation never fails becaus
 from __future__ import annotations
 
 import base64
-import copy
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch
 import orjson
 
 from shipshape.controller.cache import ClusterCache, WorkloadRef
@@ -22,7 +20,7 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.placement import Decision, PodRequest, Pool, decide
 from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.webhook.mutators import CHAIN, MutationInput, pins_capacity
+from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff, pins_capacity
 from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
@@ -165,7 +163,7 @@ class PodPlacer:
             selector=(workload.obj.get("spec") or {}).get("selector"),
             spot_tolerations=self.cache.spot_tolerations(),
         )
-        mutated = copy.deepcopy(pod)
+        mutated = copy_pod(pod)
         for name, mutator in CHAIN:
             try:
                 mutator(data, mutated)
@@ -173,8 +171,7 @@ class PodPlacer:
                 LOG.exception("mutator %s failed; admitting the pod unmodified", name)
                 self.metrics.webhook_errors.labels(stage=name).inc()
                 return None
-        ops: list[Obj] = jsonpatch.make_patch(pod, mutated).patch
-        return ops
+        return diff(pod, mutated)
 
     def _skip(self, cause: str) -> Outcome:
         self.metrics.skipped.labels(cause=cause).inc()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jsonpatch
 import orjson
 
 from shipshape.controller.placement import Decision, Pool
@@ -23,6 +24,7 @@ from shipshape.controller.policy import (
 
 Obj = dict[str, Any]
 PREFERRED_POOL_WEIGHT = 100
+_ABSENT: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,69 @@ def annotate_decision(data: MutationInput, pod: Obj) -> None:
     metadata = pod.setdefault("metadata", {})
     annotations = metadata.get("annotations") or {}
     metadata["annotations"] = {**annotations, DECISION: decision_annotation(data.decision, data.decision_id)}
+
+
+# Where the chain writes: (top-level key, key under it). `diff` relies on it.
+WRITES: tuple[tuple[str, str], ...] = (
+    ("spec", "affinity"),
+    ("spec", "tolerations"),
+    ("spec", "topologySpreadConstraints"),
+    ("metadata", "annotations"),
+)
+
+
+def copy_pod(pod: Mapping[str, Any]) -> Obj:
+    """A deep copy of a JSON pod (a serialisation round trip: several times faster than copy.deepcopy)."""
+    copied: Obj = orjson.loads(orjson.dumps(pod))
+    return copied
+
+
+def _pointer(*parts: str) -> str:
+    """RFC 6901 JSON Pointer of a path."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _rest(pod: Mapping[str, Any]) -> Obj:
+    """Everything in the pod outside the fields the chain writes."""
+    rest: Obj = {}
+    for top, value in pod.items():
+        keys = {key for parent, key in WRITES if parent == top}
+        rest[top] = (
+            {k: v for k, v in value.items() if k not in keys}
+            if keys and isinstance(value, Mapping)
+            else value
+        )
+    return rest
+
+
+def diff(original: Mapping[str, Any], mutated: Mapping[str, Any]) -> list[Obj]:
+    """The JSON Patch from `original` to `mutated`.
+
+    Field by field over the fields the chain writes: a field the pod did not have is one `add`, a
+    field it had is diffed by jsonpatch under its own path. This keeps the hot path fast; should
+    anything else differ, jsonpatch diffs the whole pods instead.
+    """
+    if _rest(original) != _rest(mutated):
+        whole: list[Obj] = jsonpatch.make_patch(original, mutated).patch
+        return whole
+    ops: list[Obj] = []
+    for top, key in WRITES:
+        before = (original.get(top) or {}).get(key, _ABSENT)
+        after = (mutated.get(top) or {}).get(key, _ABSENT)
+        if before == after:
+            continue
+        path = _pointer(top, key)
+        if before is _ABSENT:
+            ops.append({"op": "add", "path": path, "value": after})
+        elif after is _ABSENT:
+            ops.append({"op": "remove", "path": path})
+        else:
+            for op in jsonpatch.make_patch(before, after).patch:
+                moved = {**op, "path": path + op["path"]}
+                if "from" in op:
+                    moved["from"] = path + op["from"]
+                ops.append(moved)
+    return ops
 
 
 CHAIN: tuple[tuple[str, Mutator], ...] = (
