@@ -66,24 +66,30 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902. A malformed document is a 400; an operation that cannot apply is a 422."""
+    """RFC 6902. A malformed document is a 400; an operation that cannot apply is a 422.
+
+    Failures are worded as the API server's JSON patch library words them ("testing value
+    /spec/replicas failed: test failed", "remove operation does not apply: doc is missing path").
+    """
     if not isinstance(operations, list):
         raise errors.BadRequest("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     for index, op in enumerate(operations):
         if not isinstance(op, dict) or "op" not in op:
-            raise errors.BadRequest(
-                f"the server rejected our request due to an error in our request: "
-                f"operation {index} has no 'op'"
-            )
-    try:
-        patch = jsonpatch.JsonPatch(operations)
-        return patch.apply(target, in_place=False)
-    except jsonpatch.JsonPatchTestFailed as exc:
-        raise PatchFailed(f"the server rejected our request due to an error in our request: {exc}") from exc
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-        raise PatchFailed(f"the server rejected our request due to an error in our request: {exc}") from exc
-    except (TypeError, KeyError, ValueError) as exc:
-        raise errors.BadRequest(f"invalid JSON patch: {exc}") from exc
+            raise errors.BadRequest(f"invalid JSON patch: operation {index} has no 'op'")
+    document = target
+    for op in operations:
+        try:
+            document = jsonpatch.JsonPatch([op]).apply(document, in_place=False)
+        except jsonpatch.JsonPatchTestFailed as exc:
+            raise PatchFailed(f"testing value {op.get('path')} failed: test failed") from exc
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            where = op.get("path")
+            raise PatchFailed(
+                f'{op.get("op")} operation does not apply: doc is missing path: "{where}": missing value'
+            ) from exc
+        except (TypeError, KeyError, ValueError) as exc:
+            raise errors.BadRequest(f"invalid JSON patch: {exc}") from exc
+    return document
 
 
 # ---- strategic merge patch -----------------------------------------------------------------------

@@ -26,6 +26,7 @@ def test_json_patch_applies_and_maps_errors_to_400_and_422() -> None:
     with pytest.raises(kpatch.PatchFailed) as failed:
         kpatch.json_patch(doc, [{"op": "test", "path": "/spec/replicas", "value": 9}])
     assert failed.value.code == 422
+    assert failed.value.message == "testing value /spec/replicas failed: test failed"
     with pytest.raises(kpatch.PatchFailed):
         kpatch.json_patch(doc, [{"op": "remove", "path": "/spec/missing"}])
     with pytest.raises(errors.BadRequest):
