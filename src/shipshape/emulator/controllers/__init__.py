@@ -7,6 +7,7 @@ status after scaling one.
 
 from __future__ import annotations
 
+from shipshape.emulator.controllers.daemonset import DaemonSetController
 from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.disruption import DisruptionController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
@@ -17,6 +18,7 @@ from shipshape.emulator.controllers.statefulset import StatefulSetController
 from shipshape.emulator.runtime import Model
 
 __all__ = [
+    "DaemonSetController",
     "DeploymentController",
     "GarbageCollector",
     "NodeLifecycleController",
@@ -30,6 +32,7 @@ def all_controllers() -> list[Model]:
         ReplicaSetController(),
         DeploymentController(),
         StatefulSetController(),
+        DaemonSetController(),
         GarbageCollector(),
         NodeLifecycleController(),
         DisruptionController(),

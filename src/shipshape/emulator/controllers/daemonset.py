@@ -1,0 +1,580 @@
+"""The DaemonSet controller: one pod per eligible node, pinned by node affinity, rolling updates.
+
+A node is eligible as upstream's `NodeShouldRunDaemonPod` decides: the template's nodeName,
+nodeSelector and required node affinity match, and its taints are tolerated once the daemon
+tolerations are added (not-ready/unreachable NoExecute; disk/memory/pid-pressure and
+unschedulable NoSchedule; network-unavailable with hostNetwork). Pods are created unscheduled
+with a required `metadata.name` matchFields affinity for their node; the scheduler binds them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.base import Controller
+from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.deploymentutil import compute_hash
+from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
+from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
+from shipshape.emulator.controllers.replicaset import selector_of
+from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
+from shipshape.kube import errors
+from shipshape.kube.scheduling import node_affinity_matches, untolerated_taints
+
+log = logging.getLogger(__name__)
+
+BURST_REPLICAS = 250
+TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+
+Key = tuple[str, str]
+
+
+def daemon_tolerations(spec: Mapping[str, Any]) -> list[Obj]:
+    """The tolerations upstream adds to every daemon pod (`AddOrUpdateDaemonPodTolerations`)."""
+    wanted = [
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+    ]
+    if spec.get("hostNetwork"):
+        wanted.append(("node.kubernetes.io/network-unavailable", "NoSchedule"))
+    return [{"key": key, "operator": "Exists", "effect": effect} for key, effect in wanted]
+
+
+def with_daemon_tolerations(spec: Obj) -> Obj:
+    tolerations: list[Obj] = list(spec.get("tolerations") or [])
+    for toleration in daemon_tolerations(spec):
+        same = [
+            i
+            for i, t in enumerate(tolerations)
+            if (t.get("key"), t.get("operator", "Equal"), t.get("value", ""), t.get("effect"))
+            == (toleration["key"], "Exists", "", toleration["effect"])
+        ]
+        if same:
+            tolerations[same[0]] = toleration
+        else:
+            tolerations.append(toleration)
+    spec["tolerations"] = tolerations
+    return spec
+
+
+def pinned_affinity(affinity: Obj | None, node: str) -> Obj:
+    """Upstream `ReplaceDaemonSetPodNodeNameNodeAffinity`: one required term, metadata.name In [node]."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    out = clone(affinity) if affinity else {}
+    node_affinity = out.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    required["nodeSelectorTerms"] = [term]
+    return out
+
+
+def target_node(pod: Mapping[str, Any]) -> str:
+    """The node a daemon pod is for: spec.nodeName, else its single metadata.name affinity value."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            values = field.get("values") or []
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
+
+
+def should_run(ds: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(should run, should continue running) of the daemon on a node (upstream `NodeShouldRunDaemonPod`)."""
+    template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    node_name = str(podutil.meta(node).get("name", ""))
+    if template_spec.get("nodeName") and template_spec["nodeName"] != node_name:
+        return False, False
+    pod = {"spec": with_daemon_tolerations(clone(dict(template_spec)))}
+    if not node_affinity_matches(pod, node):
+        return False, False
+    if untolerated_taints(pod, node, ("NoSchedule", "NoExecute")):
+        return False, not untolerated_taints(pod, node, ("NoExecute",))
+    return True, True
+
+
+def _by_creation_and_phase(a: Obj, b: Obj) -> int:
+    """Scheduled pods first, then oldest first, then by name (upstream `podByCreationTimestampAndPhase`)."""
+    bound_a, bound_b = bool(a["spec"].get("nodeName")), bool(b["spec"].get("nodeName"))
+    if bound_a != bound_b:
+        return -1 if bound_a else 1
+    ka = (podutil.creation_time(a), a["metadata"]["name"])
+    kb = (podutil.creation_time(b), b["metadata"]["name"])
+    return -1 if ka < kb else (1 if ka > kb else 0)
+
+
+class DaemonSetController(Controller):
+    name = "daemonset-controller"
+    watches = (DAEMONSETS, PODS, NODES, CONTROLLERREVISIONS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expectations: Expectations | None = None
+
+    def start(self, cluster: Cluster) -> None:
+        self._expectations = Expectations(cluster.clock)
+        super().start(cluster)
+
+    @property
+    def expectations(self) -> Expectations:
+        assert self._expectations is not None
+        return self._expectations
+
+    # ---- events -> keys ---------------------------------------------------------------------
+    def keys_for(self, event: WatchEvent) -> list[Any]:
+        obj = event.object
+        ns, name = podutil.key_of(obj)
+        if event.resource is DAEMONSETS:
+            if event.type == DELETED:
+                self.expectations.forget((ns, name))
+            return [(ns, name)]
+        if event.resource is NODES:
+            return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
+        ref = podutil.controller_ref(obj)
+        if ref is not None:
+            if ref.get("kind") != "DaemonSet":
+                return []
+            key = (ns, str(ref["name"]))
+            if event.resource is PODS:
+                if event.type == DELETED or podutil.is_terminating(obj):
+                    self.expectations.deletion_observed(key, f"{ns}/{name}")
+                elif event.type == "ADDED":
+                    self.expectations.creation_observed(key)
+            return [key]
+        if event.type == DELETED or event.resource is not PODS:
+            return []
+        labels = podutil.meta(obj).get("labels")
+        return [
+            podutil.key_of(ds)
+            for ds in self.store.list(DAEMONSETS, ns)
+            if (sel := selector_of(ds)) is not None and not sel.empty and sel.matches(labels)
+        ]
+
+    # ---- sync -------------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> None:
+        ns, name = key
+        ds = self.store.get(DAEMONSETS, ns, name)
+        if ds is None:
+            self.expectations.forget(key)
+            return
+        selector = selector_of(ds)
+        if selector is None or selector.empty:
+            self.event(
+                ds,
+                "SelectingAll",
+                "This daemon set is selecting all pods. A non-empty selector is required.",
+                type="Warning",
+            )
+            return
+        if podutil.is_terminating(ds):
+            return
+        nodes = self.store.list(NODES)
+        current, old = self._construct_history(ds)
+        if current is None:
+            return
+        hash_value = str(current["metadata"]["labels"][POD_REVISION_LABEL])
+        if not self.expectations.satisfied(key):
+            self._update_status(ds, nodes, hash_value, observe=False)
+            return
+        self._manage(ds, nodes, hash_value, key)
+        if self.expectations.satisfied(key):
+            strategy = (ds["spec"].get("updateStrategy") or {}).get("type", "RollingUpdate")
+            if strategy == "RollingUpdate":
+                self._rolling_update(ds, nodes, hash_value, key)
+        self._cleanup_history(ds, old)
+        self._update_status(ds, nodes, hash_value, observe=True)
+
+    def _daemon_pods(self, ds: Obj) -> list[Obj]:
+        selector = selector_of(ds)
+        assert selector is not None
+        ns = ds["metadata"].get("namespace", "")
+        return claim(self.store, PODS, ds, self.store.list(PODS, ns), selector)
+
+    def _node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
+        out: dict[str, list[Obj]] = {}
+        for pod in self._daemon_pods(ds):
+            if podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod):
+                continue
+            node = target_node(pod)
+            if node:
+                out.setdefault(node, []).append(pod)
+        return out
+
+    # ---- history ------------------------------------------------------------------------------
+    def _construct_history(self, ds: Obj) -> tuple[Obj | None, list[Obj]]:
+        ns = ds["metadata"].get("namespace", "")
+        patch = template_patch(ds)
+        revisions = [r for r in self.store.list(CONTROLLERREVISIONS, ns) if podutil.is_controlled_by(r, ds)]
+        matching = [r for r in revisions if r.get("data") == patch]
+        old = [r for r in revisions if r.get("data") != patch]
+        next_number = max((int(r.get("revision") or 0) for r in old), default=0) + 1
+        if not matching:
+            return self._snapshot(ds, patch, next_number), old
+        current = sorted(matching, key=lambda r: int(r.get("revision") or 0))[-1]
+        for duplicate in matching:
+            if duplicate is not current:
+                self._delete_revision(duplicate)
+        if int(current.get("revision") or 0) < next_number:
+
+            def bump(new: Obj) -> None:
+                new["revision"] = next_number
+
+            current = self.store.mutate(CONTROLLERREVISIONS, ns, current["metadata"]["name"], bump) or current
+        return current, old
+
+    def _snapshot(self, ds: Obj, patch: Obj, number: int) -> Obj | None:
+        ns = ds["metadata"].get("namespace", "")
+        collision = (ds.get("status") or {}).get("collisionCount")
+        hash_value = compute_hash((ds["spec"].get("template") or {}), collision)
+        labels = dict(((ds["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {})
+        labels[POD_REVISION_LABEL] = hash_value
+        revision: Obj = {
+            "metadata": {
+                "name": f"{ds['metadata']['name']}-{hash_value}",
+                "namespace": ns,
+                "labels": labels,
+                "ownerReferences": [podutil.new_controller_ref(ds)],
+            },
+            "data": patch,
+            "revision": number,
+        }
+        if ds["metadata"].get("annotations"):
+            revision["metadata"]["annotations"] = dict(ds["metadata"]["annotations"])
+        try:
+            return self.store.create(CONTROLLERREVISIONS, revision)
+        except errors.AlreadyExists:
+            existing = self.store.get(CONTROLLERREVISIONS, ns, revision["metadata"]["name"])
+            if (
+                existing is not None
+                and podutil.is_controlled_by(existing, ds)
+                and existing.get("data") == patch
+            ):
+                return existing
+            status = dict(ds.get("status") or {})
+            status["collisionCount"] = int(status.get("collisionCount") or 0) + 1
+            self.write_status(DAEMONSETS, ds, status)
+            return None
+
+    def _delete_revision(self, revision: Obj) -> None:
+        ns, name = podutil.key_of(revision)
+        try:
+            self.store.delete(CONTROLLERREVISIONS, ns, name)
+        except errors.NotFound:
+            return
+
+    def _cleanup_history(self, ds: Obj, old: list[Obj]) -> None:
+        limit = int(ds["spec"].get("revisionHistoryLimit", 10))
+        to_kill = len(old) - limit
+        if to_kill <= 0:
+            return
+        live = {
+            str((p["metadata"].get("labels") or {}).get(POD_REVISION_LABEL, ""))
+            for p in self._daemon_pods(ds)
+        }
+        for revision in sorted(old, key=lambda r: int(r.get("revision") or 0)):
+            if to_kill <= 0:
+                break
+            if str((revision["metadata"].get("labels") or {}).get(POD_REVISION_LABEL, "")) in live:
+                continue
+            self._delete_revision(revision)
+            to_kill -= 1
+
+    # ---- manage -------------------------------------------------------------------------------
+    def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+        node_to_pods = self._node_to_pods(ds)
+        needing: list[str] = []
+        to_delete: list[str] = []
+        for node in nodes:
+            need, delete = self._pods_should_be_on_node(ds, node, node_to_pods, hash_value)
+            needing += need
+            to_delete += delete
+        known = {n["metadata"]["name"] for n in nodes}
+        for node_name, pods in node_to_pods.items():
+            if node_name not in known:
+                to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+        self._sync_nodes(ds, to_delete, needing, hash_value, key)
+
+    def _pods_should_be_on_node(
+        self, ds: Obj, node: Obj, node_to_pods: dict[str, list[Obj]], hash_value: str
+    ) -> tuple[list[str], list[str]]:
+        run, keep = should_run(ds, node)
+        node_name = node["metadata"]["name"]
+        pods = node_to_pods.get(node_name)
+        needing: list[str] = []
+        to_delete: list[str] = []
+        if run and pods is None:
+            needing.append(node_name)
+        elif keep:
+            running: list[Obj] = []
+            for pod in pods or []:
+                if podutil.is_terminating(pod):
+                    continue
+                phase = podutil.phase(pod)
+                if phase == "Failed":
+                    message = (
+                        f"Found failed daemon pod {pod['metadata']['namespace']}/{pod['metadata']['name']} "
+                        f"on node {node_name}, will try to kill it"
+                    )
+                    self.event(ds, "FailedDaemonPod", message, type="Warning")
+                    to_delete.append(pod["metadata"]["name"])
+                elif phase == "Succeeded":
+                    to_delete.append(pod["metadata"]["name"])
+                else:
+                    running.append(pod)
+            running.sort(key=functools.cmp_to_key(_by_creation_and_phase))
+            if self._max_surge_configured(ds) == 0:
+                to_delete += [p["metadata"]["name"] for p in running[1:]]
+            else:
+                newest: Obj | None = None
+                oldest_old: Obj | None = None
+                for pod in running:
+                    if (pod["metadata"].get("labels") or {}).get(POD_REVISION_LABEL) == hash_value:
+                        if newest is None:
+                            newest = pod
+                            continue
+                    elif oldest_old is None:
+                        oldest_old = pod
+                        continue
+                    to_delete.append(pod["metadata"]["name"])
+                if newest is not None and oldest_old is not None:
+                    min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+                    if not podutil.is_ready(oldest_old) or podutil.is_available(
+                        newest, min_ready, self.now()
+                    ):
+                        to_delete.append(oldest_old["metadata"]["name"])
+        elif pods is not None:
+            to_delete += [p["metadata"]["name"] for p in pods if not podutil.is_terminating(p)]
+        return needing, to_delete
+
+    def _sync_nodes(
+        self, ds: Obj, to_delete: list[str], needing: list[str], hash_value: str, key: Key
+    ) -> None:
+        ns, ds_name = key
+        needing = needing[:BURST_REPLICAS]
+        to_delete = to_delete[:BURST_REPLICAS]
+        if needing:
+            self.expectations.expect_creations(key, len(needing))
+        if to_delete:
+            self.expectations.expect_deletions(key, {f"{ns}/{p}" for p in to_delete})
+        template = self._pod_template(ds, hash_value)
+        api = self.c.services["api"]
+        failed: list[errors.ApiError] = []
+
+        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
+            if error is not None:
+                self.expectations.creation_observed(key)
+                failed.append(error)
+                self.event(ds, "FailedCreate", f"Error creating: {error.message}", type="Warning")
+            elif pod is not None:
+                self.event(ds, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+
+        index, batch = 0, 1
+        while index < len(needing) and not failed:
+            for node_name in needing[index : index + batch]:
+                body = podutil.pod_from_template(template, ds, f"{ds_name}-")
+                body["spec"]["affinity"] = pinned_affinity(body["spec"].get("affinity"), node_name)
+                api.submit_create(PODS, ns, body, on_done=done)
+            index += batch
+            batch *= 2
+        for _ in range(max(0, len(needing) - index)):
+            self.expectations.creation_observed(key)
+        for pod_name in to_delete:
+            try:
+                self.store.delete(PODS, ns, pod_name)
+            except errors.NotFound:
+                self.expectations.deletion_observed(key, f"{ns}/{pod_name}")
+                continue
+            except errors.ApiError as exc:
+                self.expectations.deletion_observed(key, f"{ns}/{pod_name}")
+                self.event(ds, "FailedDelete", f"Error deleting: {exc.message}", type="Warning")
+                continue
+            self.event(ds, "SuccessfulDelete", f"Deleted pod: {pod_name}")
+        if failed:
+            self.retry_later(key)
+
+    def _pod_template(self, ds: Obj, hash_value: str) -> Obj:
+        template = clone(ds["spec"].get("template") or {})
+        template["spec"] = with_daemon_tolerations(template.get("spec") or {})
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        generation = (ds["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
+        if generation is not None:
+            labels[TEMPLATE_GENERATION_LABEL] = str(generation)
+        labels[POD_REVISION_LABEL] = hash_value
+        return template
+
+    # ---- rolling update -----------------------------------------------------------------------
+    def _max_surge_configured(self, ds: Obj) -> int:
+        rolling = (ds["spec"].get("updateStrategy") or {}).get("rollingUpdate") or {}
+        try:
+            return scaled_value(rolling.get("maxSurge", 0), 1, round_up=True)
+        except IntOrPercentError:
+            return 0
+
+    def _is_updated(self, ds: Obj, pod: Obj, hash_value: str) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        generation = (ds["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
+        if generation is not None and labels.get(TEMPLATE_GENERATION_LABEL) == str(generation):
+            return True
+        return bool(hash_value) and labels.get(POD_REVISION_LABEL) == hash_value
+
+    def _updated_and_old(
+        self, ds: Obj, pods: list[Obj], hash_value: str
+    ) -> tuple[Obj | None, Obj | None, bool]:
+        new_pod: Obj | None = None
+        old_pod: Obj | None = None
+        for pod in pods:
+            if podutil.is_terminating(pod):
+                continue
+            if self._is_updated(ds, pod, hash_value):
+                if new_pod is not None:
+                    return None, None, False
+                new_pod = pod
+            else:
+                if old_pod is not None:
+                    return None, None, False
+                old_pod = pod
+        return new_pod, old_pod, True
+
+    def _rolling_update(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+        node_to_pods = self._node_to_pods(ds)
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        desired = 0
+        for node in nodes:
+            if should_run(ds, node)[0]:
+                desired += 1
+                node_to_pods.setdefault(node["metadata"]["name"], [])
+        rolling = (ds["spec"].get("updateStrategy") or {}).get("rollingUpdate") or {}
+        try:
+            max_unavailable = scaled_value(rolling.get("maxUnavailable", 1), desired, round_up=True)
+            max_surge = scaled_value(rolling.get("maxSurge", 0), desired, round_up=True)
+        except IntOrPercentError:
+            return
+        if desired > 0 and max_unavailable == 0 and max_surge == 0:
+            max_unavailable = 1
+        now = self.now()
+        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+        if max_surge == 0:
+            unavailable = 0
+            replacements: list[str] = []
+            candidates: list[str] = []
+            for node_name in sorted(node_to_pods):
+                new_pod, old_pod, ok = self._updated_and_old(ds, node_to_pods[node_name], hash_value)
+                if not ok or (old_pod is None) == (new_pod is None):
+                    unavailable += 1
+                elif new_pod is not None:
+                    if not podutil.is_available(new_pod, min_ready, now):
+                        unavailable += 1
+                elif old_pod is not None:
+                    if not podutil.is_available(old_pod, min_ready, now):
+                        replacements.append(old_pod["metadata"]["name"])
+                        unavailable += 1
+                    elif unavailable < max_unavailable:
+                        candidates.append(old_pod["metadata"]["name"])
+            remaining = min(max(0, max_unavailable - unavailable), len(candidates))
+            self._sync_nodes(ds, replacements + candidates[:remaining], [], hash_value, key)
+            return
+        to_delete: list[str] = []
+        should_not_run: list[str] = []
+        candidate_nodes: list[str] = []
+        allowed_nodes: list[str] = []
+        surge = available = 0
+        for node_name in sorted(node_to_pods):
+            new_pod, old_pod, ok = self._updated_and_old(ds, node_to_pods[node_name], hash_value)
+            if not ok:
+                surge += 1
+                continue
+            counted = old_pod if old_pod is not None else new_pod
+            if counted is not None and podutil.is_available(counted, min_ready, now):
+                available += 1
+            target = by_name.get(node_name)
+            runs = target is not None and should_run(ds, target)[0]
+            if old_pod is None:
+                continue
+            if new_pod is None:
+                if not podutil.is_available(old_pod, min_ready, now):
+                    if not runs:
+                        to_delete.append(old_pod["metadata"]["name"])
+                        continue
+                    allowed_nodes.append(node_name)
+                else:
+                    if not runs:
+                        should_not_run.append(old_pod["metadata"]["name"])
+                        continue
+                    if surge >= max_surge:
+                        continue
+                    candidate_nodes.append(node_name)
+            elif not podutil.is_available(new_pod, min_ready, now):
+                surge += 1
+            else:
+                to_delete.append(old_pod["metadata"]["name"])
+        deletable = min(available - desired, len(should_not_run))
+        if deletable > 0:
+            to_delete += should_not_run[:deletable]
+        remaining = min(max(0, max_surge - surge), len(candidate_nodes))
+        self._sync_nodes(ds, to_delete, allowed_nodes + candidate_nodes[:remaining], hash_value, key)
+
+    # ---- status -------------------------------------------------------------------------------
+    def _update_status(self, ds: Obj, nodes: list[Obj], hash_value: str, *, observe: bool) -> None:
+        ds = self.store.get(DAEMONSETS, *podutil.key_of(ds)) or ds
+        node_to_pods = self._node_to_pods(ds)
+        now = self.now()
+        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
+        desired = current = misscheduled = ready = updated = available = 0
+        for node in nodes:
+            run, _ = should_run(ds, node)
+            pods = node_to_pods.get(node["metadata"]["name"]) or []
+            if not run:
+                misscheduled += 1 if pods else 0
+                continue
+            desired += 1
+            if not pods:
+                continue
+            current += 1
+            pod = sorted(pods, key=functools.cmp_to_key(_by_creation_and_phase))[0]
+            if podutil.is_ready(pod):
+                ready += 1
+                if podutil.is_available(pod, min_ready, now):
+                    available += 1
+            if self._is_updated(ds, pod, hash_value):
+                updated += 1
+        old = ds.get("status") or {}
+        status: Obj = {
+            "currentNumberScheduled": current,
+            "numberMisscheduled": misscheduled,
+            "desiredNumberScheduled": desired,
+            "numberReady": ready,
+            "observedGeneration": ds["metadata"].get("generation", 1)
+            if observe
+            else old.get("observedGeneration", 0),
+            "updatedNumberScheduled": updated,
+            "numberAvailable": available,
+            "numberUnavailable": desired - available,
+        }
+        if old.get("collisionCount") is not None:
+            status["collisionCount"] = old["collisionCount"]
+        if old.get("conditions"):
+            status["conditions"] = old["conditions"]
+        status = podutil.omit_zero(
+            status, "observedGeneration", "updatedNumberScheduled", "numberAvailable", "numberUnavailable"
+        )
+        self.write_status(DAEMONSETS, ds, status)
+        if min_ready > 0 and ready != available:
+            wait = podutil.available_in([p for ps in node_to_pods.values() for p in ps], min_ready, now)
+            if wait is not None:
+                self.enqueue(podutil.key_of(ds), after=wait)
