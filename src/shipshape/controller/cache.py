@@ -195,7 +195,10 @@ class ClusterCache:
         # In insertion order, which is expiry order (one TTL, time never goes back).
         self._assumed: dict[str, Assumption] = {}
         self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
+        self._assumed_totals: dict[GroupKey, GroupCounts] = {}
         self._node_summary: NodeSummary | None = None
+        # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when nodes do.
+        self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -221,6 +224,9 @@ class ClusterCache:
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind == "Node":
             self._node_summary = None
+            self._placements.clear()
+        elif kind == "Pod":
+            self._placements.pop(key, None)
         if kind == "Pod":
             self._unindex_pod(key)
             group = self._group_of_pod(obj)
@@ -234,6 +240,9 @@ class ClusterCache:
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind == "Node":
             self._node_summary = None
+            self._placements.clear()
+        elif kind == "Pod":
+            self._placements.pop(key, None)
         if kind == "Pod":
             self._unindex_pod(key)
         self._objects[kind].pop(key, None)
@@ -341,16 +350,17 @@ class ClusterCache:
 
     def group_counts(self, group: GroupKey, now: float) -> GroupCounts:
         """Active pods of the group by capacity and pool, plus unexpired assumptions."""
-        counts = GroupCounts()
-        for pod in self._pods_by_group.get(group, {}).values():
+        self._expire(now)
+        assumed = self._assumed_totals.get(group)
+        counts = assumed.copy() if assumed is not None else GroupCounts()
+        for key, pod in self._pods_by_group.get(group, {}).items():
             if not is_active(pod):
                 continue
-            capacity, pool = self.placement_of(pod)
-            if capacity is not None:
-                counts.add(capacity, pool)
-        self._expire(now)
-        for assumption in self._assumed_by_group.get(group, {}).values():
-            counts.add(assumption.capacity, assumption.pool)
+            placement = self._placements.get(key)
+            if placement is None:
+                placement = self._placements[key] = self.placement_of(pod)
+            if placement[0] is not None:
+                counts.add(placement[0], placement[1])
         return counts
 
     def assume(
@@ -360,6 +370,7 @@ class ClusterCache:
         assumption = Assumption(group, capacity, pool, now + self.config.assume_ttl_seconds)
         self._assumed[decision_id] = assumption
         self._assumed_by_group.setdefault(group, {})[decision_id] = assumption
+        self._assumed_totals.setdefault(group, GroupCounts()).add(capacity, pool)
 
     def assumed_count(self, now: float) -> int:
         self._expire(now)
@@ -381,6 +392,11 @@ class ClusterCache:
             members.pop(decision_id, None)
             if not members:
                 del self._assumed_by_group[assumption.group]
+        totals = self._assumed_totals.get(assumption.group)
+        if totals is not None:
+            totals.add(assumption.capacity, assumption.pool, -1)
+            if totals.total == 0:
+                del self._assumed_totals[assumption.group]
 
     # --- nodes and pools -------------------------------------------------------------------------
 

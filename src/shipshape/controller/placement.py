@@ -143,7 +143,14 @@ class GroupCounts:
         elif pool is None:
             self.spot_unplaced += count
         else:
-            self.spot_by_pool[pool] = self.spot_by_pool.get(pool, 0) + count
+            remaining = self.spot_by_pool.get(pool, 0) + count
+            if remaining:
+                self.spot_by_pool[pool] = remaining
+            else:
+                self.spot_by_pool.pop(pool, None)
+
+    def copy(self) -> GroupCounts:
+        return GroupCounts(self.on_demand, dict(self.spot_by_pool), self.spot_unplaced)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from shipshape.controller.cache import ClusterCache, GroupKey
+from shipshape.controller.placement import Pool
+from shipshape.controller.policy import CapacityType, ControllerConfig
+
+from .builders import added, deployment, node, pod_of, replicaset, statefulset
+
+DECIDED_SPOT = '{"capacityType": "spot", "pool": "m5.large/us-east-1b", "reason": "spot-share", "id": "d-1"}'
+
+
+def test_counts_follow_pod_binding_node_labels_and_deletion() -> None:
+    cache = ClusterCache(ControllerConfig())
+    dep = deployment("web", 3)
+    rs = replicaset(dep)
+    cache.apply(added(dep))
+    cache.apply(added(rs))
+    group = GroupKey("shop", "ReplicaSet", rs["metadata"]["name"])
+    pod = pod_of(rs, "web-1")
+    pod["metadata"]["annotations"] = {"spot.shipshape.dev/decision": DECIDED_SPOT}
+    cache.apply(added(pod))
+    assert cache.group_counts(group, 0.0).spot_by_pool == {Pool("m5.large", "us-east-1b"): 1}
+
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    cache.apply(added(node("n1", "spot", "c5.large", "us-east-1a")))
+    cache.apply({"type": "MODIFIED", "object": bound})
+    assert cache.group_counts(group, 0.0).spot_by_pool == {Pool("c5.large", "us-east-1a"): 1}  # where it runs
+
+    cache.apply({"type": "MODIFIED", "object": node("n1", "on-demand")})
+    counts = cache.group_counts(group, 0.0)
+    assert (counts.on_demand, counts.spot) == (1, 0)
+
+    terminating = {**bound, "metadata": {**bound["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    cache.apply({"type": "MODIFIED", "object": terminating})
+    assert cache.group_counts(group, 0.0).total == 0
+    cache.apply({"type": "DELETED", "object": terminating})
+    assert cache.pods_of_group(group) == []
+
+
+def test_assumption_totals_per_group() -> None:
+    cache = ClusterCache(ControllerConfig(assume_ttl_seconds=10))
+    a, b = GroupKey("shop", "ReplicaSet", "a"), GroupKey("shop", "ReplicaSet", "b")
+    cache.assume("1", a, CapacityType.SPOT, Pool("m5.large", "z"), now=0.0)
+    cache.assume("2", a, CapacityType.ON_DEMAND, None, now=5.0)
+    cache.assume("3", b, CapacityType.SPOT, None, now=5.0)
+    counts = cache.group_counts(a, now=6.0)
+    assert (counts.on_demand, counts.spot, cache.group_counts(b, 6.0).spot_unplaced) == (1, 1, 1)
+    counts.add(CapacityType.ON_DEMAND, None)  # a returned count is the caller's own copy
+    assert cache.group_counts(a, now=6.0).on_demand == 1
+    assert cache.group_counts(a, now=10.0).spot == 0  # the first one expired
+    assert cache.group_counts(a, now=15.0).total == 0
+
+
+def test_workload_lookup_needs_the_whole_owner_chain() -> None:
+    cache = ClusterCache(ControllerConfig())
+    dep = deployment("web", 3)
+    rs = replicaset(dep)
+    pod = pod_of(rs, "web-1")
+    assert cache.workload_of(pod) is None
+    cache.apply(added(rs))
+    assert cache.workload_of(pod) is None  # the Deployment is not known yet
+    cache.apply(added(dep))
+    ref = cache.workload_of(pod)
+    assert ref is not None and (ref.kind.value, ref.name, ref.group.name) == (
+        "Deployment",
+        "web",
+        "web-abc12",
+    )
+    sts = statefulset("db", 2)
+    cache.apply(added(sts))
+    sts_ref = cache.workload_of(pod_of(sts, "db-1"))
+    assert sts_ref is not None and sts_ref.group == GroupKey("shop", "StatefulSet", "db")
+    orphan_rs = {**rs, "metadata": {**rs["metadata"], "name": "bare", "ownerReferences": []}}
+    cache.apply(added(orphan_rs))
+    assert cache.workload_of(pod_of(orphan_rs, "bare-1")) is None
