@@ -775,6 +775,9 @@ class Api:
                 result = await coro
             except errors.ApiError as exc:
                 error = exc
+            except Exception as exc:  # a bug must not leave the model waiting on its expectation
+                log.exception("in-process create of %s in %s failed", rt.kind, namespace)
+                error = errors.InternalError(f"Internal error occurred: {exc}")
             if on_done is not None:
                 on_done(result, error)
             self.cluster.engine.call_soon(lambda: None)  # wake the engine for the follow-ups

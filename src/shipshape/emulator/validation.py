@@ -777,7 +777,8 @@ def _priority_class(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
         errs.required("value")
     elif value > 1_000_000_000 and not str(name).startswith("system-"):
         errs.forbidden("value", "maximum allowed value of a user defined priority is 1000000000")
-    if old is None and str(name).startswith("system-"):
+    system = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+    if old is None and str(name).startswith("system-") and system.get(str(name)) != value:
         errs.forbidden("metadata.name", "priority class names with 'system-' prefix are reserved")
     policy = obj.get("preemptionPolicy")
     if policy is not None and policy not in ("Never", "PreemptLowerPriority"):
