@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shipshape.emulator.admission import webhooks
-from shipshape.emulator.api import Api
+from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.resources import MUTATING_WEBHOOKS, PODS, SERVICES, VALIDATING_WEBHOOKS
 from shipshape.emulator.runtime import Cluster
 from shipshape.kube import errors
@@ -348,3 +348,59 @@ async def test_submit_create_is_synchronous_without_webhooks_and_async_with_them
     created, error = results[1]
     assert error is None and created is not None and created["metadata"]["labels"]["hooked"] == "1"
     assert cluster.store.get(PODS, "default", "later") is not None
+
+
+async def test_update_and_delete_reviews_carry_the_old_object(
+    api: Api, cluster: Cluster, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/guard"] = lambda request: (
+        {"allowed": False, "status": {"code": 403, "message": "protected"}}
+        if request["operation"] == "DELETE"
+        else {"allowed": True}
+    )
+    await configure(
+        api,
+        "validating",
+        "guard",
+        hook(
+            "guard.example.com", url_client(server, certificates, "/guard"), operations=["UPDATE", "DELETE"]
+        ),
+    )
+    pod = await api.create(PODS, "default", pod_body())
+    await api.update(PODS, "default", "web", {**pod, "metadata": {**pod["metadata"], "labels": {"v": "2"}}})
+    with pytest.raises(webhooks.WebhookDenied, match="protected"):
+        await api.delete(PODS, "default", "web", DeleteOptions(grace_period_seconds=0))
+    update, delete = server.calls("/guard")
+    assert update["operation"] == "UPDATE" and update["oldObject"]["metadata"]["labels"] == {"app": "web"}
+    assert update["object"]["metadata"]["labels"] == {"v": "2"}
+    assert delete["object"] is None and delete["oldObject"]["metadata"]["name"] == "web"
+    assert delete["options"] == {
+        "kind": "DeleteOptions",
+        "apiVersion": "meta.k8s.io/v1",
+        "gracePeriodSeconds": 0,
+    }
+    assert cluster.store.get(PODS, "default", "web") is not None
+
+
+async def test_broken_patch_from_a_webhook_is_an_internal_error(
+    api: Api, cluster: Cluster, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/broken"] = lambda request: json_patch([{"op": "remove", "path": "/metadata/nothing"}])
+    await configure(
+        api, "mutating", "broken", hook("broken.example.com", url_client(server, certificates, "/broken"))
+    )
+    with pytest.raises(errors.InternalError, match=r'failed calling webhook "broken\.example\.com"'):
+        await api.create(PODS, "default", pod_body())
+    assert cluster.store.get(PODS, "default", "web") is None
+
+
+async def test_mutation_that_makes_the_object_invalid_is_rejected_by_validation(
+    api: Api, cluster: Cluster, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/bad"] = lambda request: json_patch(
+        [{"op": "replace", "path": "/spec/containers/0/image", "value": ""}]
+    )
+    await configure(api, "mutating", "bad", hook("bad.example.com", url_client(server, certificates, "/bad")))
+    with pytest.raises(errors.Invalid, match=r"spec.containers\[0\].image: Required value"):
+        await api.create(PODS, "default", pod_body())
+    assert cluster.store.get(PODS, "default", "web") is None
