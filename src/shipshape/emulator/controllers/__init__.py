@@ -11,6 +11,7 @@ from shipshape.emulator.controllers.daemonset import DaemonSetController
 from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.disruption import DisruptionController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
+from shipshape.emulator.controllers.job import JobController
 from shipshape.emulator.controllers.namespace import NamespaceController
 from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
@@ -33,6 +34,7 @@ def all_controllers() -> list[Model]:
         DeploymentController(),
         StatefulSetController(),
         DaemonSetController(),
+        JobController(),
         GarbageCollector(),
         NodeLifecycleController(),
         DisruptionController(),

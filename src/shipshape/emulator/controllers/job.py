@@ -1,0 +1,352 @@
+"""The Job controller (NonIndexed jobs): parallelism and completions, retries with backoff, limits.
+
+Pods carry the `batch.kubernetes.io/job-tracking` finalizer; the controller counts each finished
+pod once (Succeeded, or Failed — a pod being deleted before it succeeds counts as failed, as
+with podReplacementPolicy TerminatingOrFailed) and removes the finalizer. Failed pods are
+replaced after an exponential backoff (10 s doubling, up to 6 min) until backoffLimit is passed.
+A finished Job gets SuccessCriteriaMet/Complete or FailureTarget/Failed, and is deleted
+`ttlSecondsAfterFinished` later. Indexed completion mode, pod failure policies and success
+policies are not modelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.base import Controller
+from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.controllers.replicaset import selector_of
+from shipshape.emulator.resources import JOBS, PODS
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
+from shipshape.kube import errors
+from shipshape.kube.clock import parse_time, rfc3339
+
+log = logging.getLogger(__name__)
+
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+BACKOFF_BASE = 10.0
+BACKOFF_MAX = 360.0
+BURST = 500
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _Backoff:
+    failures: int = 0
+    last_failure: float = 0.0
+
+
+def is_finished(job: Obj) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+class JobController(Controller):
+    name = "job-controller"
+    watches = (JOBS, PODS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expectations: Expectations | None = None
+        self._backoff: dict[Key, _Backoff] = {}
+        self._vanished: dict[Key, dict[str, str]] = {}  # tracked pods removed before being counted
+
+    def start(self, cluster: Cluster) -> None:
+        self._expectations = Expectations(cluster.clock)
+        super().start(cluster)
+
+    @property
+    def expectations(self) -> Expectations:
+        assert self._expectations is not None
+        return self._expectations
+
+    def keys_for(self, event: WatchEvent) -> list[Any]:
+        obj = event.object
+        ns, name = podutil.key_of(obj)
+        if event.resource is JOBS:
+            if event.type == DELETED:
+                self.expectations.forget((ns, name))
+                self._backoff.pop((ns, name), None)
+                self._vanished.pop((ns, name), None)
+            return [(ns, name)]
+        ref = podutil.controller_ref(obj)
+        if ref is None or ref.get("kind") != "Job":
+            return []
+        key = (ns, str(ref["name"]))
+        if event.type == DELETED or podutil.is_terminating(obj):
+            self.expectations.deletion_observed(key, f"{ns}/{name}")
+        elif event.type == "ADDED":
+            self.expectations.creation_observed(key)
+        if event.type == DELETED and TRACKING_FINALIZER in (obj["metadata"].get("finalizers") or []):
+            outcome = "Succeeded" if podutil.phase(obj) == "Succeeded" else "Failed"
+            self._vanished.setdefault(key, {})[obj["metadata"]["uid"]] = outcome
+        return [key]
+
+    # ---- sync -------------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> None:
+        ns, name = key
+        job = self.store.get(JOBS, ns, name)
+        if job is None:
+            return
+        if is_finished(job):
+            self._release_finished_pods(job)
+            self._schedule_ttl(job)
+            return
+        selector = selector_of(job)
+        if selector is None or selector.empty:
+            return
+        pods = claim(self.store, PODS, job, self.store.list(PODS, ns), selector)
+        status = clone(job.get("status") or {})
+        now = self.now()
+        succeeded, failed = self._count_finished(key, pods)
+        status["succeeded"] = int(status.get("succeeded") or 0) + succeeded
+        status["failed"] = int(status.get("failed") or 0) + failed
+        backoff = self._backoff.setdefault(key, _Backoff())
+        if failed:
+            backoff.failures += failed
+            backoff.last_failure = now
+        if succeeded:
+            backoff.failures = 0
+        active = [p for p in pods if podutil.is_active(p)]
+        spec = job["spec"]
+        suspended = bool(spec.get("suspend"))
+        if not suspended and not status.get("startTime"):
+            status["startTime"] = rfc3339(now)
+        completions = spec.get("completions")
+        finished: tuple[str, str, str] | None = None
+        if status["failed"] > int(spec.get("backoffLimit", 6)):
+            finished = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        elif self._past_deadline(job, status, now):
+            finished = ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
+        elif (completions is not None and status["succeeded"] >= int(completions)) or (
+            completions is None and status["succeeded"] > 0 and not active
+        ):
+            finished = ("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+        if finished is not None:
+            for pod in active:
+                self._delete(job, pod)
+            self._finish(job, status, finished, len(active))
+            return
+        if self.expectations.satisfied(key):
+            self._manage(job, key, active, status, suspended, backoff, now)
+        status["active"] = len([p for p in self._owned(job) if podutil.is_active(p)])
+        status["ready"] = sum(1 for p in active if podutil.is_ready(p))
+        status["terminating"] = sum(1 for p in pods if podutil.is_terminating(p))
+        self._set_suspended_condition(job, status, suspended)
+        self._write(job, status)
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and status.get("startTime") and not suspended:
+            self.enqueue(key, after=max(0.0, parse_time(status["startTime"]) + int(deadline) - now) + 0.001)
+
+    def _owned(self, job: Obj) -> list[Obj]:
+        ns = job["metadata"].get("namespace", "")
+        return [p for p in self.store.list(PODS, ns) if podutil.is_controlled_by(p, job)]
+
+    def _count_finished(self, key: Key, pods: list[Obj]) -> tuple[int, int]:
+        """Newly finished tracked pods, counted once (their finalizer is removed)."""
+        succeeded = failed = 0
+        for outcome in self._vanished.pop(key, {}).values():
+            succeeded += outcome == "Succeeded"
+            failed += outcome == "Failed"
+        for pod in pods:
+            if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
+                continue
+            phase = podutil.phase(pod)
+            if phase == "Succeeded":
+                succeeded += 1
+            elif phase == "Failed" or podutil.is_terminating(pod):
+                failed += 1
+            else:
+                continue
+            self._drop_finalizer(pod)
+        return succeeded, failed
+
+    def _drop_finalizer(self, pod: Obj) -> None:
+        def drop(new: Obj) -> None:
+            remaining = [f for f in new["metadata"].get("finalizers") or [] if f != TRACKING_FINALIZER]
+            if remaining:
+                new["metadata"]["finalizers"] = remaining
+            else:
+                new["metadata"].pop("finalizers", None)
+
+        ns, name = podutil.key_of(pod)
+        self.store.mutate(PODS, ns, name, drop)
+
+    def _past_deadline(self, job: Obj, status: Obj, now: float) -> bool:
+        deadline = job["spec"].get("activeDeadlineSeconds")
+        if deadline is None or not status.get("startTime") or job["spec"].get("suspend"):
+            return False
+        return now - parse_time(status["startTime"]) >= int(deadline)
+
+    def _manage(
+        self,
+        job: Obj,
+        key: Key,
+        active: list[Obj],
+        status: Obj,
+        suspended: bool,
+        backoff: _Backoff,
+        now: float,
+    ) -> None:
+        spec = job["spec"]
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        if suspended:
+            want = 0
+        elif completions is None:
+            want = len(active) if status["succeeded"] > 0 else parallelism
+        else:
+            want = max(0, min(parallelism, int(completions) - status["succeeded"]))
+        diff = len(active) - want
+        if diff > 0:
+            victims = podutil.rank_for_deletion(active, active, now)[:diff]
+            self.expectations.expect_deletions(key, {f"{key[0]}/{p['metadata']['name']}" for p in victims})
+            for pod in victims:
+                self._delete(job, pod)
+            return
+        if diff == 0:
+            return
+        if backoff.failures > 0:
+            delay = min(BACKOFF_BASE * 2 ** (backoff.failures - 1), BACKOFF_MAX)
+            ready_at = backoff.last_failure + delay
+            if now < ready_at:
+                self.enqueue(key, after=ready_at - now)
+                return
+        self._create(job, key, min(-diff, BURST))
+
+    def _create(self, job: Obj, key: Key, count: int) -> None:
+        self.expectations.expect_creations(key, count)
+        template = clone(job["spec"].get("template") or {})
+        template_md = template.setdefault("metadata", {})
+        template_md["finalizers"] = [*(template_md.get("finalizers") or []), TRACKING_FINALIZER]
+        failures: list[errors.ApiError] = []
+
+        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
+            if error is not None:
+                self.expectations.creation_observed(key)
+                failures.append(error)
+                self.event(job, "FailedCreate", f"Error creating: {error.message}", type="Warning")
+            elif pod is not None:
+                self.event(job, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+
+        api = self.c.services["api"]
+        submitted, batch = 0, 1
+        while submitted < count and not failures:
+            for _ in range(min(batch, count - submitted)):
+                body = podutil.pod_from_template(template, job, f"{key[1]}-")
+                api.submit_create(PODS, key[0], body, on_done=done)
+            submitted += min(batch, count - submitted)
+            batch *= 2
+        for _ in range(count - submitted):
+            self.expectations.creation_observed(key)
+        if failures:
+            self.retry_later(key)
+
+    def _delete(self, job: Obj, pod: Obj) -> None:
+        """Delete a pod the Job no longer wants; it does not count as a failure."""
+        ns, name = podutil.key_of(pod)
+        if TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            self._drop_finalizer(pod)
+        try:
+            self.store.delete(PODS, ns, name)
+        except errors.NotFound:
+            return
+        self.event(job, "SuccessfulDelete", f"Deleted pod: {name}")
+
+    # ---- finishing --------------------------------------------------------------------------
+    def _finish(self, job: Obj, status: Obj, finished: tuple[str, str, str], stopped: int) -> None:
+        kind, reason, message = finished
+        now = rfc3339(self.now())
+        interim = "SuccessCriteriaMet" if kind == "Complete" else "FailureTarget"
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") not in (interim, kind)]
+        for cond_type in (interim, kind):
+            conditions.append(
+                {
+                    "type": cond_type,
+                    "status": "True",
+                    "lastProbeTime": now,
+                    "lastTransitionTime": now,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
+        status["conditions"] = conditions
+        status["active"] = 0
+        status["ready"] = 0
+        status["terminating"] = stopped
+        if kind == "Complete":
+            status["completionTime"] = now
+            self.event(job, "Completed", "Job completed")
+        else:
+            self.event(job, reason, message, type="Warning")
+        self._write(job, status)
+        updated = self.store.get(JOBS, *podutil.key_of(job))
+        if updated is not None:
+            self._release_finished_pods(updated)
+            self._schedule_ttl(updated)
+
+    def _release_finished_pods(self, job: Obj) -> None:
+        for pod in self._owned(job):
+            if TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._drop_finalizer(pod)
+
+    def _schedule_ttl(self, job: Obj) -> None:
+        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        finished_at = next(
+            (
+                parse_time(c["lastTransitionTime"])
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
+            self.now(),
+        )
+        ns, name = podutil.key_of(job)
+        uid = job["metadata"]["uid"]
+
+        def expire() -> None:
+            current = self.store.get(JOBS, ns, name)
+            if (
+                current is None
+                or current["metadata"]["uid"] != uid
+                or current["metadata"].get("deletionTimestamp")
+            ):
+                return
+            self.store.delete(JOBS, ns, name, propagation="Background")
+
+        self.c.engine.call_at(max(finished_at + int(ttl), self.now()), expire)
+
+    def _set_suspended_condition(self, job: Obj, status: Obj, suspended: bool) -> None:
+        conditions = status.setdefault("conditions", [])
+        current = next((c for c in conditions if c.get("type") == "Suspended"), None)
+        now = rfc3339(self.now())
+        if suspended and (current is None or current.get("status") != "True"):
+            conditions[:] = [c for c in conditions if c.get("type") != "Suspended"]
+            conditions.append(
+                {
+                    "type": "Suspended",
+                    "status": "True",
+                    "lastProbeTime": now,
+                    "lastTransitionTime": now,
+                    "reason": "JobSuspended",
+                    "message": "Job suspended",
+                }
+            )
+            self.event(job, "Suspended", "Job suspended")
+        elif not suspended and current is not None and current.get("status") == "True":
+            current.update(status="False", reason="JobResumed", message="Job resumed", lastTransitionTime=now)
+            self.event(job, "Resumed", "Job resumed")
+
+    def _write(self, job: Obj, status: Obj) -> None:
+        rendered = podutil.omit_zero(status, "active", "succeeded", "failed", "conditions")
+        rendered.setdefault("uncountedTerminatedPods", {})
+        self.write_status(JOBS, job, rendered)
