@@ -10,6 +10,7 @@ from __future__ import annotations
 from shipshape.emulator.controllers.daemonset import DaemonSetController
 from shipshape.emulator.controllers.deployment import DeploymentController
 from shipshape.emulator.controllers.disruption import DisruptionController
+from shipshape.emulator.controllers.endpoints import EndpointsController
 from shipshape.emulator.controllers.garbagecollector import GarbageCollector
 from shipshape.emulator.controllers.job import JobController
 from shipshape.emulator.controllers.namespace import NamespaceController
@@ -21,9 +22,14 @@ from shipshape.emulator.runtime import Model
 __all__ = [
     "DaemonSetController",
     "DeploymentController",
+    "DisruptionController",
+    "EndpointsController",
     "GarbageCollector",
+    "JobController",
+    "NamespaceController",
     "NodeLifecycleController",
     "ReplicaSetController",
+    "StatefulSetController",
     "all_controllers",
 ]
 
@@ -38,5 +44,6 @@ def all_controllers() -> list[Model]:
         GarbageCollector(),
         NodeLifecycleController(),
         DisruptionController(),
+        EndpointsController(),
         NamespaceController(),
     ]

@@ -131,6 +131,8 @@ def set_running(cluster: Cluster, pod: Obj, *, ready: bool = True, restarts: int
     def change(new: Obj) -> None:
         status = new.setdefault("status", {})
         status["phase"] = "Running"
+        uid = new["metadata"]["uid"]
+        status.setdefault("podIP", f"10.{int(uid[:2], 16)}.{int(uid[2:4], 16)}.{int(uid[4:6], 16)}")
         status["containerStatuses"] = [
             {
                 "name": c["name"],
