@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from shipshape.controller.events import invalid_policy_event
 from shipshape.controller.policy import (
     ConfigError,
     ControllerConfig,
@@ -94,3 +95,26 @@ def test_percentage_share_and_bad_config() -> None:
         ControllerConfig.from_mapping({"spot_percentage": 120})
     with pytest.raises(ConfigError, match="unknown_key"):
         ControllerConfig.from_mapping({"unknown_key": 1})
+
+
+def test_invalid_policy_event_on_the_workload() -> None:
+    workload = {"metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "7"}}
+    result = resolve_policy(
+        WorkloadKind.DEPLOYMENT,
+        {"spot.shipshape.dev/enabled": "true", "spot.shipshape.dev/on-demand-base": "x"},
+        {},
+        CONFIG,
+    )
+    event = invalid_policy_event(workload, "Deployment", result.problems, now=1_767_225_600.5)
+    assert event["type"] == "Warning" and event["reason"] == "InvalidSpotPolicy"
+    assert event["involvedObject"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "web",
+        "namespace": "shop",
+        "uid": "u-1",
+        "resourceVersion": "7",
+    }
+    assert "spot.shipshape.dev/on-demand-base='x': must be an integer" in event["message"]
+    assert event["metadata"]["name"] == f"web.{int(1_767_225_600.5 * 1e9):x}"
+    assert event["firstTimestamp"] == "2026-01-01T00:00:00Z"
