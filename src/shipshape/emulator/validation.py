@@ -443,6 +443,9 @@ def pod_spec(errs: FieldErrors, path: str, spec: Any, *, template: bool = False)
     _labels(errs, f"{path}.nodeSelector", spec.get("nodeSelector"))
     for i, toleration in enumerate(spec.get("tolerations") or []):
         _toleration(errs, f"{path}.tolerations[{i}]", toleration)
+    if spec.get("affinity") is not None:
+        _affinity(errs, f"{path}.affinity", spec["affinity"])
+    _spread_constraints(errs, f"{path}.topologySpreadConstraints", spec.get("topologySpreadConstraints"))
     priority_class = spec.get("priorityClassName")
     if priority_class:
         _dns_subdomain(errs, f"{path}.priorityClassName", str(priority_class))
@@ -451,6 +454,147 @@ def pod_spec(errs: FieldErrors, path: str, spec: Any, *, template: bool = False)
         _dns_subdomain(errs, f"{path}.serviceAccountName", str(sa))
     if template and spec.get("nodeName"):
         _dns_subdomain(errs, f"{path}.nodeName", str(spec["nodeName"]))
+
+
+_NODE_SELECTOR_OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
+_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+
+
+def _node_selector_requirement(errs: FieldErrors, path: str, req: Any) -> None:
+    if not isinstance(req, dict):
+        errs.invalid(path, req, "must be an object")
+        return
+    op = req.get("operator")
+    values = req.get("values") or []
+    if op in ("In", "NotIn") and not values:
+        errs.required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+    elif op in ("Exists", "DoesNotExist") and values:
+        errs.forbidden(f"{path}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            errs.required(f"{path}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'")
+        elif not str(values[0]).lstrip("-").isdigit():
+            errs.invalid(f"{path}.values[0]", values[0], "must be an integer")
+    elif op not in _NODE_SELECTOR_OPERATORS:
+        errs.invalid(f"{path}.operator", op, "not a valid selector operator")
+    _qualified_name(errs, f"{path}.key", req.get("key"))
+
+
+def _node_selector_term(errs: FieldErrors, path: str, term: Any) -> None:
+    if not isinstance(term, dict):
+        errs.invalid(path, term, "must be an object")
+        return
+    for j, req in enumerate(term.get("matchExpressions") or []):
+        _node_selector_requirement(errs, f"{path}.matchExpressions[{j}]", req)
+    for j, req in enumerate(term.get("matchFields") or []):
+        p = f"{path}.matchFields[{j}]"
+        if isinstance(req, dict) and req.get("key") != "metadata.name":
+            errs.invalid(f"{p}.key", req.get("key"), "not a valid field selector key")
+        if (
+            isinstance(req, dict)
+            and req.get("operator") in ("In", "NotIn")
+            and len(req.get("values") or []) != 1
+        ):
+            errs.required(
+                f"{p}.values",
+                "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+            )
+
+
+def _weight(errs: FieldErrors, path: str, weight: Any) -> None:
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+        errs.invalid(path, weight, "must be in the range 1-100")
+
+
+def _pod_affinity_term(errs: FieldErrors, path: str, term: Any) -> None:
+    if not isinstance(term, dict):
+        errs.invalid(path, term, "must be an object")
+        return
+    if not term.get("topologyKey"):
+        errs.required(f"{path}.topologyKey", "can not be empty")
+    else:
+        _qualified_name(errs, f"{path}.topologyKey", term["topologyKey"])
+    for field in ("labelSelector", "namespaceSelector"):
+        if term.get(field) is not None:
+            _label_selector(errs, f"{path}.{field}", term[field])
+
+
+def _affinity(errs: FieldErrors, path: str, affinity: Any) -> None:
+    """Node affinity, pod affinity and anti-affinity, as a placement webhook would inject them."""
+    if not isinstance(affinity, dict):
+        errs.invalid(path, affinity, "must be an object")
+        return
+    node = affinity.get("nodeAffinity")
+    if isinstance(node, dict):
+        p = f"{path}.nodeAffinity"
+        required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if required is not None:
+            terms = (required or {}).get("nodeSelectorTerms") if isinstance(required, dict) else None
+            rp = f"{p}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+            if not terms:
+                errs.required(rp, "must have at least one node selector term")
+            for i, term in enumerate(terms or []):
+                _node_selector_term(errs, f"{rp}[{i}]", term)
+        for i, pref in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+            pp = f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            _weight(errs, f"{pp}.weight", (pref or {}).get("weight") if isinstance(pref, dict) else None)
+            _node_selector_term(errs, f"{pp}.preference", (pref or {}).get("preference", {}))
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind)
+        if not isinstance(section, dict):
+            continue
+        p = f"{path}.{kind}"
+        for i, term in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
+            _pod_affinity_term(errs, f"{p}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term)
+        for i, pref in enumerate(section.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+            pp = f"{p}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weighted = pref if isinstance(pref, dict) else {}
+            _weight(errs, f"{pp}.weight", weighted.get("weight"))
+            _pod_affinity_term(errs, f"{pp}.podAffinityTerm", weighted.get("podAffinityTerm"))
+
+
+def _spread_constraints(errs: FieldErrors, path: str, constraints: Any) -> None:
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(constraints or []):
+        p = f"{path}[{i}]"
+        if not isinstance(c, dict):
+            errs.invalid(p, c, "must be an object")
+            continue
+        skew = c.get("maxSkew")
+        if not isinstance(skew, int) or isinstance(skew, bool) or skew <= 0:
+            errs.invalid(f"{p}.maxSkew", skew, "must be greater than zero")
+        key = c.get("topologyKey")
+        if not key:
+            errs.required(f"{p}.topologyKey", "can not be empty")
+        else:
+            _qualified_name(errs, f"{p}.topologyKey", key)
+        when = c.get("whenUnsatisfiable")
+        if when not in _UNSATISFIABLE:
+            errs.not_supported(f"{p}.whenUnsatisfiable", when, _UNSATISFIABLE)
+        min_domains = c.get("minDomains")
+        if min_domains is not None:
+            if not isinstance(min_domains, int) or min_domains <= 0:
+                errs.invalid(f"{p}.minDomains", min_domains, "must be greater than 0")
+            elif when != "DoNotSchedule":
+                errs.invalid(
+                    f"{p}.minDomains",
+                    min_domains,
+                    f"can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {when}",
+                )
+        pair = (str(key), str(when))
+        if pair in seen:
+            errs.duplicate(p, f"{{{key}, {when}}}")
+        seen.add(pair)
+        if c.get("labelSelector") is not None:
+            _label_selector(errs, f"{p}.labelSelector", c["labelSelector"])
+            selector_keys = set(((c.get("labelSelector") or {}).get("matchLabels") or {}).keys())
+            for j, match_key in enumerate(c.get("matchLabelKeys") or []):
+                if match_key in selector_keys:
+                    errs.invalid(
+                        f"{p}.matchLabelKeys[{j}]",
+                        match_key,
+                        "exists in both matchLabelKeys and labelSelector",
+                    )
 
 
 def _toleration(errs: FieldErrors, path: str, toleration: Any) -> None:

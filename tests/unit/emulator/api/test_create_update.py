@@ -387,3 +387,70 @@ async def test_config_map_keys(api: Api) -> None:
     with pytest.raises(errors.Invalid) as invalid:
         await api.create(CONFIGMAPS, "default", {"metadata": {"name": "d"}, "data": {"bad/key": "x"}})
     assert "a valid config key must consist of" in causes(invalid.value)["data[bad/key]"]
+
+
+SPOT_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["spot"]}
+                    ]
+                }
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}
+        ],
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                },
+            }
+        ]
+    },
+}
+SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+
+
+async def test_placement_fields_a_webhook_injects_are_validated(api: Api) -> None:
+    good = pod_body("good", affinity=SPOT_AFFINITY, topologySpreadConstraints=[SPREAD])
+    assert (await api.create(PODS, "default", good))["spec"]["affinity"] == SPOT_AFFINITY
+
+    bad_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "capacity", "operator": "In"}]}]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}],
+        },
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]},
+    }
+    spreads = [SPREAD, {**SPREAD, "maxSkew": 0}, {**SPREAD, "minDomains": 2}]
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(
+            PODS, "default", pod_body("bad", affinity=bad_affinity, topologySpreadConstraints=spreads)
+        )
+    found = causes(invalid.value)
+    node = "spec.affinity.nodeAffinity"
+    assert found[
+        f"{node}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values"
+    ] == ("Required value: must be specified when `operator` is 'In' or 'NotIn'")
+    assert found[f"{node}.preferredDuringSchedulingIgnoredDuringExecution[0].weight"] == (
+        "Invalid value: 0: must be in the range 1-100"
+    )
+    assert found[
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey"
+    ] == ("Required value: can not be empty")
+    assert found["spec.topologySpreadConstraints[1].maxSkew"] == "Invalid value: 0: must be greater than zero"
+    assert (
+        "can only use minDomains if whenUnsatisfiable=DoNotSchedule"
+        in found["spec.topologySpreadConstraints[2].minDomains"]
+    )
+    assert found["spec.topologySpreadConstraints[1]"].startswith("Duplicate value")
