@@ -11,6 +11,7 @@ import pytest
 from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.policy import ControllerConfig, TolerationSpec
 from shipshape.controller.webhook.admission import BadReview
+from shipshape.controller.webhook.mutators import diff
 
 from .builders import Harness, deployment, namespace, node, pod_of, replicaset, review
 
@@ -236,3 +237,25 @@ def test_malformed_reviews_are_refused(body: dict[str, Any]) -> None:
     h, _ = spot_setup()
     with pytest.raises(BadReview):
         h.placer.review(body)
+
+
+def test_diff_field_by_field_matches_a_whole_document_diff() -> None:
+    original: dict[str, Any] = {
+        "metadata": {"name": "p", "annotations": {"a/b": "1", "keep": "x"}},
+        "spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "k", "operator": "Exists"}]},
+    }
+    mutated = copy.deepcopy(original)
+    mutated["metadata"]["annotations"]["spot.shipshape.dev/decision"] = "{}"
+    mutated["metadata"]["annotations"]["a/b"] = "2"
+    mutated["spec"]["tolerations"].append({"key": "spot", "operator": "Exists"})
+    mutated["spec"]["affinity"] = {"nodeAffinity": {}}
+    ops = diff(original, mutated)
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    assert {op["path"] for op in ops} >= {
+        "/metadata/annotations/spot.shipshape.dev~1decision",
+        "/spec/affinity",
+    }
+    # A change outside the fields the chain writes is still part of the patch (whole-document diff).
+    mutated["spec"]["containers"][0]["image"] = "x"
+    assert jsonpatch.apply_patch(original, diff(original, mutated)) == mutated
+    assert diff(original, copy.deepcopy(original)) == []
