@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shipshape.controller.placement import Pool
+from shipshape.controller.risk import UNKNOWN_BAND, RiskModel, SpotAdvisor, load_spot_advisor
+
+# The shape of AWS's spot advisor feed (spot-advisor-data.json), cut down to a few records.
+FEED = {
+    "global_rate": "<10%",
+    "ranges": [
+        {"index": 0, "label": "<5%", "dots": 0, "max": 5},
+        {"index": 3, "label": "15-20%", "dots": 3, "max": 22},
+    ],
+    "instance_types": {"m5.large": {"emr": True, "cores": 2, "ram_gb": 8.0}},
+    "spot_advisor": {
+        "us-east-1": {
+            "Linux": {"m5.large": {"s": 66, "r": 3}, "c5.large": {"s": 59, "r": 0}},
+            "Windows": {"m5.large": {"s": 40, "r": 1}},
+        }
+    },
+}
+REAL_FEED = Path("/work/shared/data/aws-spot-advisor/spot-advisor-data.json")
+
+
+def test_bands_from_the_feed(tmp_path: Path) -> None:
+    path = tmp_path / "spot-advisor-data.json"
+    path.write_text(json.dumps(FEED))
+    advisor = load_spot_advisor(path)
+    assert advisor.band("m5.large", "us-east-1") == 3
+    assert advisor.band("c5.large", "us-east-1") == 0
+    assert advisor.band("m5.large", "eu-west-1") is None
+    assert advisor.band("m5.large", None) is None
+    assert advisor.labels[3] == "15-20%"
+    assert SpotAdvisor.from_json(FEED, os_name="Windows").band("m5.large", "us-east-1") == 1
+
+
+def test_score_adds_observed_interruptions_within_the_window() -> None:
+    model = RiskModel(advisor=SpotAdvisor.from_json(FEED), window_seconds=100.0, cooldown_seconds=10.0)
+    m5, c5, other = Pool("m5.large", "us-east-1a"), Pool("c5.large", "us-east-1a"), Pool("x1.large", "z")
+    assert model.score(c5, "us-east-1", 0.0) < model.score(m5, "us-east-1", 0.0)
+    assert model.score(other, "us-east-1", 0.0) == UNKNOWN_BAND
+    for i, node in enumerate(("n1", "n2", "n3", "n4")):
+        model.record_notice(node, c5, at=float(i))
+    assert model.score(c5, "us-east-1", 5.0) == 4.0  # band 0 + four interruptions
+    assert model.score(c5, "us-east-1", 102.5) == 1.0  # three of them left the window
+    assert model.at_risk(5.0) == {c5}
+    assert model.at_risk(14.0) == frozenset()
+    model.forget_before(3.0)
+    assert model.observed(c5, 5.0) == 1
+
+
+@pytest.mark.skipif(not REAL_FEED.exists(), reason="the spot advisor data set is not staged here")
+def test_the_real_feed_loads() -> None:
+    advisor = load_spot_advisor(REAL_FEED)
+    assert len(advisor.bands) > 10_000
+    assert set(advisor.bands.values()) <= {0, 1, 2, 3, 4}
