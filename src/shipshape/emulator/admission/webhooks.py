@@ -223,13 +223,13 @@ class Dispatcher:
         display = f"https://{dns_name}:{port}{path}?{timeout_query}"
         service = self.store.get(r.SERVICES, namespace, name)
         if service is None:
-            raise CallFailed(f'failed to call webhook: service "{namespace}/{name}" not found')
+            raise CallFailed(f'failed to call webhook: Post "{display}": service "{name}" not found')
         address = ((service.get("metadata") or {}).get("annotations") or {}).get(SERVICE_ADDRESS_ANNOTATION)
         if address:
             return Endpoint(f"https://{address}{path}?{timeout_query}", dns_name)
         spec = service.get("spec") or {}
         if spec.get("type") == "ExternalName" and spec.get("externalName"):
-            return Endpoint(f"https://{spec['externalName']}:{port}{path}?{timeout_query}", None)
+            return Endpoint(f"https://{spec['externalName']}:{port}{path}?{timeout_query}", dns_name)
         raise CallFailed(
             f'failed to call webhook: Post "{display}": no endpoints available for service "{name}"'
         )
@@ -242,7 +242,7 @@ class Dispatcher:
                 try:
                     pem = base64.b64decode(bundle, validate=True).decode()
                     context = ssl.create_default_context(cadata=pem)
-                except (binascii.Error, UnicodeDecodeError, ssl.SSLError) as exc:
+                except (binascii.Error, UnicodeDecodeError, ValueError, ssl.SSLError) as exc:
                     raise CallFailed(f"failed to call webhook: invalid caBundle: {exc}") from exc
             else:
                 context = ssl.create_default_context()
