@@ -7,6 +7,9 @@ over HTTPS. Both work on an `Attributes`, the request as admission sees it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,30 @@ class UserInfo:
 
 
 SYSTEM = UserInfo()
+
+_warnings: ContextVar[list[str] | None] = ContextVar("admission_warnings", default=None)
+
+
+@contextlib.contextmanager
+def collecting_warnings() -> Iterator[list[str]]:
+    """Collect the warnings webhooks return during the requests made inside the block.
+
+    The HTTP layer wraps a request in it and answers each warning as a `Warning: 299 - "..."`
+    header, as kube-apiserver does. Per asyncio task (a context variable), so requests served
+    concurrently keep their own warnings.
+    """
+    bucket: list[str] = []
+    token = _warnings.set(bucket)
+    try:
+        yield bucket
+    finally:
+        _warnings.reset(token)
+
+
+def add_warning(text: str) -> None:
+    bucket = _warnings.get()
+    if bucket is not None:
+        bucket.append(text)
 
 
 @dataclass(frozen=True, slots=True)

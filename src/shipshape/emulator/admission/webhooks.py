@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from shipshape.emulator import resources as r
-from shipshape.emulator.admission import DELETE, Attributes
+from shipshape.emulator.admission import DELETE, Attributes, add_warning
 from shipshape.emulator.store import Obj, Store, clone
 from shipshape.kube import errors, labels, patch
 
@@ -313,6 +313,7 @@ class Dispatcher:
             raise errors.InternalError(f"Internal error occurred: {message}") from exc
         for warning in response.get("warnings") or []:
             attrs.warnings.append(str(warning))
+            add_warning(str(warning))
         if not response.get("allowed"):
             raise denial(hook.name, response.get("status"))
         return response

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from shipshape.emulator import admission
 from shipshape.emulator.admission import webhooks
 from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.resources import MUTATING_WEBHOOKS, PODS, SERVICES, VALIDATING_WEBHOOKS
@@ -91,6 +92,20 @@ async def test_mutating_webhook_patch_is_applied_and_review_is_complete(
     assert request["oldObject"] is None
     assert request["userInfo"]["username"] == "system:admin"
     assert request["options"]["kind"] == "CreateOptions"
+
+
+async def test_webhook_warnings_are_collected_for_the_request(
+    api: Api, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/warn"] = lambda request: {"allowed": True, "warnings": ["no PDB for spot pods"]}
+    await configure(
+        api, "validating", "warn", hook("warn.example.com", url_client(server, certificates, "/warn"))
+    )
+    with admission.collecting_warnings() as warnings:
+        await api.create(PODS, "default", pod_body())
+    assert warnings == ["no PDB for spot pods"]
+    await api.create(PODS, "default", pod_body("other"))  # outside the block: nothing to collect into
+    assert warnings == ["no PDB for spot pods"]
 
 
 async def test_validating_denial_returns_the_webhook_status(
