@@ -1,0 +1,526 @@
+"""`shipshape demo`: an emulated cluster served on this machine, with a narrated spot interruption.
+
+The show runs on the same event loop as the emulator (API server, engine and models), so it reads
+the cluster's store directly; everything it shows can also be seen with kubectl through the
+kubeconfig it writes. Acts: the nodes by pool, the workloads coming up, a spot pool reclaimed with
+a 2-minute notice, the replacements landing, and the cost so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from shipshape.emulator import assembly
+from shipshape.emulator import scenario as scenario_mod
+from shipshape.emulator.apiserver import runner
+from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS
+from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.store import Obj
+from shipshape.kube.clock import ScaledClock, parse_time
+
+log = logging.getLogger(__name__)
+
+POOL_LABEL = "emulator.shipshape.dev/pool"
+CAPACITY_LABEL = "node.kubernetes.io/capacity"
+NOTICE_SECONDS = 120.0
+DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
+DEFAULT_WORKDIR = Path(".emulator/demo")
+POLL_SECONDS = 0.05
+
+
+# ---- pure views of the cluster state ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRow:
+    pool: str
+    capacity_type: str
+    instance_type: str
+    zone: str
+    ready: int
+    nodes: int
+    price_per_hour: float
+
+
+def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[PoolRow]:
+    """One row per pool of the cloud (`pools_view()`), with its Node objects counted (ready/all)."""
+    counted: Counter[str] = Counter()
+    ready: Counter[str] = Counter()
+    for node in nodes:
+        pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+        if pool is None:
+            continue
+        counted[pool] += 1
+        ready[pool] += node_ready(node)
+    return [
+        PoolRow(
+            pool=p["name"],
+            capacity_type=p["capacityType"],
+            instance_type=p["instanceType"],
+            zone=p["zone"],
+            ready=ready[p["name"]],
+            nodes=counted[p["name"]],
+            price_per_hour=float(p["pricePerHour"]),
+        )
+        for p in sorted(pools, key=lambda p: (p["capacityType"], p["name"]))
+    ]
+
+
+def node_ready(node: Obj) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def deployment_available(deployment: Obj) -> bool:
+    """Rolled out and fully available, as `kubectl rollout status` and `kubectl wait` judge it."""
+    spec, status = deployment.get("spec", {}), deployment.get("status", {})
+    desired = int(spec.get("replicas", 1))
+    generation = deployment["metadata"].get("generation", 0)
+    return (
+        status.get("observedGeneration", 0) >= generation
+        and int(status.get("updatedReplicas", 0)) >= desired
+        and int(status.get("availableReplicas", 0)) >= desired
+        and int(status.get("replicas", 0)) == desired
+    )
+
+
+def rollout_progress(deployments: Iterable[Obj]) -> tuple[int, int, bool]:
+    """(available replicas, desired replicas, every Deployment available) over `deployments`."""
+    available = desired = 0
+    every = True
+    for deployment in deployments:
+        want = int(deployment.get("spec", {}).get("replicas", 1))
+        desired += want
+        available += min(want, int(deployment.get("status", {}).get("availableReplicas", 0)))
+        every = every and deployment_available(deployment)
+    return available, desired, every
+
+
+def owner_of(pod: Obj) -> str:
+    """`Kind/name` of the workload a pod belongs to (a ReplicaSet's pods count for its Deployment)."""
+    refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
+    if not refs:
+        return f"Pod/{pod['metadata']['name']}"
+    kind, name = refs[0]["kind"], refs[0]["name"]
+    if kind == "ReplicaSet":
+        hashed = (pod["metadata"].get("labels") or {}).get("pod-template-hash")
+        if hashed and name.endswith("-" + hashed):
+            return f"Deployment/{name[: -len(hashed) - 1]}"
+    return f"{kind}/{name}"
+
+
+def is_workload_pod(pod: Obj) -> bool:
+    """A pod a drain moves: not a DaemonSet's, not finished, not already being deleted."""
+    refs = pod["metadata"].get("ownerReferences") or []
+    if any(r.get("kind") == "DaemonSet" for r in refs) or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def pods_per_pool(pods: Iterable[Obj], pool_of_node: dict[str, str]) -> Counter[str]:
+    """Workload pods bound to each pool's nodes."""
+    counts: Counter[str] = Counter()
+    for pod in pods:
+        node = pod.get("spec", {}).get("nodeName")
+        if node and node in pool_of_node and is_workload_pod(pod):
+            counts[pool_of_node[node]] += 1
+    return counts
+
+
+def busiest_spot_pool(pools: Iterable[dict[str, Any]], per_pool: Counter[str]) -> str | None:
+    """The spot pool whose loss moves the most workload pods (ties: the first by name)."""
+    spot = sorted(p["name"] for p in pools if p["capacityType"] == "spot" and p["ready"] + p["booting"] > 0)
+    if not spot:
+        return None
+    best: str = max(spot, key=lambda name: (per_pool[name], [-ord(ch) for ch in name]))
+    return best
+
+
+def on_demand_equivalent(cost: dict[str, Any], pools: Iterable[dict[str, Any]]) -> float:
+    """What the same node-hours would have cost at on-demand prices."""
+    od_price = {p["name"]: float(p.get("onDemandPricePerHour") or p["pricePerHour"]) for p in pools}
+    return sum(float(entry["nodeHours"]) * od_price.get(name, 0.0) for name, entry in cost["byPool"].items())
+
+
+def short_node(name: str) -> str:
+    """`ip-10-0-1-5.ec2.internal` -> `ip-10-0-1-5` (enough to tell nodes apart on screen)."""
+    return name.split(".", 1)[0]
+
+
+# ---- the show ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShowSettings:
+    notice_seconds: float = NOTICE_SECONDS
+    # Limits in emulated seconds so that a broken cluster ends the show instead of hanging it.
+    rollout_timeout: float = 900.0
+    recovery_timeout: float = 1200.0
+
+
+class ShowFailed(Exception):
+    """A step of the show did not complete in time."""
+
+
+class Show:
+    def __init__(self, cluster: Cluster, console: Console, settings: ShowSettings) -> None:
+        self.cluster = cluster
+        self.console = console
+        self.settings = settings
+        self.started_at = cluster.now()
+
+    @property
+    def cloud(self) -> Any:
+        return self.cluster.services["cloud"]
+
+    def elapsed(self) -> float:
+        return self.cluster.now() - self.started_at
+
+    def stamp(self) -> str:
+        return f"[dim]t+{self.elapsed():.0f}s[/dim]".ljust(len("[dim]t+1000s[/dim]"))
+
+    def pool_of_node(self) -> dict[str, str]:
+        out = {}
+        for node in self.cluster.store.list(NODES):
+            pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+            if pool:
+                out[node["metadata"]["name"]] = pool
+        return out
+
+    async def until(
+        self, done: Callable[[], bool], limit: float, tick: Callable[[], None] | None = None
+    ) -> None:
+        """Poll `done` (and `tick`) until it holds; ShowFailed after `limit` emulated seconds."""
+        deadline = self.cluster.now() + limit
+        while not done():
+            if tick is not None:
+                tick()
+            if self.cluster.now() > deadline:
+                raise ShowFailed(f"not done after {limit:.0f} emulated seconds")
+            await asyncio.sleep(POLL_SECONDS)
+        if tick is not None:
+            tick()
+
+    async def run(self) -> None:
+        await self.show_nodes()
+        await self.roll_out()
+        await self.interrupt()
+        self.show_cost()
+
+    async def show_nodes(self) -> None:
+        store = self.cluster.store
+        await self.until(
+            lambda: bool(store.list(NODES)) and all(node_ready(n) for n in store.list(NODES)),
+            self.settings.rollout_timeout,
+        )
+        rows = pool_rows(self.cloud.pools_view(), store.list(NODES))
+        table = Table(title="Nodes by pool", title_justify="left")
+        for column in ("pool", "capacity", "instance type", "zone", "ready/nodes", "$/hour"):
+            table.add_column(column, justify="right" if column in ("ready/nodes", "$/hour") else "left")
+        for row in rows:
+            colour = "yellow" if row.capacity_type == "spot" else "cyan"
+            table.add_row(
+                row.pool,
+                f"[{colour}]{row.capacity_type}[/{colour}]",
+                row.instance_type,
+                row.zone,
+                f"{row.ready}/{row.nodes}",
+                f"{row.price_per_hour:.4f}",
+            )
+        self.console.print(table)
+
+    async def roll_out(self) -> None:
+        self.console.print(f"{self.stamp()} applying the scenario's workloads")
+        await assembly.apply_objects(self.cluster)
+        store = self.cluster.store
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[when]}"),
+            console=self.console,
+        ) as progress:
+            task = progress.add_task("replicas available", total=None, when="")
+
+            def tick() -> None:
+                available, desired, _ = rollout_progress(store.list(DEPLOYMENTS))
+                progress.update(
+                    task, completed=available, total=desired or None, when=f"t+{self.elapsed():.0f}s"
+                )
+
+            await self.until(
+                lambda: rollout_progress(store.list(DEPLOYMENTS))[2], self.settings.rollout_timeout, tick
+            )
+        names = ", ".join(d["metadata"]["name"] for d in store.list(DEPLOYMENTS))
+        self.console.print(f"{self.stamp()} [green]all Deployments available[/green] ({names})")
+        self.show_placement("Workload pods by pool")
+
+    def show_placement(self, title: str) -> None:
+        counts = pods_per_pool(self.cluster.store.list(PODS), self.pool_of_node())
+        table = Table(title=title, title_justify="left")
+        table.add_column("pool")
+        table.add_column("capacity")
+        table.add_column("pods", justify="right")
+        for pool in sorted(self.cloud.pools_view(), key=lambda p: (p["capacityType"], p["name"])):
+            table.add_row(pool["name"], pool["capacityType"], str(counts[pool["name"]]))
+        self.console.print(table)
+
+    async def interrupt(self) -> None:
+        store = self.cluster.store
+        pools = self.cloud.pools_view()
+        per_pool = pods_per_pool(store.list(PODS), self.pool_of_node())
+        pool = busiest_spot_pool(pools, per_pool)
+        if pool is None:
+            self.console.print("no spot pool has nodes: skipping the interruption")
+            return
+        notice = self.settings.notice_seconds
+        noticed = set(self.cloud.interrupt(pool=pool, notice=notice))
+        moving = {
+            p["metadata"]["uid"]
+            for p in store.list(PODS)
+            if p.get("spec", {}).get("nodeName") in noticed and is_workload_pod(p)
+        }
+        owners = sorted({owner_of(p) for p in store.list(PODS) if p["metadata"]["uid"] in moving})
+        self.console.print(
+            f"{self.stamp()} [bold red]spot interruption[/bold red]: pool {pool}, "
+            f"{len(noticed)} node(s) ({', '.join(sorted(short_node(n) for n in noticed))}), "
+            f"{notice / 60:g}-minute notice; {len(moving)} pod(s) to move",
+            highlight=False,
+        )
+        notice_at = self.cluster.now()
+        known = set(self.pool_of_node())
+        reached: set[str] = set()
+
+        def report_nodes() -> None:
+            current = self.pool_of_node()
+            for name in sorted(set(current) - known):
+                self.console.print(f"{self.stamp()} node {short_node(name)} joined pool {current[name]}")
+            for name in sorted(known - set(current)):
+                self.console.print(f"{self.stamp()} node {short_node(name)} terminated")
+            known.clear()
+            known.update(current)
+
+        def landed() -> bool:
+            live = {p["metadata"]["uid"] for p in store.list(PODS) if is_workload_pod(p)}
+            return (
+                not (moving & live)
+                and rollout_progress(store.list(DEPLOYMENTS))[2]
+                and all(self._owner_settled(owner) for owner in owners)
+            )
+
+        def terminated() -> bool:
+            return not noticed & {n["metadata"]["name"] for n in store.list(NODES)}
+
+        def milestones() -> None:
+            report_nodes()
+            if "landed" not in reached and landed():
+                reached.add("landed")
+                self._report_landed(notice_at, owners)
+            if "terminated" not in reached and terminated():
+                reached.add("terminated")
+            if "terminated" in reached and "restored" not in reached and self._pool_restored(pool):
+                reached.add("restored")
+                fresh = ", ".join(sorted(short_node(n) for n, p in self.pool_of_node().items() if p == pool))
+                self.console.print(
+                    f"{self.stamp()} pool {pool} back to size: new node(s) {fresh or 'none'} Ready",
+                    highlight=False,
+                )
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[left]}"),
+            console=self.console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("notice", total=notice, left="")
+
+            def tick() -> None:
+                gone = min(notice, self.cluster.now() - notice_at)
+                progress.update(task, completed=gone, left=f"{max(0.0, notice - gone):.0f}s to termination")
+                milestones()
+
+            await self.until(lambda: len(reached) == 3, self.settings.recovery_timeout, tick)
+        self.show_placement("Workload pods by pool after the interruption")
+
+    def _report_landed(self, notice_at: float, owners: list[str]) -> None:
+        took = self.cluster.now() - notice_at
+        replacements = self._replacements(notice_at, owners)
+        where = Counter(pool for _, pool in replacements)
+        summary = ", ".join(f"{count} on {pool}" for pool, count in sorted(where.items()))
+        self.console.print(
+            f"{self.stamp()} [bold green]replacements landed[/bold green]: {len(replacements)} pod(s) "
+            f"running elsewhere ({summary or 'none needed'}), all Deployments available "
+            f"{took:.0f}s after the notice",
+            highlight=False,
+        )
+
+    def _pool_restored(self, pool: str) -> bool:
+        """The cloud relaunched the pool's reclaimed instances and their nodes are Ready."""
+        view = next(p for p in self.cloud.pools_view() if p["name"] == pool)
+        nodes = [
+            n
+            for n in self.cluster.store.list(NODES)
+            if (n["metadata"].get("labels") or {}).get(POOL_LABEL) == pool
+        ]
+        return (
+            int(view["booting"]) == 0
+            and len(nodes) >= int(view["desired"])
+            and all(node_ready(n) for n in nodes)
+        )
+
+    def _owner_settled(self, owner: str) -> bool:
+        """Every pod of `owner` is bound to a node and Running (nothing Pending)."""
+        pods = [p for p in self.cluster.store.list(PODS) if is_workload_pod(p) and owner_of(p) == owner]
+        return all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    def _replacements(self, since: float, owners: list[str]) -> list[tuple[str, str]]:
+        """(pod, pool) of the running pods of `owners` created after `since`."""
+        pools = self.pool_of_node()
+        out = []
+        for pod in self.cluster.store.list(PODS):
+            if owner_of(pod) not in owners or not is_workload_pod(pod):
+                continue
+            if pod.get("status", {}).get("phase") != "Running":
+                continue
+            created = pod["metadata"].get("creationTimestamp", "")
+            if created and _parse(created) >= int(since):
+                node = pod["spec"].get("nodeName", "")
+                out.append((pod["metadata"]["name"], pools.get(node, "?")))
+        return out
+
+    def show_cost(self) -> None:
+        cost = self.cloud.cost()
+        pools = self.cloud.pools_view()
+        table = Table(title=f"Cost so far ({cost['seconds']:.0f} emulated seconds)", title_justify="left")
+        for column in ("pool", "capacity", "node-hours", "USD"):
+            table.add_column(column, justify="right" if column in ("node-hours", "USD") else "left")
+        for name, entry in sorted(cost["byPool"].items()):
+            table.add_row(name, entry["capacityType"], f"{entry['nodeHours']:.3f}", f"{entry['cost']:.4f}")
+        table.add_row("total", "", f"{cost['nodeHours']:.3f}", f"{cost['total']:.4f}", style="bold")
+        self.console.print(table)
+        on_demand = on_demand_equivalent(cost, pools)
+        if on_demand > 0:
+            saved = 1 - cost["total"] / on_demand
+            self.console.print(
+                f"cost so far: {cost['total']:.4f} USD, {saved:.0%} less than the same nodes on demand "
+                f"({on_demand:.4f} USD)",
+                highlight=False,
+            )
+
+
+def _parse(timestamp: str) -> int:
+    return int(parse_time(timestamp))
+
+
+# ---- the command ------------------------------------------------------------------------------------
+
+
+def _default_scenario() -> Path:
+    if DEFAULT_SCENARIO.exists():
+        return DEFAULT_SCENARIO
+    # Run from elsewhere than the repository root: the example next to the source tree.
+    return Path(__file__).resolve().parents[3] / DEFAULT_SCENARIO
+
+
+async def _serve_and_show(
+    cluster: Cluster,
+    console: Console,
+    *,
+    port: int,
+    workdir: Path,
+    exit_after_show: bool,
+    settings: ShowSettings,
+) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    kubeconfig = workdir / "kubeconfig"
+    async with runner.serve(cluster, port=port, kubeconfig=kubeconfig, workdir=workdir) as served:
+        speed = getattr(cluster.clock, "speed", 1.0)
+        console.print(f"ready: API server at {served.url} (emulated time x{speed:g})", highlight=False)
+        console.print("Point kubectl at it:", highlight=False)
+        console.print(f"  export KUBECONFIG={kubeconfig}", highlight=False, soft_wrap=True)
+        console.print("  kubectl get nodes -L node.kubernetes.io/capacity,topology.kubernetes.io/zone")
+        show = Show(cluster, console, settings)
+        show_task = asyncio.create_task(show.run())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({show_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not show_task.done():
+            show_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await show_task
+            console.print("stopped")
+            return 0
+        failure = show_task.exception()
+        if failure is not None:
+            stopper.cancel()
+            if isinstance(failure, ShowFailed):
+                console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
+                return 1
+            raise failure
+        console.print("show over")
+        if not exit_after_show:
+            console.print("serving until Ctrl-C", highlight=False)
+            await stopper
+        else:
+            stopper.cancel()
+        console.print("stopped")
+        return 0
+
+
+def demo(
+    scenario: Path | None = typer.Option(
+        None, "--scenario", "-s", help="Scenario YAML (default: examples/scenarios/demo.yaml)."
+    ),
+    speed: float = typer.Option(10.0, min=0.1, help="Emulated seconds per real second."),
+    port: int = typer.Option(6443, help="HTTPS port of the API server (0 picks a free one)."),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where the kubeconfig and certificates go."),
+    exit_after_show: bool = typer.Option(False, "--exit-after-show", help="Stop once the show is over."),
+) -> None:
+    """Serve an emulated cluster and narrate a spot interruption and its replacements."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = Console(highlight=False)
+    path = scenario or _default_scenario()
+    try:
+        loaded = scenario_mod.load(path)
+    except scenario_mod.ScenarioError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"[bold]Shipshape demo[/bold]: scenario {loaded.name!r} ({path})")
+    cluster = assembly.build(loaded, ScaledClock(speed))
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        code = runner.run_loop(
+            _serve_and_show(
+                cluster,
+                console,
+                port=port,
+                workdir=workdir,
+                exit_after_show=exit_after_show,
+                settings=ShowSettings(),
+            )
+        )
+    except OSError as exc:
+        reason = "the port is taken" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        console.print(f"[red]cannot serve on port {port}: {reason}[/red]")
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)

@@ -1,0 +1,255 @@
+"""`shipshape demo`: the narrated show in a subprocess, with kubectl pointed at it while it runs."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipshape.cli import demo
+
+REPO = Path(__file__).resolve().parents[3]
+SCENARIO = REPO / "examples" / "scenarios" / "demo.yaml"
+SHOW_LIMIT_SECONDS = 60.0
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from shipshape.cli.main import app; app()", "demo", *args]
+
+
+def _environment() -> dict[str, str]:
+    # Wide lines so that the narration is not wrapped; no colour codes in what the test reads.
+    return {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path, cache: Path) -> None:
+        self.base = ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=20)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+
+def _lines(stream: Any, into: queue.Queue[str | None]) -> None:
+    for line in stream:
+        into.put(line.rstrip("\n"))
+    into.put(None)
+
+
+def _finish(watch: subprocess.Popen[str] | None) -> str:
+    """What a `kubectl get --watch` printed; it ends by itself when the server goes away."""
+    if watch is None:
+        return ""
+    try:
+        out, _ = watch.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        watch.kill()
+        out, _ = watch.communicate()
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    kubectl = Kubectl(workdir / "kubeconfig", tmp_path / "kube-cache")
+    process = subprocess.Popen(
+        _command(
+            "--scenario",
+            str(SCENARIO),
+            "--speed",
+            "30",
+            "--port",
+            "0",
+            "--workdir",
+            str(workdir),
+            "--exit-after-show",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_environment(),
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True).start()
+    output: list[str] = []
+    nodes_seen: subprocess.CompletedProcess[str] | None = None
+    watch: subprocess.Popen[str] | None = None
+    deadline = time.monotonic() + SHOW_LIMIT_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            output.append(line)
+            if line.startswith("ready: API server at https://") and watch is None:
+                watch = kubectl.start("get", "nodes", "--watch", "--output-watch-events")
+                nodes_seen = kubectl.run("get", "nodes", "-L", "node.kubernetes.io/capacity")
+        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        watched = _finish(watch)
+    text = "\n".join(output)
+    assert code == 0, text
+    assert watch is not None and nodes_seen is not None, text
+
+    # kubectl listed the six nodes of the scenario, spot and on-demand, while the demo ran.
+    assert nodes_seen.returncode == 0, nodes_seen.stderr
+    rows = [row.split() for row in nodes_seen.stdout.strip().splitlines()]
+    assert rows[0][:2] == ["NAME", "STATUS"] and rows[0][-1] == "CAPACITY"
+    assert Counter(row[-1] for row in rows[1:]) == {"spot": 4, "on-demand": 2}
+    assert all(row[1] == "Ready" for row in rows[1:])
+
+    # The narration: ready, workloads up, the interruption, replacements, new nodes and cost.
+    assert "all Deployments available" in text
+    interrupted = re.search(r"spot interruption: pool (\S+), 2 node\(s\) \(([^)]*)\), 2-minute notice", text)
+    assert interrupted is not None, text
+    pool, nodes = interrupted.group(1), interrupted.group(2).split(", ")
+    assert re.search(r"replacements landed: [1-9]\d* pod\(s\) running elsewhere", text), text
+    for node in nodes:
+        assert f"node {node} terminated" in text
+    joined = re.findall(rf"node (\S+) joined pool {re.escape(pool)}", text)
+    assert len(joined) == 2 and not set(joined) & set(nodes)
+    assert f"pool {pool} back to size" in text
+    assert re.search(r"cost so far: \d+\.\d{4} USD, \d+% less than the same nodes on demand", text), text
+    assert text.rstrip().endswith("stopped")
+
+    # The watch kubectl held open saw the reclaimed nodes go and their replacements come.
+    events = [line.split()[:2] for line in watched.splitlines()[1:] if line.strip()]
+    deleted = {demo.short_node(name) for kind, name in events if kind == "DELETED"}
+    added = {demo.short_node(name) for kind, name in events if kind == "ADDED"}
+    assert set(nodes) <= deleted, watched
+    assert set(joined) <= added, watched
+
+
+@pytest.mark.integration
+def test_demo_port_taken(tmp_path: Path) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        done = subprocess.run(
+            _command("--scenario", str(SCENARIO), "--port", str(port), "--workdir", str(tmp_path / "demo")),
+            capture_output=True,
+            text=True,
+            env=_environment(),
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot serve on port {port}: the port is taken" in done.stdout
+
+
+def test_demo_bad_scenario(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\npools: []\n")
+    done = subprocess.run(
+        _command("--scenario", str(broken), "--workdir", str(tmp_path / "demo")),
+        capture_output=True,
+        text=True,
+        env=_environment(),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "pools" in done.stdout
+
+
+# ---- the pure views the narration is built on ----------------------------------------------------------
+
+
+def _deployment(name: str, replicas: int, available: int, *, observed: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "generation": 1},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": observed,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "availableReplicas": available,
+        },
+    }
+
+
+def test_rollout_progress_counts_available_replicas_up_to_desired() -> None:
+    assert demo.rollout_progress([_deployment("a", 3, 3), _deployment("b", 2, 1)]) == (4, 5, False)
+    assert demo.rollout_progress([_deployment("a", 3, 3), _deployment("b", 2, 2)]) == (5, 5, True)
+    # A status not yet observed for the current generation is not "available".
+    assert demo.rollout_progress([_deployment("a", 1, 1, observed=0)]) == (1, 1, False)
+
+
+def _pod(name: str, node: str, owner: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "labels": {}}
+    if owner is not None:
+        md["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+        if owner[0] == "ReplicaSet":
+            md["labels"]["pod-template-hash"] = owner[1].rsplit("-", 1)[1]
+    md.update(extra)
+    return {"metadata": md, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def test_owner_and_placement_views() -> None:
+    web = _pod("web-1", "n1", ("ReplicaSet", "web-5d8f7c"))
+    agent = _pod("agent-x", "n1", ("DaemonSet", "agent"))
+    db = _pod("db-0", "n2", ("StatefulSet", "db"))
+    leaving = _pod("web-2", "n2", ("ReplicaSet", "web-5d8f7c"), deletionTimestamp="2026-01-01T00:00:00Z")
+    assert demo.owner_of(web) == "Deployment/web"
+    assert demo.owner_of(db) == "StatefulSet/db"
+    assert demo.owner_of(_pod("bare", "n1")) == "Pod/bare"
+    counts = demo.pods_per_pool([web, agent, db, leaving], {"n1": "spot-a", "n2": "od-a"})
+    assert counts == {"spot-a": 1, "od-a": 1}
+
+
+def _pool(name: str, capacity: str, ready: int, price: float = 0.1) -> dict[str, Any]:
+    return {
+        "name": name,
+        "capacityType": capacity,
+        "instanceType": "m5.large",
+        "zone": "us-east-1a",
+        "ready": ready,
+        "booting": 0,
+        "pricePerHour": price,
+        "onDemandPricePerHour": 0.1,
+    }
+
+
+def test_busiest_spot_pool_and_pool_rows() -> None:
+    pools = [_pool("spot-a", "spot", 2), _pool("spot-b", "spot", 2), _pool("od", "on-demand", 1)]
+    assert demo.busiest_spot_pool(pools, Counter({"spot-b": 3, "spot-a": 1, "od": 9})) == "spot-b"
+    assert demo.busiest_spot_pool(pools, Counter()) == "spot-a"
+    assert demo.busiest_spot_pool([_pool("od", "on-demand", 1)], Counter()) is None
+    ready = {"type": "Ready", "status": "True"}
+    nodes = [
+        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": [ready]}},
+        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": []}},
+    ]
+    rows = {row.pool: row for row in demo.pool_rows(pools, nodes)}
+    assert (rows["spot-a"].ready, rows["spot-a"].nodes) == (1, 2)
+    assert (rows["od"].ready, rows["od"].nodes) == (0, 0)
+
+
+def test_on_demand_equivalent() -> None:
+    pools = [_pool("spot-a", "spot", 1, price=0.03), _pool("od", "on-demand", 1, price=0.1)]
+    cost = {"byPool": {"spot-a": {"nodeHours": 2.0}, "od": {"nodeHours": 1.0}}}
+    assert demo.on_demand_equivalent(cost, pools) == pytest.approx(0.3)
