@@ -212,11 +212,6 @@ def test_rollout_restart_status_and_history(cluster: ServedCluster) -> None:
     assert revisions == ["1", "2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kubectl rollout undo sends the template with metadata.creationTimestamp: null; the Deployment "
-    "controller's template comparison and hash treat it as a change and create a new ReplicaSet",
-)
 def test_rollout_undo_reuses_the_previous_replicaset(cluster: ServedCluster) -> None:
     _apply_both(cluster)
     kubectl = cluster.kubectl

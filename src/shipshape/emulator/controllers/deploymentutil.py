@@ -50,9 +50,33 @@ def safe_encode(text: str) -> str:
     return "".join(_SAFE_ALPHABET[ord(ch) % len(_SAFE_ALPHABET)] for ch in text)
 
 
+def canonical(value: Any) -> Any:
+    """A template as Go would see it: null fields, empty lists and empty label/annotation maps dropped.
+
+    Clients send the same template in different shapes (`kubectl rollout undo` sends
+    `metadata.creationTimestamp: null`); upstream compares and hashes Go structs, where those
+    shapes are one and the same value.
+    """
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            item = canonical(item)
+            if item is None or (isinstance(item, list) and not item):
+                continue
+            if key in ("labels", "annotations", "nodeSelector") and isinstance(item, dict) and not item:
+                continue
+            out[key] = item
+        if "metadata" in out and out["metadata"] == {}:
+            del out["metadata"]
+        return out
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def compute_hash(template: Mapping[str, Any], collision_count: int | None = None) -> str:
     """A stable hash of a pod template, as `controller.ComputeHash` (FNV-32a; JSON instead of Go's dump)."""
-    h = _fnv1a32(orjson.dumps(template, option=orjson.OPT_SORT_KEYS))
+    h = _fnv1a32(orjson.dumps(canonical(dict(template)), option=orjson.OPT_SORT_KEYS))
     if collision_count is not None:
         h = _fnv1a32((collision_count & 0xFFFFFFFF).to_bytes(8, "little"), h)
     return safe_encode(str(h))
@@ -69,18 +93,7 @@ def without_hash(template: Mapping[str, Any]) -> Obj:
 
 
 def equal_ignore_hash(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return _normal(without_hash(a)) == _normal(without_hash(b))
-
-
-def _normal(template: Obj) -> Obj:
-    md = template.get("metadata")
-    if isinstance(md, dict):
-        for field in ("labels", "annotations"):
-            if not md.get(field):
-                md.pop(field, None)
-        if not md:
-            template.pop("metadata")
-    return template
+    return bool(canonical(without_hash(a)) == canonical(without_hash(b)))
 
 
 # ---- sizes ----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from shipshape.emulator.controllers import podutil
-from shipshape.emulator.controllers.deploymentutil import safe_encode
+from shipshape.emulator.controllers.deploymentutil import canonical, safe_encode
 from shipshape.emulator.resources import CONTROLLERREVISIONS
 from shipshape.emulator.store import Obj, Store, clone
 from shipshape.kube import errors
@@ -20,7 +20,7 @@ POD_REVISION_LABEL = "controller-revision-hash"
 
 def template_patch(owner: Mapping[str, Any]) -> Obj:
     """What a revision stores: the pod template as a replace patch (upstream `getPatch`)."""
-    template = clone(dict((owner.get("spec") or {}).get("template") or {}))
+    template = canonical(clone(dict((owner.get("spec") or {}).get("template") or {})))
     template["$patch"] = "replace"
     return {"spec": {"template": template}}
 

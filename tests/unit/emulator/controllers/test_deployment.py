@@ -206,9 +206,12 @@ def test_rollout_restart_and_undo_reuse_revisions_as_kubectl_expects() -> None:
     assert rs1_now["spec"]["replicas"] == 0 and rs2["spec"]["replicas"] == 2
     assert rollout_status(get(cluster)) == "successfully rolled out"
 
-    # `kubectl rollout undo` copies revision 1's template (without the hash label) back.
+    # `kubectl rollout undo` copies revision 1's template (without the hash label) back, in Go's
+    # serialisation: a null creationTimestamp in the template's metadata.
     def undo(d: Obj) -> None:
-        d["spec"]["template"] = du.without_hash(rs1["spec"]["template"])
+        template = du.without_hash(rs1["spec"]["template"])
+        template["metadata"]["creationTimestamp"] = None
+        d["spec"]["template"] = template
 
     update(cluster, DEPLOYMENTS, "web", undo)
     run(cluster, 60)
