@@ -1,7 +1,7 @@
 """A served emulator for tests: the real HTTPS API server on an ephemeral port, in a background thread.
 
-Use the `served_emulator` fixture (an empty cluster: system namespaces, no models beyond what
-`assembly.build` registers) or `running(cluster)` for a cluster you built yourself:
+Use the `served_emulator` fixture (the API alone: system namespaces, no models) or
+`running(cluster)` for a cluster you built yourself (e.g. `assembly.build(scenario, clock)`):
 
     from tests.emulator_fixtures import served_emulator  # noqa: F401  (makes the fixture available)
 
@@ -90,7 +90,7 @@ def running(cluster: Cluster, workdir: Path | None = None, **serve_options: Any)
 
 @pytest.fixture
 def served_emulator(tmp_path: Path) -> Iterator[ServedEmulator]:
-    """An empty cluster (system namespaces only) served over HTTPS with a token."""
-    cluster = assembly.build(None, RealClock())
+    """The API alone (system namespaces, no models) served over HTTPS with a token."""
+    cluster = assembly.build(None, RealClock(), models=False)
     with running(cluster, tmp_path, settings=ServerSettings(bookmark_interval=0.2)) as served:
         yield served

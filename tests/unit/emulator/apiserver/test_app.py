@@ -21,7 +21,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 @pytest.fixture
 def cluster() -> Cluster:
-    return assembly.build(None, VirtualClock())
+    return assembly.build(None, VirtualClock(), models=False)
 
 
 @pytest.fixture
