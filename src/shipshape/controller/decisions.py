@@ -289,7 +289,12 @@ def next_move(state: WorkloadState, view: PlacementView) -> Move | None:
     Pods on nodes with a rebalance recommendation, or in pools at risk, are not moved: those only stop
     new placements (pods on noticed nodes are the interruption responder's).
     """
-    if state.settling or state.replicas <= 0 or state.ready < state.replicas:
+    if (
+        state.settling
+        or state.replicas <= 0
+        or len(state.pods) != state.replicas
+        or state.ready < state.replicas
+    ):
         return None
     if any(pod.capacity is None for pod in state.pods):
         return None

@@ -7,7 +7,7 @@ Definitions (from the workload's policy):
 - a workload with exactly one replica follows its single-replica mode instead (`surge` → spot with a
   replacement started before the old pod goes, `on-demand`);
 - spot replicas are spread over spot pools (instance type x zone) so that no pool holds more than
-  `max_pool_share` of the workload's spot replicas (at least one per pool).
+  `max_pool_share` of the workload's spot replicas (rounded up, at least one per pool).
 
 The decision for a new pod counts the pods of its group (a ReplicaSet, or a StatefulSet) that exist or
 are in flight, fills the base first, then the spot share, then the on-demand share. StatefulSet pods are
@@ -114,10 +114,13 @@ def ordinal_capacity(ordinal: int, replicas: int, policy: WorkloadPolicy) -> tup
 
 
 def pool_cap(spot_target: int, share: float) -> int:
-    """Most spot replicas of one workload allowed in one pool (at least one)."""
+    """Most spot replicas of one workload allowed in one pool: `ceil(share x spot target)`, at least one.
+
+    Rounding up means the default share (0.5) can always be met once two pools exist.
+    """
     if share >= 1.0:
         return max(spot_target, 1)
-    return max(1, math.floor(share * spot_target + 1e-9))
+    return max(1, math.ceil(share * spot_target - 1e-9))
 
 
 @dataclass(slots=True)

@@ -198,13 +198,13 @@ def test_single_replica_defaults_through_the_webhook() -> None:
 def test_max_pool_share_with_three_pools() -> None:
     h, rs = deployment_harness(
         8,
-        {"spot.shipshape.dev/on-demand-base": "2", "spot.shipshape.dev/max-pool-share": "0.34"},
+        {"spot.shipshape.dev/on-demand-base": "2", "spot.shipshape.dev/max-pool-share": "0.33"},
         [POOL_A, POOL_B, POOL_C],
     )
     decided = [admit(h, pod_of(rs)) for _ in range(8)]
     spot_pools = Counter(decision_of(p)["pool"] for p in decided if decision_of(p)["capacityType"] == "spot")
     assert sum(spot_pools.values()) == 6
-    assert max(spot_pools.values()) <= pool_cap(6, 0.34) == 2
+    assert max(spot_pools.values()) <= pool_cap(6, 0.33) == 2
     assert len(spot_pools) == 3
 
 
