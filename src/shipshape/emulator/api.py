@@ -5,7 +5,7 @@ created by the ReplicaSet model passes the same mutating webhooks as one created
 
 Request flow for writes (as in kube-apiserver):
     decode -> defaulting -> mutating admission (built-in, then webhooks) -> validation
-    -> validating admission (webhooks) -> store
+    -> validating admission (built-in, then webhooks) -> store
 
 Every step works on a copy: a request that fails at any step leaves the stored state unchanged.
 Without matching webhooks nothing awaits, so a write completes in one step of its coroutine
@@ -235,6 +235,7 @@ class Api:
         validation.raise_if_invalid(
             rt, str(meta(admitted).get("name") or ""), validation.validate(rt, admitted)
         )
+        builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
         if rt is r.SERVICES:
             self.allocator.allocate(admitted)
@@ -300,6 +301,7 @@ class Api:
         admitted = attrs.object
         assert admitted is not None
         self._validate_update(rt, name, admitted, current, subresource)
+        builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
         return self.store.update(rt, admitted, subresource=subresource, dry_run=dry_run)
 

@@ -294,6 +294,25 @@ def priority_class(obj: Obj) -> None:
     _setdefault(obj, "preemptionPolicy", "PreemptLowerPriority")
 
 
+def limit_range(obj: Obj) -> None:
+    """Container items: default limits from max, default requests from the default limits or min."""
+    for item in (obj.get("spec") or {}).get("limits") or []:
+        if not isinstance(item, dict) or item.get("type") != "Container":
+            continue
+        default = item.setdefault("default", {})
+        request = item.setdefault("defaultRequest", {})
+        for key, value in (item.get("max") or {}).items():
+            default.setdefault(key, value)
+        for key, value in default.items():
+            request.setdefault(key, value)
+        for key, value in (item.get("min") or {}).items():
+            request.setdefault(key, value)
+        if not default:
+            del item["default"]
+        if not request:
+            del item["defaultRequest"]
+
+
 def _webhooks(obj: Obj, *, mutating: bool) -> None:
     for hook in obj.get("webhooks") or []:
         if not isinstance(hook, dict):
@@ -334,6 +353,7 @@ DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "persistentvolumeclaims": pvc,
     "secrets": secret,
     r.PRIORITYCLASSES.key: priority_class,
+    "limitranges": limit_range,
     r.MUTATING_WEBHOOKS.key: mutating_webhooks,
     r.VALIDATING_WEBHOOKS.key: validating_webhooks,
 }

@@ -1,7 +1,8 @@
 """The compiled-in admission plugins the emulator enables, in kube-apiserver's order.
 
-NamespaceLifecycle, ServiceAccount, Priority and DefaultTolerationSeconds. Each reads what it needs
-from the store and changes `attrs.object` (a copy owned by the request) or raises an `ApiError`.
+NamespaceLifecycle, LimitRanger, ServiceAccount, Priority and DefaultTolerationSeconds. Each reads
+what it needs from the store and changes `attrs.object` (a copy owned by the request) or raises an
+`ApiError`. LimitRanger also checks min/max after the object is final (`validate`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, DELETE, Attributes
 from shipshape.emulator.store import Store
-from shipshape.kube import errors
+from shipshape.kube import errors, quantity
 
 Obj = dict[str, Any]
 
@@ -155,12 +156,139 @@ def default_toleration_seconds(store: Store, attrs: Attributes) -> None:
     spec["tolerations"] = tolerations
 
 
+# ---- LimitRanger ---------------------------------------------------------------------------------
+
+LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
+
+
+def _limit_items(store: Store, namespace: str, kind: str) -> list[Obj]:
+    return [
+        item
+        for lr in store.list(r.BY_KEY["limitranges"], namespace)
+        for item in (lr.get("spec") or {}).get("limits") or []
+        if isinstance(item, dict) and item.get("type") == kind
+    ]
+
+
+def _amount(name: str, value: Any) -> int | None:
+    try:
+        return quantity.resource_amount(name, value)
+    except quantity.QuantityError:
+        return None
+
+
+def limit_ranger(store: Store, attrs: Attributes) -> None:
+    """Containers without requests/limits get the namespace's LimitRange defaults (pod creation)."""
+    pod = _new_pod(attrs)
+    if pod is None:
+        return
+    items = _limit_items(store, attrs.namespace, "Container")
+    if not items:
+        return
+    default_limits: Obj = {}
+    default_requests: Obj = {}
+    for item in items:
+        default_limits.update(item.get("default") or {})
+        default_requests.update(item.get("defaultRequest") or {})
+    notes: list[str] = []
+    spec = pod.setdefault("spec", {})
+    for key, prefix in (("initContainers", "init container"), ("containers", "container")):
+        for container in spec.get(key) or []:
+            if not isinstance(container, dict):
+                continue
+            resources = container.setdefault("resources", {})
+            limits = resources.setdefault("limits", {})
+            requests = resources.setdefault("requests", {})
+            set_limits = sorted(k for k in default_limits if k not in limits)
+            set_requests = sorted(k for k in default_requests if k not in requests)
+            for k in set_limits:
+                limits[k] = default_limits[k]
+            for k in set_requests:
+                requests[k] = default_requests[k]
+            for section in ("limits", "requests"):
+                if not resources[section]:
+                    del resources[section]
+            if set_requests:
+                notes.append(f"{', '.join(set_requests)} request for {prefix} {container.get('name', '')}")
+            if set_limits:
+                notes.append(f"{', '.join(set_limits)} limit for {prefix} {container.get('name', '')}")
+    if notes:
+        annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations[LIMIT_RANGER_ANNOTATION] = f"LimitRanger plugin set: {'; '.join(notes)}"
+
+
+def _bounds(scope: str, resources: Obj, item: Obj, problems: list[str]) -> None:
+    """Min/max of one LimitRange item against a container's (or pod's summed) requests and limits."""
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    for name, bound in (item.get("min") or {}).items():
+        if name not in requests:
+            problems.append(f"minimum {name} usage per {scope} is {bound}.  No request is specified")
+            continue
+        have, low = _amount(name, requests[name]), _amount(name, bound)
+        if have is not None and low is not None and have < low:
+            problems.append(f"minimum {name} usage per {scope} is {bound}, but request is {requests[name]}")
+    for name, bound in (item.get("max") or {}).items():
+        if name not in limits:
+            problems.append(f"maximum {name} usage per {scope} is {bound}.  No limit is specified")
+            continue
+        have, high = _amount(name, limits[name]), _amount(name, bound)
+        if have is not None and high is not None and have > high:
+            problems.append(f"maximum {name} usage per {scope} is {bound}, but limit is {limits[name]}")
+    for name, ratio in (item.get("maxLimitRequestRatio") or {}).items():
+        request, limit = _amount(name, requests.get(name, 0)), _amount(name, limits.get(name, 0))
+        if request and limit and limit / request > quantity.parse_quantity(ratio):
+            problems.append(
+                f"{name} max limit to request ratio per {scope} is {ratio}, but provided ratio is "
+                f"{limit / request:f}"
+            )
+
+
+def _pod_totals(containers: list[Obj]) -> Obj:
+    """The pod's requests and limits: per resource, the sum over containers when all set it."""
+    totals: Obj = {}
+    for section in ("requests", "limits"):
+        per_container = [(c.get("resources") or {}).get(section) or {} for c in containers]
+        names = {name for values in per_container for name in values}
+        summed: dict[str, str] = {}
+        for name in names:
+            amounts = [_amount(name, values[name]) if name in values else None for values in per_container]
+            if all(a is not None for a in amounts):
+                total = sum(a for a in amounts if a is not None)
+                summed[name] = quantity.format_cpu(total) if name == "cpu" else quantity.format_bytes(total)
+        totals[section] = summed
+    return totals
+
+
+def limit_ranger_validate(store: Store, attrs: Attributes) -> None:
+    """A new pod's containers (and the pod as a whole) within the namespace's LimitRange bounds."""
+    pod = _new_pod(attrs)
+    if pod is None:
+        return
+    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    problems: list[str] = []
+    for item in _limit_items(store, attrs.namespace, "Container"):
+        for container in containers:
+            _bounds("Container", container.get("resources") or {}, item, problems)
+    for item in _limit_items(store, attrs.namespace, "Pod"):
+        _bounds("Pod", _pod_totals(containers), item, problems)
+    if problems:
+        raise forbidden(attrs, problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]")
+
+
 # Mutating plugins in kube-apiserver's order (NamespaceLifecycle first, so nothing else runs for a
 # write into a missing namespace).
-MUTATING = (namespace_lifecycle, service_account, priority, default_toleration_seconds)
+MUTATING = (namespace_lifecycle, limit_ranger, service_account, priority, default_toleration_seconds)
+# Validating plugins, run once the object is final (after mutating webhooks and field validation).
+VALIDATING = (limit_ranger_validate,)
 
 
 def admit(store: Store, attrs: Attributes) -> None:
     """Run the built-in mutating plugins on `attrs.object`."""
     for plugin in MUTATING:
+        plugin(store, attrs)
+
+
+def validate(store: Store, attrs: Attributes) -> None:
+    """Run the built-in validating plugins."""
+    for plugin in VALIDATING:
         plugin(store, attrs)

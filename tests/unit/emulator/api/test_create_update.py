@@ -9,6 +9,7 @@ import pytest
 
 from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.resources import (
+    BY_KEY,
     DEPLOYMENTS,
     JOBS,
     NAMESPACES,
@@ -454,3 +455,53 @@ async def test_placement_fields_a_webhook_injects_are_validated(api: Api) -> Non
         in found["spec.topologySpreadConstraints[2].minDomains"]
     )
     assert found["spec.topologySpreadConstraints[1]"].startswith("Duplicate value")
+
+
+LIMITRANGES = BY_KEY["limitranges"]
+
+
+async def test_limit_ranger_defaults_and_bounds(api: Api, cluster: Cluster) -> None:
+    limit_range = await api.create(
+        LIMITRANGES,
+        "default",
+        {
+            "metadata": {"name": "limits"},
+            "spec": {
+                "limits": [
+                    {"type": "Container", "default": {"cpu": "500m"}, "max": {"cpu": "2", "memory": "1Gi"}},
+                    {"type": "Pod", "max": {"cpu": "3"}},
+                ]
+            },
+        },
+    )
+    item = limit_range["spec"]["limits"][0]
+    assert item["default"] == {"cpu": "500m", "memory": "1Gi"}  # default limits from max
+    assert item["defaultRequest"] == {"cpu": "500m", "memory": "1Gi"}  # default requests from the limits
+
+    body = pod_body()
+    body["spec"]["containers"][0]["resources"] = {"requests": {"memory": "256Mi"}}
+    pod = await api.create(PODS, "default", body)
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "500m", "memory": "1Gi"},
+        "requests": {"cpu": "500m", "memory": "256Mi"},
+    }
+    assert pod["metadata"]["annotations"]["kubernetes.io/limit-ranger"] == (
+        "LimitRanger plugin set: cpu request for container main; cpu, memory limit for container main"
+    )
+    assert pod["status"]["qosClass"] == "Burstable"
+
+    greedy = pod_body("greedy")
+    greedy["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "2500m"}}
+    with pytest.raises(errors.Forbidden) as too_much:
+        await api.create(PODS, "default", greedy)
+    assert too_much.value.message == (
+        'pods "greedy" is forbidden: maximum cpu usage per Container is 2, but limit is 2500m'
+    )
+    pair = pod_body("pair")
+    pair["spec"]["containers"] = [
+        {"name": "a", "image": "x", "resources": {"limits": {"cpu": "2"}}},
+        {"name": "b", "image": "x", "resources": {"limits": {"cpu": "2"}}},
+    ]
+    with pytest.raises(errors.Forbidden, match="maximum cpu usage per Pod is 3, but limit is 4"):
+        await api.create(PODS, "default", pair)
+    assert cluster.store.get(PODS, "default", "pair") is None
