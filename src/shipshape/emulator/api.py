@@ -153,7 +153,6 @@ class Api:
         self.store = cluster.store
         self.webhooks = hooks.Dispatcher(cluster.store)
         self.allocator = defaults.ServiceAllocator()
-        self._terminating: set[str] = set()  # namespaces whose content is being deleted
         cluster.services["api"] = self
 
     # ---- reads --------------------------------------------------------------------------
@@ -499,41 +498,21 @@ class Api:
         )
 
     def _delete_namespace(self, current: Obj, options: DeleteOptions) -> tuple[Obj, bool]:
-        """A namespace turns Terminating, its content is deleted, then it goes (the namespace controller)."""
+        """A namespace with finalizers turns Terminating (the namespace controller empties and removes it)."""
         name = current["metadata"]["name"]
         check_preconditions(current, options)
         if options.dry_run:
             return current, False
         if not (current.get("spec") or {}).get("finalizers"):
             return self.store.delete(r.NAMESPACES, "", name)
-        updated = current
-        if (current.get("status") or {}).get("phase") != "Terminating":
+        if (current.get("status") or {}).get("phase") == "Terminating":
+            return current, False
 
-            def terminating(ns: Obj) -> None:
-                ns["status"] = {**(ns.get("status") or {}), "phase": "Terminating"}
+        def terminating(ns: Obj) -> None:
+            ns["status"] = {**(ns.get("status") or {}), "phase": "Terminating"}
 
-            updated = self.store.mutate(r.NAMESPACES, "", name, terminating, subresource="status") or current
-        if name not in self._terminating:
-            self._terminating.add(name)
-            self.cluster.engine.call_soon(lambda: self._empty_namespace(name))
-        return updated, False
-
-    def _empty_namespace(self, name: str) -> None:
-        for rt in r.STORED:
-            if not rt.namespaced:
-                continue
-            for obj in self.store.list(rt, name):
-                if not obj["metadata"].get("deletionTimestamp"):
-                    try:
-                        self.store.delete(rt, name, obj["metadata"]["name"], propagation="Background")
-                    except errors.NotFound:
-                        continue
-        still = any(self.store.list(rt, name) for rt in r.STORED if rt.namespaced)
-        if not still:
-            self._terminating.discard(name)
-            self.store.remove(r.NAMESPACES, "", name)
-            return
-        self.cluster.engine.call_later(1.0, lambda: self._empty_namespace(name))
+        updated = self.store.mutate(r.NAMESPACES, "", name, terminating, subresource="status")
+        return (updated or current), False
 
     # ---- subresources that create -------------------------------------------------------
     async def create_subresource(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from shipshape.emulator.api import Api, DeleteOptions
+from shipshape.emulator.controllers.namespace import NamespaceController
 from shipshape.emulator.resources import (
     BY_KEY,
     DEPLOYMENTS,
@@ -111,6 +112,7 @@ async def test_namespace_lifecycle(api: Api, cluster: Cluster) -> None:
     assert "unable to create new content in namespace dev because it is being terminated" in (
         terminating.value.message
     )
+    cluster.add(NamespaceController())  # empties and removes the Terminating namespace
     cluster.engine.run_until(cluster.clock.now() + 5)
     assert cluster.store.get(NAMESPACES, "", "dev") is None
     assert cluster.store.get(PODS, "dev", "unbound") is None
