@@ -14,6 +14,7 @@ import argparse
 import http.client
 import json
 import multiprocessing
+import os
 import socket
 import ssl
 import statistics
@@ -205,6 +206,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def run(
     rate: float, seconds: float, warmup: float, workloads: int, replicas: int, nodes: int
 ) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         ca_file, _, _ = write_bundle(
             generate_certificates(["localhost"], ["127.0.0.1"], now=time.time()), Path(tmp)
@@ -274,6 +276,12 @@ def run(
             "mean": round(statistics.fmean(latencies), 3),
         },
         "server_side": server_side,
+        # The machine's 1-minute load average before and after: latency on a shared machine follows it.
+        "load_average": {
+            "before": round(load_before, 2),
+            "after": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
+        },
         "targets_ms": {"p50": P50_TARGET_MS, "p99": P99_TARGET_MS},
         "ratios_to_target": {"p50": round(p50 / P50_TARGET_MS, 3), "p99": round(p99 / P99_TARGET_MS, 3)},
         "meets_targets": p50 <= P50_TARGET_MS and p99 <= P99_TARGET_MS and errors == 0,
