@@ -5,7 +5,7 @@ created by the ReplicaSet model passes the same mutating webhooks as one created
 
 Request flow for writes (as in kube-apiserver):
     decode -> defaulting -> mutating admission (built-in, then webhooks) -> validation
-    -> validating admission (built-in, then webhooks) -> store
+    -> validating admission (built-in, webhooks, then ResourceQuota) -> store
 
 Every step works on a copy: a request that fails at any step leaves the stored state unchanged.
 Without matching webhooks nothing awaits, so a write completes in one step of its coroutine
@@ -32,6 +32,7 @@ from shipshape.emulator.admission import (
     GroupVersionKind,
     UserInfo,
     builtin,
+    quota,
 )
 from shipshape.emulator.admission import SYSTEM as SYSTEM
 from shipshape.emulator.admission import webhooks as hooks
@@ -236,6 +237,7 @@ class Api:
         )
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
+        quota.admit(self.store, attrs)  # last, as upstream: only a request about to be stored counts
         if rt is r.SERVICES:
             self.allocator.allocate(admitted)
         return self.store.create(rt, admitted, dry_run=dry_run, uid=uid)
