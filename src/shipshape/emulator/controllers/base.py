@@ -7,7 +7,7 @@ from typing import Any
 
 from shipshape.emulator.resources import ResourceType
 from shipshape.emulator.runtime import Reconciler
-from shipshape.emulator.store import Obj, Store
+from shipshape.emulator.store import Obj, Store, WatchEvent
 
 # Upstream workqueue's default per-item backoff: 5 ms doubling up to 1000 s.
 BACKOFF_BASE = 0.005
@@ -22,6 +22,13 @@ class Controller(Reconciler):
     def __init__(self) -> None:
         super().__init__()
         self._failures: dict[Any, int] = {}
+        self._watched = frozenset(rt.key for rt in self.watches)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        # Every store change reaches every controller: a set lookup instead of comparing types.
+        if event.resource.key in self._watched:
+            for key in self.keys_for(event):
+                self.enqueue(key)
 
     def retry_later(self, key: Any) -> None:
         """Requeue a key that failed, with exponential backoff as a rate-limited workqueue would."""

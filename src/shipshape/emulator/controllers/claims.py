@@ -7,7 +7,7 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.resources import ResourceType
-from shipshape.emulator.store import Obj, Store
+from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent
 from shipshape.kube.labels import Selector
 
 
@@ -74,3 +74,36 @@ def _release(store: Store, rt: ResourceType, obj: Obj, owner_uid: str) -> None:
 
     ns, name = podutil.key_of(obj)
     store.mutate(rt, ns, name, drop_ref)
+
+
+class OrphanIndex:
+    """Objects of one type that have no controller, by namespace: the only candidates for adoption.
+
+    With it a controller's candidates are its dependents (the store's owner index) plus these,
+    instead of every object in the namespace.
+    """
+
+    def __init__(self, rt: ResourceType) -> None:
+        self.rt = rt
+        self._by_ns: dict[str, dict[str, None]] = {}
+
+    def observe(self, event: WatchEvent) -> None:
+        if event.resource is not self.rt:
+            return
+        ns, name = podutil.key_of(event.object)
+        bucket = self._by_ns.setdefault(ns, {})
+        if event.type == DELETED or podutil.controller_ref(event.object) is not None:
+            bucket.pop(name, None)
+        else:
+            bucket[name] = None
+
+    def candidates(self, store: Store, owner: Mapping[str, Any]) -> list[Obj]:
+        md = podutil.meta(owner)
+        ns = md.get("namespace", "")
+        out = [obj for rt, obj in store.dependents(str(md.get("uid"))) if rt is self.rt]
+        seen = {podutil.key_of(obj) for obj in out}
+        for name in list(self._by_ns.get(ns, {})):
+            obj = store.get(self.rt, ns, name)
+            if obj is not None and (ns, name) not in seen and podutil.controller_ref(obj) is None:
+                out.append(obj)
+        return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.claims import OrphanIndex, claim
 from shipshape.emulator.controllers.deploymentutil import compute_hash
 from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
@@ -126,6 +126,7 @@ class DaemonSetController(Controller):
     def __init__(self) -> None:
         super().__init__()
         self._expectations: Expectations | None = None
+        self._orphans = OrphanIndex(PODS)
 
     def start(self, cluster: Cluster) -> None:
         self._expectations = Expectations(cluster.clock)
@@ -140,6 +141,7 @@ class DaemonSetController(Controller):
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._orphans.observe(event)
         if event.resource is DAEMONSETS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
@@ -203,8 +205,7 @@ class DaemonSetController(Controller):
     def _daemon_pods(self, ds: Obj) -> list[Obj]:
         selector = selector_of(ds)
         assert selector is not None
-        ns = ds["metadata"].get("namespace", "")
-        return claim(self.store, PODS, ds, self.store.list(PODS, ns), selector)
+        return claim(self.store, PODS, ds, self._orphans.candidates(self.store, ds), selector)
 
     def _node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = {}

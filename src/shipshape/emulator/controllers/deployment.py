@@ -9,7 +9,7 @@ from typing import Any
 from shipshape.emulator.controllers import deploymentutil as du
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.claims import OrphanIndex, claim
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import DEPLOYMENTS, PODS, REPLICASETS
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
@@ -25,10 +25,15 @@ class DeploymentController(Controller):
     name = "deployment-controller"
     watches = (DEPLOYMENTS, REPLICASETS, PODS)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._orphans = OrphanIndex(REPLICASETS)
+
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._orphans.observe(event)
         if event.resource is DEPLOYMENTS:
             return [(ns, name)]
         if event.resource is REPLICASETS:
@@ -74,7 +79,7 @@ class DeploymentController(Controller):
             status["observedGeneration"] = d["metadata"].get("generation", 1)
             self.write_status(DEPLOYMENTS, d, status)
             return
-        candidates = self.store.list(REPLICASETS, ns)
+        candidates = sorted(self._orphans.candidates(self.store, d), key=podutil.key_of)
         rss = claim(self.store, REPLICASETS, d, candidates, selector)
         if podutil.is_terminating(d):
             self._sync_status_only(d, rss)
@@ -449,18 +454,14 @@ class DeploymentController(Controller):
     def _old_pods_running(self, new_rs: Obj | None, olds: list[Obj]) -> bool:
         if du.sum_status(olds, "replicas") > 0:
             return True
-        old_uids = {rs["metadata"]["uid"] for rs in olds}
-        if not old_uids:
-            return False
-        ns = olds[0]["metadata"].get("namespace", "")
-        for pod in self.store.list(PODS, ns):
-            ref = podutil.controller_ref(pod)
-            if (
-                ref is not None
-                and ref.get("uid") in old_uids
-                and podutil.phase(pod) not in podutil.TERMINAL_PHASES
-            ):
-                return True
+        for rs in olds:
+            for rt, pod in self.store.dependents(rs["metadata"]["uid"]):
+                if (
+                    rt is PODS
+                    and podutil.is_controlled_by(pod, rs)
+                    and podutil.phase(pod) not in podutil.TERMINAL_PHASES
+                ):
+                    return True
         return False
 
     def _cleanup(self, d: Obj, olds: list[Obj]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.claims import OrphanIndex, claim
 from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import JOBS, PODS
@@ -58,6 +58,7 @@ class JobController(Controller):
         self._expectations: Expectations | None = None
         self._backoff: dict[Key, _Backoff] = {}
         self._vanished: dict[Key, dict[str, str]] = {}  # tracked pods removed before being counted
+        self._orphans = OrphanIndex(PODS)
 
     def start(self, cluster: Cluster) -> None:
         self._expectations = Expectations(cluster.clock)
@@ -71,6 +72,7 @@ class JobController(Controller):
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._orphans.observe(event)
         if event.resource is JOBS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
@@ -103,7 +105,7 @@ class JobController(Controller):
         selector = selector_of(job)
         if selector is None or selector.empty:
             return
-        pods = claim(self.store, PODS, job, self.store.list(PODS, ns), selector)
+        pods = claim(self.store, PODS, job, self._orphans.candidates(self.store, job), selector)
         status = clone(job.get("status") or {})
         now = self.now()
         succeeded, failed = self._count_finished(key, pods)
@@ -147,8 +149,8 @@ class JobController(Controller):
             self.enqueue(key, after=max(0.0, parse_time(status["startTime"]) + int(deadline) - now) + 0.001)
 
     def _owned(self, job: Obj) -> list[Obj]:
-        ns = job["metadata"].get("namespace", "")
-        return [p for p in self.store.list(PODS, ns) if podutil.is_controlled_by(p, job)]
+        uid = job["metadata"]["uid"]
+        return [p for rt, p in self.store.dependents(uid) if rt is PODS and podutil.is_controlled_by(p, job)]
 
     def _count_finished(self, key: Key, pods: list[Obj]) -> tuple[int, int]:
         """Newly finished tracked pods, counted once (their finalizer is removed)."""

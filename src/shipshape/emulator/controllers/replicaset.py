@@ -7,7 +7,7 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.claims import OrphanIndex, claim
 from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.resources import PODS, REPLICASETS
 from shipshape.emulator.runtime import Cluster
@@ -40,6 +40,7 @@ class ReplicaSetController(Controller):
     def __init__(self) -> None:
         super().__init__()
         self._expectations: Expectations | None = None
+        self._orphans = OrphanIndex(PODS)
 
     def start(self, cluster: Cluster) -> None:
         self._expectations = Expectations(cluster.clock)
@@ -54,6 +55,7 @@ class ReplicaSetController(Controller):
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._orphans.observe(event)
         if event.resource is REPLICASETS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
@@ -90,7 +92,7 @@ class ReplicaSetController(Controller):
         selector = selector_of(rs)
         if selector is None or selector.empty:
             return  # validation rejects these; never select every pod in the namespace
-        active = [p for p in self.store.list(PODS, ns) if podutil.is_active(p)]
+        active = [p for p in self._orphans.candidates(self.store, rs) if podutil.is_active(p)]
         pods = claim(self.store, PODS, rs, active, selector)
         failure: tuple[str, str] | None = None
         if needs_sync and not podutil.is_terminating(rs):
@@ -192,11 +194,7 @@ class ReplicaSetController(Controller):
             for s in self.store.list(REPLICASETS, ns)
             if (ref := podutil.controller_ref(s)) is not None and ref.get("uid") == owner.get("uid")
         }
-        return [
-            p
-            for p in self.store.list(PODS, ns)
-            if (ref := podutil.controller_ref(p)) is not None and ref.get("uid") in siblings
-        ]
+        return [pod for uid in siblings for rt, pod in self.store.dependents(uid) if rt is PODS]
 
     def _status(self, rs: Obj, pods: list[Obj], failure: tuple[str, str] | None) -> Obj:
         now = self.now()

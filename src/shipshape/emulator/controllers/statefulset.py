@@ -17,7 +17,7 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import claim
+from shipshape.emulator.controllers.claims import OrphanIndex, claim
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, History, template_of
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, PODS, STATEFULSETS
@@ -58,10 +58,12 @@ class StatefulSetController(Controller):
     def __init__(self) -> None:
         super().__init__()
         self._creating: set[tuple[str, str]] = set()  # pods whose creation is in flight
+        self._orphans = OrphanIndex(PODS)
 
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._orphans.observe(event)
         if event.resource is STATEFULSETS:
             return [(ns, name)]
         ref = podutil.controller_ref(obj)
@@ -84,7 +86,7 @@ class StatefulSetController(Controller):
         selector = selector_of(sts)
         if selector is None or selector.empty:
             return
-        members = [p for p in self.store.list(PODS, ns) if ordinal_of(p)[0] == name]
+        members = [p for p in self._orphans.candidates(self.store, sts) if ordinal_of(p)[0] == name]
         pods = claim(self.store, PODS, sts, members, selector)
         history = History(self.store)
         current_name = (sts.get("status") or {}).get("currentRevision")
@@ -348,9 +350,12 @@ class StatefulSetController(Controller):
     def _truncate_history(
         self, sts: Obj, history: History, revisions: list[Obj], current: Obj, update: Obj
     ) -> None:
-        ns = sts["metadata"].get("namespace", "")
         live = {current["metadata"]["name"], update["metadata"]["name"]}
-        live |= {revision_of(p) for p in self.store.list(PODS, ns) if podutil.is_controlled_by(p, sts)}
+        live |= {
+            revision_of(p)
+            for rt, p in self.store.dependents(sts["metadata"]["uid"])
+            if rt is PODS and podutil.is_controlled_by(p, sts)
+        }
         old = [rev for rev in revisions if rev["metadata"]["name"] not in live]
         limit = int(sts["spec"].get("revisionHistoryLimit", 10))
         for rev in old[: max(0, len(old) - limit)]:
