@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from shipshape.analyzers.startup import model
 from shipshape.analyzers.startup.model import NodeInfo, PodTimeline
 
@@ -109,24 +111,92 @@ class GroupStats:
         }
 
 
-def group_stats(dimension: str, key: str, timelines: Sequence[PodTimeline]) -> GroupStats:
-    outcomes: dict[str, int] = {}
-    for timeline in timelines:
-        outcomes[timeline.outcome] = outcomes.get(timeline.outcome, 0) + 1
-    phases = {
-        phase: Stats.of(v for t in timelines if (v := t.phases.get(phase)) is not None)
-        for phase in model.ALL_POD_PHASES
+METRICS: tuple[str, ...] = (*model.ALL_POD_PHASES, END_TO_END, SLI)
+
+
+def metric_matrix(timelines: Sequence[PodTimeline]) -> np.ndarray:
+    """One row per pod, one column per METRICS entry; NaN where the value is unknown."""
+    nan = math.nan
+    phases = model.ALL_POD_PHASES
+    rows = [
+        (
+            *(nan if (v := t.phases.get(p)) is None else v for p in phases),
+            nan if (e := t.end_to_end) is None else e,
+            nan if t.sli is None else t.sli,
+        )
+        for t in timelines
+    ]
+    return np.array(rows, dtype=float).reshape(len(rows), len(METRICS))
+
+
+def _grouped_stats(ids: np.ndarray, groups: int, column: np.ndarray) -> list[Stats | None]:
+    """Nearest-rank stats of one metric for every group at once."""
+    valid = ~np.isnan(column)
+    group_ids, values = ids[valid], column[valid]
+    order = np.lexsort((values, group_ids))
+    group_ids, values = group_ids[order], values[order]
+    counts = np.bincount(group_ids, minlength=groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    sums = np.bincount(group_ids, weights=values, minlength=groups)
+    last = max(len(values) - 1, 0)
+
+    def at_quantile(quantile: float) -> np.ndarray:
+        ranks = np.maximum(1, np.ceil(quantile * counts)).astype(np.int64)
+        return values[np.clip(starts + ranks - 1, 0, last)] if len(values) else np.zeros(groups)
+
+    p50, p90, p99 = at_quantile(0.5), at_quantile(0.9), at_quantile(0.99)
+    maxima = values[np.clip(starts + counts - 1, 0, last)] if len(values) else np.zeros(groups)
+    return [
+        Stats(
+            int(counts[k]),
+            float(p50[k]),
+            float(p90[k]),
+            float(p99[k]),
+            float(maxima[k]),
+            float(sums[k] / counts[k]),
+        )
+        if counts[k]
+        else None
+        for k in range(groups)
+    ]
+
+
+def _stats_by_group(
+    dimension: str, keys: Sequence[str], timelines: Sequence[PodTimeline], matrix: np.ndarray
+) -> list[GroupStats]:
+    index: dict[str, int] = {}
+    ids = np.fromiter((index.setdefault(key, len(index)) for key in keys), dtype=np.int64, count=len(keys))
+    groups = len(index)
+    columns = {
+        name: _grouped_stats(ids, groups, matrix[:, position]) for position, name in enumerate(METRICS)
     }
-    return GroupStats(
-        dimension=dimension,
-        key=key,
-        pods=len(timelines),
-        ready=outcomes.get(model.READY, 0),
-        outcomes=outcomes,
-        phases=phases,
-        end_to_end=Stats.of(v for t in timelines if (v := t.end_to_end) is not None),
-        sli=Stats.of(t.sli for t in timelines if t.sli is not None),
-    )
+    outcomes: list[dict[str, int]] = [{} for _ in range(groups)]
+    for group, timeline in zip(ids.tolist(), timelines, strict=True):
+        counter = outcomes[group]
+        counter[timeline.outcome] = counter.get(timeline.outcome, 0) + 1
+    pods = np.bincount(ids, minlength=groups)
+    return [
+        GroupStats(
+            dimension=dimension,
+            key=key,
+            pods=int(pods[group]),
+            ready=outcomes[group].get(model.READY, 0),
+            outcomes=outcomes[group],
+            phases={phase: columns[phase][group] for phase in model.ALL_POD_PHASES},
+            end_to_end=columns[END_TO_END][group],
+            sli=columns[SLI][group],
+        )
+        for key, group in index.items()
+    ]
+
+
+def group_stats(dimension: str, key: str, timelines: Sequence[PodTimeline]) -> GroupStats:
+    """Stats of one group of pods."""
+    if not timelines:
+        empty: dict[str, Stats | None] = dict.fromkeys(model.ALL_POD_PHASES)
+        return GroupStats(dimension, key, 0, 0, {}, empty, None, None)
+    (stats,) = _stats_by_group(dimension, [key] * len(timelines), timelines, metric_matrix(timelines))
+    return stats
 
 
 def key_function(dimension: str, nodes: Mapping[str, NodeInfo]) -> Callable[[PodTimeline], str]:
@@ -150,16 +220,24 @@ def key_function(dimension: str, nodes: Mapping[str, NodeInfo]) -> Callable[[Pod
 
 
 def aggregate(
-    timelines: Iterable[PodTimeline], dimension: str, nodes: Mapping[str, NodeInfo] | None = None
+    timelines: Sequence[PodTimeline],
+    dimension: str,
+    nodes: Mapping[str, NodeInfo] | None = None,
+    *,
+    matrix: np.ndarray | None = None,
 ) -> list[GroupStats]:
-    """Stats per group of the dimension, slowest p90 end to end first."""
+    """Stats per group of the dimension, slowest p90 end to end first. Pass `matrix` (from
+    `metric_matrix`) to share it between dimensions."""
     key_of = key_function(dimension, nodes or {})
-    groups: dict[str, list[PodTimeline]] = {}
-    for timeline in timelines:
-        key = key_of(timeline)
-        if key:
-            groups.setdefault(key, []).append(timeline)
-    stats = [group_stats(dimension, key, members) for key, members in groups.items()]
+    keys = [key_of(t) for t in timelines]
+    if matrix is None:
+        matrix = metric_matrix(timelines)
+    keep = [position for position, key in enumerate(keys) if key]
+    if len(keep) != len(keys):
+        keys = [keys[position] for position in keep]
+        timelines = [timelines[position] for position in keep]
+        matrix = matrix[keep]
+    stats = _stats_by_group(dimension, keys, timelines, matrix)
     stats.sort(key=lambda g: (-(g.end_to_end.p90 if g.end_to_end else -1.0), g.key))
     return stats
 
@@ -215,3 +293,12 @@ def slo_check(
         return SloCheck(threshold, quantile, 0, None, None, excluded, "no eligible pod")
     value = percentile(sorted(values), quantile)
     return SloCheck(threshold, quantile, len(values), value, value <= threshold, excluded)
+
+
+def overall_stats(timelines: Sequence[PodTimeline], matrix: np.ndarray | None = None) -> GroupStats:
+    """Stats over every pod."""
+    if not timelines:
+        return group_stats("cluster", "all", [])
+    table = metric_matrix(timelines) if matrix is None else matrix
+    (stats,) = _stats_by_group("cluster", ["all"] * len(timelines), timelines, table)
+    return stats

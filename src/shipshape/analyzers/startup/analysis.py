@@ -6,7 +6,9 @@ nodes, as in a snapshot) and return reports that render to JSON.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import gc
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,23 @@ from shipshape.analyzers.startup import aggregate, diagnose, model, nodes
 from shipshape.analyzers.startup.events import EventIndex
 from shipshape.analyzers.startup.model import Finding, NodeInfo, Obj, PodTimeline
 from shipshape.analyzers.startup.pods import PodTimelineBuilder, node_infos
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small acyclic objects.
+
+    The analysis allocates millions of tuples and dataclasses and creates no reference cycles, so
+    reference counting frees everything; without the pause, repeated full collections over the
+    growing heap take most of the time on large clusters (measured: 2-3x).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class SnapshotError(ValueError):
@@ -99,29 +118,32 @@ def analyze_pod_startup(
 ) -> PodReport:
     """Timelines, stats per group, the SLO check and findings. Events are consumed before pods, so
     both may be generators (only a compact form of each event is kept)."""
-    index = EventIndex.of(events)
-    infos = node_infos(nodes_list, index.time)
-    builder = PodTimelineBuilder(index, infos)
-    timelines: list[PodTimeline] = []
-    for pod in pods:
-        if namespace and (pod.get("metadata") or {}).get("namespace") != namespace:
-            continue
-        timeline = builder.build(pod)
-        if timeline is None or (workload and not matches_workload(timeline, workload)):
-            continue
-        timelines.append(timeline)
-    groups = {dimension: aggregate.aggregate(timelines, dimension, infos) for dimension in dimensions}
-    data = diagnose.DiagnosisInput(
-        timelines, infos, node_timelines or {}, thresholds or diagnose.Thresholds()
-    )
-    return PodReport(
-        timelines=timelines,
-        nodes=infos,
-        overall=aggregate.group_stats("cluster", "all", timelines),
-        groups=groups,
-        slo=aggregate.slo_check(timelines),
-        findings=diagnose.diagnose(data),
-    )
+    with paused_gc():
+        index = EventIndex.of(events)
+        infos = node_infos(nodes_list, index.time)
+        builder = PodTimelineBuilder(index, infos)
+        timelines: list[PodTimeline] = []
+        for pod in pods:
+            if namespace and (pod.get("metadata") or {}).get("namespace") != namespace:
+                continue
+            timeline = builder.build(pod)
+            if timeline is None or (workload and not matches_workload(timeline, workload)):
+                continue
+            timelines.append(timeline)
+        del index, builder  # the events' compact form is no longer needed
+        matrix = aggregate.metric_matrix(timelines)
+        groups = {d: aggregate.aggregate(timelines, d, infos, matrix=matrix) for d in dimensions}
+        data = diagnose.DiagnosisInput(
+            timelines, infos, node_timelines or {}, thresholds or diagnose.Thresholds()
+        )
+        return PodReport(
+            timelines=timelines,
+            nodes=infos,
+            overall=aggregate.overall_stats(timelines, matrix),
+            groups=groups,
+            slo=aggregate.slo_check(timelines),
+            findings=diagnose.diagnose(data),
+        )
 
 
 @dataclass(slots=True)
@@ -148,9 +170,10 @@ def analyze_node_startup(
     launch_times: Mapping[str, float] | None = None,
     log_timelines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> NodeReport:
-    timelines = nodes.analyze_nodes(
-        nodes_list, pods, events, launch_times=launch_times, log_timelines=log_timelines
-    )
+    with paused_gc():
+        timelines = nodes.analyze_nodes(
+            nodes_list, pods, events, launch_times=launch_times, log_timelines=log_timelines
+        )
     timelines.sort(key=lambda t: -(t.time_to_ready if t.time_to_ready is not None else float("inf")))
     segment_stats = {
         name: aggregate.Stats.of(v for t in timelines if (v := t.segments.get(name)) is not None)

@@ -10,6 +10,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from shipshape.analyzers.startup import model, nodes
 from shipshape.analyzers.startup.model import ContainerTiming, Finding, NodeInfo, PodTimeline
@@ -38,12 +39,21 @@ class Thresholds:
     max_evidence: int = 8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DiagnosisInput:
     timelines: Sequence[PodTimeline]
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     node_timelines: Mapping[str, NodeTimeline] = field(default_factory=dict)
     thresholds: Thresholds = Thresholds()
+
+    @cached_property
+    def by_workload(self) -> dict[str, list[PodTimeline]]:
+        return _by(self.timelines, _workload)
+
+    @cached_property
+    def by_node(self) -> dict[str, list[PodTimeline]]:
+        """Pods that were scheduled, by node."""
+        return _by((t for t in self.timelines if t.node and t.scheduled is not None), lambda t: t.node)
 
 
 Rule = Callable[[DiagnosisInput], list[Finding]]
@@ -68,7 +78,7 @@ def serialized_image_pulls(data: DiagnosisInput) -> list[Finding]:
     """Pulls on a node that queued and then ran one after another: the kubelet's serial puller."""
     limits = data.thresholds
     findings = []
-    for node_name, pods in _by((t for t in data.timelines if t.node), lambda t: t.node).items():
+    for node_name, pods in data.by_node.items():
         pulls: list[tuple[float, float, PodTimeline, ContainerTiming]] = []
         for pod in pods:
             for c in pod.containers:
@@ -208,7 +218,7 @@ _WEBHOOK = re.compile(r'failed calling webhook "([^"]+)"')
 def slow_admission(data: DiagnosisInput) -> list[Finding]:
     limits = data.thresholds
     findings = []
-    for workload, pods in _by(data.timelines, _workload).items():
+    for workload, pods in data.by_workload.items():
         values = [v for p in pods if (v := p.phases.get(model.ADMISSION)) is not None]
         errors = [e for p in pods for e in p.admission_errors]
         median = statistics.median(values) if values else None
@@ -239,7 +249,7 @@ def slow_admission(data: DiagnosisInput) -> list[Finding]:
 def long_init_containers(data: DiagnosisInput) -> list[Finding]:
     limits = data.thresholds
     findings = []
-    for workload, pods in _by(data.timelines, _workload).items():
+    for workload, pods in data.by_workload.items():
         long_runs = [
             (p, c) for p in pods for c in p.containers if c.init and (c.run_time or 0.0) >= limits.long_init
         ]
@@ -271,7 +281,7 @@ def long_init_containers(data: DiagnosisInput) -> list[Finding]:
 def readiness_initial_delay(data: DiagnosisInput) -> list[Finding]:
     limits = data.thresholds
     findings = []
-    for workload, pods in _by(data.timelines, _workload).items():
+    for workload, pods in data.by_workload.items():
         gated = []
         for pod in pods:
             wait = pod.phases.get(model.PROBE_WAIT)
@@ -311,7 +321,7 @@ def readiness_initial_delay(data: DiagnosisInput) -> list[Finding]:
 def low_cpu_limits(data: DiagnosisInput) -> list[Finding]:
     limits = data.thresholds
     findings = []
-    for workload, pods in _by(data.timelines, _workload).items():
+    for workload, pods in data.by_workload.items():
         slow = []
         for pod in pods:
             start = (pod.phases.get(model.CONTAINER_START) or 0.0) + (pod.phases.get(model.PROBE_WAIT) or 0.0)
@@ -348,9 +358,7 @@ def start_burst_on_node(data: DiagnosisInput) -> list[Finding]:
     """Many pods starting at once on one node, and starting slowly."""
     limits = data.thresholds
     findings = []
-    for node_name, pods in _by(
-        (t for t in data.timelines if t.node and t.scheduled), lambda t: t.node
-    ).items():
+    for node_name, pods in data.by_node.items():
         ordered = sorted(pods, key=lambda t: t.scheduled or 0.0)
         best: list[PodTimeline] = []
         first = 0
@@ -401,9 +409,7 @@ def cni_not_ready_on_new_nodes(data: DiagnosisInput) -> list[Finding]:
     """Pods that landed on a new node before its CNI (or other DaemonSets) were ready."""
     limits = data.thresholds
     findings = []
-    for node_name, pods in _by(
-        (t for t in data.timelines if t.node and t.scheduled), lambda t: t.node
-    ).items():
+    for node_name, pods in data.by_node.items():
         info = data.nodes.get(node_name)
         node_timeline = data.node_timelines.get(node_name)
         registered = info.created if info else None

@@ -18,30 +18,11 @@ Obj = Mapping[str, Any]
 
 # Reasons that matter to start-up, for pods and for the controllers that create them.
 POD_REASONS = frozenset(
-    {
-        "Scheduled",
-        "FailedScheduling",
-        "Preempted",
-        "TriggeredScaleUp",
-        "NotTriggerScaleUp",
-        "Pulling",
-        "Pulled",
-        "Failed",
-        "BackOff",
-        "Created",
-        "Started",
-        "Unhealthy",
-        "FailedCreatePodSandBox",
-        "SandboxChanged",
-        "FailedMount",
-        "FailedAttachVolume",
-        "NetworkNotReady",
-    }
+    {"Scheduled", "FailedScheduling", "Pulling", "Pulled", "Created", "Started", "FailedCreatePodSandBox"}
 )
 OWNER_REASONS = frozenset({"SuccessfulCreate", "FailedCreate", "ScalingReplicaSet"})
 NODE_REASONS = frozenset({"NodeReady", "NodeNotReady", "RegisteredNode", "Starting"})
 
-_FIELD_PATH = re.compile(r"spec\.(containers|initContainers|ephemeralContainers)\{([^}]*)\}")
 _PULLED = re.compile(
     r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<pull>[0-9.]+[a-zµ]+(?:[0-9.]+[a-zµ]+)*)'
     r"(?: \((?P<total>[0-9.]+[a-zµ]+(?:[0-9.]+[a-zµ]+)*) including waiting\))?"
@@ -74,6 +55,11 @@ class Event(NamedTuple):
 
 def go_duration(text: str) -> float:
     """Seconds in a Go `time.Duration` string ("1.5s", "2m3.1s", "850ms", "12µs")."""
+    if text.endswith("s") and text[-2:-1].isdigit():
+        try:
+            return float(text[:-1])  # the common "1.234s"
+        except ValueError:
+            pass
     for unit, scale in _GO_SMALL_UNITS.items():
         if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
             return float(text[: -len(unit)]) * scale
@@ -108,12 +94,16 @@ class TimeParser:
 
     def __call__(self, text: str) -> float:
         value = self._cache.get(text)
-        if value is None:
-            cleaned = text[:-1] + "+00:00" if text.endswith("Z") else text
-            value = datetime.fromisoformat(cleaned).timestamp()
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            self._cache[text] = value
+        if value is not None:
+            return value
+        # "2026-01-01T00:00:00.123456Z" (MicroTime): the second is cached, the fraction added
+        if len(text) > 21 and text[19] == "." and text[-1] == "Z" and text[20:-1].isdigit():
+            return self(text[:19] + "Z") + float("0" + text[19:-1])
+        cleaned = text[:-1] + "+00:00" if text.endswith("Z") else text
+        value = datetime.fromisoformat(cleaned).timestamp()
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        self._cache[text] = value
         return value
 
     def optional(self, text: object) -> float | None:
@@ -153,38 +143,42 @@ class EventIndex:
             target = self._owners
         else:
             return
-        when = self._event_time(event)
-        if when is None:
-            return
-        last = self.time.optional(event.get("lastTimestamp")) or when
+        first = event.get("eventTime") or event.get("firstTimestamp")
+        last_text = event.get("lastTimestamp")
+        if isinstance(first, str) and first:
+            when = self.time(first)
+        elif isinstance(last_text, str) and last_text:
+            when = self.time(last_text)
+        else:
+            created = (event.get("metadata") or {}).get("creationTimestamp")
+            if not isinstance(created, str) or not created:
+                return
+            when = self.time(created)
+        last = when
+        if isinstance(last_text, str) and last_text and last_text != first:
+            last = max(when, self.time(last_text))
         container, init = "", False
-        field_path = involved.get("fieldPath") or ""
+        field_path = involved.get("fieldPath")
         if field_path:
-            match = _FIELD_PATH.match(field_path)
-            if match:
-                container, init = match.group(2), match.group(1) == "initContainers"
-        namespace = involved.get("namespace") or ""
-        key = f"{kind}/{namespace}/{involved.get('name') or ''}"
+            if field_path.startswith("spec.containers{"):
+                container = field_path[16:-1]
+            elif field_path.startswith("spec.initContainers{"):
+                container, init = field_path[20:-1], True
+            elif field_path.startswith("spec.ephemeralContainers{"):
+                container = field_path[25:-1]
+        key = f"{kind}/{involved.get('namespace') or ''}/{involved.get('name') or ''}"
         record = Event(
             when,
-            max(last, when),
+            last,
             reason,
             container,
             init,
             event.get("message") or event.get("note") or "",
-            int(event.get("count") or 1),
+            event.get("count") or 1,
             involved.get("uid") or "",
         )
         target.setdefault(key, []).append(record)
         self._sorted = False
-
-    def _event_time(self, event: Obj) -> float | None:
-        for field_name in ("eventTime", "firstTimestamp", "lastTimestamp"):
-            value = event.get(field_name)
-            if isinstance(value, str) and value:
-                return self.time(value)
-        metadata = event.get("metadata") or {}
-        return self.time.optional(metadata.get("creationTimestamp"))
 
     def _sort(self) -> None:
         if not self._sorted:

@@ -88,15 +88,20 @@ def _first(values: Iterable[float | None]) -> float | None:
     return min(present) if present else None
 
 
-def _container_spec(spec: Obj, init: bool) -> ContainerTiming:
+def _cpu_millis(value: object, cache: dict[str, int | None]) -> int | None:
+    text = str(value)
+    if text not in cache:
+        try:
+            cache[text] = cpu_millis(text)
+        except ValueError:
+            cache[text] = None
+    return cache[text]
+
+
+def _container_spec(spec: Obj, init: bool, cpu_cache: dict[str, int | None]) -> ContainerTiming:
     limits = (spec.get("resources") or {}).get("limits") or {}
     readiness = spec.get("readinessProbe")
-    cpu_limit: int | None = None
-    if limits.get("cpu") is not None:
-        try:
-            cpu_limit = cpu_millis(limits["cpu"])
-        except ValueError:
-            cpu_limit = None
+    cpu_limit = _cpu_millis(limits["cpu"], cpu_cache) if limits.get("cpu") is not None else None
     return ContainerTiming(
         name=spec.get("name") or "",
         init=init,
@@ -180,6 +185,7 @@ class PodTimelineBuilder:
         self.events = events
         self.nodes = nodes or {}
         self.time = events.time
+        self._cpu_cache: dict[str, int | None] = {}
 
     def build(self, pod: Obj) -> PodTimeline | None:
         """The pod's timeline; None for an object without a creation timestamp."""
@@ -248,7 +254,7 @@ class PodTimelineBuilder:
         }
         for init, key in ((True, "initContainers"), (False, "containers")):
             for container_spec in spec.get(key) or []:
-                timing = _container_spec(container_spec, init)
+                timing = _container_spec(container_spec, init, self._cpu_cache)
                 _apply_status(timing, statuses.get((init, timing.name)), parse)
                 _apply_events(timing, by_container.get((init, timing.name), []))
                 timeline.containers.append(timing)
