@@ -266,6 +266,11 @@ class Api:
                 f"the name of the object ({md['name']}) does not match the name on the URL ({name})"
             )
         current = self.store.must_get(rt, namespace, name)
+        if md.get("uid") and md["uid"] != current["metadata"]["uid"]:
+            raise errors.Conflict(
+                f"Precondition failed: UID in precondition: {md['uid']}, "
+                f"UID in object meta: {current['metadata']['uid']}"
+            )
         md["name"] = name
         if rt.namespaced:
             if md.get("namespace") and md["namespace"] != namespace:

@@ -1018,6 +1018,39 @@ def _config_data(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
         errs.forbidden("data", "field is immutable when `immutable` is set")
 
 
+MSG_PVC_UPDATE = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+_ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+
+
+def _pvc(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
+    spec = obj.get("spec") or {}
+    modes = spec.get("accessModes") or []
+    if not modes:
+        errs.required("spec.accessModes", "at least 1 access mode is required")
+    for i, mode in enumerate(modes):
+        if mode not in _ACCESS_MODES:
+            errs.not_supported(f"spec.accessModes[{i}]", mode, _ACCESS_MODES)
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    amount = None if storage is None else _amount_or_none("storage", storage)
+    if storage is None:
+        errs.required("spec.resources[storage]")
+    elif amount is None or amount <= 0:
+        errs.invalid("spec.resources[storage]", storage, "must be greater than zero")
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for field in ("accessModes", "storageClassName", "volumeMode", "selector"):
+            if spec.get(field) != old_spec.get(field) and old_spec.get(field) is not None:
+                errs.forbidden("spec", MSG_PVC_UPDATE)
+                break
+
+
+def _amount_or_none(name: str, value: Any) -> int | None:
+    try:
+        return quantity.resource_amount(name, value)
+    except quantity.QuantityError:
+        return None
+
+
 Validator = Callable[[FieldErrors, Obj, "Obj | None"], None]
 _VALIDATORS: dict[str, Validator] = {
     r.PODS.key: _pod,
@@ -1027,6 +1060,7 @@ _VALIDATORS: dict[str, Validator] = {
     r.PDBS.key: _pdb,
     r.PRIORITYCLASSES.key: _priority_class,
     r.CONFIGMAPS.key: _config_data,
+    "persistentvolumeclaims": _pvc,
     "secrets": _config_data,
     r.MUTATING_WEBHOOKS.key: lambda errs, obj, old: _webhook_configuration(errs, obj, mutating=True),
     r.VALIDATING_WEBHOOKS.key: lambda errs, obj, old: _webhook_configuration(errs, obj, mutating=False),

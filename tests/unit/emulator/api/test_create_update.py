@@ -507,3 +507,24 @@ async def test_limit_ranger_defaults_and_bounds(api: Api, cluster: Cluster) -> N
     with pytest.raises(errors.Forbidden, match="maximum cpu usage per Pod is 3, but limit is 4"):
         await api.create(PODS, "default", pair)
     assert cluster.store.get(PODS, "default", "pair") is None
+
+
+async def test_claims_and_uid_preconditions(api: Api) -> None:
+    from shipshape.emulator.resources import BY_KEY
+
+    claims = BY_KEY["persistentvolumeclaims"]
+    claim = await api.create(
+        claims,
+        "default",
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    assert claim["spec"]["volumeMode"] == "Filesystem" and claim["status"] == {"phase": "Pending"}
+    with pytest.raises(errors.Invalid) as invalid:
+        await api.create(claims, "default", {"metadata": {"name": "bad"}, "spec": {}})
+    assert set(causes(invalid.value)) == {"spec.accessModes", "spec.resources[storage]"}
+    stranger = {**claim, "metadata": {**claim["metadata"], "uid": "not-this-one"}}
+    with pytest.raises(errors.Conflict, match="Precondition failed: UID in precondition: not-this-one"):
+        await api.update(claims, "default", "data", stranger)
