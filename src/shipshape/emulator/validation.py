@@ -1018,7 +1018,10 @@ def _config_data(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
         errs.forbidden("data", "field is immutable when `immutable` is set")
 
 
-MSG_PVC_UPDATE = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+MSG_PVC_UPDATE = (
+    "spec is immutable after creation except resources.requests and volumeAttributesClassName "
+    "for bound claims"
+)
 _ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 
 
