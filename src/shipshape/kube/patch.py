@@ -167,6 +167,7 @@ def _merge_map(
     if directive not in (None, "merge"):
         raise errors.BadRequest(f"Unknown patch type: {directive}")
     retain = patch.get(_RETAIN_KEYS)
+    before = dict(original)  # the server's lists, whose order `$setElementOrder` interleaves with
     orders: dict[str, list[Any]] = {}
     deletions: dict[str, list[Any]] = {}
     for key, value in patch.items():
@@ -202,7 +203,9 @@ def _merge_map(
             original[key] = [item for item in original[key] if item not in values]
     for key, order in orders.items():
         if isinstance(original.get(key), list):
-            original[key] = _apply_order(original[key], order, list_strategy((*path, key)))
+            previous = before.get(key)
+            server = previous if isinstance(previous, list) else []
+            original[key] = _apply_order(original[key], order, server, list_strategy((*path, key)))
     if retain is not None:
         if not isinstance(retain, list):
             raise errors.BadRequest("$retainKeys must be a list")
@@ -248,20 +251,38 @@ def _merge_list(original: list[Any] | None, patch: list[Any], path: tuple[str, .
     return base
 
 
-def _apply_order(items: list[Any], order: list[Any], strategy: ListStrategy | None) -> list[Any]:
-    """`$setElementOrder`: items named in the order come in that order, then the server's others."""
+def _apply_order(
+    items: list[Any], order: list[Any], server: list[Any], strategy: ListStrategy | None
+) -> list[Any]:
+    """`$setElementOrder`, as upstream's normalizeElementOrder: the items the order names come in
+    that order, the server-only items keep theirs, and the two are interleaved by server position."""
     key = strategy.key if strategy else ""
 
     def ident(item: Any) -> Any:
-        return item.get(key) if key and isinstance(item, dict) else item
+        return _hashable(item.get(key) if key and isinstance(item, dict) else item)
 
-    wanted = [ident(o) if isinstance(o, dict) else o for o in order]
-    rank = {_hashable(w): i for i, w in enumerate(wanted)}
-    ordered = sorted(
-        (item for item in items if _hashable(ident(item)) in rank), key=lambda it: rank[_hashable(ident(it))]
-    )
-    rest = [item for item in items if _hashable(ident(item)) not in rank]
-    return ordered + rest
+    rank = {ident(o): i for i, o in enumerate(order)}
+    server_index = {ident(item): i for i, item in enumerate(server)}
+    patched = sorted((item for item in items if ident(item) in rank), key=lambda it: rank[ident(it)])
+    server_only = [item for item in items if ident(item) not in rank]
+    out: list[Any] = []
+    i = j = 0
+    while i < len(patched) or j < len(server_only):
+        if j >= len(server_only):
+            out.append(patched[i])
+            i += 1
+        elif i >= len(patched):
+            out.append(server_only[j])
+            j += 1
+        else:
+            left, right = server_index.get(ident(patched[i])), server_index.get(ident(server_only[j]))
+            if left is not None and right is not None and left < right:
+                out.append(patched[i])
+                i += 1
+            else:
+                out.append(server_only[j])
+                j += 1
+    return out
 
 
 def _hashable(value: Any) -> Any:

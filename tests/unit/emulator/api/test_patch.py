@@ -120,6 +120,30 @@ def test_strategic_merge_set_element_order_and_retain_keys() -> None:
     assert recreate["spec"]["strategy"] == {"type": "Recreate"}
 
 
+def test_set_element_order_keeps_server_only_items_in_place() -> None:
+    """A sidecar a webhook put first stays first when `kubectl apply` re-orders its own containers."""
+    live = {"spec": {"containers": [{"name": "proxy"}, {"name": "a"}, {"name": "b"}]}}
+    patch = {
+        "spec": {
+            "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+            "containers": [{"name": "b", "image": "x"}],
+        }
+    }
+    result = kpatch.strategic_merge_patch(live, patch)
+    assert [c["name"] for c in result["spec"]["containers"]] == ["proxy", "b", "a"]
+    tail = {"spec": {"containers": [{"name": "a"}, {"name": "proxy"}]}}
+    added = kpatch.strategic_merge_patch(
+        tail,
+        {
+            "spec": {
+                "$setElementOrder/containers": [{"name": "a"}, {"name": "c"}],
+                "containers": [{"name": "c"}],
+            }
+        },
+    )
+    assert [c["name"] for c in added["spec"]["containers"]] == ["a", "proxy", "c"]
+
+
 def test_strategic_merge_kubectl_apply_shaped_patch() -> None:
     """What `kubectl apply` sends after removing an env var and a label from its manifest."""
     patch = {
