@@ -136,3 +136,14 @@ def test_get_watch_streams_changes(kubectl: Kubectl) -> None:
         finally:
             watcher.kill()
     assert lines and lines[-1].split()[:2] == ["first", "1"], lines
+
+
+def test_imperative_create_commands_send_protobuf(kubectl: Kubectl) -> None:
+    assert kubectl("create", "configmap", "settings", "--from-literal=mode=fast").stdout.strip() == (
+        "configmap/settings created"
+    )
+    assert kubectl("get", "configmap", "settings", "-o", "jsonpath={.data.mode}").stdout == "fast"
+    kubectl("create", "deployment", "idle", "--image=nginx:1.27", "--replicas=0")
+    assert kubectl("get", "deployment", "idle", "-o", "jsonpath={.spec.replicas}").stdout == "0"
+    kubectl("create", "namespace", "team-a")
+    assert "team-a" in kubectl("get", "namespaces", "-o", "name").stdout

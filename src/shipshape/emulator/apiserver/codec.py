@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import yaml
 
+from shipshape.emulator.apiserver import protobuf
 from shipshape.kube import errors
 
 JSON = "application/json"
@@ -85,11 +86,12 @@ def loads_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
             raise errors.BadRequest(
                 f"couldn't get version/kind; json parse error: {exc.msg} at offset {exc.pos}"
             ) from None
+    elif media_type == PROTOBUF:
+        data = protobuf.decode(raw)
     else:
         raise errors.UnsupportedMediaType(
-            f"the body of the request was in an unknown format - accepted media types include: {JSON}, {YAML}"
-            if media_type != PROTOBUF
-            else "the body of the request was in protobuf, which this server does not accept; use JSON"
+            "the body of the request was in an unknown format - accepted media types include: "
+            f"{JSON}, {YAML}, {PROTOBUF}"
         )
     if not isinstance(data, dict):
         raise errors.BadRequest(f"the body of the request must be a JSON object, got {type(data).__name__}")

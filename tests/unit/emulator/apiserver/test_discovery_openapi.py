@@ -88,7 +88,7 @@ def test_body_decoding() -> None:
     with pytest.raises(errors.BadRequest):
         codec.loads_body(b"[1, 2]", "application/json")
     with pytest.raises(errors.UnsupportedMediaType):
-        codec.loads_body(b"\x0a\x02", "application/vnd.kubernetes.protobuf")
+        codec.loads_body(b"\xa1\x01", "application/cbor")
 
 
 @pytest.fixture(scope="module")
