@@ -11,7 +11,9 @@ Three upstream controllers in one model, sharing the node bookkeeping:
   scheduled eviction is cancelled if the taint goes away (Event `TaintManagerEviction`).
 - pod GC: pods bound to a node that no longer exists are deleted after a 40 s quarantine.
 
-Upstream's per-zone eviction rate limits and full-disruption mode are not modelled.
+NoExecute tainting is rate limited per zone (0.1 node/s; none in a partially disrupted small zone,
+0.01/s in a large one), and stops altogether, removing those taints, when every zone is fully
+disrupted (the "master disruption mode" of a cluster whose nodes all went silent at once).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ CONDITION_TAINTS = {
 }
 UNKNOWN_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 POD_GC_QUARANTINE = 40.0
+EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
 
 
 @dataclass(slots=True)
@@ -71,21 +74,34 @@ class NodeLifecycleController(Controller):
         grace_period: float = 40.0,
         startup_grace_period: float = 60.0,
         monitor_period: float = 5.0,
+        eviction_rate: float = 0.1,
+        secondary_eviction_rate: float = 0.01,
+        unhealthy_zone_threshold: float = 0.55,
+        large_cluster_threshold: int = 50,
     ) -> None:
         super().__init__()
         self.grace_period = grace_period
         self.startup_grace_period = startup_grace_period
         self.monitor_period = monitor_period
+        self.eviction_rate = eviction_rate
+        self.secondary_eviction_rate = secondary_eviction_rate
+        self.unhealthy_zone_threshold = unhealthy_zone_threshold
+        self.large_cluster_threshold = large_cluster_threshold
         self._health: dict[str, _Health] = {}
         self._evictions: dict[tuple[str, str], _Eviction] = {}
+        # NoExecute tainting goes through a rate-limited queue per zone, as upstream.
+        self._taint_queues: dict[str, dict[str, None]] = {}
+        self._zone_rates: dict[str, float] = {}
+        self._zone_states: dict[str, str] = {}
+        self._next_token: dict[str, float] = {}
+        self._pass_timer: Timer | None = None
 
     def start(self, cluster: Cluster) -> None:
         super().start(cluster)
         cluster.engine.call_later(self.monitor_period, self._monitor_tick)
 
     def _monitor_tick(self) -> None:
-        for node in self.store.list(NODES):
-            self.enqueue(("health", node["metadata"]["name"]))
+        self.enqueue(("monitor",))
         self.c.engine.call_later(self.monitor_period, self._monitor_tick)
 
     # ---- events -> keys ---------------------------------------------------------------------
@@ -111,7 +127,12 @@ class NodeLifecycleController(Controller):
 
     def reconcile(self, key: Any) -> None:
         kind = key[0]
-        if kind == "health":
+        if kind == "monitor":
+            nodes = self.store.list(NODES)
+            for node in nodes:
+                self._monitor(node["metadata"]["name"])
+            self._handle_disruption()
+        elif kind == "health":
             self._monitor(key[1])
         elif kind == "taints":
             self._sync_taints(key[1])
@@ -226,34 +247,157 @@ class NodeLifecycleController(Controller):
 
     # ---- taints ---------------------------------------------------------------------------------
     def _sync_taints(self, node_name: str) -> None:
+        """NoSchedule taints follow the conditions at once; NoExecute ones are swapped, removed, or queued."""
         node = self.store.get(NODES, "", node_name)
         if node is None:
             return
-        wanted = desired_taints(node)
         taints: list[Obj] = list((node.get("spec") or {}).get("taints") or [])
-        managed = {(key, effect) for key, effect in _MANAGED}
+        present = {(t.get("key"), t.get("effect")) for t in taints}
+        wanted = no_schedule_taints(node)
+        status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
+        add_no_execute: str | None = None
+        drop_no_execute: set[str] = set()
+        zone = zone_key(node)
+        if status == "True":
+            drop_no_execute = {UNREACHABLE, NOT_READY}
+            self._taint_queues.get(zone, {}).pop(node_name, None)
+        else:
+            want, other = (NOT_READY, UNREACHABLE) if status == "False" else (UNREACHABLE, NOT_READY)
+            if (other, "NoExecute") in present:
+                add_no_execute, drop_no_execute = want, {other}  # swap straight away, as upstream
+            elif (want, "NoExecute") not in present:
+                self._queue_tainting(zone, node_name)
         keep = [
             t
             for t in taints
-            if (t.get("key"), t.get("effect")) not in managed or (t["key"], t["effect"]) in wanted
+            if not (t.get("effect") == "NoSchedule" and (t.get("key"), "NoSchedule") in _MANAGED_NO_SCHEDULE)
+            or (t["key"], "NoSchedule") in wanted
         ]
+        keep = [t for t in keep if not (t.get("effect") == "NoExecute" and t.get("key") in drop_no_execute)]
         have = {(t.get("key"), t.get("effect")) for t in keep}
-        now = rfc3339(self.now())
         for key, effect in sorted(wanted - have):
-            taint: Obj = {"key": key, "effect": effect}
-            if effect == "NoExecute":
-                taint["timeAdded"] = now
-            keep.append(taint)
-        if keep == taints:
+            keep.append({"key": key, "effect": effect})
+        if add_no_execute is not None and (add_no_execute, "NoExecute") not in have:
+            keep.append({"key": add_no_execute, "effect": "NoExecute", "timeAdded": rfc3339(self.now())})
+        self._write_taints(node_name, taints, keep)
+
+    def _write_taints(self, node_name: str, before: list[Obj], after: list[Obj]) -> None:
+        if after == before:
             return
 
         def change(new: Obj) -> None:
-            if keep:
-                new.setdefault("spec", {})["taints"] = keep
+            if after:
+                new.setdefault("spec", {})["taints"] = after
             else:
                 new.get("spec", {}).pop("taints", None)
 
         self.store.mutate(NODES, "", node_name, change)
+
+    # ---- rate-limited NoExecute tainting and zone disruption ------------------------------------
+    def _queue_tainting(self, zone: str, node_name: str) -> None:
+        self._taint_queues.setdefault(zone, {})[node_name] = None
+        if zone not in self._zone_rates:
+            self._zone_rates[zone] = self.eviction_rate
+        self._schedule_pass(self.now())
+
+    def _schedule_pass(self, when: float) -> None:
+        if self._pass_timer is not None and not self._pass_timer.cancelled and self._pass_timer.when <= when:
+            return
+        if self._pass_timer is not None:
+            self._pass_timer.cancel()
+        self._pass_timer = self.c.engine.call_at(when, self._tainting_pass)
+
+    def _tainting_pass(self) -> None:
+        """Taint queued nodes NoExecute, one per token of their zone's rate (`doNoExecuteTaintingPass`)."""
+        self._pass_timer = None
+        now = self.now()
+        for zone, queue in self._taint_queues.items():
+            rate = self._zone_rates.get(zone, self.eviction_rate)
+            while queue and rate > 0:
+                ready_at = self._next_token.get(zone, now)
+                if now < ready_at:
+                    self._schedule_pass(ready_at)
+                    break
+                node_name = next(iter(queue))
+                del queue[node_name]
+                self._next_token[zone] = now + 1.0 / rate
+                self._taint_no_execute(node_name)
+
+    def _taint_no_execute(self, node_name: str) -> None:
+        node = self.store.get(NODES, "", node_name)
+        if node is None:
+            return
+        status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
+        if status == "True":
+            return
+        want, other = (NOT_READY, UNREACHABLE) if status == "False" else (UNREACHABLE, NOT_READY)
+        taints: list[Obj] = list((node.get("spec") or {}).get("taints") or [])
+        keep = [t for t in taints if not (t.get("effect") == "NoExecute" and t.get("key") in (want, other))]
+        existing = next((t for t in taints if t.get("effect") == "NoExecute" and t.get("key") == want), None)
+        keep.append(existing or {"key": want, "effect": "NoExecute", "timeAdded": rfc3339(self.now())})
+        self._write_taints(node_name, taints, keep)
+
+    def _zone_state(self, ready: list[bool]) -> str:
+        not_ready = sum(1 for r in ready if not r)
+        if not_ready and not_ready == len(ready):
+            return "FullDisruption"
+        if not_ready > 2 and not_ready / len(ready) >= self.unhealthy_zone_threshold:
+            return "PartialDisruption"
+        return "Normal"
+
+    def _zone_rate(self, size: int, state: str) -> float:
+        if state == "PartialDisruption":
+            return self.secondary_eviction_rate if size > self.large_cluster_threshold else 0.0
+        return self.eviction_rate
+
+    def _handle_disruption(self) -> None:
+        """Upstream `handleDisruption`: slow or stop NoExecute tainting when zones are largely down."""
+        zones: dict[str, list[bool]] = {}
+        nodes = self.store.list(NODES)
+        for node in nodes:
+            if EXCLUDE_DISRUPTION_LABEL in (node["metadata"].get("labels") or {}):
+                continue
+            ready = (podutil.condition(node, "Ready") or {}).get("status") == "True"
+            zones.setdefault(zone_key(node), []).append(ready)
+        new_states = {zone: self._zone_state(ready) for zone, ready in zones.items()}
+        for zone in new_states:
+            self._zone_states.setdefault(zone, "Initial")
+        for zone in [z for z in self._zone_states if z not in zones]:
+            del self._zone_states[zone]
+        all_are_full = all(state == "FullDisruption" for state in new_states.values())
+        all_were_full = all(state == "FullDisruption" for state in self._zone_states.values())
+        if all_are_full and all_were_full:
+            return
+        if all_are_full:
+            log.info("all nodes are not ready: entering master disruption mode, NoExecute tainting stops")
+            for node in nodes:
+                taints: list[Obj] = list((node.get("spec") or {}).get("taints") or [])
+                keep = [
+                    t
+                    for t in taints
+                    if not (t.get("effect") == "NoExecute" and t.get("key") in (UNREACHABLE, NOT_READY))
+                ]
+                self._write_taints(node["metadata"]["name"], taints, keep)
+            for zone in self._zone_states:
+                self._zone_rates[zone] = 0.0
+                self._zone_states[zone] = "FullDisruption"
+            return
+        if all_were_full and self._zone_states:
+            log.info("some nodes are ready again: leaving master disruption mode")
+            now = self.now()
+            for health in self._health.values():
+                health.probe = now
+            for zone in self._zone_states:
+                self._zone_rates[zone] = self._zone_rate(len(zones[zone]), new_states[zone])
+                self._zone_states[zone] = new_states[zone]
+            for node in nodes:
+                self.enqueue(("taints", node["metadata"]["name"]))
+            return
+        for zone, state in new_states.items():
+            if self._zone_states.get(zone) != state:
+                self._zone_rates[zone] = self._zone_rate(len(zones[zone]), state)
+                self._zone_states[zone] = state
+        self._schedule_pass(self.now())
 
     # ---- taint-based eviction -------------------------------------------------------------------
     def _process_pod(self, pod: Obj) -> None:
@@ -339,31 +483,42 @@ class NodeLifecycleController(Controller):
                 continue
 
 
-_MANAGED = (
-    (UNREACHABLE, "NoExecute"),
-    (NOT_READY, "NoExecute"),
-    (UNREACHABLE, "NoSchedule"),
-    (NOT_READY, "NoSchedule"),
-    (UNSCHEDULABLE, "NoSchedule"),
-    *((key, "NoSchedule") for key in CONDITION_TAINTS.values()),
+_MANAGED_NO_SCHEDULE = frozenset(
+    {
+        (UNREACHABLE, "NoSchedule"),
+        (NOT_READY, "NoSchedule"),
+        (UNSCHEDULABLE, "NoSchedule"),
+        *((key, "NoSchedule") for key in CONDITION_TAINTS.values()),
+    }
 )
 
 
-def desired_taints(node: Mapping[str, Any]) -> set[tuple[str, str]]:
-    """The (key, effect) taints the node lifecycle controller wants on a node, from its conditions."""
+def no_schedule_taints(node: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The NoSchedule taints the controller keeps on a node to mirror its conditions (taint by condition)."""
     wanted: set[tuple[str, str]] = set()
-    ready = podutil.condition(node, "Ready")
-    status = (ready or {}).get("status", "Unknown")
+    status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
     if status == "False":
-        wanted |= {(NOT_READY, "NoExecute"), (NOT_READY, "NoSchedule")}
+        wanted.add((NOT_READY, "NoSchedule"))
     elif status == "Unknown":
-        wanted |= {(UNREACHABLE, "NoExecute"), (UNREACHABLE, "NoSchedule")}
+        wanted.add((UNREACHABLE, "NoSchedule"))
     if (node.get("spec") or {}).get("unschedulable"):
         wanted.add((UNSCHEDULABLE, "NoSchedule"))
     for kind, key in CONDITION_TAINTS.items():
         if (podutil.condition(node, kind) or {}).get("status") == "True":
             wanted.add((key, "NoSchedule"))
     return wanted
+
+
+def zone_key(node: Mapping[str, Any]) -> str:
+    """Upstream `GetZoneKey`: region and zone labels (current or legacy beta ones)."""
+    labels = podutil.meta(node).get("labels") or {}
+    region = labels.get("topology.kubernetes.io/region") or labels.get(
+        "failure-domain.beta.kubernetes.io/region", ""
+    )
+    zone = labels.get("topology.kubernetes.io/zone") or labels.get(
+        "failure-domain.beta.kubernetes.io/zone", ""
+    )
+    return f"{region}:\x00:{zone}" if region or zone else ""
 
 
 def _min_toleration_seconds(tolerations: list[Mapping[str, Any]]) -> float | None:

@@ -35,7 +35,7 @@ def watch_deletions(cluster: Cluster) -> dict[str, float]:
 
 
 def test_silent_node_becomes_unknown_tainted_and_its_pods_are_evicted_on_time() -> None:
-    cluster, fake = make_cluster()
+    cluster, fake = make_cluster(nodes=("node-a", "node-b"))
     start = cluster.clock.now()
     # Written straight to the store: no admission adds the default 300 s tolerations.
     set_running(
@@ -102,7 +102,7 @@ def test_pods_on_an_unreachable_node_are_marked_not_ready() -> None:
 
 
 def test_resumed_lease_removes_taints_and_cancels_pending_evictions() -> None:
-    cluster, fake = make_cluster()
+    cluster, fake = make_cluster(nodes=("node-a", "node-b"))
     toleration = {"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 120}
     create(cluster, PODS, bound_pod("tolerant", [toleration]))
     deleted = watch_deletions(cluster)
@@ -152,3 +152,41 @@ def test_pods_of_a_deleted_node_are_collected_after_the_quarantine() -> None:
     assert cluster.store.get(PODS, "default", "stranded") is not None
     run(cluster, 2)
     assert cluster.store.get(PODS, "default", "stranded") is None
+
+
+def test_no_execute_tainting_is_rate_limited_per_zone() -> None:
+    nodes = [f"n{i}" for i in range(10)]
+    cluster, fake = make_cluster(nodes=nodes)
+    fake.silent |= {"n0", "n1"}
+    tainted: dict[str, float] = {}
+
+    def record(event: WatchEvent) -> None:
+        md = event.object["metadata"]
+        has = any(t["effect"] == "NoExecute" for t in event.object["spec"].get("taints") or [])
+        if event.resource is NODES and has and md["name"] not in tainted:
+            tainted[md["name"]] = cluster.clock.now()
+
+    cluster.store.subscribe(record)
+    run(cluster, 100)
+    first, second = sorted(tainted.values())
+    assert second - first == 10.0  # 0.1 node per second
+
+
+def test_whole_cluster_going_silent_stops_evictions() -> None:
+    cluster, fake = make_cluster(nodes=("node-a", "node-b"))
+    deleted = watch_deletions(cluster)
+    cluster.store.create(PODS, bound_pod("plain") | {"metadata": {"name": "plain", "namespace": "default"}})
+    fake.silent |= {"node-a", "node-b"}
+    run(cluster, 200)
+    assert taints(cluster) == {(UNREACHABLE, "NoSchedule")}
+    assert deleted == {}
+
+
+def test_small_zone_in_partial_disruption_gets_no_execute_taints_no_more() -> None:
+    nodes = [f"n{i}" for i in range(5)]
+    cluster, fake = make_cluster(nodes=nodes)
+    fake.silent |= {"n0", "n1", "n2", "n3"}  # 80 % of the zone: partial disruption, small cluster
+    run(cluster, 100)
+    for node in ("n0", "n1", "n2", "n3"):
+        assert (UNREACHABLE, "NoExecute") not in taints(cluster, node)
+        assert (UNREACHABLE, "NoSchedule") in taints(cluster, node)
