@@ -43,6 +43,7 @@ RULES: tuple[EventRule, ...] = (
     _rule(
         nodes.CONTAINERD_READY, "systemd", r"Started (?:containerd\.service - )?containerd container runtime"
     ),
+    _rule(nodes.CLOUD_INIT_LOCAL, "cloud-init", r"Cloud-init v\..* running 'init-local'"),
     _rule(nodes.CLOUD_INIT_START, "cloud-init", r"Cloud-init v\..* running 'init'"),
     _rule(nodes.CLOUD_INIT_CONFIG, "cloud-init", r"Cloud-init v\..* running 'modules:config'"),
     _rule(nodes.CLOUD_INIT_FINAL, "cloud-init", r"Cloud-init v\..* running 'modules:final'"),

@@ -25,6 +25,7 @@ NETWORK_START = "network_start"
 NETWORK_READY = "network_ready"
 CONTAINERD_START = "containerd_start"
 CONTAINERD_READY = "containerd_initialized"
+CLOUD_INIT_LOCAL = "cloud_init_local"
 CLOUD_INIT_START = "cloud_init_start"
 CLOUD_INIT_CONFIG = "cloud_init_config"
 CLOUD_INIT_FINAL = "cloud_init_final"
@@ -48,6 +49,7 @@ EVENT_TITLES: Mapping[str, str] = {
     NETWORK_READY: "Network Ready",
     CONTAINERD_START: "Containerd Start",
     CONTAINERD_READY: "Containerd Initialized",
+    CLOUD_INIT_LOCAL: "Cloud-Init Local Start",
     CLOUD_INIT_START: "Cloud-Init Initial Start",
     CLOUD_INIT_CONFIG: "Cloud-Init Config Start",
     CLOUD_INIT_FINAL: "Cloud-Init Final Start",
@@ -67,11 +69,13 @@ EVENT_TITLES: Mapping[str, str] = {
 NODE_EVENTS: tuple[str, ...] = tuple(EVENT_TITLES)
 EVENT_ORDER: Mapping[str, int] = {name: index for index, name in enumerate(NODE_EVENTS)}
 
-# Consecutive milestones; each segment is named for the work between two of them.
+# Consecutive milestones; each segment is named for the work between two of them. Cloud-init
+# begins with its first stage: 'init-local' where it is logged, else 'init'.
+CLOUD_INIT_BEGIN = "cloud_init_begin"
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("instance launch", INSTANCE_CREATED, VM_INITIALIZED),
-    ("OS boot", VM_INITIALIZED, CLOUD_INIT_START),
-    ("cloud-init", CLOUD_INIT_START, KUBELET_START),
+    ("OS boot", VM_INITIALIZED, CLOUD_INIT_BEGIN),
+    ("cloud-init", CLOUD_INIT_BEGIN, KUBELET_START),
     ("kubelet registration", KUBELET_START, REGISTERED),
     ("CNI", REGISTERED, CNI_READY),
     ("node ready", CNI_READY, NODE_READY),
@@ -185,6 +189,9 @@ def segment_durations(events: Mapping[str, float]) -> dict[str, float | None]:
     """Split the node's start-up into SEGMENTS. A segment whose starting milestone is unknown runs
     from the last known earlier milestone, so time is never lost or counted twice."""
     durations: dict[str, float | None] = {}
+    stages = [events[name] for name in (CLOUD_INIT_LOCAL, CLOUD_INIT_START) if name in events]
+    if stages:
+        events = {**events, CLOUD_INIT_BEGIN: min(stages)}
     last_known: float | None = events.get(SEGMENTS[0][1])
     for name, _, end in SEGMENTS:
         end_time = events.get(end)
