@@ -12,6 +12,7 @@ import functools
 import gc
 import json
 import math
+import os
 import random
 import resource
 import subprocess
@@ -318,9 +319,13 @@ def main() -> None:
         results[name] = json.loads(child.stdout)
     pods = results.get("pods", {})
     if "analysis_seconds" in pods:
-        results["within_targets"] = (
-            pods["analysis_seconds"] < TARGET_SECONDS and pods["peak_rss_mib"] < TARGET_MIB
-        )
+        memory_ok = pods["peak_rss_mib"] < TARGET_MIB
+        results["within_targets"] = pods["analysis_seconds"] < TARGET_SECONDS and memory_ok
+        # on a shared machine the wall clock includes waiting for a core: the CPU time says what
+        # the analysis itself costs, the load average how busy the machine was
+        results["within_targets_cpu"] = pods["analysis_cpu_seconds"] < TARGET_SECONDS and memory_ok
+    results["load_average_1m"] = round(os.getloadavg()[0], 2)
+    results["cpus"] = os.cpu_count()
     print(json.dumps(results, indent=2))
 
 
