@@ -459,6 +459,7 @@ class ApiServer:
         resource_version = self.store.resource_version
         if query.continue_key is not None:
             resource_version, _ = decode_continue(request.query_params["continue"])
+        self._check_list_version(request, query.resource_version)
         items = self._select(rt, target.namespace, query)
         page, last_key, remaining = paginate(items, query.limit, query.continue_key, rt.namespaced)
         list_meta: Obj = {"resourceVersion": str(resource_version)}
@@ -467,6 +468,30 @@ class ApiServer:
             if query.label is None and query.predicate is None:
                 list_meta["remainingItemCount"] = remaining
         return self._respond(request, self._list_body(request, rt, page, list_meta))
+
+    def _check_list_version(self, request: Request, wanted: str) -> None:
+        """What a list at a given resourceVersion can be served from: the current state only."""
+        if not wanted or wanted == "0":
+            return
+        try:
+            version = int(wanted)
+        except ValueError:
+            raise errors.BadRequest(
+                f'resourceVersion: Invalid value: "{wanted}": must be an integer'
+            ) from None
+        current = self.store.resource_version
+        if version > current:
+            raise errors.Timeout(
+                f"Too large resource version: {version}, current: {current}",
+                details={
+                    "causes": [
+                        {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                    ],
+                    "retryAfterSeconds": 1,
+                },
+            )
+        if request.query_params.get("resourceVersionMatch") == "Exact" and version != current:
+            raise errors.Gone("The resourceVersion for the provided list is too old.")
 
     async def _get(self, request: Request, rt: ResourceType, target: paths.Target) -> Response:
         obj = self.store.must_get(rt, target.namespace, target.name)
@@ -610,6 +635,8 @@ class ApiServer:
             raise errors.NotFound(_NOT_FOUND, details={})
         api = self.api
         method = request.method
+        if method == "GET" and sub == "log":
+            return PlainTextResponse(self._pod_log(request, target))
         if method == "GET":
             getter = getattr(api, "get_subresource", None)
             if getter is not None:
@@ -650,6 +677,36 @@ class ApiServer:
             result = await creator(rt, target.namespace, target.name, sub, body)
             return self._respond(request, result, 201)
         raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
+
+    def _pod_log(self, request: Request, target: paths.Target) -> str:
+        """pods/log: the kubelet model's log of a container when it keeps one, else empty text."""
+        pod = self.store.must_get(PODS, target.namespace, target.name)
+        main = [c.get("name", "") for c in pod.get("spec", {}).get("containers") or []]
+        names = main + [c.get("name", "") for c in pod.get("spec", {}).get("initContainers") or []]
+        container = request.query_params.get("container") or ""
+        if not container:
+            if len(main) != 1:
+                choices = " ".join(main)
+                raise errors.BadRequest(
+                    f"a container name must be specified for pod {target.name}, choose one of: [{choices}]"
+                )
+            container = main[0]
+        if container not in names:
+            raise errors.BadRequest(f"container {container} is not valid for pod {target.name}")
+        if not pod.get("spec", {}).get("nodeName"):
+            raise errors.BadRequest(f"pod {target.name} does not have a host assigned")
+        statuses = (pod.get("status", {}).get("containerStatuses") or []) + (
+            pod.get("status", {}).get("initContainerStatuses") or []
+        )
+        state = next((cs.get("state") or {} for cs in statuses if cs.get("name") == container), {})
+        if "running" not in state and "terminated" not in state:
+            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            raise errors.BadRequest(
+                f'container "{container}" in pod "{target.name}" is waiting to start: {reason}'
+            )
+        kubelet = self.cluster.services.get("kubelet")
+        read_log = getattr(kubelet, "container_log", None)
+        return str(read_log(pod, container)) if read_log is not None else ""
 
     # ---- watch --------------------------------------------------------------------------------
     async def _watch(self, request: Request, rt: ResourceType, target: paths.Target) -> Response:

@@ -223,3 +223,79 @@ async def test_watch_from_a_resource_version_and_gone(client: httpx.AsyncClient,
     assert (
         event["type"] == "ERROR" and event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
     )
+
+
+@pytest.fixture
+async def fast_bookmarks(cluster: Cluster) -> AsyncIterator[httpx.AsyncClient]:
+    server = ApiServer(cluster, ServerSettings(bookmark_interval=0.02))
+    transport = httpx.ASGITransport(app=server.app(None))
+    async with httpx.AsyncClient(transport=transport, base_url="http://emulator") as c:
+        yield c
+    server.hub.close()
+
+
+async def test_bookmarks_and_initial_events(fast_bookmarks: httpx.AsyncClient, cluster: Cluster) -> None:
+    await _create_cms(fast_bookmarks, 2)
+    plain = await fast_bookmarks.get("/api/v1/configmaps", params={"watch": "1", "timeoutSeconds": "0.1"})
+    assert {orjson.loads(line)["type"] for line in plain.content.splitlines()} == {"ADDED"}
+    r = await fast_bookmarks.get(
+        "/api/v1/configmaps",
+        params={
+            "watch": "1",
+            "sendInitialEvents": "true",
+            "resourceVersionMatch": "NotOlderThan",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "0.1",
+        },
+    )
+    events = [orjson.loads(line) for line in r.content.splitlines()]
+    assert [e["type"] for e in events[:3]] == ["ADDED", "ADDED", "BOOKMARK"]
+    end = events[2]["object"]["metadata"]
+    assert end["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert end["resourceVersion"] == str(cluster.store.resource_version)
+    assert len(events) > 3 and all(e["type"] == "BOOKMARK" for e in events[3:])  # periodic bookmarks
+    refused = await fast_bookmarks.get(
+        "/api/v1/configmaps", params={"watch": "1", "sendInitialEvents": "true"}
+    )
+    assert refused.status_code == 422
+
+
+async def test_list_resource_versions(client: httpx.AsyncClient, cluster: Cluster) -> None:
+    await _create_cms(client, 1)
+    current = cluster.store.resource_version
+    ok = await client.get("/api/v1/configmaps", params={"resourceVersion": str(current)})
+    assert ok.json()["metadata"]["resourceVersion"] == str(current)
+    future = await client.get("/api/v1/configmaps", params={"resourceVersion": str(current + 10)})
+    assert (future.status_code, future.json()["reason"]) == (504, "Timeout")
+    old = await client.get(
+        "/api/v1/configmaps", params={"resourceVersion": "1", "resourceVersionMatch": "Exact"}
+    )
+    assert (old.status_code, old.json()["reason"]) == (410, "Expired")
+
+
+async def test_pod_logs(client: httpx.AsyncClient, cluster: Cluster) -> None:
+    spec = {"containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "nginx"}]}
+    await client.post("/api/v1/namespaces/default/pods", json={"metadata": {"name": "p"}, "spec": spec})
+    unscheduled = await client.get("/api/v1/namespaces/default/pods/p/log", params={"container": "a"})
+    assert unscheduled.status_code == 400 and "does not have a host assigned" in unscheduled.json()["message"]
+    which = await client.get("/api/v1/namespaces/default/pods/p/log")
+    assert which.json()["message"] == "a container name must be specified for pod p, choose one of: [a b]"
+
+    def bind(pod: dict[str, Any]) -> None:
+        pod["spec"]["nodeName"] = "n1"
+
+    def run(pod: dict[str, Any]) -> None:
+        pod["status"] = {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "a", "state": {"running": {}}},
+                {"name": "b", "state": {"waiting": {"reason": "ImagePullBackOff"}}},
+            ],
+        }
+
+    cluster.store.mutate(PODS, "default", "p", bind)
+    cluster.store.mutate(PODS, "default", "p", run, subresource="status")
+    running = await client.get("/api/v1/namespaces/default/pods/p/log", params={"container": "a"})
+    assert running.status_code == 200 and running.headers["content-type"].startswith("text/plain")
+    waiting = await client.get("/api/v1/namespaces/default/pods/p/log", params={"container": "b"})
+    assert waiting.json()["message"] == 'container "b" in pod "p" is waiting to start: ImagePullBackOff'
