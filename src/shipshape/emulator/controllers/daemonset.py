@@ -14,6 +14,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
 from shipshape.emulator.controllers.claims import OrphanIndex, claim
@@ -95,18 +97,40 @@ def target_node(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def should_run(ds: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
-    """(should run, should continue running) of the daemon on a node (upstream `NodeShouldRunDaemonPod`)."""
+def daemon_pod(ds: Mapping[str, Any]) -> Obj:
+    """The pod the eligibility checks look at: the template's spec with the daemon tolerations."""
     template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {"spec": with_daemon_tolerations(clone(dict(template_spec)))}
+
+
+def should_run(ds: Mapping[str, Any], node: Mapping[str, Any], pod: Obj | None = None) -> tuple[bool, bool]:
+    """(should run, should continue running) of the daemon on a node (upstream `NodeShouldRunDaemonPod`)."""
+    pod = pod if pod is not None else daemon_pod(ds)
     node_name = str(podutil.meta(node).get("name", ""))
-    if template_spec.get("nodeName") and template_spec["nodeName"] != node_name:
+    wanted_node = pod["spec"].get("nodeName")
+    if wanted_node and wanted_node != node_name:
         return False, False
-    pod = {"spec": with_daemon_tolerations(clone(dict(template_spec)))}
     if not node_affinity_matches(pod, node):
         return False, False
     if untolerated_taints(pod, node, ("NoSchedule", "NoExecute")):
         return False, not untolerated_taints(pod, node, ("NoExecute",))
     return True, True
+
+
+def node_fingerprint(node: Mapping[str, Any]) -> Any:
+    """What of a node matters to daemon placement (heartbeats do not): labels, taints, conditions."""
+    conditions = tuple(
+        sorted(
+            (str(c.get("type")), str(c.get("status")))
+            for c in (node.get("status") or {}).get("conditions") or []
+        )
+    )
+    return (
+        orjson.dumps(podutil.meta(node).get("labels") or {}, option=orjson.OPT_SORT_KEYS),
+        orjson.dumps((node.get("spec") or {}).get("taints") or []),
+        bool((node.get("spec") or {}).get("unschedulable")),
+        conditions,
+    )
 
 
 def _by_creation_and_phase(a: Obj, b: Obj) -> int:
@@ -127,6 +151,9 @@ class DaemonSetController(Controller):
         super().__init__()
         self._expectations: Expectations | None = None
         self._orphans = OrphanIndex(PODS)
+        self._node_fingerprints: dict[str, Any] = {}
+        self._pod_version: tuple[str, Any] | None = None
+        self._pod: Obj = {}
 
     def start(self, cluster: Cluster) -> None:
         self._expectations = Expectations(cluster.clock)
@@ -147,6 +174,14 @@ class DaemonSetController(Controller):
                 self.expectations.forget((ns, name))
             return [(ns, name)]
         if event.resource is NODES:
+            # Upstream ignores node updates that change nothing placement depends on (heartbeats).
+            fingerprint = None if event.type == DELETED else node_fingerprint(obj)
+            if event.type != DELETED and self._node_fingerprints.get(name) == fingerprint:
+                return []
+            if event.type == DELETED:
+                self._node_fingerprints.pop(name, None)
+            else:
+                self._node_fingerprints[name] = fingerprint
             return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
         ref = podutil.controller_ref(obj)
         if ref is not None:
@@ -296,6 +331,13 @@ class DaemonSetController(Controller):
             self._delete_revision(revision)
             to_kill -= 1
 
+    def _should_run(self, ds: Obj, node: Obj) -> tuple[bool, bool]:
+        """`should_run` with the daemon pod built once per DaemonSet version."""
+        version = (ds["metadata"]["uid"], ds["metadata"].get("resourceVersion"))
+        if self._pod_version != version:
+            self._pod_version, self._pod = version, daemon_pod(ds)
+        return should_run(ds, node, self._pod)
+
     # ---- manage -------------------------------------------------------------------------------
     def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
@@ -314,7 +356,7 @@ class DaemonSetController(Controller):
     def _pods_should_be_on_node(
         self, ds: Obj, node: Obj, node_to_pods: dict[str, list[Obj]], hash_value: str
     ) -> tuple[list[str], list[str]]:
-        run, keep = should_run(ds, node)
+        run, keep = self._should_run(ds, node)
         node_name = node["metadata"]["name"]
         pods = node_to_pods.get(node_name)
         needing: list[str] = []
@@ -457,7 +499,7 @@ class DaemonSetController(Controller):
         by_name = {n["metadata"]["name"]: n for n in nodes}
         desired = 0
         for node in nodes:
-            if should_run(ds, node)[0]:
+            if self._should_run(ds, node)[0]:
                 desired += 1
                 node_to_pods.setdefault(node["metadata"]["name"], [])
         rolling = (ds["spec"].get("updateStrategy") or {}).get("rollingUpdate") or {}
@@ -504,7 +546,7 @@ class DaemonSetController(Controller):
             if counted is not None and podutil.is_available(counted, min_ready, now):
                 available += 1
             target = by_name.get(node_name)
-            runs = target is not None and should_run(ds, target)[0]
+            runs = target is not None and self._should_run(ds, target)[0]
             if old_pod is None:
                 continue
             if new_pod is None:
@@ -538,7 +580,7 @@ class DaemonSetController(Controller):
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         desired = current = misscheduled = ready = updated = available = 0
         for node in nodes:
-            run, _ = should_run(ds, node)
+            run, _ = self._should_run(ds, node)
             pods = node_to_pods.get(node["metadata"]["name"]) or []
             if not run:
                 misscheduled += 1 if pods else 0
