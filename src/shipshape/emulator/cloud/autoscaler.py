@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import orjson
+
 from shipshape.emulator.cloud import fit, nodes
 from shipshape.emulator.resources import NODES, PODS
 from shipshape.emulator.store import Obj
@@ -61,19 +63,109 @@ class SimNode:
 
     node: Obj
     pods: list[Obj] = field(default_factory=list)
+    used: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def key(self) -> str:
+        return str(self.node["metadata"]["name"])
 
 
-def pack(pods: list[Obj], bins: list[SimNode], fits: FitFn) -> list[Obj]:
-    """First-fit of pods onto simulated nodes; returns the pods that fit nowhere."""
-    left = []
-    for pod in pods:
-        for sim in bins:
-            if not fits(pod, sim.node, sim.pods):
-                sim.pods.append(pod)
-                break
-        else:
-            left.append(pod)
-    return left
+def _needs_other_pods(pod: Obj) -> bool:
+    """Whether the pod's fit depends on the pods already on a node beyond their resources."""
+    spec = pod.get("spec", {})
+    affinity = spec.get("affinity") or {}
+    if affinity.get("podAffinity") or affinity.get("podAntiAffinity"):
+        return True
+    if any(
+        c.get("whenUnsatisfiable") == "DoNotSchedule" for c in spec.get("topologySpreadConstraints") or []
+    ):
+        return True
+    return any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or [])
+
+
+def _signature(pod: Obj) -> bytes:
+    """What a node's filters look at, for pods that do not depend on other pods."""
+    spec = pod.get("spec", {})
+    shape = {
+        "requests": [(c.get("resources") or {}).get("requests") for c in spec.get("containers") or []],
+        "init": [(c.get("resources") or {}).get("requests") for c in spec.get("initContainers") or []],
+        "overhead": spec.get("overhead"),
+        "nodeSelector": spec.get("nodeSelector"),
+        "affinity": spec.get("affinity"),
+        "tolerations": spec.get("tolerations"),
+    }
+    return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+
+
+class Packer:
+    """First-fit bin packing with the scheduler's filters, cached for pods of the same shape.
+
+    The filters run once per (pod shape, node) on the node alone; what the pods already placed
+    take is then plain resource arithmetic. Pods whose fit depends on other pods (inter-pod
+    affinity, hard topology spread, host ports) get the full filter check against the placed pods.
+    """
+
+    def __init__(self, fits: FitFn) -> None:
+        self.fits = fits
+        self._static: dict[tuple[bytes, str], list[str]] = {}
+        self._requests: dict[str, dict[str, int]] = {}
+        self._allocatable: dict[str, dict[str, int]] = {}
+
+    def requests(self, pod: Obj) -> dict[str, int]:
+        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
+        cached = self._requests.get(uid)
+        if cached is None:
+            cached = self._requests[uid] = fit.pod_requests(pod)
+        return cached
+
+    def allocatable(self, sim: SimNode) -> dict[str, int]:
+        cached = self._allocatable.get(sim.key)
+        if cached is None:
+            raw = sim.node.get("status", {}).get("allocatable") or {}
+            cached = self._allocatable[sim.key] = {
+                name: resource_amount(name, value) for name, value in raw.items()
+            }
+        return cached
+
+    def static_reasons(self, pod: Obj, sim: SimNode) -> list[str]:
+        """Why the pod cannot run on the node even when it is empty (cached per pod shape)."""
+        key = (_signature(pod), sim.key)
+        reasons = self._static.get(key)
+        if reasons is None:
+            reasons = self._static[key] = self.fits(pod, sim.node, [])
+        return reasons
+
+    def add_existing(self, sim: SimNode) -> SimNode:
+        for pod in sim.pods:
+            if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                sim.used.update(self.requests(pod))
+                sim.used["pods"] += 1
+        return sim
+
+    def try_place(self, pod: Obj, sim: SimNode) -> bool:
+        if self.static_reasons(pod, sim):
+            return False
+        allocatable = self.allocatable(sim)
+        requests = self.requests(pod)
+        if sim.used["pods"] + 1 > allocatable.get("pods", 110):
+            return False
+        for name, amount in requests.items():
+            if amount and sim.used[name] + amount > allocatable.get(name, 0):
+                return False
+        if _needs_other_pods(pod) and self.fits(pod, sim.node, sim.pods):
+            return False
+        sim.pods.append(pod)
+        sim.used.update(requests)
+        sim.used["pods"] += 1
+        return True
+
+    def pack(self, pods: list[Obj], bins: list[SimNode]) -> list[Obj]:
+        """First-fit of pods onto simulated nodes; returns the pods that fit nowhere."""
+        left = []
+        for pod in pods:
+            if not any(self.try_place(pod, sim) for sim in bins):
+                left.append(pod)
+        return left
 
 
 @dataclass(slots=True)
@@ -90,15 +182,12 @@ def _pod_key(pod: Obj) -> tuple[str, str]:
     return (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
 
 
-def _size_by_resources(pods: list[Obj], template: Obj) -> int:
+def _size_by_resources(pods: list[Obj], template: SimNode, packer: Packer) -> int:
     """Lower bound of nodes for the pods by each resource (the estimator's limit on big batches)."""
-    alloc = {
-        name: resource_amount(name, value)
-        for name, value in (template["status"].get("allocatable") or {}).items()
-    }
+    alloc = packer.allocatable(template)
     need: Counter[str] = Counter()
     for pod in pods:
-        need.update(fit.pod_requests(pod))
+        need.update(packer.requests(pod))
     need["pods"] = len(pods)
     bound = 1
     for name, amount in need.items():
@@ -160,8 +249,8 @@ class ClusterAutoscaler:
         if not pending:
             return False
         pending.sort(key=_pod_key)
-        fits = self._fits()
-        remaining = pack(pending, self._upcoming(), fits)
+        packer = Packer(self._fits())
+        remaining = packer.pack(pending, [packer.add_existing(sim) for sim in self._upcoming()])
         if not remaining:
             return False
         options: list[ScaleUpOption] = []
@@ -176,10 +265,10 @@ class ClusterAutoscaler:
                 for pod in remaining:
                     reasons[_pod_key(pod)]["max node group size reached"] += 1
                 continue
-            template = self.template(state)
+            template = SimNode(self.template(state))
             helped = []
             for pod in remaining:
-                why = fits(pod, template, [])
+                why = packer.static_reasons(pod, template)
                 if why:
                     for reason in why:
                         reasons[_pod_key(pod)][reason] += 1
@@ -187,11 +276,12 @@ class ClusterAutoscaler:
                     helped.append(pod)
             if not helped:
                 continue
-            bins = [SimNode(template) for _ in range(min(headroom, _size_by_resources(helped, template)))]
-            left = pack(helped, bins, fits)
+            first = min(headroom, _size_by_resources(helped, template, packer))
+            bins = [SimNode(template.node) for _ in range(first)]
+            left = packer.pack(helped, bins)
             while left and len(bins) < headroom:
-                bins.append(SimNode(template))
-                left = pack(left, bins[-1:], fits)
+                bins.append(SimNode(template.node))
+                left = packer.pack(left, bins[-1:])
             placed = [p for sim in bins for p in sim.pods]
             used = sum(1 for sim in bins if sim.pods)
             if placed:

@@ -86,6 +86,7 @@ def pod_body(
     node_selector: dict[str, str] | None = None,
     node: str | None = None,
     owner_kind: str | None = None,
+    affinity: dict[str, Any] | None = None,
 ) -> Obj:
     spec: dict[str, Any] = {
         "containers": [
@@ -94,6 +95,8 @@ def pod_body(
     }
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if affinity:
+        spec["affinity"] = affinity
     if node:
         spec["nodeName"] = node
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {"app": name}}

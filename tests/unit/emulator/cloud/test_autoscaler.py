@@ -9,7 +9,7 @@ from shipshape.emulator.cloud.autoscaler import SCAN_INTERVAL
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.scenario import Scenario
 
-from .builders import ON_DEMAND_B, SPOT_A, add_running, add_unschedulable, scenario, start
+from .builders import ON_DEMAND_B, SPOT_A, Env, add_running, add_unschedulable, scenario, start
 
 NO_INTERRUPTIONS = {"enabled": False}
 
@@ -193,3 +193,33 @@ def test_min_size_stops_scale_down() -> None:
     env.run(300)
     assert env.cloud.pools["spot-a"].desired == 2
     assert len(env.nodes_of("spot-a")) == 2
+
+
+def test_scale_up_uses_the_scheduler_filters_when_registered() -> None:
+    from types import SimpleNamespace
+
+    from shipshape.emulator.scheduler.framework import fits as scheduler_fits
+
+    def env_with_scheduler() -> Env:
+        env = start(_quiet([{**SPOT_A, "initialSize": 0}]))
+        env.cluster.services["scheduler"] = SimpleNamespace(fits=scheduler_fits)
+        return env
+
+    spread = env_with_scheduler()
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "zk"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    for i in range(3):
+        add_unschedulable(spread, f"zk-{i}", cpu="100m", labels={"app": "zk"}, affinity=anti)
+    spread.run(SCAN_INTERVAL * 2)
+    assert spread.cloud.pools["spot-a"].desired == 3  # one per node: the anti-affinity holds
+
+    packed = env_with_scheduler()
+    for i in range(3):
+        add_unschedulable(packed, f"web-{i}", cpu="100m", labels={"app": "web"})
+    packed.run(SCAN_INTERVAL * 2)
+    assert packed.cloud.pools["spot-a"].desired == 1
