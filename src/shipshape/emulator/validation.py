@@ -374,6 +374,9 @@ def _container(
     _resources(errs, f"{path}.resources", container.get("resources") or {})
 
 
+_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
 def _resources(errs: FieldErrors, path: str, resources: Obj) -> None:
     amounts: dict[str, dict[str, int]] = {}
     for section in ("limits", "requests"):
@@ -381,6 +384,9 @@ def _resources(errs: FieldErrors, path: str, resources: Obj) -> None:
         amounts[section] = {}
         for name, value in values.items():
             p = f"{path}.{section}[{name}]"
+            if name not in _CONTAINER_RESOURCES and not name.startswith("hugepages-") and "/" not in name:
+                errs.invalid(p, name, "must be a standard resource type or fully qualified")
+                continue
             try:
                 amount = quantity.resource_amount(name, value)
             except quantity.QuantityError:

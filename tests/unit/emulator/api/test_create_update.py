@@ -209,6 +209,11 @@ async def test_service_defaults_allocate_cluster_ip(api: Api) -> None:
             "must be less than or equal to cpu limit of 1",
         ),
         (
+            lambda b: b["spec"]["containers"][0].update(resources={"limits": {"cpus": "1"}}),
+            "spec.containers[0].resources.limits[cpus]",
+            "must be a standard resource type or fully qualified",
+        ),
+        (
             lambda b: b["spec"]["containers"][0].update(ports=[{"containerPort": 70000}]),
             "spec.containers[0].ports[0].containerPort",
             "must be between 1 and 65535, inclusive",
