@@ -35,3 +35,27 @@ def test_metadata_endpoint_of_a_served_cluster(tmp_path: Path) -> None:
         assert answer.status_code == 200
         assert answer.json()["action"] == "terminate"
         assert httpx.get(f"{url}/latest/meta-data/instance-type").text == "m5.large"
+
+
+def test_cli_steers_a_served_cluster_over_https(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shipshape.cli.main import app
+
+    sc = scenario(interruptions={"enabled": False}, autoscaler={"enabled": False})
+    cluster = assembly.build(sc, RealClock())
+    with running(cluster, tmp_path) as served:
+        cloud: CloudModel = cluster.services["cloud"]
+        kubeconfig = str(served.kubeconfig)
+        result = CliRunner().invoke(
+            app, ["emulator", "interrupt", "--zone", "us-east-1a", "--kubeconfig", kubeconfig]
+        )
+        assert result.exit_code == 0, result.output
+        spot_a = served.call(lambda: sorted(i.node_name for i in cloud.active_instances("spot-a")))
+        assert all(name in result.output for name in spot_a)
+        assert served.call(lambda: all(cloud.instance_action(n) is not None for n in spot_a))
+        result = CliRunner().invoke(
+            app, ["emulator", "shortage", "--pool", "nope", "--for", "1m", "--kubeconfig", kubeconfig]
+        )
+        assert result.exit_code == 1
+        assert "unknown pool 'nope'" in result.output
