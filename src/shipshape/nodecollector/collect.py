@@ -106,3 +106,14 @@ def collect(
 def _cni_lines(paths: tuple[Path, ...]) -> Iterator[LogLine]:
     for path in paths:
         yield from parsers.parse_cri_log(_read_lines(path), source=timeline.CNI_LOG)
+
+
+def timeline_from_text(messages: str, *, year: int, cni_log: str | None = None) -> timeline.NodeLogTimeline:
+    """The timeline from log texts already in hand (e.g. the emulator's `boot_log(node)` and
+    `cni_log(node)`): `messages` in /var/log/messages form, `cni_log` in CRI container-log form."""
+    sources: dict[str, Iterator[LogLine]] = {
+        timeline.SYSTEM_LOG: parsers.parse_syslog(messages.splitlines(), year=year)
+    }
+    if cni_log is not None:
+        sources[timeline.CNI_LOG] = parsers.parse_cri_log(cni_log.splitlines(), source=timeline.CNI_LOG)
+    return timeline.match_events(sources)

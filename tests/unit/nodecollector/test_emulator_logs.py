@@ -11,7 +11,7 @@ import pytest
 from shipshape.analyzers.startup import nodes
 from shipshape.emulator.cloud import boot
 from shipshape.emulator.scenario import NodeBoot
-from shipshape.nodecollector.collect import collect
+from shipshape.nodecollector.collect import collect, timeline_from_text
 
 # emulator milestone -> node start-up event
 MILESTONE_EVENTS = {
@@ -47,13 +47,11 @@ def test_parsed_timeline_matches_the_emulated_boot(tmp_path: Path, seed: int) ->
     assert nodes.NODE_READY not in parsed.missing
 
 
-def test_boot_cut_short_reports_ready_missing(tmp_path: Path) -> None:
+def test_boot_cut_short_reports_ready_missing() -> None:
     timeline = boot.draw_timeline(NodeBoot(), 1_767_225_600.0, random.Random(7))
     identity = boot.LogIdentity(node_name="ip-10-0-1-3.ec2.internal", region="us-east-1")
-    (tmp_path / "var/log").mkdir(parents=True)
-    (tmp_path / "var/log/messages").write_text(
-        boot.render_messages(identity, timeline, until=timeline.registered)
-    )
-    parsed = collect(tmp_path, year=2026)
+    messages = boot.render_messages(identity, timeline, until=timeline.registered)
+    parsed = timeline_from_text(messages, year=2026, cni_log="")
     assert nodes.REGISTERED in parsed.events
     assert "NodeReady" in parsed.missing[nodes.NODE_READY]
+    assert "Successfully copied CNI" in parsed.missing[nodes.CNI_READY]
