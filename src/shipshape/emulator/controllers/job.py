@@ -5,13 +5,16 @@ pod once (Succeeded, or Failed — a pod being deleted before it succeeds counts
 with podReplacementPolicy TerminatingOrFailed) and removes the finalizer. Failed pods are
 replaced after an exponential backoff (10 s doubling, up to 6 min) until backoffLimit is passed.
 A finished Job gets SuccessCriteriaMet/Complete or FailureTarget/Failed, and is deleted
-`ttlSecondsAfterFinished` later. Indexed completion mode, pod failure policies and success
-policies are not modelled.
+`ttlSecondsAfterFinished` later. In Indexed mode each pod runs one completion index (annotation and
+label `batch.kubernetes.io/job-completion-index`, hostname `<job>-<index>`, env JOB_COMPLETION_INDEX)
+and status.completedIndexes lists the finished ones. Pod failure policies, success policies and
+backoffLimitPerIndex are not modelled.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,7 @@ TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 360.0
 BURST = 500
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 Key = tuple[str, str]
 
@@ -57,7 +61,8 @@ class JobController(Controller):
         super().__init__()
         self._expectations: Expectations | None = None
         self._backoff: dict[Key, _Backoff] = {}
-        self._vanished: dict[Key, dict[str, str]] = {}  # tracked pods removed before being counted
+        # Tracked pods removed before being counted: uid -> (outcome, completion index).
+        self._vanished: dict[Key, dict[str, tuple[str, int | None]]] = {}
         self._orphans = OrphanIndex(PODS)
 
     def start(self, cluster: Cluster) -> None:
@@ -89,7 +94,7 @@ class JobController(Controller):
             self.expectations.creation_observed(key)
         if event.type == DELETED and TRACKING_FINALIZER in (obj["metadata"].get("finalizers") or []):
             outcome = "Succeeded" if podutil.phase(obj) == "Succeeded" else "Failed"
-            self._vanished.setdefault(key, {})[obj["metadata"]["uid"]] = outcome
+            self._vanished.setdefault(key, {})[obj["metadata"]["uid"]] = (outcome, completion_index(obj))
         return [key]
 
     # ---- sync -------------------------------------------------------------------------------
@@ -108,9 +113,17 @@ class JobController(Controller):
         pods = claim(self.store, PODS, job, self._orphans.candidates(self.store, job), selector)
         status = clone(job.get("status") or {})
         now = self.now()
-        succeeded, failed = self._count_finished(key, pods)
-        status["succeeded"] = int(status.get("succeeded") or 0) + succeeded
+        succeeded, failed, indexes = self._count_finished(key, pods)
         status["failed"] = int(status.get("failed") or 0) + failed
+        indexed = job["spec"].get("completionMode") == "Indexed"
+        if indexed:
+            completions_total = int(job["spec"].get("completions") or 0)
+            done = parse_indexes(str(status.get("completedIndexes") or ""))
+            done |= {i for i in indexes if 0 <= i < completions_total}
+            status["completedIndexes"] = format_indexes(done)
+            status["succeeded"] = len(done)
+        else:
+            status["succeeded"] = int(status.get("succeeded") or 0) + succeeded
         backoff = self._backoff.setdefault(key, _Backoff())
         if failed:
             backoff.failures += failed
@@ -152,24 +165,35 @@ class JobController(Controller):
         uid = job["metadata"]["uid"]
         return [p for rt, p in self.store.dependents(uid) if rt is PODS and podutil.is_controlled_by(p, job)]
 
-    def _count_finished(self, key: Key, pods: list[Obj]) -> tuple[int, int]:
-        """Newly finished tracked pods, counted once (their finalizer is removed)."""
+    def _count_finished(self, key: Key, pods: list[Obj]) -> tuple[int, int, set[int]]:
+        """Newly finished tracked pods, counted once (their finalizer is removed).
+
+        Returns (succeeded, failed, completion indexes of the succeeded ones).
+        """
         succeeded = failed = 0
-        for outcome in self._vanished.pop(key, {}).values():
-            succeeded += outcome == "Succeeded"
-            failed += outcome == "Failed"
+        indexes: set[int] = set()
+        for outcome, index in self._vanished.pop(key, {}).values():
+            if outcome == "Succeeded":
+                succeeded += 1
+                if index is not None:
+                    indexes.add(index)
+            else:
+                failed += 1
         for pod in pods:
             if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or []):
                 continue
             phase = podutil.phase(pod)
             if phase == "Succeeded":
                 succeeded += 1
+                index = completion_index(pod)
+                if index is not None:
+                    indexes.add(index)
             elif phase == "Failed" or podutil.is_terminating(pod):
                 failed += 1
             else:
                 continue
             self._drop_finalizer(pod)
-        return succeeded, failed
+        return succeeded, failed, indexes
 
     def _drop_finalizer(self, pod: Obj) -> None:
         def drop(new: Obj) -> None:
@@ -207,6 +231,9 @@ class JobController(Controller):
             want = len(active) if status["succeeded"] > 0 else parallelism
         else:
             want = max(0, min(parallelism, int(completions) - status["succeeded"]))
+        if spec.get("completionMode") == "Indexed":
+            self._manage_indexed(job, key, active, status, want, backoff, now)
+            return
         diff = len(active) - want
         if diff > 0:
             victims = podutil.rank_for_deletion(active, active, now)[:diff]
@@ -216,15 +243,52 @@ class JobController(Controller):
             return
         if diff == 0:
             return
-        if backoff.failures > 0:
-            delay = min(BACKOFF_BASE * 2 ** (backoff.failures - 1), BACKOFF_MAX)
-            ready_at = backoff.last_failure + delay
-            if now < ready_at:
-                self.enqueue(key, after=ready_at - now)
-                return
-        self._create(job, key, min(-diff, BURST))
+        if self._backing_off(key, backoff, now):
+            return
+        self._create(job, key, [None] * min(-diff, BURST))
 
-    def _create(self, job: Obj, key: Key, count: int) -> None:
+    def _backing_off(self, key: Key, backoff: _Backoff, now: float) -> bool:
+        if backoff.failures <= 0:
+            return False
+        ready_at = backoff.last_failure + min(BACKOFF_BASE * 2 ** (backoff.failures - 1), BACKOFF_MAX)
+        if now >= ready_at:
+            return False
+        self.enqueue(key, after=ready_at - now)
+        return True
+
+    def _manage_indexed(
+        self, job: Obj, key: Key, active: list[Obj], status: Obj, want: int, backoff: _Backoff, now: float
+    ) -> None:
+        """One active pod per pending index, lowest indexes first; duplicates and finished indexes go."""
+        completions = int(job["spec"].get("completions") or 0)
+        done = parse_indexes(str(status.get("completedIndexes") or ""))
+        by_index: dict[int, list[Obj]] = {}
+        surplus: list[Obj] = []
+        for pod in sorted(active, key=lambda p: (podutil.creation_time(p), p["metadata"]["name"])):
+            index = completion_index(pod)
+            if index is None or not 0 <= index < completions or index in done:
+                surplus.append(pod)
+            elif index in by_index:
+                surplus.append(pod)  # a duplicate: the oldest pod of an index stays
+            else:
+                by_index[index] = [pod]
+        keep = sorted(by_index)
+        while len(keep) > want:
+            surplus.append(by_index[keep.pop()][0])  # highest indexes stop first
+        if surplus:
+            self.expectations.expect_deletions(key, {f"{key[0]}/{p['metadata']['name']}" for p in surplus})
+            for pod in surplus:
+                self._delete(job, pod)
+            return
+        missing = want - len(keep)
+        if missing <= 0 or self._backing_off(key, backoff, now):
+            return
+        pending = [i for i in range(completions) if i not in done and i not in by_index][:missing]
+        self._create(job, key, pending[:BURST])
+
+    def _create(self, job: Obj, key: Key, indexes: Sequence[int | None]) -> None:
+        """Create one pod per entry; an int entry is the pod's completion index (Indexed mode)."""
+        count = len(indexes)
         self.expectations.expect_creations(key, count)
         template = clone(job["spec"].get("template") or {})
         template_md = template.setdefault("metadata", {})
@@ -242,8 +306,12 @@ class JobController(Controller):
         api = self.c.services["api"]
         submitted, batch = 0, 1
         while submitted < count and not failures:
-            for _ in range(min(batch, count - submitted)):
-                body = podutil.pod_from_template(template, job, f"{key[1]}-")
+            for index in indexes[submitted : submitted + batch]:
+                if index is None:
+                    body = podutil.pod_from_template(template, job, f"{key[1]}-")
+                else:
+                    body = podutil.pod_from_template(template, job, f"{key[1]}-{index}-")
+                    _set_completion_index(body, key[1], index)
                 api.submit_create(PODS, key[0], body, on_done=done)
             submitted += min(batch, count - submitted)
             batch *= 2
@@ -349,6 +417,62 @@ class JobController(Controller):
             self.event(job, "Resumed", "Job resumed")
 
     def _write(self, job: Obj, status: Obj) -> None:
-        rendered = podutil.omit_zero(status, "active", "succeeded", "failed", "conditions")
+        rendered = podutil.omit_zero(
+            status, "active", "succeeded", "failed", "conditions", "completedIndexes"
+        )
         rendered.setdefault("uncountedTerminatedPods", {})
         self.write_status(JOBS, job, rendered)
+
+
+def completion_index(pod: Obj) -> int | None:
+    raw = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX)
+    if raw is None:
+        raw = (pod["metadata"].get("labels") or {}).get(COMPLETION_INDEX)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _set_completion_index(pod: Obj, job_name: str, index: int) -> None:
+    md = pod["metadata"]
+    md.setdefault("annotations", {})[COMPLETION_INDEX] = str(index)
+    md.setdefault("labels", {})[COMPLETION_INDEX] = str(index)
+    spec = pod["spec"]
+    spec.setdefault("hostname", f"{job_name}-{index}")
+    env = {
+        "name": "JOB_COMPLETION_INDEX",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}},
+    }
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            variables = container.setdefault("env", [])
+            if not any(v.get("name") == "JOB_COMPLETION_INDEX" for v in variables):
+                variables.append(env)
+
+
+def parse_indexes(text: str) -> set[int]:
+    """ "0-2,5" -> {0, 1, 2, 5} (the status.completedIndexes format)."""
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        try:
+            out.update(range(int(first), int(last or first) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5": ascending ranges of consecutive indexes."""
+    ranges: list[str] = []
+    ordered = sorted(indexes)
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        first, last = ordered[start], ordered[end]
+        ranges.append(str(first) if first == last else f"{first}-{last}")
+        start = end + 1
+    return ",".join(ranges)

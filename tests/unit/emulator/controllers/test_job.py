@@ -113,3 +113,44 @@ def test_suspended_job_creates_no_pods_until_resumed() -> None:
     cluster.store.mutate(JOBS, "default", "batch", lambda o: o["spec"].update(suspend=False))
     run(cluster, 5)
     assert len(running(cluster, j)) == 1
+
+
+def test_indexed_job_runs_each_index_once_and_reports_completed_indexes() -> None:
+    from shipshape.emulator.controllers.job import format_indexes, parse_indexes
+
+    assert format_indexes({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert parse_indexes("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
+
+    cluster, _ = make_cluster()
+    j = create(cluster, JOBS, job(completions=4, parallelism=2, completionMode="Indexed"))
+    run(cluster, 5)
+
+    def by_index() -> dict[str, Obj]:
+        return {
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p
+            for p in running(cluster, j)
+        }
+
+    pods = by_index()
+    assert sorted(pods) == ["0", "1"]
+    pod = pods["1"]
+    assert pod["metadata"]["name"].startswith("batch-1-")
+    assert pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"
+    assert pod["spec"]["hostname"] == "batch-1"
+    (env,) = pod["spec"]["containers"][0]["env"]
+    assert env["name"] == "JOB_COMPLETION_INDEX"
+    finish(cluster, pods["1"], "Succeeded")
+    finish(cluster, pods["0"], "Failed")
+    run(cluster, 5)
+    assert status(cluster)["completedIndexes"] == "1" and status(cluster)["succeeded"] == 1
+    run(cluster, 10)  # the failed index 0 comes back after its backoff, next to index 2
+    assert sorted(by_index()) == ["0", "2"]
+    for p in by_index().values():
+        finish(cluster, p, "Succeeded")
+    run(cluster, 5)
+    (last,) = by_index().values()
+    finish(cluster, last, "Succeeded")
+    run(cluster, 1)
+    st = status(cluster)
+    assert st["completedIndexes"] == "0-3" and st["succeeded"] == 4
+    assert conditions(cluster)["Complete"] == "CompletionsReached"
