@@ -23,7 +23,7 @@ import orjson
 
 from shipshape.emulator.cloud import fit, nodes
 from shipshape.emulator.resources import NODES, PODS
-from shipshape.emulator.store import Obj
+from shipshape.emulator.store import Obj, WatchEvent
 from shipshape.kube.clock import parse_time
 from shipshape.kube.quantity import resource_amount
 
@@ -203,9 +203,40 @@ class ClusterAutoscaler:
         self._empty_since: dict[str, float] = {}
         self._last_not_triggered: dict[tuple[str, str], float] = {}
         self._templates: dict[str, Obj] = {}
+        self._unschedulable: dict[tuple[str, str], Obj] = {}
+        self._blocking: dict[str, set[tuple[str, str]]] = {}  # node -> pods that keep it
+        self._blocking_node: dict[tuple[str, str], str] = {}
 
     def start(self) -> None:
+        store = self.cloud.c.store
+        for pod in store.iter(PODS):
+            self._index(pod, deleted=False)
+        store.subscribe(self._on_change)
         self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
+
+    # ---- indexes kept from the watch, so a scan does not walk every pod -------------------------
+    def _on_change(self, event: WatchEvent) -> None:
+        if event.resource is PODS:
+            self._index(event.object, deleted=event.type == "DELETED")
+
+    def _index(self, pod: Obj, *, deleted: bool) -> None:
+        key = _pod_key(pod)
+        if not deleted and unschedulable_since(pod) is not None:
+            self._unschedulable[key] = pod
+        else:
+            self._unschedulable.pop(key, None)
+            self._last_not_triggered.pop(key, None)
+        old_node = self._blocking_node.pop(key, None)
+        if old_node is not None:
+            blocking = self._blocking.get(old_node)
+            if blocking is not None:
+                blocking.discard(key)
+                if not blocking:
+                    del self._blocking[old_node]
+        node = pod.get("spec", {}).get("nodeName")
+        if not deleted and node and _blocks_scale_down(pod):
+            self._blocking.setdefault(node, set()).add(key)
+            self._blocking_node[key] = node
 
     # ---- helpers ---------------------------------------------------------------------------
     def _fits(self) -> FitFn:
@@ -242,7 +273,7 @@ class ClusterAutoscaler:
         now = cloud.c.now()
         after = cloud.autoscaler_settings.scale_up_after
         pending = []
-        for pod in cloud.c.store.iter(PODS):
+        for pod in self._unschedulable.values():
             since = unschedulable_since(pod)
             if since is not None and now - since >= after:
                 pending.append(pod)
@@ -362,10 +393,9 @@ class ClusterAutoscaler:
         return removed
 
     def _empty(self, inst: Instance) -> bool:
-        node = self.cloud.c.store.get(NODES, "", inst.node_name)
-        if node is None:
+        if inst.node_name in self._blocking:
             return False
-        return not any(_blocks_scale_down(p) for p in self.cloud.c.store.pods_on_node(inst.node_name))
+        return self.cloud.c.store.get(NODES, "", inst.node_name) is not None
 
     def _remove(self, inst: Instance) -> None:
         cloud = self.cloud
