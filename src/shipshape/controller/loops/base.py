@@ -1,0 +1,176 @@
+"""The shape every loop shares, and what the loops read in common.
+
+A loop is a `Reconciler(clock, cache, ops, config, metrics, shared)` with a `name`, an `interval`
+(emulated seconds between rounds), `observe(now)` and `reconcile(now)`:
+
+- `observe` runs on every controller replica: it only updates `SharedState` from the cache (the pools
+  at risk, the pools in shortage), which every replica's webhook reads;
+- `reconcile` runs on the leader only: it reads the cache, takes its decisions from `decisions.py`,
+  and writes through `ClusterOps`.
+
+Reads of the cache happen inside `with self.reading():` (the process passes a lock, since watch
+threads feed the cache); writes happen outside it, so the webhook never waits on API calls.
+Nothing that matters is kept in memory: what a loop did is written on the cluster's objects
+(annotations), so a restarted or newly elected controller picks up where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
+from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
+from shipshape.controller.events import event_for
+from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.ops import ClusterOps, OpsError
+from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind, resolve_policy
+from shipshape.controller.risk import RiskModel
+from shipshape.kube.clock import Clock
+
+Obj = dict[str, Any]
+LOG = logging.getLogger("shipshape.controller.loops")
+
+
+class LoopSettings(BaseModel):
+    """How often the loops run and how hard they may push; every field has a safe default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interruption_interval_seconds: float = Field(default=1.0, gt=0)
+    rebalance_interval_seconds: float = Field(default=10.0, gt=0)
+    # Pods the rebalancer may move per minute, cluster-wide (one per workload per round at most).
+    rebalance_moves_per_minute: float = Field(default=6.0, gt=0)
+    deletion_cost_interval_seconds: float = Field(default=5.0, gt=0)
+    fallback_interval_seconds: float = Field(default=10.0, gt=0)
+    headroom_interval_seconds: float = Field(default=30.0, gt=0)
+    headroom_enabled: bool = True
+    # Ask each spot node's instance-metadata endpoint for a notice (where the controller can reach it).
+    poll_instance_metadata: bool = True
+
+
+@dataclass(slots=True)
+class SharedState:
+    """What the loops learn and the webhook reads: pool risk (notices, cool-down) and spot shortages."""
+
+    risk: RiskModel
+    shortages: ShortageTracker
+    settings: LoopSettings = field(default_factory=LoopSettings)
+    # This replica's name, as `reportingInstance` of the Events it posts.
+    instance: str = ""
+
+    @classmethod
+    def for_config(
+        cls,
+        config: ControllerConfig,
+        settings: LoopSettings | None = None,
+        risk: RiskModel | None = None,
+        instance: str = "",
+    ) -> SharedState:
+        return cls(
+            risk=risk
+            or RiskModel(
+                cooldown_seconds=config.risk_cooldown_seconds, window_seconds=config.risk_window_seconds
+            ),
+            shortages=ShortageTracker(config.fallback_retry_seconds, config.fallback_retry_max_seconds),
+            settings=settings or LoopSettings(),
+            instance=instance,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Managed:
+    """A managed workload with a valid policy, as the loops see it."""
+
+    ref: WorkloadRef
+    state: WorkloadState
+
+
+class Reconciler:
+    """Base of the loops; subclasses set `name`, return their interval and override the two rounds."""
+
+    name: ClassVar[str] = "reconciler"
+
+    def __init__(
+        self,
+        clock: Clock,
+        cache: ClusterCache,
+        ops: ClusterOps,
+        config: ControllerConfig,
+        metrics: ControllerMetrics,
+        shared: SharedState | None = None,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.cache = cache
+        self.ops = ops
+        self.config = config
+        self.metrics = metrics
+        self.shared = shared or SharedState.for_config(config)
+        self._lock: AbstractContextManager[Any] = lock if lock is not None else contextlib.nullcontext()
+
+    @property
+    def interval(self) -> float:
+        return 10.0
+
+    @property
+    def settings(self) -> LoopSettings:
+        return self.shared.settings
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def observe(self, now: float) -> None:
+        """Update shared state from the cache (every replica); no writes."""
+
+    def reconcile(self, now: float) -> None:
+        """One round of the loop (the leader only)."""
+
+    # --- helpers shared by the loops --------------------------------------------------------------
+
+    def managed(self) -> list[Managed]:
+        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`)."""
+        found: list[Managed] = []
+        for kind in (WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFULSET):
+            for obj in self.cache.objects(kind.value):
+                if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                result = self.policy_of(kind, obj)
+                if not result.valid or result.policy is None:
+                    continue
+                ref = workload_ref(kind, obj)
+                found.append(Managed(ref, workload_state(self.cache, ref, result.policy)))
+        return found
+
+    def policy_of(self, kind: WorkloadKind, obj: Obj) -> PolicyResult:
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        if namespace == self.config.namespace or namespace in self.config.excluded_namespaces:
+            return PolicyResult(managed=False)
+        return resolve_policy(
+            kind, metadata.get("annotations") or {}, self.cache.namespace_labels(namespace), self.config
+        )
+
+    def post_event(
+        self, obj: Obj, kind: str, reason: str, message: str, now: float, *, warning: bool = False
+    ) -> None:
+        """Best effort: an Event that cannot be posted is logged, never fatal."""
+        body = event_for(obj, kind, reason, message, now=now, warning=warning, instance=self.shared.instance)
+        try:
+            self.ops.post_event(body)
+        except OpsError as error:
+            LOG.warning("cannot post event %s on %s: %s", reason, body["involvedObject"]["name"], error)
+
+
+def workload_ref(kind: WorkloadKind, obj: Obj) -> WorkloadRef:
+    metadata = obj.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name"))
+    return WorkloadRef(kind, namespace, name, obj, GroupKey(namespace, kind.value, name))

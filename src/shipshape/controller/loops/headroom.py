@@ -1,0 +1,70 @@
+"""Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
+pods one spot pool could lose (`decisions.headroom_plan`), so that replacements after a notice preempt
+placeholders and start at once. Keeps the PriorityClass, creates/updates the placeholders and removes
+the ones no longer needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from shipshape.controller.decisions import headroom_plan, spot_pods_by_pool
+from shipshape.controller.headroom import HEADROOM_LABEL, placeholder_deployments, priority_class
+from shipshape.controller.loops.base import Reconciler
+from shipshape.controller.ops import ObjectRef, OpsError
+
+LOG = logging.getLogger("shipshape.controller.loops.headroom")
+
+
+def _same(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+    """The cached placeholder already has the replicas and template we want."""
+    if have is None:
+        return False
+    have_spec, want_spec = have.get("spec") or {}, want["spec"]
+    if have_spec.get("replicas") != want_spec["replicas"]:
+        return False
+    have_containers = ((have_spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    want_containers = want_spec["template"]["spec"]["containers"]
+    return [c.get("resources") for c in have_containers] == [c["resources"] for c in want_containers]
+
+
+class HeadroomKeeper(Reconciler):
+    name = "headroom"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._priority_class_applied = False
+
+    @property
+    def interval(self) -> float:
+        return self.settings.headroom_interval_seconds
+
+    def reconcile(self, now: float) -> None:
+        if not self.settings.headroom_enabled:
+            return
+        namespace = self.config.namespace
+        with self.reading():
+            plan = headroom_plan(spot_pods_by_pool(m.state for m in self.managed()))
+            wanted = placeholder_deployments(plan, namespace)
+            existing = {
+                d["metadata"]["name"]: d
+                for d in self.cache.objects("Deployment")
+                if d["metadata"].get("namespace") == namespace
+                and ((d["metadata"].get("labels") or {}).get(HEADROOM_LABEL) == "true")
+            }
+        try:
+            if not self._priority_class_applied:
+                self.ops.apply(priority_class())
+                self._priority_class_applied = True
+            for body in wanted:
+                if not _same(existing.get(body["metadata"]["name"]), body):
+                    result = self.ops.apply(body)
+                    LOG.info("headroom placeholder %s %s", body["metadata"]["name"], result)
+            names = {body["metadata"]["name"] for body in wanted}
+            for name, body in existing.items():
+                if name not in names:
+                    self.ops.delete(ObjectRef.of({**body, "apiVersion": "apps/v1", "kind": "Deployment"}))
+        except OpsError as error:
+            LOG.warning("headroom not updated: %s", error)

@@ -1,0 +1,357 @@
+"""Interruption responder: termination notices handled together, replacements started before pods go.
+
+Every notice at hand (interruption handlers' taints, the instance-metadata endpoint) goes through
+`decisions.plan_interruptions` in one round, so a pool or a zone reclaimed at once is one plan:
+
+- the noticed pools (and, for a zone reclaim, the zone's other pools) are recorded in the shared
+  `RiskModel`, so every replica's webhook keeps new pods off them for the cool-down;
+- a single-replica Deployment in `surge` mode gets a rollout restart with maxSurge 1 /
+  maxUnavailable 0: the new pod (placed off the reclaimed pools) is Ready before the old one goes;
+- a multi-replica Deployment is surged: `spec.replicas` grows by the number of doomed pods, whose
+  pod-deletion-cost drops to the lowest value; once the replacements are Ready (or the doomed pods
+  are gone) the replicas go back and the ReplicaSet removes the doomed pods first;
+- StatefulSets cannot surge: they are only steered (their new pods avoid the reclaimed pools).
+
+What was done is written on the Deployment (annotations below), so a restarted controller neither
+repeats a restart nor surges twice, and finishes a surge another replica started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shipshape.controller.cache import node_capacity, node_pool
+from shipshape.controller.decisions import (
+    ActionKind,
+    InterruptionPlan,
+    Notice,
+    WorkloadAction,
+    deployment_max_unavailable,
+    nodes_by_name,
+    notice_from_instance_action,
+    notices_from_taints,
+    plan_interruptions,
+)
+from shipshape.controller.events import INTERRUPTION_RESPONSE
+from shipshape.controller.loops.base import Managed, Reconciler
+from shipshape.controller.ops import OpsError
+from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
+from shipshape.kube.clock import rfc3339
+
+Obj = dict[str, Any]
+LOG = logging.getLogger("shipshape.controller.loops.interruptions")
+
+# On a Deployment being surged: {"surge": k, "pods": [...], "nodes": [...], "since": t, "deadline": t}.
+SURGE_NOTE = PREFIX + "surge"
+# On a single-replica Deployment restarted for a notice: {"nodes": [...], "at": t}.
+RESTART_NOTE = PREFIX + "interruption-restart"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+# Lowest pod-deletion-cost: the ReplicaSet removes doomed pods first when the surge ends.
+DOOMED_COST = "-1000000"
+# A surge whose deadline passed this long ago ends whatever the pods look like.
+SURGE_GRACE_SECONDS = 300.0
+
+
+def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(annotation)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _dump(value: Obj) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class SurgeNote:
+    surge: int
+    pods: tuple[str, ...]
+    nodes: tuple[str, ...]
+    since: float
+    deadline: float
+
+    @classmethod
+    def read(cls, deployment: Mapping[str, Any]) -> SurgeNote | None:
+        note = read_note(deployment, SURGE_NOTE)
+        if note is None:
+            return None
+        try:
+            return cls(
+                int(note["surge"]),
+                tuple(str(p) for p in note.get("pods") or ()),
+                tuple(str(n) for n in note.get("nodes") or ()),
+                float(note["since"]),
+                float(note["deadline"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def dump(self) -> str:
+        return _dump(
+            {
+                "surge": self.surge,
+                "pods": list(self.pods),
+                "nodes": list(self.nodes),
+                "since": self.since,
+                "deadline": self.deadline,
+            }
+        )
+
+
+def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], now: float) -> Obj:
+    """A rollout restart that surges: maxSurge 1 / maxUnavailable 0 unless the strategy already surges."""
+    patch: Obj = {
+        "metadata": {"annotations": {RESTART_NOTE: _dump({"nodes": sorted(nodes), "at": now})}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: rfc3339(now)}}}},
+    }
+    if deployment_max_unavailable(deployment) != 0:
+        patch["spec"]["strategy"] = {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        }
+    return patch
+
+
+def surge_start_patch(replicas: int, note: SurgeNote) -> Obj:
+    return {"metadata": {"annotations": {SURGE_NOTE: note.dump()}}, "spec": {"replicas": replicas}}
+
+
+def surge_end_patch(replicas: int) -> Obj:
+    return {"metadata": {"annotations": {SURGE_NOTE: None}}, "spec": {"replicas": max(0, replicas)}}
+
+
+def surge_done(state_pods: Sequence[Any], note: SurgeNote, replicas: int, now: float) -> bool:
+    """The surge can end: the replacements are Ready, the doomed pods are gone, or it is long overdue."""
+    doomed = set(note.pods)
+    doomed_active = [pod for pod in state_pods if pod.name in doomed]
+    others_ready = sum(1 for pod in state_pods if pod.ready and pod.name not in doomed)
+    base = replicas - note.surge
+    return not doomed_active or others_ready >= base or now > note.deadline + SURGE_GRACE_SECONDS
+
+
+class InterruptionResponder(Reconciler):
+    name = "interruption-responder"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._metadata_notices: dict[str, Notice] = {}
+        self._last_poll = float("-inf")
+        # Restarts and surges sent but not yet seen in the cache (watch lag): workload key -> nodes.
+        self._pending: dict[str, tuple[frozenset[str], float]] = {}
+        # Single-replica restarts waiting for their replacement: workload key -> (notice time, nodes).
+        self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
+
+    @property
+    def interval(self) -> float:
+        return self.settings.interruption_interval_seconds
+
+    # --- every replica ----------------------------------------------------------------------------
+
+    def observe(self, now: float) -> None:
+        with self.reading():
+            nodes = nodes_by_name(self.cache.objects("Node"))
+            notices = notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds)
+        self._record(notices, nodes, now)
+
+    def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
+        lead = self.config.notice_lead_seconds
+        for notice in notices:
+            node = nodes.get(notice.node)
+            pool = node_pool(node) if node is not None else None
+            if pool is not None and self.shared.risk.record_notice(
+                notice.node, pool, min(now, notice.deadline - lead)
+            ):
+                self.metrics.notices.labels(source=notice.source).inc()
+                LOG.info("termination notice for node %s (pool %s) from %s", notice.node, pool, notice.source)
+        pools = {pool for n in notices if n.node in nodes and (pool := node_pool(nodes[n.node])) is not None}
+        zones = {pool.zone for pool in pools if sum(1 for other in pools if other.zone == pool.zone) >= 2}
+        for node in nodes.values():
+            pool = node_pool(node)
+            if pool is not None and pool.zone in zones and pool not in pools:
+                self.shared.risk.record_notice(f"zone-reclaim/{pool}", pool, now)
+
+    # --- leader -----------------------------------------------------------------------------------
+
+    def reconcile(self, now: float) -> None:
+        self._poll_metadata(now)
+        with self.reading():
+            nodes = nodes_by_name(self.cache.objects("Node"))
+            notices = notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds)
+            notices += [n for name, n in self._metadata_notices.items() if name in nodes]
+            managed = self.managed()
+            plan = plan_interruptions(notices, nodes, [m.state for m in managed])
+        self._record(notices, nodes, now)
+        by_key = {m.state.key: m for m in managed}
+        acted: set[str] = set()
+        for action in plan.actions:
+            workload = by_key[action.workload]
+            try:
+                if self._act(workload, action, plan, now):
+                    acted.add(action.workload)
+            except OpsError as error:
+                LOG.warning("interruption response for %s failed, retrying: %s", action.workload, error)
+        for workload in managed:
+            if workload.state.key in acted:
+                continue
+            try:
+                self._finish_surge(workload, now)
+            except OpsError as error:
+                LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
+        self._observe_restarts(managed, now)
+        self._pending = {k: v for k, v in self._pending.items() if now - v[1] < 30.0}
+
+    def _poll_metadata(self, now: float) -> None:
+        if not self.settings.poll_instance_metadata or now - self._last_poll < 5.0:
+            return
+        self._last_poll = now
+        with self.reading():
+            spot = [n for n in self.cache.objects("Node") if node_capacity(n) is CapacityType.SPOT]
+        found: dict[str, Notice] = {}
+        for node in spot:
+            name = str((node.get("metadata") or {}).get("name"))
+            try:
+                notice = notice_from_instance_action(name, self.ops.instance_action(node))
+            except OpsError:
+                notice = self._metadata_notices.get(name)
+            if notice is not None:
+                found[name] = notice
+        self._metadata_notices = found
+
+    def _act(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
+        doomed_nodes = frozenset(
+            pod.node for pod in workload.state.pods if pod.name in action.doomed_pods and pod.node
+        )
+        """Start what the action needs; True when a write was made now or is still in flight."""
+        obj = workload.ref.obj
+        if action.kind is ActionKind.SURGE_RESTART:
+            note = read_note(obj, RESTART_NOTE) or {}
+            done = doomed_nodes <= set(note.get("nodes") or ())
+        else:
+            surge = SurgeNote.read(obj)
+            done = surge is not None and set(action.doomed_pods) <= set(surge.pods)
+        if done:
+            self._pending.pop(action.workload, None)
+            return False
+        pending = self._pending.get(action.workload)
+        if pending is not None and doomed_nodes <= pending[0]:
+            return True  # written, not yet seen in the cache
+        if action.kind is ActionKind.SURGE_RESTART:
+            self.ops.patch_workload(
+                WorkloadKind.DEPLOYMENT,
+                workload.ref.namespace,
+                workload.ref.name,
+                restart_patch(obj, sorted(doomed_nodes), now),
+            )
+            self._pending[action.workload] = (doomed_nodes, now)
+            self._awaiting_ready[action.workload] = (now, doomed_nodes)
+            self._event(
+                workload,
+                action,
+                plan,
+                f"restarting with a surge before node(s) {_names(doomed_nodes)} go",
+                now,
+            )
+            return True
+        if action.kind is ActionKind.SURGE:
+            return self._surge(workload, action, plan, doomed_nodes, now)
+        return False
+
+    def _surge(
+        self,
+        workload: Managed,
+        action: WorkloadAction,
+        plan: InterruptionPlan,
+        doomed_nodes: frozenset[str],
+        now: float,
+    ) -> bool:
+        obj = workload.ref.obj
+        note = SurgeNote.read(obj)
+        recorded = set(note.pods) if note is not None else set()
+        new = [name for name in action.doomed_pods if name not in recorded]
+        if not new:
+            return False
+        by_name = {pod.name: pod for pod in workload.state.pods}
+        for name in action.doomed_pods:
+            if by_name[name].deletion_cost != DOOMED_COST:
+                self.ops.annotate_pod(workload.ref.namespace, name, {DELETION_COST: DOOMED_COST})
+        replicas = workload.ref.replicas + len(new)
+        updated = SurgeNote(
+            surge=(note.surge if note is not None else 0) + len(new),
+            pods=tuple(sorted(recorded | set(new))),
+            nodes=tuple(sorted(set(note.nodes if note is not None else ()) | doomed_nodes)),
+            since=note.since if note is not None else now,
+            deadline=min(action.deadline, note.deadline) if note is not None else action.deadline,
+        )
+        self.ops.patch_workload(
+            WorkloadKind.DEPLOYMENT,
+            workload.ref.namespace,
+            workload.ref.name,
+            surge_start_patch(replicas, updated),
+        )
+        self._pending[action.workload] = (doomed_nodes, now)
+        self._event(
+            workload,
+            action,
+            plan,
+            f"surging {len(new)} replacement(s) before node(s) {_names(doomed_nodes)} go",
+            now,
+        )
+        return True
+
+    def _finish_surge(self, workload: Managed, now: float) -> None:
+        if workload.ref.kind is not WorkloadKind.DEPLOYMENT:
+            return
+        note = SurgeNote.read(workload.ref.obj)
+        if note is None or not surge_done(workload.state.pods, note, workload.ref.replicas, now):
+            return
+        doomed = set(note.pods)
+        for pod in workload.state.pods:
+            if pod.name in doomed and pod.deletion_cost != DOOMED_COST:
+                self.ops.annotate_pod(workload.ref.namespace, pod.name, {DELETION_COST: DOOMED_COST})
+        self.ops.patch_workload(
+            WorkloadKind.DEPLOYMENT,
+            workload.ref.namespace,
+            workload.ref.name,
+            surge_end_patch(workload.ref.replicas - note.surge),
+        )
+        self._pending.pop(workload.state.key, None)
+        self.metrics.notice_to_ready.observe(max(0.0, now - note.since))
+        LOG.info("surge of %s ended after %.0fs", workload.state.key, now - note.since)
+
+    def _observe_restarts(self, managed: Sequence[Managed], now: float) -> None:
+        by_key = {m.state.key: m for m in managed}
+        for key, (since, nodes) in list(self._awaiting_ready.items()):
+            workload = by_key.get(key)
+            if workload is None or now - since > 3600:
+                del self._awaiting_ready[key]
+                continue
+            if any(pod.ready and pod.node not in nodes for pod in workload.state.pods):
+                self.metrics.notice_to_ready.observe(now - since)
+                del self._awaiting_ready[key]
+
+    def _event(
+        self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, what: str, now: float
+    ) -> None:
+        scope = ", ".join(str(pool) for pool in sorted(plan.reclaimed_pools)) or "on-demand nodes"
+        zones = (
+            f"; zone(s) {', '.join(sorted(plan.reclaimed_zones))} reclaimed" if plan.reclaimed_zones else ""
+        )
+        message = (
+            f"termination notice for pool(s) {scope}{zones}: {what}; deadline {rfc3339(action.deadline)}, "
+            f"ready {action.ready_now}, floor {action.floor}"
+        )
+        self.post_event(workload.ref.obj, workload.ref.kind.value, INTERRUPTION_RESPONSE, message, now)
+
+
+def _names(nodes: frozenset[str]) -> str:
+    return ", ".join(sorted(nodes))

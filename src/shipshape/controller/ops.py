@@ -1,0 +1,170 @@
+"""What the controller's loops do to a cluster: the few writes they need, behind one small interface.
+
+`ClusterOps` is implemented by `kube_ops.KubeOps` (the official client, for real clusters and the
+served emulator) and by whatever drives the loops in process (the what-if simulator, tests).
+`RecordingOps` ships here as a fake that records every call and answers from a script, so the
+loops can be tested without a cluster. Bodies are plain JSON dicts, as the API server speaks them.
+
+Errors: an implementation raises `OpsError` (with `retryable`) and nothing else, so no client
+exception leaks into the loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from shipshape.controller.policy import WorkloadKind
+
+Obj = dict[str, Any]
+ApplyResult = Literal["created", "updated", "unchanged"]
+
+
+class EvictionOutcome(StrEnum):
+    EVICTED = "evicted"
+    # 429 TooManyRequests: a PodDisruptionBudget does not allow the disruption now.
+    BLOCKED = "blocked"
+    # 404: the pod is already gone.
+    GONE = "gone"
+
+
+class OpsError(RuntimeError):
+    """A write the cluster refused or could not take; `retryable` when trying again later may work."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An object the loops create or delete by name (placeholder Deployments, the PriorityClass)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectRef:
+        metadata = body.get("metadata") or {}
+        return cls(
+            str(body.get("apiVersion")),
+            str(body.get("kind")),
+            str(metadata.get("namespace") or ""),
+            str(metadata.get("name")),
+        )
+
+
+class ClusterOps(Protocol):
+    """The writes (and the one outside read) the loops make; everything else they read from the cache."""
+
+    def evict(self, namespace: str, pod: str) -> EvictionOutcome:
+        """Evict a pod through the Eviction API (policy/v1), so that PodDisruptionBudgets apply."""
+        ...
+
+    def delete_pod(self, namespace: str, pod: str) -> bool:
+        """Delete a pod (its controller re-creates it); False when it was already gone."""
+        ...
+
+    def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge annotations into a pod's metadata (None removes one), e.g. the pod deletion cost."""
+        ...
+
+    def patch_workload(self, kind: WorkloadKind, namespace: str, name: str, patch: Obj) -> None:
+        """A JSON merge patch on a Deployment or StatefulSet (rollout restart, surge replicas)."""
+        ...
+
+    def apply(self, body: Obj) -> ApplyResult:
+        """Create the object, or replace it when its spec (or value) differs; idempotent."""
+        ...
+
+    def delete(self, ref: ObjectRef) -> bool:
+        """Delete an object the loops own; False when it was already gone."""
+        ...
+
+    def list_owned(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Obj]:
+        """Objects the loops own (placeholder Deployments), found by label."""
+        ...
+
+    def post_event(self, body: Obj) -> None:
+        """Record a core/v1 Event (see `events.py` for the bodies)."""
+        ...
+
+    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
+        """The node's instance-metadata `spot/instance-action` answer, or None (no notice, unreachable)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One recorded call: the operation's name and its arguments."""
+
+    op: str
+    args: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class RecordingOps:
+    """A `ClusterOps` that records calls and changes nothing; answers come from the fields below.
+
+    `evictions` maps "namespace/pod" to the outcome (default EVICTED); `instance_actions` maps a node
+    name to its metadata answer; `fail` maps an operation name to the error it raises.
+    """
+
+    evictions: dict[str, EvictionOutcome] = field(default_factory=dict)
+    instance_actions: dict[str, Obj] = field(default_factory=dict)
+    owned: list[Obj] = field(default_factory=list)
+    fail: dict[str, OpsError] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    on_call: Callable[[Call], None] | None = None
+
+    def _record(self, op: str, *args: Any) -> None:
+        call = Call(op, args)
+        self.calls.append(call)
+        if self.on_call is not None:
+            self.on_call(call)
+        error = self.fail.get(op)
+        if error is not None:
+            raise error
+
+    def of(self, op: str) -> list[tuple[Any, ...]]:
+        """The arguments of every recorded call of one operation, in order."""
+        return [call.args for call in self.calls if call.op == op]
+
+    def evict(self, namespace: str, pod: str) -> EvictionOutcome:
+        self._record("evict", namespace, pod)
+        return self.evictions.get(f"{namespace}/{pod}", EvictionOutcome.EVICTED)
+
+    def delete_pod(self, namespace: str, pod: str) -> bool:
+        self._record("delete_pod", namespace, pod)
+        return True
+
+    def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
+        self._record("annotate_pod", namespace, pod, dict(annotations))
+
+    def patch_workload(self, kind: WorkloadKind, namespace: str, name: str, patch: Obj) -> None:
+        self._record("patch_workload", kind, namespace, name, patch)
+
+    def apply(self, body: Obj) -> ApplyResult:
+        self._record("apply", body)
+        return "created"
+
+    def delete(self, ref: ObjectRef) -> bool:
+        self._record("delete", ref)
+        return True
+
+    def list_owned(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Obj]:
+        self._record("list_owned", api_version, kind, namespace, label_selector)
+        return list(self.owned)
+
+    def post_event(self, body: Obj) -> None:
+        self._record("post_event", body)
+
+    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
+        name = str((node.get("metadata") or {}).get("name"))
+        self._record("instance_action", name)
+        return self.instance_actions.get(name)
