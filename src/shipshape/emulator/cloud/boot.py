@@ -123,8 +123,25 @@ class LogIdentity:
         return self.node_name.split(".", 1)[0]
 
 
-def render_messages(ident: LogIdentity, timeline: BootTimeline, until: float | None = None) -> str:
-    """/var/log/messages of the node from kernel boot to NodeReady (only lines up to `until`)."""
+@dataclass(frozen=True, slots=True)
+class PodStart:
+    """A pod the kubelet started on the node: its first container's start time."""
+
+    started: float
+    namespace: str
+    name: str
+    uid: str
+    container_id: str
+
+
+def render_messages(
+    ident: LogIdentity,
+    timeline: BootTimeline,
+    until: float | None = None,
+    pod_starts: tuple[PodStart, ...] = (),
+) -> str:
+    """/var/log/messages of the node from kernel boot to NodeReady, plus the start of the pods in
+    `pod_starts` (sandbox and PLEG ContainerStarted lines), keeping only lines up to `until`."""
     t = timeline.as_dict()
     host = ident.host
     node = ident.node_name
@@ -292,6 +309,18 @@ def render_messages(ident: LogIdentity, timeline: BootTimeline, until: float | N
         "kubelet_node_status.go:493",
         '"Fast updating node status as it just became ready"',
     )
+    for start in pod_starts:
+        ref = f"{start.namespace}/{start.name}"
+        sandbox_at = max(start.started - 0.9, ready)
+        meta = f"Name:{start.name},Uid:{start.uid},Namespace:{start.namespace},Attempt:0,"
+        ctrd(sandbox_at, f"RunPodSandbox for &PodSandboxMetadata{{{meta}}}")
+        klog(
+            start.started,
+            "I",
+            "kubelet.go:2473",
+            f'"SyncLoop (PLEG): event for pod" pod="{ref}" '
+            f"event=&{{ID:{start.uid} Type:ContainerStarted Data:{start.container_id}}}",
+        )
     lines.sort(key=lambda item: item[0])  # stable: same-time lines keep their written order
     kept = [text for ts, text in lines if until is None or ts <= until]
     return "".join(f"{text}\n" for text in kept)

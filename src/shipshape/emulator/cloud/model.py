@@ -29,7 +29,7 @@ from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Autoscaler, Interruptions, NodeBoot, Pool, Scenario, TimelineEvent
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
-from shipshape.kube.clock import rfc3339
+from shipshape.kube.clock import parse_time, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,29 @@ class CloudModel:
         inst = self._by_node.get(node)
         if inst is None:
             return None
-        return boot.render_messages(self._log_identity(inst), inst.timeline, until=self.c.now())
+        return boot.render_messages(
+            self._log_identity(inst), inst.timeline, until=self.c.now(), pod_starts=self._pod_starts(inst)
+        )
+
+    def _pod_starts(self, inst: Instance) -> tuple[boot.PodStart, ...]:
+        """Pods the kubelet started on the node (from their container statuses), for the log."""
+        out = []
+        for pod in self.c.store.pods_on_node(inst.node_name):
+            started: list[tuple[float, str]] = []
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                stamp = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+                if stamp:
+                    cid = str(status.get("containerID") or "").split("://", 1)[-1]
+                    seed = f"{pod['metadata'].get('uid')}:{status.get('name')}"
+                    cid = cid or hashlib.sha256(seed.encode()).hexdigest()
+                    started.append((parse_time(stamp), cid))
+            if not started:
+                continue
+            when, cid = min(started)
+            md = pod["metadata"]
+            if when >= inst.timeline.ready:
+                out.append(boot.PodStart(when, md["namespace"], md["name"], md.get("uid", ""), cid))
+        return tuple(sorted(out, key=lambda p: p.started))
 
     def cni_log(self, node: str) -> str | None:
         inst = self._by_node.get(node)

@@ -285,3 +285,41 @@ def test_metadata_url_annotation_when_the_http_layer_publishes_one() -> None:
         assert (
             node["metadata"]["annotations"][nodes.METADATA_URL_ANNOTATION] == f"http://127.0.0.1:9999/{name}"
         )
+
+
+def test_boot_log_parses_with_the_node_collector_including_the_first_pod() -> None:
+    from shipshape.emulator.resources import PODS
+    from shipshape.nodecollector.collect import timeline_from_text
+
+    env = start(scenario([{**SPOT_A, "initialSize": 0}], interruptions={"enabled": False}))
+    env.cloud.set_desired("spot-a", 1)
+    (inst,) = env.cloud.active_instances("spot-a")
+    env.cluster.engine.run_until(inst.timeline.ready + 5)
+    started = env.clock.now()
+    env.cluster.store.create(
+        PODS,
+        {
+            "metadata": {"name": "web-1", "namespace": "default"},
+            "spec": {"nodeName": inst.node_name, "containers": [{"name": "web", "image": "nginx"}]},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "web",
+                        "containerID": "containerd://abc123",
+                        "state": {"running": {"startedAt": rfc3339(started)}},
+                    }
+                ],
+            },
+        },
+    )
+    log = env.cloud.boot_log(inst.node_name)
+    assert log is not None
+    timeline = timeline_from_text(log, year=2026, cni_log=env.cloud.cni_log(inst.node_name))
+    assert not timeline.missing
+    expected = inst.timeline.as_dict()
+    assert timeline.events["registered"].time == pytest.approx(expected["registered"], abs=1e-5)
+    assert timeline.events["node_ready"].time == pytest.approx(expected["ready"], abs=1e-5)
+    assert timeline.events["cni_ready"].time == pytest.approx(expected["cniReady"], abs=1e-3)
+    # startedAt has second resolution, as in the API.
+    assert timeline.events["first_pod_started"].time == pytest.approx(parse_time(rfc3339(started)), abs=1e-5)
