@@ -182,8 +182,19 @@ class Store:
         md = obj["metadata"]
         return (md.get("namespace", "") if rt.namespaced else "", md["name"])
 
-    def create(self, rt: ResourceType, obj: Obj, *, dry_run: bool = False, uid: str | None = None) -> Obj:
-        """Store a new object. Fills uid (unless given), resourceVersion, creationTimestamp, generation."""
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        *,
+        dry_run: bool = False,
+        uid: str | None = None,
+        created_at: float | None = None,
+    ) -> Obj:
+        """Store a new object. Fills uid (unless given), resourceVersion, creationTimestamp, generation.
+
+        `created_at` backdates creationTimestamp, for objects a model says existed before the
+        emulated cluster started (e.g. nodes that booted earlier)."""
         obj = clone(obj)
         md = meta(obj)
         obj["apiVersion"] = rt.api_version
@@ -211,7 +222,7 @@ class Store:
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             md.pop(field, None)
         md["uid"] = uid or str(uuid.uuid4())
-        md["creationTimestamp"] = rfc3339(self.clock.now())
+        md["creationTimestamp"] = rfc3339(self.clock.now() if created_at is None else created_at)
         md["generation"] = 1
         if dry_run:
             md["resourceVersion"] = ""

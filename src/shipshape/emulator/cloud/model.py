@@ -522,8 +522,9 @@ class CloudModel:
         now = self.c.now()
         since = inst.timeline.ready if ready else now
         body = nodes.build_node(self._node_spec(inst), ready=ready, since=since, heartbeat=now)
+        created_at = min(now, inst.timeline.registered)  # initial nodes registered before the start
         try:
-            self.c.store.create(NODES, body)
+            self.c.store.create(NODES, body, created_at=created_at)
         except errors.AlreadyExists:
             log.warning("node %s already exists; instance %s registers with it", inst.node_name, inst.id)
         inst.registered = True

@@ -56,6 +56,8 @@ def test_initial_nodes_exist_ready_with_the_conventional_labels() -> None:
         )
         # Booted before the cluster started.
         assert parse_time(ready["lastTransitionTime"]) < env.clock.now()
+        created = parse_time(node["metadata"]["creationTimestamp"])
+        assert created == int(inst.timeline.registered) < parse_time(ready["lastTransitionTime"]) + 1
         assert all(t["key"] != nodes.NOT_READY_TAINT for t in node["spec"].get("taints", []))
         assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.32.3"
         assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.7.")
@@ -93,6 +95,7 @@ def test_a_new_instance_registers_not_ready_then_becomes_ready_on_its_timeline()
     env.cluster.engine.run_until(timeline["registered"])
     node = env.node(inst.node_name)
     assert node is not None
+    assert node["metadata"]["creationTimestamp"] == rfc3339(timeline["registered"])
     assert _ready(node)["status"] == "False"
     assert "cni plugin not initialized" in _ready(node)["message"]
     assert {"key": nodes.NOT_READY_TAINT, "effect": "NoSchedule"} in node["spec"]["taints"]
