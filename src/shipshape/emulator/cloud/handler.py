@@ -77,7 +77,7 @@ class InterruptionHandler:
             return
 
         def done(error: errors.ApiError | None) -> None:
-            if isinstance(error, errors.TooManyRequests):
+            if error is not None and error.retryable:  # 429 (budget), 409 (PDB changed meanwhile), 503
                 deadline = inst.notice.action_time if inst.notice else cloud.c.now()
                 if cloud.c.now() + RETRY_SECONDS < deadline:
                     cloud.c.engine.call_later(RETRY_SECONDS, lambda: self._evict(inst, namespace, name))
