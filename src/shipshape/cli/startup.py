@@ -167,8 +167,14 @@ def pods(
     """Pod start-up phases: slowest pods, per-phase percentiles, SLO check and diagnosis."""
     console = Console()
     snapshot = _load(console, kubeconfig, context, from_file, namespace)
+    node_report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events)
     report = analyze_pod_startup(
-        snapshot.pods, snapshot.events, snapshot.nodes, namespace=namespace, workload=workload
+        snapshot.pods,
+        snapshot.events,
+        snapshot.nodes,
+        namespace=namespace,
+        workload=workload,
+        node_timelines={t.name: t for t in node_report.timelines},
     )
     if chart is not None:
         try:
@@ -208,11 +214,21 @@ def _nodes_tables(report: NodeReport, console: Console) -> None:
         nodes.NODE_READY,
         nodes.FIRST_POD_STARTED,
     )
-    table = Table(title="Node start-up (seconds from each node's first known event)")
-    table.add_column("node")
-    table.add_column("pool")
+    table = Table(title="Node start-up: seconds from each node's first known event")
+    table.add_column("node", overflow="fold")
+    table.add_column("pool", overflow="fold")
+    short = {
+        nodes.INSTANCE_CREATED: "launch",
+        nodes.VM_INITIALIZED: "VM",
+        nodes.CLOUD_INIT_FINISH: "cloud-init",
+        nodes.KUBELET_START: "kubelet",
+        nodes.REGISTERED: "registered",
+        nodes.CNI_READY: "CNI",
+        nodes.NODE_READY: "Ready",
+        nodes.FIRST_POD_STARTED: "1st pod",
+    }
     for name in columns:
-        table.add_column(nodes.EVENT_TITLES[name], justify="right")
+        table.add_column(short[name], justify="right")
     table.add_column("to Ready", justify="right")
     table.add_column("slowest segment")
     for timeline in report.timelines:
@@ -237,6 +253,21 @@ def _nodes_tables(report: NodeReport, console: Console) -> None:
                 name, str(stats.count), _seconds(stats.p50), _seconds(stats.p90), _seconds(stats.max)
             )
     console.print(segments)
+    if report.comparisons:
+        pools = Table(title="Pools (instance type / zone): median time to Ready")
+        for column in ("pool", "nodes", "median to Ready", "vs cluster", "explained by"):
+            pools.add_column(column)
+        for comparison in report.comparisons:
+            pools.add_row(
+                comparison.pool,
+                str(comparison.nodes),
+                _seconds(comparison.median_to_ready),
+                f"{comparison.delta:+.1f}",
+                f"{comparison.dominant_segment} ({comparison.dominant_delta:+.1f})"
+                if comparison.dominant_segment and abs(comparison.delta) >= 1.0
+                else "-",
+            )
+        console.print(pools)
     for comparison in report.comparisons:
         console.print(f"- {comparison.sentence()} ({comparison.nodes} nodes)")
     for timeline in report.timelines:
@@ -280,8 +311,14 @@ def nodes_command(
 
 def refresh_metrics(metrics: StartupMetrics, snapshot: Snapshot) -> dict[str, int]:
     """Analyze a fresh listing and observe pods and nodes that finished starting since the last."""
-    pod_report = analyze_pod_startup(snapshot.pods, snapshot.events, snapshot.nodes, dimensions=())
     node_report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events)
+    pod_report = analyze_pod_startup(
+        snapshot.pods,
+        snapshot.events,
+        snapshot.nodes,
+        dimensions=(),
+        node_timelines={t.name: t for t in node_report.timelines},
+    )
     observed_pods = sum(metrics.observe_pod(t) for t in pod_report.timelines)
     observed_nodes = sum(metrics.observe_node(t) for t in node_report.timelines)
     return {"pods": observed_pods, "nodes": observed_nodes}

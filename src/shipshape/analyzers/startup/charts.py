@@ -78,7 +78,7 @@ def _draw_pod_bars(axes: Axes, timelines: Sequence[PodTimeline]) -> None:
     axes.set_xlabel("seconds from creation")
     axes.set_title("Slowest pods: where start-up time goes")
     handles = [Patch(color=PHASE_COLORS[p], label=model.PHASE_TITLES[p]) for p in model.POD_PHASES]
-    axes.legend(handles=handles, loc="lower right", fontsize=7)
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
 
 
 def _draw_histogram(axes: Axes, values: Sequence[float], title: str) -> None:
@@ -153,7 +153,8 @@ def node_gantt_chart(timelines: Sequence[NodeTimeline], path: Path, *, limit: in
     axes.set_title("Node start-up")
     axes.legend(
         handles=[Patch(color=SEGMENT_COLORS[n], label=n) for n in nodes.SEGMENT_NAMES],
-        loc="lower right",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
         fontsize=7,
     )
     figure.tight_layout()

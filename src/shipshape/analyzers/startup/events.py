@@ -18,7 +18,16 @@ Obj = Mapping[str, Any]
 
 # Reasons that matter to start-up, for pods and for the controllers that create them.
 POD_REASONS = frozenset(
-    {"Scheduled", "FailedScheduling", "Pulling", "Pulled", "Created", "Started", "FailedCreatePodSandBox"}
+    {
+        "Scheduled",
+        "FailedScheduling",
+        "Pulling",
+        "Pulled",
+        "Created",
+        "Started",
+        "FailedCreatePodSandBox",
+        "NetworkNotReady",
+    }
 )
 OWNER_REASONS = frozenset({"SuccessfulCreate", "FailedCreate", "ScalingReplicaSet"})
 NODE_REASONS = frozenset({"NodeReady", "NodeNotReady", "RegisteredNode", "Starting"})

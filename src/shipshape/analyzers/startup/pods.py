@@ -262,7 +262,9 @@ class PodTimelineBuilder:
         main_containers = [c for c in timeline.containers if not c.init]
 
         # Sandbox and network: PodReadyToStartContainers (v1.29+) marks the end.
-        timeline.sandbox_errors = [e.message for e in events if e.reason == "FailedCreatePodSandBox"]
+        timeline.sandbox_errors = [
+            e.message for e in events if e.reason in ("FailedCreatePodSandBox", "NetworkNotReady")
+        ]
         timeline.sandbox_ready = _true_at(conditions, "PodReadyToStartContainers")
         if timeline.sandbox_ready is None:
             kubelet_reasons = ("Pulling", "Pulled", "Created", "Started")

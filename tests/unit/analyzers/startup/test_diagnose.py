@@ -238,3 +238,24 @@ def test_registry_runs_every_rule_and_a_healthy_pod_triggers_none() -> None:
     assert len({name for name, _ in diagnose.RULES}) == len(diagnose.RULES) == 9
     healthy = timelines([ready_pod(f"p{i}") for i in range(3)])
     assert rules_fired(DiagnosisInput(healthy, {"node-a": NodeInfo("node-a", created=T0 - 3600)})) == set()
+
+
+def test_kubelet_network_not_ready_event_fires_the_cni_rule() -> None:
+    plan = ready_pod("a", scheduled=5.0, sandbox=18.0, containers_ready=20.0, ready=20.0)
+    plan.containers = [C("app", started=19.0)]
+    waiting = event(
+        "Pod",
+        "default",
+        "a",
+        "NetworkNotReady",
+        "network is not ready: container runtime network not ready: NetworkReady=false "
+        "reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+        5.5,
+        event_type="Warning",
+    )
+    data = DiagnosisInput(timelines([plan], [waiting]), {"node-a": NodeInfo("node-a", created=T0)})
+    (finding,) = diagnose.cni_not_ready_on_new_nodes(data)
+    assert "cni plugin not initialized" in finding.evidence[-1]
+    # the same pod without the event, on a node whose CNI readiness is unknown, does not fire
+    quiet = DiagnosisInput(timelines([plan]), {"node-a": NodeInfo("node-a", created=T0)})
+    assert diagnose.cni_not_ready_on_new_nodes(quiet) == []
