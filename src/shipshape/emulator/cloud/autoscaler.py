@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from shipshape.emulator.cloud import fit, nodes
-from shipshape.emulator.resources import NODES, PODS
+from shipshape.emulator.resources import CONFIGMAPS, NODES, PODS
 from shipshape.emulator.store import Obj, WatchEvent
 from shipshape.kube.clock import parse_time
 from shipshape.kube.quantity import resource_amount
@@ -36,6 +36,7 @@ SCAN_INTERVAL = 10.0
 NOT_TRIGGERED_EVENT_INTERVAL = 60.0  # at most one NotTriggerScaleUp event per pod per minute
 RECENTLY_READY = 30.0  # a node Ready for less than this is still "upcoming" (the scheduler may lag)
 COMPONENT = "cluster-autoscaler"
+STATUS_NAMESPACE, STATUS_CONFIGMAP = "kube-system", "cluster-autoscaler-status"
 
 FitFn = Callable[[Obj, Obj, list[Obj]], list[str]]
 
@@ -204,6 +205,7 @@ class ClusterAutoscaler:
         self._last_not_triggered: dict[tuple[str, str], float] = {}
         self._templates: dict[str, Obj] = {}
         self._unschedulable: dict[tuple[str, str], Obj] = {}
+        self._failure_reported: dict[str, float] = {}  # pool -> end of the shortage reported
         self._blocking: dict[str, set[tuple[str, str]]] = {}  # node -> pods that keep it
         self._blocking_node: dict[tuple[str, str], str] = {}
 
@@ -291,6 +293,7 @@ class ClusterAutoscaler:
             if cloud.in_shortage(state.name):
                 for pod in remaining:
                     reasons[_pod_key(pod)]["in backoff after failed scale-up"] += 1
+                self._capacity_failure(state, remaining, packer)
                 continue
             if headroom <= 0:
                 for pod in remaining:
@@ -327,12 +330,49 @@ class ClusterAutoscaler:
         cloud.set_desired(state.name, before + best.new_nodes)
         info = f"[{{{state.name} {before}->{state.desired} (max: {state.spec.max_size})}}]"
         log.info("scale-up: setting group %s size to %d", state.name, state.desired)
+        self._status_event(
+            "ScaledUpGroup",
+            f"Scale-up: setting group {state.name} size to {state.desired} instead of {before} "
+            f"(max: {state.spec.max_size})",
+        )
         for pod in best.pods:
             cloud.c.recorder.record(
                 pod, "TriggeredScaleUp", f"pod triggered scale-up: {info}", component=COMPONENT
             )
             self._last_not_triggered.pop(_pod_key(pod), None)
         return True
+
+    def _capacity_failure(self, state: PoolState, pods: list[Obj], packer: Packer) -> None:
+        """A pool in shortage that pending pods would fit: the scale-up the cloud could not serve.
+
+        Reported once per shortage, as cluster-autoscaler reports a failed scale-up and backs off.
+        """
+        until = state.shortage_until
+        if self._failure_reported.get(state.name) == until:
+            return
+        template = SimNode(self.template(state))
+        if not any(not packer.static_reasons(pod, template) for pod in pods):
+            return
+        self._failure_reported[state.name] = until
+        spec = state.spec
+        self._status_event(
+            "FailedToScaleUpGroup",
+            f"Scale-up failed for group {spec.name}: InsufficientInstanceCapacity: We currently do not have "
+            f"sufficient {spec.instance_type} capacity in the Availability Zone you requested ({spec.zone}).",
+            type="Warning",
+        )
+
+    def _status_event(self, reason: str, message: str, *, type: str = "Normal") -> None:
+        """An Event on the kube-system/cluster-autoscaler-status ConfigMap, where the autoscaler logs."""
+        store = self.cloud.c.store
+        status = store.get(CONFIGMAPS, STATUS_NAMESPACE, STATUS_CONFIGMAP)
+        if status is None:
+            body = {
+                "metadata": {"name": STATUS_CONFIGMAP, "namespace": STATUS_NAMESPACE},
+                "data": {"status": "Cluster-autoscaler status (emulated): see the Events of this ConfigMap."},
+            }
+            status = store.create(CONFIGMAPS, body)
+        self.cloud.c.recorder.record(status, reason, message, type=type, component=COMPONENT)
 
     def _upcoming(self) -> list[SimNode]:
         """Nodes still booting (or just Ready) with the pods already on them."""
@@ -410,6 +450,7 @@ class ClusterAutoscaler:
                 node, "ScaleDown", "marked the node as toBeDeleted/unschedulable", component=COMPONENT
             )
         log.info("scale-down: removing empty node %s", inst.node_name)
+        self._status_event("ScaleDownEmpty", f"Scale-down: removing empty node {inst.node_name}")
         self._empty_since.pop(inst.node_name, None)
         cloud.remove_node(inst.node_name, "scale-down")
 

@@ -31,6 +31,10 @@ def test_unschedulable_pods_trigger_a_scale_up_of_the_cheapest_fitting_pool() ->
     assert sorted(e["involvedObject"]["name"] for e in events) == ["web-0", "web-1", "web-2"]
     assert {e["message"] for e in events} == {"pod triggered scale-up: [{spot-a 0->3 (max: 6)}]"}
     assert {e["source"]["component"] for e in events} == {"cluster-autoscaler"}
+    (scaled,) = env.events("ScaledUpGroup")
+    assert scaled["involvedObject"]["kind"] == "ConfigMap"
+    assert scaled["involvedObject"]["name"] == "cluster-autoscaler-status"
+    assert scaled["message"] == "Scale-up: setting group spot-a size to 3 instead of 0 (max: 6)"
     # The pods stay pending while the nodes boot: no second scale-up for them.
     env.run(SCAN_INTERVAL * 2)
     assert env.cloud.pools["spot-a"].desired == 3
@@ -90,6 +94,9 @@ def test_a_shortage_blocks_growth_and_scale_up_goes_elsewhere_or_waits() -> None
     assert only_spot.cloud.pools["spot-a"].desired == 0
     (event,) = only_spot.events("NotTriggerScaleUp")
     assert event["message"] == "pod didn't trigger scale-up: 1 in backoff after failed scale-up"
+    (failed,) = only_spot.events("FailedToScaleUpGroup")  # reported once per shortage
+    assert failed["type"] == "Warning"
+    assert "InsufficientInstanceCapacity" in failed["message"] and "m5.large" in failed["message"]
     only_spot.run(300)
     assert only_spot.cloud.pools["spot-a"].desired == 1
     assert len(only_spot.cloud.active_instances("spot-a")) == 1
@@ -122,6 +129,10 @@ def test_empty_nodes_are_removed_after_scale_down_unneeded_down_to_min_size() ->
     scale_downs = env.events("ScaleDown")
     assert len(scale_downs) == 3
     assert {e["message"] for e in scale_downs} == {"marked the node as toBeDeleted/unschedulable"}
+    removed = {e["involvedObject"]["name"] for e in scale_downs}
+    assert {e["message"] for e in env.events("ScaleDownEmpty")} == {
+        f"Scale-down: removing empty node {name}" for name in removed
+    }
     assert all(env.node(e["involvedObject"]["name"]) is None for e in scale_downs)
 
 
