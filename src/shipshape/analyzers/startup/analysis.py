@@ -86,7 +86,7 @@ class PodReport:
     findings: list[Finding]
 
     def slowest(self, count: int = 20) -> list[PodTimeline]:
-        """Ready pods by decreasing creation-to-Ready time, then pods that are not Ready."""
+        """Ready pods by decreasing creation-to-Ready time (pods not Ready are in `to_json()["notReady"]`)."""
         ready = sorted(
             (t for t in self.timelines if t.end_to_end is not None), key=lambda t: -(t.end_to_end or 0.0)
         )
