@@ -147,3 +147,12 @@ def test_imperative_create_commands_send_protobuf(kubectl: Kubectl) -> None:
     assert kubectl("get", "deployment", "idle", "-o", "jsonpath={.spec.replicas}").stdout == "0"
     kubectl("create", "namespace", "team-a")
     assert "team-a" in kubectl("get", "namespaces", "-o", "name").stdout
+
+
+def test_strict_field_validation(kubectl: Kubectl) -> None:
+    typo = POD.replace("image: nginx:1.27", "imagee: nginx:1.27\n    image: nginx:1.27")
+    refused = kubectl("create", "-f", "-", stdin=typo, ok=False)
+    assert refused.returncode != 0
+    assert 'strict decoding error: unknown field "spec.containers[0].imagee"' in refused.stderr
+    warned = kubectl("create", "--validate=warn", "-f", "-", stdin=typo)
+    assert 'unknown field "spec.containers[0].imagee"' in warned.stderr

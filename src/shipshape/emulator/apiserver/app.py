@@ -27,6 +27,7 @@ from shipshape.emulator.api import DeleteOptions
 from shipshape.emulator.apiserver import codec, discovery, paths, tables
 from shipshape.emulator.apiserver import watch as watching
 from shipshape.emulator.apiserver.auth import BearerAuth
+from shipshape.emulator.apiserver.fieldcheck import FieldChecker
 from shipshape.emulator.apiserver.metrics import MetricsView
 from shipshape.emulator.apiserver.openapi import OpenApiDocs
 from shipshape.emulator.resources import NAMESPACES, NODES, PODS, ResourceType, groups, lookup
@@ -122,6 +123,7 @@ class ApiServer:
         )
         self.hub = watching.WatchHub(cluster.store, cluster.clock)
         self.openapi = OpenApiDocs(list(groups()))
+        self.fields = FieldChecker(self.openapi)
         self._static: dict[str, bytes] = {}
 
     @property
@@ -299,11 +301,17 @@ class ApiServer:
         return await handler(request, rt, target)
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _respond(self, request: Request, obj: Any, status: int = 200) -> Response:
+    def _respond(
+        self, request: Request, obj: Any, status: int = 200, warnings: list[str] | None = None
+    ) -> Response:
         wanted = codec.negotiate(request.headers.get("accept"))
         if wanted.media_type == codec.YAML:
-            return Response(codec.dumps(obj, wanted), status_code=status, media_type=codec.YAML)
-        return Response(orjson.dumps(obj), status_code=status, media_type=codec.JSON)
+            response = Response(codec.dumps(obj, wanted), status_code=status, media_type=codec.YAML)
+        else:
+            response = Response(orjson.dumps(obj), status_code=status, media_type=codec.JSON)
+        for warning in warnings or ():
+            response.headers.append("warning", warning)
+        return response
 
     async def _body(self, request: Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -359,6 +367,20 @@ class ApiServer:
             if value != "All":
                 raise errors.BadRequest(f'Invalid dryRun value: "{value}": supported values: "All"')
         return bool(values)
+
+    def _field_warnings(self, request: Request, rt: ResourceType, body: Obj) -> list[str]:
+        """Unknown fields per `fieldValidation`: Strict refuses them, Warn (the default) warns."""
+        validation = request.query_params.get("fieldValidation") or "Warn"
+        if validation == "Ignore":
+            return []
+        unknown = self.fields.unknown_fields(rt, body)
+        if unknown and validation == "Strict":
+            listed = ", ".join(f'unknown field "{u}"' for u in unknown)
+            raise errors.BadRequest(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                f"strict decoding error: {listed}"
+            )
+        return [f'299 - "unknown field \\"{u}\\""' for u in unknown]
 
     @staticmethod
     def _check_write_params(request: Request) -> None:
@@ -502,8 +524,9 @@ class ApiServer:
         dry_run = self._dry_run(request)
         body = await self._object_body(request, rt, target)
         self._check_namespace(rt, target.namespace, str(body["metadata"].get("name", "")))
+        warnings = self._field_warnings(request, rt, body)
         created = await self.api.create(rt, target.namespace, body, dry_run=dry_run)
-        return self._respond(request, self._object_body_out(request, rt, created), 201)
+        return self._respond(request, self._object_body_out(request, rt, created), 201, warnings)
 
     async def _update(self, request: Request, rt: ResourceType, target: paths.Target) -> Response:
         self._check_write_params(request)
@@ -511,8 +534,9 @@ class ApiServer:
         body = await self._object_body(request, rt, target)
         if rt.namespaced:
             body["metadata"]["namespace"] = target.namespace
+        warnings = self._field_warnings(request, rt, body)
         updated = await self.api.update(rt, target.namespace, target.name, body, dry_run=dry_run)
-        return self._respond(request, self._object_body_out(request, rt, updated))
+        return self._respond(request, self._object_body_out(request, rt, updated), 200, warnings)
 
     async def _decode_patch(self, request: Request) -> tuple[str, Any]:
         content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()

@@ -299,3 +299,26 @@ async def test_pod_logs(client: httpx.AsyncClient, cluster: Cluster) -> None:
     assert running.status_code == 200 and running.headers["content-type"].startswith("text/plain")
     waiting = await client.get("/api/v1/namespaces/default/pods/p/log", params={"container": "b"})
     assert waiting.json()["message"] == 'container "b" in pod "p" is waiting to start: ImagePullBackOff'
+
+
+async def test_field_validation(client: httpx.AsyncClient, cluster: Cluster) -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx", "imagee": "x"}]},
+    }
+    strict = await client.post("/api/v1/namespaces/default/pods?fieldValidation=Strict", json=pod)
+    assert strict.status_code == 400
+    assert strict.json()["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.containers[0].imagee"'
+    )
+    assert cluster.store.get(PODS, "default", "p") is None
+    warned = await client.post("/api/v1/namespaces/default/pods", json=pod)  # Warn is the default
+    assert warned.status_code == 201
+    assert warned.headers.get_list("warning") == ['299 - "unknown field \\"spec.containers[0].imagee\\""']
+    cm = _cm("quiet")
+    cm["dat"] = {}
+    ignored = await client.post("/api/v1/namespaces/default/configmaps?fieldValidation=Ignore", json=cm)
+    assert ignored.status_code == 201 and "warning" not in ignored.headers
+    bad = await client.post("/api/v1/namespaces/default/configmaps?fieldValidation=Loose", json=_cm("x"))
+    assert bad.status_code == 400
