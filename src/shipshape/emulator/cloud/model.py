@@ -365,58 +365,85 @@ class CloudModel:
         notice: float | None = None,
     ) -> list[str]:
         """Send spot interruption notices; returns the nodes newly noticed (repeats are ignored)."""
-        targets = [t for t in (node, pool, zone) if t]
-        if len(targets) != 1:
-            raise CloudError("give exactly one of node, pool or zone")
         seconds = self.interruption_settings.notice if notice is None else float(notice)
         if not math.isfinite(seconds) or seconds < 0:
             raise CloudError(f"notice must be a non-negative number of seconds, got {notice!r}")
-        if node:
-            inst = self._by_node.get(node)
-            if inst is None or not inst.active:
-                raise UnknownTarget(f"node {node!r} is not a running instance of this cloud")
-            if not self.pools[inst.pool].spot:
-                raise CloudError(
-                    f"node {node!r} is an on-demand instance: only spot instances get interruption notices"
-                )
-            chosen = [inst]
-        elif pool:
-            if pool not in self.pools:
-                raise UnknownTarget(f"unknown pool {pool!r} (pools: {', '.join(sorted(self.pools))})")
-            if not self.pools[pool].spot:
-                raise CloudError(f"pool {pool!r} is on-demand: only spot instances get interruption notices")
-            chosen = self.active_instances(pool)
-        else:
-            if zone not in self._zones:
-                raise UnknownTarget(f"unknown zone {zone!r} (zones: {', '.join(self._zones)})")
-            chosen = [
-                i
-                for i in self.active_instances()
-                if self.pools[i.pool].spot and self.pools[i.pool].spec.zone == zone
-            ]
+        chosen = self._select(node=node, pool=pool, zone=zone, spot_only=True)
         return [i.node_name for i in chosen if self._notify(i, seconds)]
 
     def rebalance(
         self, *, node: str | None = None, pool: str | None = None, zone: str | None = None
     ) -> list[str]:
-        """EC2 rebalance recommendations (elevated interruption risk) for spot instances."""
-        targets = [t for t in (node, pool, zone) if t]
-        if len(targets) != 1:
-            raise CloudError("give exactly one of node, pool or zone")
+        """EC2 rebalance recommendations (elevated interruption risk) for the chosen spot instances."""
         now = self.c.now()
         out = []
-        for inst in self.active_instances():
-            state = self.pools[inst.pool]
-            if not state.spot or inst.rebalance_at is not None:
-                continue
-            if (
-                (node and inst.node_name == node)
-                or (pool and inst.pool == pool)
-                or (zone and state.spec.zone == zone)
-            ):
+        for inst in self._select(node=node, pool=pool, zone=zone, spot_only=False):
+            if self.pools[inst.pool].spot and inst.rebalance_at is None:
                 inst.rebalance_at = now
                 out.append(inst.node_name)
         return out
+
+    def set_unreachable(
+        self,
+        *,
+        node: str | None = None,
+        pool: str | None = None,
+        zone: str | None = None,
+        unreachable: bool = True,
+    ) -> list[str]:
+        """Cut (or restore) the network of running instances: their kubelets stop reporting.
+
+        The Node gets (or loses) the annotation `emulator.shipshape.dev/unreachable: "true"`; the
+        kubelet model stops heartbeating and the node lifecycle controller does the rest.
+        """
+        chosen = self._select(node=node, pool=pool, zone=zone, spot_only=False)
+        changed = []
+        for inst in chosen:
+            if not inst.registered:
+                continue
+
+            def mark(obj: Obj) -> None:
+                annotations = obj["metadata"].setdefault("annotations", {})
+                if unreachable:
+                    annotations[nodes.UNREACHABLE_ANNOTATION] = "true"
+                else:
+                    annotations.pop(nodes.UNREACHABLE_ANNOTATION, None)
+
+            before = self.c.store.get(NODES, "", inst.node_name)
+            after = self.c.store.mutate(NODES, "", inst.node_name, mark)
+            if after is not None and after is not before:
+                changed.append(inst.node_name)
+        return changed
+
+    def _select(
+        self, *, node: str | None, pool: str | None, zone: str | None, spot_only: bool
+    ) -> list[Instance]:
+        """The running instances one of node/pool/zone names (exactly one must be given)."""
+        targets = [t for t in (node, pool, zone) if t]
+        if len(targets) != 1:
+            raise CloudError("give exactly one of node, pool or zone")
+        if node:
+            inst = self._by_node.get(node)
+            if inst is None or not inst.active:
+                raise UnknownTarget(f"node {node!r} is not a running instance of this cloud")
+            if spot_only and not self.pools[inst.pool].spot:
+                raise CloudError(
+                    f"node {node!r} is an on-demand instance: only spot instances get interruption notices"
+                )
+            return [inst]
+        if pool:
+            if pool not in self.pools:
+                raise UnknownTarget(f"unknown pool {pool!r} (pools: {', '.join(sorted(self.pools))})")
+            if spot_only and not self.pools[pool].spot:
+                raise CloudError(f"pool {pool!r} is on-demand: only spot instances get interruption notices")
+            return self.active_instances(pool)
+        if zone not in self._zones:
+            raise UnknownTarget(f"unknown zone {zone!r} (zones: {', '.join(self._zones)})")
+        return [
+            i
+            for i in self.active_instances()
+            if self.pools[i.pool].spec.zone == zone and (self.pools[i.pool].spot or not spot_only)
+        ]
 
     def shortage(self, pool: str, seconds: float) -> float:
         """No new instances in `pool` for `seconds`; returns when the shortage ends."""

@@ -21,6 +21,7 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 SPOT_INTERRUPTION_TAINT = "emulator.shipshape.dev/spot-interruption"
 NTH_SPOT_TAINT = "aws-node-termination-handler/spot-itn"
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"  # the kubelet model stops for such nodes
 
 EVICTION_HARD_MEMORY = 100 * 2**20  # kubelet --eviction-hard memory.available<100Mi
 EPHEMERAL_STORAGE_KI = 20_959_212  # a 20 GiB root volume as the kubelet reports it

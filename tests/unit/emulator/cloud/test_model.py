@@ -326,3 +326,27 @@ def test_boot_log_parses_with_the_node_collector_including_the_first_pod() -> No
     assert timeline.events["cni_ready"].time == pytest.approx(expected["cniReady"], abs=1e-3)
     # startedAt has second resolution, as in the API.
     assert timeline.events["first_pod_started"].time == pytest.approx(parse_time(rfc3339(started)), abs=1e-5)
+
+
+def test_unreachable_marks_nodes_and_heals() -> None:
+    env = start(scenario(interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    zone_b = sorted(env.nodes_of("spot-b") + env.nodes_of("od-b"))
+    assert sorted(env.cloud.set_unreachable(zone="us-east-1b")) == zone_b
+    for name in zone_b:
+        node = env.node(name)
+        assert node is not None
+        assert node["metadata"]["annotations"][nodes.UNREACHABLE_ANNOTATION] == "true"
+    assert env.cloud.set_unreachable(zone="us-east-1b") == []  # nothing changes twice
+    assert sorted(env.cloud.set_unreachable(zone="us-east-1b", unreachable=False)) == zone_b
+    assert all(nodes.UNREACHABLE_ANNOTATION not in env.node(n)["metadata"]["annotations"] for n in zone_b)  # type: ignore[index]
+    with pytest.raises(UnknownTarget):
+        env.cloud.set_unreachable(pool="nope")
+
+
+def test_rebalance_recommendations_only_for_spot_instances() -> None:
+    env = start(scenario(interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    assert env.cloud.rebalance(zone="us-east-1b") == env.nodes_of("spot-b")
+    (name,) = env.nodes_of("spot-b")
+    assert env.cloud.rebalance_recommendation(name) == {"noticeTime": rfc3339(env.clock.now())}
+    assert env.cloud.instance_action(name) is None  # a recommendation is not a notice
+    assert env.cloud.rebalance(pool="od-b") == []
