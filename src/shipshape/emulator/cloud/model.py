@@ -151,7 +151,8 @@ class CloudModel:
         self.pools: dict[str, PoolState] = {}
         self.instances: dict[str, Instance] = {}  # by instance id
         self._by_node: dict[str, Instance] = {}
-        self._ips: set[str] = set()
+        self._ips: set[str] = set()  # addresses of running instances
+        self._retired_ips: set[str] = set()  # addresses of terminated ones
         self.started_at = 0.0
         self.seed = 1
         self.region = "us-east-1"
@@ -519,10 +520,18 @@ class CloudModel:
         return inst
 
     def _allocate_ip(self, zone: str) -> str:
+        """A free address in the zone's /19; addresses of terminated instances are reused last,
+        so a replacement does not come back under its predecessor's node name."""
         zone_index = self._zones.index(zone) if zone in self._zones else 0
-        for _ in range(10_000):
+        for _ in range(1_000):
             ip = f"10.0.{zone_index * 32 + self._rng.randrange(32)}.{self._rng.randrange(1, 255)}"
-            if ip not in self._ips:
+            if ip not in self._ips and ip not in self._retired_ips:
+                self._ips.add(ip)
+                return ip
+        prefix = {f"10.0.{zone_index * 32 + i}." for i in range(32)}
+        for ip in sorted(self._retired_ips):
+            if ip.rsplit(".", 1)[0] + "." in prefix:
+                self._retired_ips.discard(ip)
                 self._ips.add(ip)
                 return ip
         raise CloudError(f"zone {zone}: no free addresses left in its subnet")
@@ -649,6 +658,7 @@ class CloudModel:
         inst.terminated_at = self.c.now()
         inst.termination_reason = reason
         self._ips.discard(inst.ip)
+        self._retired_ips.add(inst.ip)
         if inst.registered:
             with contextlib.suppress(errors.NotFound):
                 self.c.store.delete(NODES, "", inst.node_name)

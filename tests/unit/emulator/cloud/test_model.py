@@ -350,3 +350,13 @@ def test_rebalance_recommendations_only_for_spot_instances() -> None:
     assert env.cloud.rebalance_recommendation(name) == {"noticeTime": rfc3339(env.clock.now())}
     assert env.cloud.instance_action(name) is None  # a recommendation is not a notice
     assert env.cloud.rebalance(pool="od-b") == []
+
+
+def test_replacements_get_fresh_names() -> None:
+    pools = [{**SPOT_A, "initialSize": 5, "interruptionRate": 3.0}]
+    env = start(scenario(pools, autoscaler={"enabled": False}))
+    env.run(4 * 3600)
+    names = [i.node_name for i in env.cloud.instances.values()]
+    assert len(names) > 20  # many reclaims and replacements
+    assert len(set(names)) == len(names)
+    assert len(env.cloud.active_instances("spot-a")) == 5
