@@ -52,6 +52,9 @@ _TRUE = ("true", "1", "True")
 class ServerSettings:
     bookmark_interval: float = 60.0  # real seconds between BOOKMARK events on watches that allow them
     max_body_bytes: int = codec.MAX_BODY_BYTES
+    # Requests being served at once before 429 (kube-apiserver's max-requests-inflight plus
+    # max-mutating-requests-inflight); watch streams do not count once established.
+    max_requests_in_flight: int = 600
     kubernetes_version: str = "v1.32.0"
 
 
@@ -125,6 +128,7 @@ class ApiServer:
         self.openapi = OpenApiDocs(list(groups()))
         self.fields = FieldChecker(self.openapi)
         self._static: dict[str, bytes] = {}
+        self._in_flight = 0
 
     @property
     def api(self) -> Any:
@@ -247,6 +251,14 @@ class ApiServer:
 
     # ---- REST ---------------------------------------------------------------------------------
     async def rest(self, request: Request) -> Response:
+        if self._in_flight >= self.settings.max_requests_in_flight:
+            busy = errors.TooManyRequests(
+                "Too many requests, please try again later.", details={"retryAfterSeconds": 1}
+            )
+            response = _status_response(busy)
+            response.headers["retry-after"] = "1"
+            return response
+        self._in_flight += 1
         try:
             return await self._rest(request)
         except errors.ApiError as exc:
@@ -256,6 +268,8 @@ class ApiServer:
         except Exception as exc:
             log.exception("internal error serving %s %s", request.method, request.url.path)
             return _status_response(errors.InternalError(f"Internal error occurred: {exc}"))
+        finally:
+            self._in_flight -= 1
 
     async def _rest(self, request: Request) -> Response:
         target = paths.parse(request.url.path)

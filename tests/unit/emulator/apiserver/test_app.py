@@ -322,3 +322,17 @@ async def test_field_validation(client: httpx.AsyncClient, cluster: Cluster) -> 
     assert ignored.status_code == 201 and "warning" not in ignored.headers
     bad = await client.post("/api/v1/namespaces/default/configmaps?fieldValidation=Loose", json=_cm("x"))
     assert bad.status_code == 400
+
+
+async def test_too_many_requests(cluster: Cluster) -> None:
+    server = ApiServer(cluster, ServerSettings(max_requests_in_flight=0))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=server.app(None)), base_url="http://e"
+    ) as c:
+        busy = await c.get("/api/v1/pods")
+        assert (busy.status_code, busy.headers["retry-after"]) == (429, "1")
+        assert busy.json()["reason"] == "TooManyRequests" and busy.json()["details"] == {
+            "retryAfterSeconds": 1
+        }
+        assert (await c.get("/healthz")).status_code == 200  # health checks are never throttled
+    server.hub.close()
