@@ -34,7 +34,7 @@ from shipshape.kube.clock import parse_time, rfc3339
 log = logging.getLogger(__name__)
 
 COMPONENT = "shipshape-cloud"
-PENDING, RUNNING, SHUTTING_DOWN, TERMINATED = "pending", "running", "shutting-down", "terminated"
+PENDING, RUNNING, TERMINATED = "pending", "running", "terminated"
 
 
 @dataclass(slots=True)
@@ -162,8 +162,7 @@ class CloudModel:
         self.autoscaler_settings = Autoscaler()
         self._rng = random.Random(1)
         self._zones: list[str] = []
-        self.on_terminated: list[Callable[[Instance], None]] = []
-        self.on_notice: list[Callable[[Instance], None]] = []
+        self.on_notice: list[Callable[[Instance], None]] = []  # e.g. the interruption handler
 
     # ---- wiring -------------------------------------------------------------------------------
     @property
@@ -662,8 +661,6 @@ class CloudModel:
         if inst.registered:
             with contextlib.suppress(errors.NotFound):
                 self.c.store.delete(NODES, "", inst.node_name)
-        for callback in list(self.on_terminated):
-            callback(inst)
         self.reconcile_pool(inst.pool)
 
     # ---- timeline ---------------------------------------------------------------------------------
