@@ -145,9 +145,12 @@ class ServedCluster:
             if all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
         ]
 
-    def wait(self, what: str, check: Callable[[], T | None], emulated_seconds: float) -> T:
-        """Poll `check` until it returns something truthy, for `emulated_seconds` of emulated time."""
-        deadline = time.monotonic() + self.clock.real_seconds(emulated_seconds) + SLACK_SECONDS
+    def wait(
+        self, what: str, check: Callable[[], T | None], emulated_seconds: float, slack: float = SLACK_SECONDS
+    ) -> T:
+        """Poll `check` until it returns something truthy, for `emulated_seconds` of emulated time
+        (plus `slack` real seconds)."""
+        deadline = time.monotonic() + self.clock.real_seconds(emulated_seconds) + slack
         while True:
             result = check()
             if result:

@@ -291,21 +291,23 @@ def test_up_refuses_bad_scenarios_with_a_clear_error(case: str, tmp_path: Path) 
 def test_up_with_a_bad_scenario_exits_2_from_the_real_command(tmp_path: Path) -> None:
     path = tmp_path / "scenario.yaml"
     path.write_text(_scenario_text(pools=[{**scenario_doc()["pools"][0], "capacityType": "cheap"}]))
-    missing = tmp_path / "missing.yaml"
-    errors: dict[Path, str] = {}
-    for scenario_file in (path, missing):
-        command = [str(Path(sys.executable).parent / "shipshape"), "emulator", "up"]
-        done = subprocess.run(
-            [*command, "--scenario", str(scenario_file), "--port", "0"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 2, done.stderr
-        assert not done.stdout and "Traceback" not in done.stderr
-        errors[scenario_file] = done.stderr
-    assert errors[path].startswith(f"{path}: invalid scenario\n")
-    assert "pools.0.capacityType: Input should be 'spot' or 'on-demand'" in errors[path]
-    assert errors[missing].strip() == f"{missing}: cannot read scenario: No such file or directory"
+    command = [str(Path(sys.executable).parent / "shipshape"), "emulator", "up"]
+    done = subprocess.run(
+        [*command, "--scenario", str(path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert not done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"{path}: invalid scenario\n")
+    assert "pools.0.capacityType: Input should be 'spot' or 'on-demand'" in done.stderr
     assert not (tmp_path / ".shipshape").exists()
+
+
+def test_up_with_a_missing_scenario_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    result = CliRunner().invoke(emulator_cli.app, ["up", "--scenario", str(missing), "--port", "0"])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"{missing}: cannot read scenario: No such file or directory"
