@@ -71,6 +71,8 @@ def metadata_app(cluster: Cluster) -> Starlette:
         if path == "events/recommendations/rebalance":
             rebalance = cloud.rebalance_recommendation(node)
             return _json(rebalance) if rebalance is not None else _not_found()
+        if path == "" and cloud.instance_metadata(node, "instance-id") is not None:
+            return PlainTextResponse("\n".join(cloud.metadata_listing(node)))
         value = cloud.instance_metadata(node, path)
         return PlainTextResponse(value) if value is not None else _not_found()
 

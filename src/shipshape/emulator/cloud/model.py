@@ -245,6 +245,26 @@ class CloudModel:
         }
         return values.get(key)
 
+    def metadata_listing(self, node: str) -> list[str]:
+        """What `GET /latest/meta-data/` lists for the instance (directories end with "/")."""
+        inst = self._by_node.get(node)
+        if inst is None:
+            return []
+        keys = {
+            "hostname",
+            "instance-id",
+            "instance-life-cycle",
+            "instance-type",
+            "local-hostname",
+            "local-ipv4",
+        }
+        keys.add("placement/")
+        if inst.notice is not None:
+            keys.add("spot/")
+        if inst.rebalance_at is not None:
+            keys.add("events/")
+        return sorted(keys)
+
     def boot_timeline(self, node: str) -> dict[str, float] | None:
         inst = self._by_node.get(node)
         return inst.timeline.as_dict() if inst else None

@@ -58,6 +58,9 @@ async def test_plain_metadata_values(env: Env, imds: httpx.AsyncClient) -> None:
     assert (await imds.get(f"/{node}/latest/meta-data/instance-type")).text == "m5.xlarge"
     assert (await imds.get(f"/{node}/latest/meta-data/placement/availability-zone")).text == "us-east-1b"
     assert (await imds.get(f"/{node}/latest/meta-data/no-such-key")).status_code == 404
+    listing = (await imds.get(f"/{node}/latest/meta-data/")).text.splitlines()
+    assert {"instance-id", "instance-type", "placement/"} <= set(listing)
+    assert "spot/" not in listing
     assert (await imds.get("/ip-9-9-9-9.ec2.internal/latest/meta-data/instance-id")).status_code == 404
 
 
