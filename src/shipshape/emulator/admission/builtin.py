@@ -1,8 +1,9 @@
 """The compiled-in admission plugins the emulator enables, in kube-apiserver's order.
 
-NamespaceLifecycle, LimitRanger, ServiceAccount, Priority and DefaultTolerationSeconds. Each reads
-what it needs from the store and changes `attrs.object` (a copy owned by the request) or raises an
-`ApiError`. LimitRanger also checks min/max after the object is final (`validate`).
+NamespaceLifecycle, LimitRanger, ServiceAccount, Priority, DefaultTolerationSeconds and
+TaintNodesByCondition (ResourceQuota is in `quota`). Each reads what it needs from the store and
+changes `attrs.object` (a copy owned by the request) or raises an `ApiError`. LimitRanger also
+checks min/max once the object is final (`validate`).
 """
 
 from __future__ import annotations
@@ -156,6 +157,19 @@ def default_toleration_seconds(store: Store, attrs: Attributes) -> None:
     spec["tolerations"] = tolerations
 
 
+def taint_nodes_by_condition(store: Store, attrs: Attributes) -> None:
+    """A new Node starts with `node.kubernetes.io/not-ready:NoSchedule` (the node lifecycle
+    controller lifts it once the node is Ready)."""
+    node = attrs.object
+    if attrs.resource is not r.NODES or attrs.operation != CREATE or attrs.subresource or node is None:
+        return
+    spec = node.setdefault("spec", {})
+    taints: list[Obj] = list(spec.get("taints") or [])
+    if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+    spec["taints"] = taints
+
+
 # ---- LimitRanger ---------------------------------------------------------------------------------
 
 LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
@@ -277,7 +291,14 @@ def limit_ranger_validate(store: Store, attrs: Attributes) -> None:
 
 # Mutating plugins in kube-apiserver's order (NamespaceLifecycle first, so nothing else runs for a
 # write into a missing namespace).
-MUTATING = (namespace_lifecycle, limit_ranger, service_account, priority, default_toleration_seconds)
+MUTATING = (
+    namespace_lifecycle,
+    limit_ranger,
+    service_account,
+    priority,
+    default_toleration_seconds,
+    taint_nodes_by_condition,
+)
 # Validating plugins, run once the object is final (after mutating webhooks and field validation).
 VALIDATING = (limit_ranger_validate,)
 

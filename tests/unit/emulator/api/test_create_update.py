@@ -533,3 +533,15 @@ async def test_claims_and_uid_preconditions(api: Api) -> None:
     stranger = {**claim, "metadata": {**claim["metadata"], "uid": "not-this-one"}}
     with pytest.raises(errors.Conflict, match="Precondition failed: UID in precondition: not-this-one"):
         await api.update(claims, "default", "data", stranger)
+
+
+async def test_new_nodes_start_not_ready_for_scheduling(api: Api) -> None:
+    from shipshape.emulator.resources import NODES
+
+    node = await api.create(
+        NODES, "", {"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}}
+    )
+    assert node["spec"]["taints"] == [
+        {"key": "a", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+    ]
