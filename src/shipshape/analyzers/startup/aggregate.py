@@ -144,21 +144,18 @@ def _grouped_stats(ids: np.ndarray, groups: int, column: np.ndarray) -> list[Sta
         ranks = np.maximum(1, np.ceil(quantile * counts)).astype(np.int64)
         return values[np.clip(starts + ranks - 1, 0, last)] if len(values) else np.zeros(groups)
 
-    p50, p90, p99 = at_quantile(0.5), at_quantile(0.9), at_quantile(0.99)
     maxima = values[np.clip(starts + counts - 1, 0, last)] if len(values) else np.zeros(groups)
-    return [
-        Stats(
-            int(counts[k]),
-            float(p50[k]),
-            float(p90[k]),
-            float(p99[k]),
-            float(maxima[k]),
-            float(sums[k] / counts[k]),
-        )
-        if counts[k]
-        else None
-        for k in range(groups)
-    ]
+    means = np.divide(sums, counts, out=np.zeros(groups), where=counts > 0)
+    columns = zip(
+        counts.tolist(),
+        at_quantile(0.5).tolist(),
+        at_quantile(0.9).tolist(),
+        at_quantile(0.99).tolist(),
+        maxima.tolist(),
+        means.tolist(),
+        strict=True,
+    )
+    return [Stats(*row) if row[0] else None for row in columns]
 
 
 def _stats_by_group(
