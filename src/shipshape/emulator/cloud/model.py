@@ -443,7 +443,7 @@ class CloudModel:
         if len(targets) != 1:
             raise CloudError("give exactly one of node, pool or zone")
         if node:
-            inst = self._by_node.get(node)
+            inst = self._by_node.get(node) or self._by_ordinal(node)
             if inst is None or not inst.active:
                 raise UnknownTarget(f"node {node!r} is not a running instance of this cloud")
             if spot_only and not self.pools[inst.pool].spot:
@@ -464,6 +464,15 @@ class CloudModel:
             for i in self.active_instances()
             if self.pools[i.pool].spec.zone == zone and (self.pools[i.pool].spot or not spot_only)
         ]
+
+    def _by_ordinal(self, name: str) -> Instance | None:
+        """`<pool>-<n>`: the pool's n-th running instance in launch order (node names are drawn at
+        random, so a scenario's timeline names nodes this way)."""
+        pool, _, index = name.rpartition("-")
+        if pool not in self.pools or not index.isdigit():
+            return None
+        running = self.active_instances(pool)  # instances are kept in launch order
+        return running[int(index)] if int(index) < len(running) else None
 
     def shortage(self, pool: str, seconds: float) -> float:
         """No new instances in `pool` for `seconds`; returns when the shortage ends."""

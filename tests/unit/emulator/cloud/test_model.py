@@ -360,3 +360,13 @@ def test_replacements_get_fresh_names() -> None:
     assert len(names) > 20  # many reclaims and replacements
     assert len(set(names)) == len(names)
     assert len(env.cloud.active_instances("spot-a")) == 5
+
+
+def test_a_timeline_names_a_node_by_pool_and_ordinal() -> None:
+    timeline = [{"at": "1m", "action": "interrupt", "node": "spot-a-1", "notice": "30s"}]
+    env = start(scenario(timeline=timeline, interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    second = env.cloud.active_instances("spot-a")[1]
+    env.run(60)
+    assert [i.node_name for i in env.cloud.instances.values() if i.notice is not None] == [second.node_name]
+    with pytest.raises(UnknownTarget):
+        env.cloud.interrupt(node="spot-a-7")
