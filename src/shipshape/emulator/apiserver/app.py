@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from shipshape.emulator.api import DeleteOptions
+from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.apiserver import codec, discovery, paths, tables
 from shipshape.emulator.apiserver import watch as watching
 from shipshape.emulator.apiserver.auth import BearerAuth
@@ -98,17 +99,8 @@ def paginate(
         md = obj["metadata"]
         return (md.get("namespace", "") if namespaced else "", md["name"])
 
-    if after is not None:
-        start = 0
-        lo, hi = 0, len(items)
-        while lo < hi:  # items are sorted by (namespace, name): binary search the resume point
-            mid = (lo + hi) // 2
-            if key(items[mid]) <= after:
-                lo = mid + 1
-            else:
-                hi = mid
-        start = lo
-        items = items[start:]
+    if after is not None:  # items are sorted by (namespace, name): resume after the last key served
+        items = items[bisect.bisect_right(items, after, key=key) :]
     if limit <= 0 or len(items) <= limit:
         return items, None, 0
     page = items[:limit]
@@ -131,9 +123,9 @@ class ApiServer:
         self._in_flight = 0
 
     @property
-    def api(self) -> Any:
+    def api(self) -> Api:
         api = self.cluster.services.get("api")
-        if api is None:
+        if not isinstance(api, Api):
             raise errors.ServiceUnavailable("the API is not ready yet")
         return api
 
@@ -676,18 +668,7 @@ class ApiServer:
         if method == "GET" and sub == "log":
             return PlainTextResponse(self._pod_log(request, target))
         if method == "GET":
-            getter = getattr(api, "get_subresource", None)
-            if getter is not None:
-                result = getter(rt, target.namespace, target.name, sub)
-                if isinstance(result, Awaitable):
-                    result = await result
-            elif sub == "status":
-                result = self.store.must_get(rt, target.namespace, target.name)
-            else:
-                raise errors.NotFound(_NOT_FOUND, details={})
-            if isinstance(result, str):
-                return PlainTextResponse(result)
-            return self._respond(request, result)
+            return self._respond(request, api.get_subresource(rt, target.namespace, target.name, sub))
         self._check_write_params(request)
         dry_run = self._dry_run(request)
         if method == "PUT":
@@ -708,11 +689,10 @@ class ApiServer:
             )
             return self._respond(request, result)
         if method == "POST":
-            creator = getattr(api, "create_subresource", None)
-            if creator is None:
-                raise errors.MethodNotAllowed(f"{rt.plural}/{sub} is not supported by this server yet")
             body = codec.loads_body(await self._body(request), request.headers.get("content-type"))
-            result = await creator(rt, target.namespace, target.name, sub, body)
+            result = await api.create_subresource(
+                rt, target.namespace, target.name, sub, body, dry_run=dry_run
+            )
             return self._respond(request, result, 201)
         raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
 
