@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from shipshape.emulator.cloud import nodes
 from shipshape.emulator.resources import NODES, PDBS, PODS
-from shipshape.emulator.store import Obj
+from shipshape.emulator.store import Obj, Store
 from shipshape.kube import errors, labels
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class InterruptionHandler:
         task.add_done_callback(self._tasks.discard)
 
 
-def evict_in_store(store: Any, namespace: str, name: str) -> errors.ApiError | None:
+def evict_in_store(store: Store, namespace: str, name: str) -> errors.ApiError | None:
     """The eviction subresource's PDB check, for an Api that does not serve evictions itself."""
     pod = store.get(PODS, namespace, name)
     if pod is None:

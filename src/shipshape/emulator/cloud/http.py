@@ -9,6 +9,7 @@ page where there is nothing to say. `control_routes(cluster)` are Starlette rout
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -126,13 +127,15 @@ def _text(value: Any, field: str) -> str | None:
     return value
 
 
-def _guarded(handler: Any) -> Any:
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(handler: Handler) -> Handler:
     """Turn domain errors into Status bodies (400/404/...); nothing has changed when they occur."""
 
     async def wrapped(request: Request) -> Response:
         try:
-            result: Response = await handler(request)
-            return result
+            return await handler(request)
         except UnknownTarget as exc:
             return _json(errors.NotFound(str(exc)).status(), 404)
         except CloudError as exc:
