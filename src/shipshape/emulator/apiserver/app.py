@@ -780,6 +780,11 @@ class ApiServer:
                 raise errors.BadRequest(
                     f'resourceVersion: Invalid value: "{rv_text}": must be an integer'
                 ) from None
+            if since > self.store.resource_version:
+                raise errors.Timeout(
+                    f"Too large resource version: {since}, current: {self.store.resource_version}",
+                    details={"retryAfterSeconds": 1},
+                )
             try:
                 history = self.store.events_since(since)
             except errors.Gone as gone:

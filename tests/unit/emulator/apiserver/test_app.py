@@ -217,6 +217,8 @@ async def test_watch_from_a_resource_version_and_gone(client: httpx.AsyncClient,
     ]
     r = await client.get("/api/v1/watch/namespaces/default/configmaps/cm0", params={"timeoutSeconds": "0.05"})
     assert [orjson.loads(line)["object"]["metadata"]["name"] for line in r.content.splitlines()] == ["cm0"]
+    ahead = await client.get("/api/v1/configmaps", params={"watch": "1", "resourceVersion": "999999"})
+    assert (ahead.status_code, ahead.json()["reason"]) == (504, "Timeout")
     cluster.store._history.clear()  # as if compacted
     r = await client.get("/api/v1/configmaps", params={"watch": "true", "resourceVersion": "1"})
     event = orjson.loads(r.content)
