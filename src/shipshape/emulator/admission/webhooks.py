@@ -12,6 +12,7 @@ without either is unreachable, as one without endpoints is upstream.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -25,7 +26,7 @@ import httpx
 
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import DELETE, Attributes, add_warning
-from shipshape.emulator.store import Obj, Store, clone
+from shipshape.emulator.store import Obj, Store
 from shipshape.kube import errors, labels, patch
 
 log = logging.getLogger(__name__)
@@ -370,11 +371,23 @@ class Dispatcher:
         return True
 
     async def validate(self, attrs: Attributes) -> None:
-        """Run matching validating webhooks (upstream calls them in parallel; all must allow)."""
-        for hook in self.matching(VALIDATING, attrs):
-            snapshot = clone(attrs.object) if attrs.object is not None else None
-            await self._invoke(hook, attrs)
-            attrs.object = snapshot
+        """Run matching validating webhooks in parallel, as upstream; all must allow.
+
+        When several refuse, the error of the first in dispatch order is raised (deterministic,
+        where upstream reports whichever answered first).
+        """
+        matching = self.matching(VALIDATING, attrs)
+        if not matching:
+            return
+        if len(matching) == 1:
+            await self._invoke(matching[0], attrs)
+            return
+        outcomes = await asyncio.gather(
+            *(self._invoke(hook, attrs) for hook in matching), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
 
 def denial(webhook: str, status: Any) -> WebhookDenied:

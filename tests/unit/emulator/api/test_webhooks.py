@@ -419,3 +419,24 @@ async def test_mutation_that_makes_the_object_invalid_is_rejected_by_validation(
     with pytest.raises(errors.Invalid, match=r"spec.containers\[0\].image: Required value"):
         await api.create(PODS, "default", pod_body())
     assert cluster.store.get(PODS, "default", "web") is None
+
+
+async def test_validating_webhooks_all_run_and_the_first_refusal_in_order_wins(
+    api: Api, server: WebhookServer, certificates: Certificates
+) -> None:
+    async def slow_no(request: Obj) -> Obj:
+        await asyncio.sleep(0.2)
+        return {"allowed": False, "status": {"message": "first says no"}}
+
+    server.handlers["/first"] = slow_no
+    server.handlers["/second"] = lambda request: {"allowed": False, "status": {"message": "second says no"}}
+    await configure(
+        api,
+        "validating",
+        "both",
+        hook("first.example.com", url_client(server, certificates, "/first")),
+        hook("second.example.com", url_client(server, certificates, "/second")),
+    )
+    with pytest.raises(webhooks.WebhookDenied, match="first says no"):
+        await api.create(PODS, "default", pod_body())
+    assert len(server.calls("/first")) == 1 and len(server.calls("/second")) == 1
