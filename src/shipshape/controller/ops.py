@@ -86,10 +86,6 @@ class ClusterOps(Protocol):
         """Delete an object the loops own; False when it was already gone."""
         ...
 
-    def list_owned(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Obj]:
-        """Objects the loops own (placeholder Deployments), found by label."""
-        ...
-
     def post_event(self, body: Obj) -> None:
         """Record a core/v1 Event (see `events.py` for the bodies)."""
         ...
@@ -117,7 +113,6 @@ class RecordingOps:
 
     evictions: dict[str, EvictionOutcome] = field(default_factory=dict)
     instance_actions: dict[str, Obj] = field(default_factory=dict)
-    owned: list[Obj] = field(default_factory=list)
     fail: dict[str, OpsError] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     on_call: Callable[[Call], None] | None = None
@@ -156,10 +151,6 @@ class RecordingOps:
     def delete(self, ref: ObjectRef) -> bool:
         self._record("delete", ref)
         return True
-
-    def list_owned(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Obj]:
-        self._record("list_owned", api_version, kind, namespace, label_selector)
-        return list(self.owned)
 
     def post_event(self, body: Obj) -> None:
         self._record("post_event", body)

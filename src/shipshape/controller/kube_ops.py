@@ -1,0 +1,194 @@
+"""`ClusterOps` over the official Kubernetes client: the only module of the controller that writes
+to a real API server (informers.py and leader.py read and hold the Lease through the same client).
+
+Bodies go out and come back as the API's JSON (`_preload_content=False`); client exceptions are
+translated to `OpsError` here and go no further.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+
+from shipshape.controller.ops import ApplyResult, EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.policy import WorkloadKind
+
+Obj = dict[str, Any]
+LOG = logging.getLogger("shipshape.controller.kube_ops")
+MERGE_PATCH = "application/merge-patch+json"
+# Nodes of the emulated cloud carry the address of their instance-metadata endpoint.
+METADATA_URL_ANNOTATION = "emulator.shipshape.dev/metadata-url"
+# Seconds a single API call may take before it counts as failed (connect, read).
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
+def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """One API call returning its JSON body; every failure becomes an `OpsError`."""
+    try:
+        response = function(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+    except k8s.ApiException as error:
+        status = int(error.status) if error.status else None
+        message = _status_message(error.body) or str(error.reason)
+        retryable = status is None or status == 429 or status >= 500 or status == 409
+        raise OpsError(f"{status} {message}", status=status, retryable=retryable) from error
+    except Exception as error:  # connection refused, TLS, timeouts (urllib3 errors share no base class)
+        raise OpsError(f"cannot reach the API server: {error}") from error
+    raw = response.data
+    body = json.loads(raw) if raw else {}
+    return body if isinstance(body, dict) else {}
+
+
+def _status_message(body: Any) -> str | None:
+    try:
+        status = json.loads(body) if body else None
+    except (TypeError, ValueError):
+        return None
+    return str(status.get("message")) if isinstance(status, dict) and status.get("message") else None
+
+
+def _contains(have: Any, want: Any) -> bool:
+    """Whether `have` holds everything `want` sets (the API server adds defaults of its own)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(k in have and _contains(have[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(map(_contains, have, want))
+    return bool(have == want)
+
+
+class KubeOps:
+    """The loops' writes through the official client (`api_client` from `kube.client.load_api_client`)."""
+
+    def __init__(self, api_client: k8s.ApiClient, metadata_timeout: float = 1.0) -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.apps = k8s.AppsV1Api(api_client)
+        self.scheduling = k8s.SchedulingV1Api(api_client)
+        self._metadata = httpx.Client(timeout=metadata_timeout)
+
+    def close(self) -> None:
+        self._metadata.close()
+
+    def evict(self, namespace: str, pod: str) -> EvictionOutcome:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        try:
+            call(self.core.create_namespaced_pod_eviction, pod, namespace, body)
+        except OpsError as error:
+            if error.status == 429:
+                return EvictionOutcome.BLOCKED
+            if error.status == 404:
+                return EvictionOutcome.GONE
+            raise
+        return EvictionOutcome.EVICTED
+
+    def delete_pod(self, namespace: str, pod: str) -> bool:
+        try:
+            call(self.core.delete_namespaced_pod, pod, namespace)
+        except OpsError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        call(self.core.patch_namespaced_pod, pod, namespace, body, _content_type=MERGE_PATCH)
+
+    def patch_workload(self, kind: WorkloadKind, namespace: str, name: str, patch: Obj) -> None:
+        function = (
+            self.apps.patch_namespaced_deployment
+            if kind is WorkloadKind.DEPLOYMENT
+            else self.apps.patch_namespaced_stateful_set
+        )
+        call(function, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    def _accessors(
+        self, ref: ObjectRef
+    ) -> tuple[Callable[[], Obj], Callable[[Obj], Obj], Callable[[Obj], Obj]]:
+        """read, create and replace for the kinds the loops own."""
+        if ref.kind == "Deployment":
+            return (
+                lambda: call(self.apps.read_namespaced_deployment, ref.name, ref.namespace),
+                lambda body: call(self.apps.create_namespaced_deployment, ref.namespace, body),
+                lambda body: call(self.apps.replace_namespaced_deployment, ref.name, ref.namespace, body),
+            )
+        if ref.kind == "PriorityClass":
+            return (
+                lambda: call(self.scheduling.read_priority_class, ref.name),
+                lambda body: call(self.scheduling.create_priority_class, body),
+                lambda body: call(self.scheduling.replace_priority_class, ref.name, body),
+            )
+        if ref.kind == "Namespace":
+            return (
+                lambda: call(self.core.read_namespace, ref.name),
+                lambda body: call(self.core.create_namespace, body),
+                lambda body: call(self.core.replace_namespace, ref.name, body),
+            )
+        raise OpsError(f"the controller does not manage {ref.kind} objects", retryable=False)
+
+    def apply(self, body: Obj) -> ApplyResult:
+        ref = ObjectRef.of(body)
+        read, create, replace = self._accessors(ref)
+        try:
+            existing = read()
+        except OpsError as error:
+            if error.status != 404:
+                raise
+            try:
+                create(body)
+            except OpsError as conflict:
+                if conflict.status != 409:
+                    raise
+                return "unchanged"  # created meanwhile (another replica)
+            return "created"
+        wanted = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+        wanted["metadata"] = {"labels": (body.get("metadata") or {}).get("labels") or {}}
+        if not wanted["metadata"]["labels"]:
+            del wanted["metadata"]
+        if _contains(existing, wanted):
+            return "unchanged"
+        updated = json.loads(json.dumps(body))
+        updated.setdefault("metadata", {})["resourceVersion"] = (existing.get("metadata") or {}).get(
+            "resourceVersion"
+        )
+        replace(updated)
+        return "updated"
+
+    def delete(self, ref: ObjectRef) -> bool:
+        if ref.kind != "Deployment":
+            raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
+        try:
+            call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace)
+        except OpsError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def post_event(self, body: Obj) -> None:
+        call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)
+
+    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
+        """Only nodes that publish a reachable metadata endpoint (the emulator's) answer; others: None."""
+        base = ((node.get("metadata") or {}).get("annotations") or {}).get(METADATA_URL_ANNOTATION)
+        if not base:
+            return None
+        try:
+            response = self._metadata.get(f"{base.rstrip('/')}/latest/meta-data/spot/instance-action")
+        except httpx.HTTPError as error:
+            raise OpsError(f"instance metadata of {base} unreachable: {error}") from error
+        if response.status_code != 200:
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None

@@ -1,0 +1,156 @@
+"""The controller process run in this test process against a served emulator on an accelerated clock.
+
+`controller(cluster)` starts a `ControllerProcess` with the emulator's clock (so its deadlines and
+Lease times are emulated time) and its own API client; `AvailabilityWatcher` is the independent
+check: it follows the emulator's watch stream (Deployments, pods, PDBs) in the emulator's own loop
+and records every moment a managed Deployment had zero ready replicas or fewer than its PDB allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config as kube_config
+
+from shipshape.controller.leader import LeaseSettings
+from shipshape.controller.loops import LoopSettings
+from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.process import ControllerProcess, ProcessSettings
+from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS
+from shipshape.emulator.store import WatchEvent
+from shipshape.kube.labels import from_label_selector
+from tests.integration.emulator.served_cluster import ServedCluster
+
+Obj = dict[str, Any]
+
+
+@contextlib.contextmanager
+def controller(
+    cluster: ServedCluster,
+    workdir: Path,
+    identity: str = "controller-0",
+    config: ControllerConfig | None = None,
+    loops: LoopSettings | None = None,
+) -> Iterator[ControllerProcess]:
+    loader: Any = kube_config
+    api_client = loader.new_client_from_config(config_file=str(cluster.served.kubeconfig))
+    settings = ProcessSettings(
+        identity=identity,
+        lease=LeaseSettings(duration_seconds=15, retry_seconds=2.0),
+        loops=loops or LoopSettings(headroom_enabled=False),
+    )
+    process = ControllerProcess(
+        api_client, config or ControllerConfig(), settings, cluster.clock, workdir=workdir
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        api_client.close()
+
+
+def is_ready(pod: Obj) -> bool:
+    if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass
+class Breach:
+    at: float
+    deployment: str
+    ready: int
+    floor: int
+
+
+@dataclass
+class AvailabilityWatcher:
+    """Ready replicas per watched Deployment after every event of the emulator's watch stream."""
+
+    cluster: ServedCluster
+    namespace: str
+    names: tuple[str, ...]
+    pods: dict[str, Obj] = field(default_factory=dict)
+    breaches: list[Breach] = field(default_factory=list)
+    lowest: dict[str, int] = field(default_factory=dict)
+    _deployments: dict[str, Obj] = field(default_factory=dict)
+    _pdbs: dict[str, Obj] = field(default_factory=dict)
+    _unsubscribe: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        store = self.cluster.served.cluster.store
+
+        def begin() -> None:
+            for pod in store.list(PODS, self.namespace):
+                self.pods[pod["metadata"]["name"]] = pod
+            for dep in store.list(DEPLOYMENTS, self.namespace):
+                self._deployments[dep["metadata"]["name"]] = dep
+            for pdb in store.list(PDBS, self.namespace):
+                self._pdbs[pdb["metadata"]["name"]] = pdb
+            self._unsubscribe = store.subscribe(self._on_event)
+            self._check()
+
+        self.cluster.call(begin)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        obj = event.object
+        if obj.get("metadata", {}).get("namespace") != self.namespace:
+            return
+        table = {PODS.kind: self.pods, DEPLOYMENTS.kind: self._deployments, PDBS.kind: self._pdbs}.get(
+            event.resource.kind
+        )
+        if table is None:
+            return
+        if event.type == "DELETED":
+            table.pop(obj["metadata"]["name"], None)
+        else:
+            table[obj["metadata"]["name"]] = obj
+        if event.resource.kind == PODS.kind:
+            self._check()
+
+    def floor(self, name: str) -> int:
+        dep = self._deployments.get(name)
+        if dep is None:
+            return 0
+        labels = dep["spec"]["template"]["metadata"].get("labels", {})
+        floors = [1]
+        for pdb in self._pdbs.values():
+            if from_label_selector(pdb["spec"].get("selector") or {}).matches(labels):
+                expected = int(dep["spec"].get("replicas", 1))
+                minimum = pdb["spec"].get("minAvailable")
+                if isinstance(minimum, int):
+                    floors.append(minimum)
+                elif isinstance(minimum, str) and minimum.endswith("%"):
+                    floors.append(math.ceil(int(minimum[:-1]) * expected / 100))
+        return max(floors)
+
+    def ready(self, name: str) -> int:
+        dep = self._deployments.get(name)
+        if dep is None:
+            return 0
+        selector = from_label_selector(dep["spec"]["selector"])
+        return sum(
+            1
+            for pod in self.pods.values()
+            if selector.matches(pod["metadata"].get("labels", {})) and is_ready(pod)
+        )
+
+    def _check(self) -> None:
+        now = self.cluster.clock.now()
+        for name in self.names:
+            ready, floor = self.ready(name), self.floor(name)
+            self.lowest[name] = min(self.lowest.get(name, ready), ready)
+            if ready < floor:
+                self.breaches.append(Breach(now, name, ready, floor))
+
+    def stop(self) -> None:
+        unsubscribe = self._unsubscribe
+        if unsubscribe is not None:
+            self.cluster.call(unsubscribe)
