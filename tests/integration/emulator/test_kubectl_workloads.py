@@ -212,6 +212,34 @@ def test_rollout_restart_status_and_history(cluster: ServedCluster) -> None:
     assert revisions == ["1", "2"]
 
 
+def test_statefulset_rollout_restart_goes_from_the_highest_ordinal(cluster: ServedCluster) -> None:
+    _apply_both(cluster)
+    kubectl = cluster.kubectl
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.pods(app="db")}
+    assert kubectl("rollout", "restart", "statefulset/db").stdout.strip() == "statefulset.apps/db restarted"
+    status = kubectl("rollout", "status", "statefulset/db", "--timeout=60s").stdout.strip().splitlines()
+    # apps/v1 defaults rollingUpdate.partition to 0, so kubectl reports a partitioned roll out.
+    assert status[-1] == "partitioned roll out complete: 3 new pods have been updated..."
+    pods = _wait_ready(cluster, "db", 3)
+    assert {p["metadata"]["name"] for p in pods} == set(before)
+    assert not {p["metadata"]["uid"] for p in pods} & set(before.values())
+    sts = cluster.get(STATEFULSETS, "default", "db")
+    assert sts is not None
+    assert sts["status"]["currentRevision"] == sts["status"]["updateRevision"]
+    assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    assert {p["metadata"]["labels"]["controller-revision-hash"] for p in pods} == {
+        sts["status"]["updateRevision"]
+    }
+    deletes = [
+        e.message
+        for e in sorted(
+            cluster.core.list_namespaced_event("default", field_selector="reason=SuccessfulDelete").items,
+            key=lambda e: int(e.metadata.resource_version),
+        )
+    ]
+    assert deletes == [f"delete Pod db-{ordinal} in StatefulSet db successful" for ordinal in (2, 1, 0)]
+
+
 def test_rollout_undo_reuses_the_previous_replicaset(cluster: ServedCluster) -> None:
     _apply_both(cluster)
     kubectl = cluster.kubectl
@@ -310,6 +338,18 @@ def test_delete_cascades_background_and_foreground(cluster: ServedCluster) -> No
     assert not cluster.pods(app="api")
     # The StatefulSet was not touched.
     assert len(ready_pods(cluster.pods(app="db"))) == 3
+
+    # Orphan: the StatefulSet goes, its pods stay, without their owner reference.
+    orphaned = kubectl("delete", "statefulset", "db", "--cascade=orphan")
+    assert orphaned.stdout.strip() == 'statefulset.apps "db" deleted'
+    assert cluster.get(STATEFULSETS, "default", "db") is None
+    pods = cluster.wait(
+        "db pods released",
+        lambda: [p for p in cluster.pods(app="db") if not p["metadata"].get("ownerReferences")],
+        30,
+    )
+    assert sorted(p["metadata"]["name"] for p in pods) == ["db-0", "db-1", "db-2"]
+    assert len(ready_pods(pods)) == 3
 
 
 def test_top_nodes_and_pods(cluster: ServedCluster) -> None:
