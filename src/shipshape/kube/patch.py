@@ -141,8 +141,11 @@ def list_strategy(path: tuple[str, ...]) -> ListStrategy | None:
         if path == ("spec", "ports"):
             return ListStrategy("port")
         return None
+    parent = path[-2] if len(path) > 1 else ""
     if name in ("conditions", "addresses") and path[0] != "status":
         return None
+    if name in ("finalizers", "ownerReferences") and parent != "metadata":
+        return None  # e.g. a Namespace's spec.finalizers is atomic
     return _BY_FIELD.get(name)
 
 

@@ -93,6 +93,18 @@ def test_strategic_merge_delete_and_replace_directives() -> None:
     assert "labels" not in removed_map["metadata"]
 
 
+def test_list_strategies_depend_on_where_the_list_is() -> None:
+    assert kpatch.list_strategy(("metadata", "finalizers")) == kpatch.ListStrategy()
+    assert kpatch.list_strategy(("spec", "finalizers")) is None  # Namespace spec: atomic
+    assert kpatch.list_strategy(("spec", "template", "spec", "containers", "ports")) == kpatch.ListStrategy(
+        "containerPort"
+    )
+    assert kpatch.list_strategy(("spec", "ports")) == kpatch.ListStrategy("port")
+    assert kpatch.list_strategy(("subsets", "ports")) is None
+    assert kpatch.list_strategy(("status", "conditions")) == kpatch.ListStrategy("type")
+    assert kpatch.list_strategy(("spec", "tolerations")) is None
+
+
 def test_strategic_merge_finalizers_are_a_set_and_delete_from_primitive_list() -> None:
     added = kpatch.strategic_merge_patch(POD, {"metadata": {"finalizers": ["b", "a"]}})
     assert added["metadata"]["finalizers"] == ["a", "b"]
