@@ -188,6 +188,26 @@ class Scenario(Strict):
                 raise ValueError(f"objects[{i}] must be a Kubernetes manifest with kind and metadata")
         return self
 
+    @model_validator(mode="after")
+    def _priced_pools(self) -> Scenario:
+        """Every pool needs a price: pricePerHour, or an instance type the shipped catalog knows."""
+        from shipshape.emulator.cloud.catalog import default_catalog  # data only, no models
+
+        catalog = default_catalog()
+        for pool in self.pools:
+            if pool.price_per_hour is not None:
+                continue
+            itype = pool.instance_type
+            missing = catalog.on_demand_price(itype, self.region) is None or (
+                pool.capacity_type == "spot" and catalog.spot_advice(itype, self.region) is None
+            )
+            if missing:
+                raise ValueError(
+                    f"pool {pool.name}: no {pool.capacity_type} price for instance type {itype!r} in "
+                    f"{self.region} in the catalog (prices of {catalog.on_demand_as_of}); set pricePerHour"
+                )
+        return self
+
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be used, with a message that says where and why."""

@@ -101,9 +101,7 @@ def _pool_state(pool: Pool, scenario: Scenario | None, cat: catalog.Catalog) -> 
     elif pool.capacity_type == "on-demand" and on_demand is not None:
         price, source = on_demand, f"catalog (on-demand estimate, prices of {cat.on_demand_as_of})"
     elif pool.capacity_type == "spot" and on_demand is not None:
-        advice = cat.spot_advice(pool.instance_type, region) or cat.spot_advice(
-            pool.instance_type, band_region
-        )
+        advice = cat.spot_advice(pool.instance_type, region)
         if advice is None:
             raise CloudError(
                 f"pool {pool.name}: the spot advisor has no savings figure for {pool.instance_type} in "

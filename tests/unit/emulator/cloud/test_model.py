@@ -10,6 +10,7 @@ import pytest
 from shipshape.emulator.cloud import CloudError, UnknownTarget, nodes
 from shipshape.emulator.cloud.boot import MILESTONES
 from shipshape.emulator.resources import NODES
+from shipshape.emulator.scenario import ScenarioError
 from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.kube.quantity import cpu_millis, to_int
 
@@ -158,13 +159,10 @@ def test_catalog_prices_spot_below_on_demand() -> None:
 
 
 def test_a_type_missing_from_the_catalog_needs_a_price() -> None:
-    from shipshape.emulator.cloud.model import CloudModel
-    from shipshape.emulator.runtime import Cluster
-    from shipshape.kube.clock import VirtualClock
-
-    sc = scenario([{**SPOT_A, "instanceType": "m7i.large"}])
-    with pytest.raises(CloudError, match=r"m7i\.large.*pricePerHour"):
-        Cluster(VirtualClock(), sc).add(CloudModel())
+    with pytest.raises(
+        ScenarioError, match=r"pool spot-a: no spot price for instance type 'm7i\.large'.*pricePerHour"
+    ):
+        scenario([{**SPOT_A, "instanceType": "m7i.large"}])
     priced = start(scenario([{**SPOT_A, "instanceType": "m7i.large", "pricePerHour": 0.05}]))
     assert priced.cloud.pools["spot-a"].price_per_hour == 0.05
 
