@@ -672,10 +672,6 @@ class Api:
                 st["disruptionsAllowed"] = int(st.get("disruptionsAllowed") or 0) - 1
                 st.setdefault("disruptedPods", {})[name] = now
 
-            current_rv = pdb["metadata"]["resourceVersion"]
-            latest = self.store.get(r.PDBS, namespace, pdb["metadata"]["name"])
-            if latest is None or latest["metadata"]["resourceVersion"] != current_rv:
-                raise errors.Conflict.of(r.PDBS.plural, pdb["metadata"]["name"], r.PDBS.group)
             self.store.mutate(r.PDBS, namespace, pdb["metadata"]["name"], take, subresource="status")
         await self._delete_evicted(namespace, name, options, user)
         return success_status()
