@@ -1,0 +1,636 @@
+"""Emulator benchmarks: API writes, watch latency, a 1,000-replica rollout, and memory at 1,000 nodes.
+
+Prints one JSON document on stdout (progress goes to stderr). Every case runs in its own process,
+so that its peak memory (max RSS) and its CPU are its own; the served cases start the real
+`shipshape emulator up` in a further process and drive it over HTTPS (aiohttp, keep-alive), as a
+client on another machine would, with the cluster's models running as usual.
+
+Cases and targets:
+  api_create      pod creations per second through the HTTPS API, several concurrent clients  (>= 300/s)
+  watch_latency   write-to-delivery latency of watch events with 20 concurrent watchers       (p99 < 100 ms)
+  rollout_server  1,000-replica Deployment to all Running on 200 nodes, server mode, high --speed
+  rollout_des     the same in discrete-event mode (VirtualClock + engine.run_until, no HTTP)
+  memory_des      peak RSS of a 1,000-node / 30,000-pod cluster built in discrete-event mode  (< 2 GiB)
+
+    .venv/bin/python bench/emulator.py                 # every case
+    .venv/bin/python bench/emulator.py --case api_create --case watch_latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import resource
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+Json = dict[str, Any]
+
+MIB = 1024 * 1024
+STAMP = "bench.shipshape.dev/written-at"
+
+TARGET_CREATES_PER_SECOND = 300.0
+TARGET_WATCH_P99_MS = 100.0
+# A real control plane brings 1,000 replicas up in well under two minutes; the emulator should too,
+# in emulated time, and a run on this machine should not take longer than that in wall-clock time.
+TARGET_ROLLOUT_EMULATED_SECONDS = 120.0
+TARGET_ROLLOUT_WALL_SECONDS = 90.0
+TARGET_MEMORY_MIB = 2048.0
+TARGET_MEMORY_WALL_SECONDS = 150.0
+
+ROLLOUT_TARGET = (
+    f"emulated <= {TARGET_ROLLOUT_EMULATED_SECONDS:g} s and wall <= {TARGET_ROLLOUT_WALL_SECONDS:g} s"
+)
+
+CASES = ("api_create", "watch_latency", "rollout_server", "rollout_des", "memory_des")
+
+
+def log(message: str) -> None:
+    print(f"[bench/emulator] {message}", file=sys.stderr, flush=True)
+
+
+# ---- scenarios and manifests (pure) ---------------------------------------------------------------------
+
+
+def scenario(name: str, nodes: int, *, cpu: str = "16", memory: str = "64Gi", namespaces: list[str]) -> Json:
+    """`nodes` on-demand nodes in two zones, up at start; no autoscaler, no interruptions."""
+    zones = ("us-east-1a", "us-east-1b")
+    pools = []
+    for i, zone in enumerate(zones):
+        size = nodes // len(zones) + (1 if i < nodes % len(zones) else 0)
+        pools.append(
+            {
+                "name": f"od-{zone[-1]}",
+                "instanceType": "m5.4xlarge",
+                "zone": zone,
+                "capacityType": "on-demand",
+                "cpu": cpu,
+                "memory": memory,
+                "initialSize": size,
+                "minSize": size,
+                "maxSize": size,
+            }
+        )
+    return {
+        "name": name,
+        "seed": 7,
+        "pools": pools,
+        "autoscaler": {"enabled": False},
+        "interruptions": {"enabled": False},
+        "kubelet": {"preloadedImages": ["registry.example/app:1"]},
+        "namespaces": namespaces,
+    }
+
+
+def container(name: str = "app") -> Json:
+    return {
+        "name": name,
+        "image": "registry.example/app:1",
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
+
+
+def pod_manifest(name: str, namespace: str) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "bench"}},
+        "spec": {"containers": [container()]},
+    }
+
+
+def deployment_manifest(name: str, namespace: str, replicas: int) -> Json:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container()]}},
+        },
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def started_at(pod: Json) -> str | None:
+    """When the pod's last container started running (RFC 3339), None unless all are running."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    times = [s.get("state", {}).get("running", {}).get("startedAt") for s in statuses]
+    if not times or any(t is None for t in times):
+        return None
+    return str(max(times))
+
+
+def max_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+# ---- a served cluster in a child process ----------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    url: str
+    token: str
+    verify: ssl.SSLContext
+    pid: int
+
+    def client(self, connections: int) -> aiohttp.ClientSession:
+        """A keep-alive client with at most `connections` connections (aiohttp: its per-request CPU cost
+        is a fifth of httpx's, so that on two cores the client does not limit what is measured)."""
+        return aiohttp.ClientSession(
+            self.url,
+            connector=aiohttp.TCPConnector(ssl=self.verify, limit=connections),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        )
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def served_cluster(spec: Json, *, speed: float = 1.0) -> Iterator[Served]:
+    """`shipshape emulator up` on `spec` in a child process, on a free port, until the block exits."""
+    with tempfile.TemporaryDirectory(prefix="bench-emulator-") as tmp:
+        scenario_path = Path(tmp) / "scenario.yaml"
+        scenario_path.write_text(yaml.safe_dump(spec))
+        kubeconfig = Path(tmp) / "kubeconfig"
+        command = [
+            sys.executable,
+            "-c",
+            "from shipshape.cli.main import app; app()",
+            "emulator",
+            "up",
+            "--scenario",
+            str(scenario_path),
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--speed",
+            str(speed),
+        ]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            if not line.startswith("ready"):
+                raise RuntimeError(f"the emulator did not start (exit {process.wait()}): {line!r}")
+            config = yaml.safe_load(kubeconfig.read_text())
+            cluster = config["clusters"][0]["cluster"]
+            ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+            yield Served(
+                url=cluster["server"],
+                token=config["users"][0]["user"]["token"],
+                verify=ssl.create_default_context(cadata=ca),
+                pid=process.pid,
+            )
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+async def watch_lines(
+    client: aiohttp.ClientSession, path: str, params: dict[str, str]
+) -> AsyncIterator[Json]:
+    async with client.get(path, params={**params, "watch": "1"}) as response:
+        response.raise_for_status()
+        async for line in response.content:
+            if line.strip():
+                yield orjson.loads(line)
+
+
+# ---- api_create -----------------------------------------------------------------------------------------
+
+
+async def post(http: aiohttp.ClientSession, path: str, body: Json) -> tuple[int, Json]:
+    async with http.post(path, data=orjson.dumps(body)) as response:
+        return response.status, orjson.loads(await response.read())
+
+
+async def get(http: aiohttp.ClientSession, path: str, params: dict[str, str] | None = None) -> Json:
+    async with http.get(path, params=params or {}) as response:
+        response.raise_for_status()
+        loaded: Json = orjson.loads(await response.read())
+        return loaded
+
+
+async def closed_loop(
+    clients: int, seconds: float, request: Callable[[int, int], Any]
+) -> tuple[float, int, list[float]]:
+    """`clients` loops sending `request(client, n)` back to back for `seconds`: (elapsed, done, latencies)."""
+    latencies: list[float] = []
+
+    async def loop(index: int, deadline: float) -> int:
+        made = 0
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            await request(index, made)
+            latencies.append(time.perf_counter() - began)
+            made += 1
+        return made
+
+    began = time.perf_counter()
+    done = await asyncio.gather(*(loop(i, began + seconds) for i in range(clients)))
+    return time.perf_counter() - began, sum(done), latencies
+
+
+async def api_create(served: Served, *, clients: int = 8, seconds: float = 8.0) -> Json:
+    """Pod creations back to back from `clients` keep-alive connections; GET /version as the HTTPS floor."""
+    namespace = "bench"
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    failures: dict[str, int] = {}
+    async with served.client(clients) as http:
+        await asyncio.gather(*(get(http, "/version") for _ in range(clients)))  # TLS handshakes
+
+        async def version(index: int, n: int) -> None:
+            await get(http, "/version")
+
+        cpu = served.cpu_seconds()
+        floor_elapsed, floor_done, _ = await closed_loop(clients, seconds / 4, version)
+        floor_cpu = served.cpu_seconds() - cpu
+
+        async def create(index: int, n: int) -> None:
+            status, _ = await post(http, path, pod_manifest(f"c{index}-{n}", namespace))
+            if status != 201:
+                failures[str(status)] = failures.get(str(status), 0) + 1
+
+        cpu = served.cpu_seconds()
+        elapsed, done, latencies = await closed_loop(clients, seconds, create)
+        create_cpu = served.cpu_seconds() - cpu
+    created = done - sum(failures.values())
+    rate = created / elapsed
+    return {
+        "clients": clients,
+        "nodes": 50,
+        "seconds": round(elapsed, 3),
+        "created": created,
+        "failures": failures,
+        "createsPerSecond": round(rate, 1),
+        "requestLatencyMs": {
+            "p50": round(percentile(latencies, 50) * 1000, 2),
+            "p99": round(percentile(latencies, 99) * 1000, 2),
+        },
+        # CPU the server process spent per request: steadier than rates on a shared machine.
+        "serverCpuMsPerCreate": round(create_cpu / max(1, done) * 1000, 3),
+        "serverCpuMsPerVersionGet": round(floor_cpu / max(1, floor_done) * 1000, 3),
+        "versionGetsPerSecond": round(floor_done / floor_elapsed, 1),
+        "createToGetRatio": round(rate / (floor_done / floor_elapsed), 3),
+        "target": f">= {TARGET_CREATES_PER_SECOND:g}/s",
+        "pass": rate >= TARGET_CREATES_PER_SECOND and not failures,
+    }
+
+
+# ---- watch_latency --------------------------------------------------------------------------------------
+
+
+async def watch_latency(
+    served: Served, *, watchers: int = 20, writers: int = 4, rate: float = 100.0, seconds: float = 5.0
+) -> Json:
+    """Writers create ConfigMaps stamped with the wall time at write; each watcher notes when it sees them."""
+    namespace = "bench"
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    expected = int(rate * seconds)
+    seen: list[list[float]] = [[] for _ in range(watchers)]
+    warm: list[asyncio.Event] = [asyncio.Event() for _ in range(watchers)]
+    done = asyncio.Event()
+    async with served.client(watchers + writers) as http:
+        version = (await get(http, path))["metadata"]["resourceVersion"]
+
+        async def watcher(index: int) -> None:
+            async for event in watch_lines(http, path, {"resourceVersion": version}):
+                now = time.time()
+                obj = event.get("object", {})
+                if event.get("type") != "ADDED":
+                    continue
+                if obj["metadata"]["name"] == "warm-up":
+                    warm[index].set()
+                    continue
+                stamp = (obj["metadata"].get("annotations") or {}).get(STAMP)
+                if stamp is not None:
+                    seen[index].append(now - float(stamp))
+                    if len(seen[index]) >= expected:
+                        return
+
+        tasks = [asyncio.create_task(watcher(i)) for i in range(watchers)]
+        await post(http, path, {"metadata": {"name": "warm-up"}})
+        await asyncio.wait_for(asyncio.gather(*(w.wait() for w in warm)), timeout=30)
+
+        async def writer(index: int) -> None:
+            interval = writers / rate
+            start = time.perf_counter()
+            for i in range(expected // writers):
+                due = start + i * interval
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                body = {"metadata": {"name": f"w{index}-{i}", "annotations": {STAMP: repr(time.time())}}}
+                status, answer = await post(http, path, body)
+                if status != 201:
+                    raise RuntimeError(f"create failed ({status}): {answer}")
+
+        await asyncio.gather(*(writer(i) for i in range(writers)))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+        done.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    latencies = [value for per_watcher in seen for value in per_watcher]
+    delivered = len(latencies)
+    p99 = percentile(latencies, 99) * 1000 if latencies else float("inf")
+    return {
+        "watchers": watchers,
+        "writesPerSecond": rate,
+        "writes": expected - expected % writers,
+        "deliveries": delivered,
+        "expectedDeliveries": watchers * (expected - expected % writers),
+        "latencyMs": {
+            "p50": round(percentile(latencies, 50) * 1000, 2) if latencies else None,
+            "p99": round(p99, 2),
+            "max": round(max(latencies) * 1000, 2) if latencies else None,
+        },
+        "target": f"p99 < {TARGET_WATCH_P99_MS:g} ms",
+        "pass": p99 < TARGET_WATCH_P99_MS and delivered == watchers * (expected - expected % writers),
+    }
+
+
+# ---- rollout_server -------------------------------------------------------------------------------------
+
+
+async def rollout_server(served: Served, *, replicas: int, speed: float) -> Json:
+    from shipshape.kube.clock import parse_time
+
+    namespace, name = "bench", "rollout"
+    running: set[str] = set()
+    last_start = ""
+    async with served.client(4) as http:
+        pods_path = f"/api/v1/namespaces/{namespace}/pods"
+        version = (await get(http, pods_path, {"limit": "1"}))["metadata"]["resourceVersion"]
+        all_running = asyncio.Event()
+
+        async def follow() -> None:
+            nonlocal last_start
+            params = {"resourceVersion": version, "labelSelector": f"app={name}"}
+            async for event in watch_lines(http, pods_path, params):
+                pod = event.get("object", {})
+                if event.get("type") not in ("ADDED", "MODIFIED"):
+                    continue
+                started = started_at(pod)
+                if pod.get("status", {}).get("phase") == "Running" and started is not None:
+                    running.add(pod["metadata"]["name"])
+                    last_start = max(last_start, started)
+                if len(running) >= replicas:
+                    all_running.set()
+                    return
+
+        follower = asyncio.create_task(follow())
+        began = time.perf_counter()
+        status, answer = await post(
+            http,
+            f"/apis/apps/v1/namespaces/{namespace}/deployments",
+            deployment_manifest(name, namespace, replicas),
+        )
+        if status != 201:
+            raise RuntimeError(f"create failed ({status}): {answer}")
+        created = answer["metadata"]["creationTimestamp"]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_running.wait(), timeout=TARGET_ROLLOUT_WALL_SECONDS * 2)
+        wall = time.perf_counter() - began
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+    complete = len(running) >= replicas
+    emulated = parse_time(last_start) - parse_time(created) if complete else None
+    return {
+        "nodes": 200,
+        "replicas": replicas,
+        "speed": speed,
+        "running": len(running),
+        "emulatedSeconds": emulated,
+        "wallSeconds": round(wall, 2),
+        "target": ROLLOUT_TARGET,
+        "pass": complete
+        and emulated is not None
+        and emulated <= TARGET_ROLLOUT_EMULATED_SECONDS
+        and wall <= TARGET_ROLLOUT_WALL_SECONDS,
+    }
+
+
+# ---- discrete-event cases -------------------------------------------------------------------------------
+
+
+def build_des(nodes: int, *, percentage_of_nodes_to_score: int = 0) -> Any:
+    """A cluster on a VirtualClock with `nodes` nodes Ready (models as in server mode)."""
+    from shipshape.emulator import assembly
+    from shipshape.emulator import scenario as scenario_mod
+    from shipshape.emulator.resources import NODES
+    from shipshape.kube.clock import VirtualClock
+
+    cluster = assembly.build(
+        scenario_mod.parse(scenario("bench", nodes, namespaces=["bench"])), VirtualClock()
+    )
+    if percentage_of_nodes_to_score:
+        scheduler = cluster.services["scheduler"]
+        scheduler.profile = dataclasses.replace(
+            scheduler.profile, percentage_of_nodes_to_score=percentage_of_nodes_to_score
+        )
+    deadline = cluster.now() + 300
+    while cluster.now() < deadline:
+        cluster.engine.run_until(cluster.now() + 10)
+        ready = sum(
+            1
+            for node in cluster.store.iter(NODES)
+            if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])
+            )
+        )
+        if ready >= nodes:
+            return cluster
+    raise RuntimeError(f"only {ready} of {nodes} nodes Ready after 300 emulated seconds")
+
+
+def run_des_until_running(
+    cluster: Any, deployments: list[Json], *, step: float, limit: float, progress: Callable[[int], None]
+) -> tuple[float, int]:
+    """Create `deployments` through the API and run the engine until all their pods run."""
+    from shipshape.emulator.resources import DEPLOYMENTS, PODS
+
+    api = cluster.services["api"]
+
+    async def create() -> None:
+        for manifest in deployments:
+            await api.create(DEPLOYMENTS, manifest["metadata"]["namespace"], manifest)
+
+    began = cluster.now()
+    asyncio.run(create())
+    want = sum(d["spec"]["replicas"] for d in deployments)
+    running = 0
+    while cluster.now() - began < limit:
+        cluster.engine.run_until(cluster.now() + step)
+        running = sum(1 for p in cluster.store.iter(PODS) if started_at(p) is not None)
+        progress(running)
+        if running >= want:
+            break
+    return cluster.now() - began, running
+
+
+def rollout_des(*, nodes: int = 200, replicas: int = 1000) -> Json:
+    began = time.perf_counter()
+    cluster = build_des(nodes)
+    built = time.perf_counter() - began
+    began = time.perf_counter()
+    emulated, running = run_des_until_running(
+        cluster,
+        [deployment_manifest("rollout", "bench", replicas)],
+        step=0.5,
+        limit=600,
+        progress=lambda n: None,
+    )
+    wall = time.perf_counter() - began
+    complete = running >= replicas
+    return {
+        "nodes": nodes,
+        "replicas": replicas,
+        "running": running,
+        "emulatedSeconds": round(emulated, 1),
+        "wallSeconds": round(wall, 2),
+        "buildSeconds": round(built, 2),
+        "target": ROLLOUT_TARGET,
+        "pass": complete
+        and emulated <= TARGET_ROLLOUT_EMULATED_SECONDS
+        and wall <= TARGET_ROLLOUT_WALL_SECONDS,
+    }
+
+
+def memory_des(
+    *, nodes: int = 1000, pods: int = 30_000, per_deployment: int = 100, score_percentage: int = 5
+) -> Json:
+    began = time.perf_counter()
+    cluster = build_des(nodes, percentage_of_nodes_to_score=score_percentage)
+    built = time.perf_counter() - began
+    log(f"memory_des: {nodes} nodes Ready in {built:.1f} s")
+    deployments = [
+        deployment_manifest(f"app{i:03d}", "bench", per_deployment) for i in range(pods // per_deployment)
+    ]
+    last = [time.perf_counter()]
+
+    def progress(running: int) -> None:
+        if time.perf_counter() - last[0] > 10:
+            last[0] = time.perf_counter()
+            log(f"memory_des: {running} pods running ({time.perf_counter() - began:.0f} s)")
+
+    emulated, running = run_des_until_running(cluster, deployments, step=5.0, limit=1800, progress=progress)
+    wall = time.perf_counter() - began
+    peak = max_rss_mib()
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "deployments": len(deployments),
+        "running": running,
+        "percentageOfNodesToScore": score_percentage,
+        "emulatedSeconds": round(emulated, 1),
+        "wallSeconds": round(wall, 2),
+        "peakRssMiB": round(peak, 1),
+        "target": f"peak RSS < {TARGET_MEMORY_MIB:g} MiB",
+        "pass": running >= pods and peak < TARGET_MEMORY_MIB,
+    }
+
+
+# ---- driver ---------------------------------------------------------------------------------------------
+
+
+def run_case(name: str) -> Json:
+    if name == "api_create":
+        with served_cluster(scenario("api", 50, namespaces=["bench"])) as served:
+            return asyncio.run(api_create(served))
+    if name == "watch_latency":
+        with served_cluster(scenario("watch", 10, namespaces=["bench"])) as served:
+            return asyncio.run(watch_latency(served))
+    if name == "rollout_server":
+        speed = 20.0
+        with served_cluster(scenario("rollout", 200, namespaces=["bench"]), speed=speed) as served:
+            time.sleep(60 / speed)  # the 200 nodes boot and report Ready (about 30 emulated seconds)
+            return asyncio.run(rollout_server(served, replicas=1000, speed=speed))
+    if name == "rollout_des":
+        return rollout_des()
+    if name == "memory_des":
+        return memory_des()
+    raise SystemExit(f"unknown case {name!r} (cases: {', '.join(CASES)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--case", action="append", choices=CASES, help="run only these cases")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    chosen = args.case or list(CASES)
+    if args.in_process:
+        (name,) = chosen
+        result = run_case(name)
+        result["caseWallSeconds"] = round(time.perf_counter() - STARTED, 2)
+        result.setdefault("peakRssMiB", round(max_rss_mib(), 1))
+        print(json.dumps(result))
+        return
+    results: Json = {}
+    began = time.perf_counter()
+    for name in chosen:
+        log(f"{name} ...")
+        done = subprocess.run(
+            [sys.executable, __file__, "--in-process", "--case", name],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        if done.returncode != 0:
+            results[name] = {"error": f"exit {done.returncode}", "pass": False}
+        else:
+            results[name] = json.loads(done.stdout)
+        log(f"{name}: {json.dumps(results[name])}")
+    summary = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "cases": results,
+        "pass": all(r.get("pass") for r in results.values()),
+        "wallSeconds": round(time.perf_counter() - began, 1),
+    }
+    print(json.dumps(summary, indent=2))
+
+
+STARTED = time.perf_counter()
+
+if __name__ == "__main__":
+    main()
