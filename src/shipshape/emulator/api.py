@@ -257,6 +257,8 @@ class Api:
         validation.check_decodable(rt, body)
         if subresource == "scale":
             return await self._update_scale(rt, namespace, name, body, dry_run=dry_run, user=user)
+        if subresource == "finalize":
+            return await self._finalize_namespace(name, body, dry_run=dry_run, user=user)
         if subresource is not None:
             self._check_subresource(rt, subresource, ("status",))
         obj = clone(body)
@@ -287,6 +289,11 @@ class Api:
             defaults.apply_defaults(rt, obj)
             if rt is r.SERVICES:
                 self.allocator.keep_allocated(obj, current)
+            if rt is r.NAMESPACES:
+                # Only the finalize subresource changes a namespace's finalizers.
+                obj.setdefault("spec", {})["finalizers"] = (current.get("spec") or {}).get("finalizers") or []
+                if not obj["spec"]["finalizers"]:
+                    del obj["spec"]["finalizers"]
             new = obj
         attrs = Attributes(
             UPDATE,
@@ -310,6 +317,37 @@ class Api:
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
         return self.store.update(rt, admitted, subresource=subresource, dry_run=dry_run)
+
+    async def _finalize_namespace(self, name: str, body: Obj, *, dry_run: bool, user: UserInfo) -> Obj:
+        """PUT namespaces/<name>/finalize: set `spec.finalizers`; an emptied Terminating namespace goes."""
+        self._check_subresource(r.NAMESPACES, "finalize", ("finalize",))
+        current = self.store.must_get(r.NAMESPACES, "", name)
+        finalizers = (body.get("spec") or {}).get("finalizers") or []
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+            raise errors.BadRequest("spec.finalizers must be a list of strings")
+        new = clone(current)
+        new.setdefault("spec", {})["finalizers"] = finalizers
+        wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv:
+            new["metadata"]["resourceVersion"] = wanted_rv
+        attrs = Attributes(
+            UPDATE,
+            r.NAMESPACES,
+            "",
+            name,
+            new,
+            old_object=current,
+            subresource="finalize",
+            dry_run=dry_run,
+            user=user,
+            options=_options("UpdateOptions", dry_run),
+        )
+        await self.webhooks.validate(attrs)
+        stored = self.store.update(r.NAMESPACES, new, dry_run=dry_run)
+        terminating = (stored.get("status") or {}).get("phase") == "Terminating"
+        if terminating and not finalizers and not stored["metadata"].get("finalizers") and not dry_run:
+            return self.store.remove(r.NAMESPACES, "", name) or stored
+        return stored
 
     def _validate_update(
         self, rt: ResourceType, name: str, new: Obj, current: Obj, subresource: str | None

@@ -545,3 +545,14 @@ async def test_new_nodes_start_not_ready_for_scheduling(api: Api) -> None:
         {"key": "a", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
     ]
+
+
+async def test_namespace_finalizers_change_only_through_finalize(api: Api, cluster: Cluster) -> None:
+    ns = await api.create(NAMESPACES, "", {"metadata": {"name": "team"}})
+    stripped = {**ns, "spec": {}}
+    assert (await api.update(NAMESPACES, "", "team", stripped))["spec"]["finalizers"] == ["kubernetes"]
+    await api.delete(NAMESPACES, "", "team", DeleteOptions())
+    assert cluster.store.get(NAMESPACES, "", "team") is not None  # Terminating, held by its finalizer
+    gone = await api.update(NAMESPACES, "", "team", {"spec": {"finalizers": []}}, subresource="finalize")
+    assert gone["metadata"]["name"] == "team"
+    assert cluster.store.get(NAMESPACES, "", "team") is None
