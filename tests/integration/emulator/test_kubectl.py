@@ -116,6 +116,9 @@ def test_api_resources_and_explain(kubectl: Kubectl) -> None:
     assert "KIND:       Pod" in explained and "FIELD: nodeName <string>" in explained
     pdb = kubectl("explain", "pdb.spec.minAvailable").stdout
     assert "GROUP:      policy" in pdb
+    # The OpenAPI v2 path: client-go fetches /openapi/v2 in gnostic protobuf.
+    v2 = kubectl("explain", "deployments.spec.strategy", "--output=plaintext-openapiv2").stdout
+    assert "KIND:     Deployment" in v2 and "rollingUpdate\t<Object>" in v2
 
 
 def test_get_watch_streams_changes(kubectl: Kubectl) -> None:

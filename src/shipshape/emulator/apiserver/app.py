@@ -30,7 +30,7 @@ from shipshape.emulator.apiserver import watch as watching
 from shipshape.emulator.apiserver.auth import BearerAuth
 from shipshape.emulator.apiserver.fieldcheck import FieldChecker
 from shipshape.emulator.apiserver.metrics import MetricsView
-from shipshape.emulator.apiserver.openapi import OpenApiDocs
+from shipshape.emulator.apiserver.openapi import OpenApiDocs, gnostic
 from shipshape.emulator.resources import NAMESPACES, NODES, PODS, ResourceType, groups, lookup
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
@@ -224,12 +224,15 @@ class ApiServer:
     # ---- OpenAPI ------------------------------------------------------------------------------
     async def openapi_v2(self, request: Request) -> Response:
         accept = request.headers.get("accept", "")
-        if accept and "json" not in accept and "*/*" not in accept:
-            # kubectl asks for protobuf first; 406 makes client-go fall back.
-            return _status_response(
-                codec.NotAcceptable(f"only the following media types are accepted: {codec.JSON}")
-            )
-        return Response(self.openapi.v2(), media_type=codec.JSON)
+        for media_type in (part.split(";")[0].strip() for part in accept.split(",")):
+            if media_type in (gnostic.MEDIA_TYPE, gnostic.RESPONSE_MEDIA_TYPE):  # what client-go asks for
+                return Response(self.openapi.v2_protobuf(), media_type=gnostic.RESPONSE_MEDIA_TYPE)
+            if media_type in (codec.JSON, "*/*", "application/*", ""):
+                return Response(self.openapi.v2(), media_type=codec.JSON)
+        refusal = codec.NotAcceptable(
+            f"only the following media types are accepted: {codec.JSON}, {gnostic.MEDIA_TYPE}"
+        )
+        return _status_response(refusal)
 
     async def openapi_v3_index(self, request: Request) -> Response:
         return Response(orjson.dumps(self.openapi.v3_index()), media_type=codec.JSON)

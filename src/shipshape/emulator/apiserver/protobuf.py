@@ -269,7 +269,7 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ProtobufError("protobuf varint too long")
 
 
-def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+def wire_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     """(field number, wire type, value) triples of one message."""
     out: list[tuple[int, int, int | bytes]] = []
     pos = 0
@@ -314,7 +314,7 @@ def _map_entry(value: int | bytes) -> tuple[str, int | bytes]:
         raise ProtobufError("expected a protobuf map entry")
     key = ""
     val: int | bytes = b""
-    for number, _, item in _fields(value):
+    for number, _, item in wire_fields(value):
         if number == 1:
             key = _string(item)
         elif number == 2:
@@ -346,19 +346,19 @@ def _scalar(field: F, value: int | bytes) -> Any:
         raise ProtobufError(f"expected a message for {field.name}")
     if kind == "time":
         seconds = nanos = 0
-        for number, _, item in _fields(value):
+        for number, _, item in wire_fields(value):
             if number == 1 and isinstance(item, int):
                 seconds = _signed(item)
             elif number == 2 and isinstance(item, int):
                 nanos = item
         return rfc3339(seconds + nanos / 1e9) if seconds else None
     if kind == "quantity":
-        for number, _, item in _fields(value):
+        for number, _, item in wire_fields(value):
             if number == 1:
                 return _string(item)
         return None
     if kind == "intorstr":
-        parts: dict[int, int | bytes] = {number: item for number, _, item in _fields(value)}
+        parts: dict[int, int | bytes] = {number: item for number, _, item in wire_fields(value)}
         if parts.get(1, 0) == 1:
             return _string(parts.get(3, b""))
         raw = parts.get(2, 0)
@@ -369,7 +369,7 @@ def _scalar(field: F, value: int | bytes) -> Any:
 def decode_message(message: str, data: bytes) -> dict[str, Any]:
     schema = MESSAGES[message]
     out: dict[str, Any] = {}
-    for number, _, value in _fields(data):
+    for number, _, value in wire_fields(data):
         field = schema.get(number)
         if field is None:
             if _is_zero(value):
@@ -403,9 +403,9 @@ def decode(raw: bytes) -> dict[str, Any]:
         raise ProtobufError("the protobuf body does not start with the Kubernetes magic number")
     api_version = kind = ""
     payload = b""
-    for number, _, value in _fields(raw[len(MAGIC) :]):
+    for number, _, value in wire_fields(raw[len(MAGIC) :]):
         if number == 1 and isinstance(value, bytes):
-            for sub_number, _, item in _fields(value):
+            for sub_number, _, item in wire_fields(value):
                 if sub_number == 1:
                     api_version = _string(item)
                 elif sub_number == 2:

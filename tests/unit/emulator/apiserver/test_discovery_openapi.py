@@ -131,3 +131,19 @@ def test_derived_v3_document_keeps_what_kubectl_reads(docs: OpenApiDocs) -> None
     ]
     assert "fieldValidation" in params
     assert "application/merge-patch+json" in patch["requestBody"]["content"]
+
+
+def test_v2_protobuf_document(docs: OpenApiDocs) -> None:
+    from shipshape.emulator.apiserver.protobuf import wire_fields
+
+    encoded = docs.v2_protobuf()
+    top = {number: value for number, _, value in wire_fields(encoded)}
+    assert top[1] == b"2.0"
+    definitions = top[9]
+    assert isinstance(definitions, bytes)
+    names = []
+    for _, _, named in wire_fields(definitions):
+        assert isinstance(named, bytes)
+        names.append(dict((n, v) for n, _, v in wire_fields(named))[1])
+    assert b"io.k8s.api.core.v1.Pod" in names
+    assert len(names) == len(orjson.loads(docs.v2())["definitions"])

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from shipshape.emulator.apiserver.openapi import gnostic
+
 Doc = dict[str, Any]
 
 _V3_FILES = {
@@ -42,6 +44,7 @@ class OpenApiDocs:
         self._served = [v3_path_for(v) for v in served_api_versions]
         self._v2: bytes | None = None
         self._v2_doc: Doc | None = None
+        self._v2_pb: bytes | None = None
         self._v3: dict[str, bytes] = {}
 
     # ---- v2 ------------------------------------------------------------------------------
@@ -49,6 +52,12 @@ class OpenApiDocs:
         if self._v2 is None:
             self._v2 = _read(_V2_FILE)
         return self._v2
+
+    def v2_protobuf(self) -> bytes:
+        """The v2 document as gnostic's protobuf `openapi_v2.Document` (built once)."""
+        if self._v2_pb is None:
+            self._v2_pb = gnostic.encode_document(self._v2_parsed())
+        return self._v2_pb
 
     def _v2_parsed(self) -> Doc:
         if self._v2_doc is None:
