@@ -205,6 +205,14 @@ def render_messages(
     ctrd(online + 0.01, "Start cni network conf syncer for default")
     cloud_init(cs + (ks - cs) * 0.4, "modules:final")
 
+    pause = f"602401143452.dkr.ecr.{ident.region}.amazonaws.com/eks/pause:3.5"
+    sandbox_pull = ks - min(0.2, (ks - cs) / 4)
+    ctrd(
+        sandbox_pull,
+        f"ImageUpdate event &ImageUpdate{{Name:{pause},Labels:map[string]string{{io.cri-containerd.image: "
+        "managed,},XXX_unrecognized:[],}",
+    )
+    add(sandbox_pull, "systemd", "Started pull sandbox image defined in containerd config.toml.")
     add(ks, "systemd", "Starting Kubernetes Kubelet...")
     add(ks, "systemd", "Started Kubernetes Kubelet.")
     add(
