@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.emulator.resources import ResourceType
+from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.resources import PODS, ResourceType
 from shipshape.emulator.runtime import Reconciler
 from shipshape.emulator.store import Obj, Store, WatchEvent
+from shipshape.kube import errors
 
 # Upstream workqueue's default per-item backoff: 5 ms doubling up to 1000 s.
 BACKOFF_BASE = 0.005
@@ -22,6 +25,7 @@ class Controller(Reconciler):
     def __init__(self) -> None:
         super().__init__()
         self._failures: dict[Any, int] = {}
+        self._late_failures: dict[Any, errors.ApiError] = {}
         self._watched = frozenset(rt.key for rt in self.watches)
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -39,6 +43,60 @@ class Controller(Reconciler):
     def forget(self, key: Any) -> None:
         """The key synced cleanly: its backoff starts over."""
         self._failures.pop(key, None)
+
+    def create_pods(
+        self, owner: Mapping[str, Any], key: Any, bodies: list[Obj], expectations: Expectations
+    ) -> errors.ApiError | None:
+        """Create pods through admission in slow-start batches of 1, 2, 4, ... (upstream `slowStartBatch`).
+
+        The next batch starts once the previous one is done without failures; creations skipped
+        after a failure are no longer expected. Events SuccessfulCreate/FailedCreate go on the owner.
+        A failure known before returning (no webhook on the way) is returned for the caller to
+        requeue; one that comes later is kept for the next sync (`take_late_failure`) and requeues
+        the key with backoff itself.
+        """
+        api = self.c.services["api"]
+        pending = list(bodies)
+        expectations.expect_creations(key, len(pending))
+        state: dict[str, Any] = {"batch": 1, "in_flight": 0, "failure": None, "returned": False}
+
+        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
+            state["in_flight"] -= 1
+            if error is not None:
+                expectations.creation_observed(key)  # the watch will never show this pod
+                state["failure"] = state["failure"] or error
+                self.event(owner, "FailedCreate", f"Error creating: {error.message}", type="Warning")
+            elif pod is not None:
+                self.forget(key)
+                self.event(owner, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+            if state["in_flight"] == 0:
+                if state["failure"] is None and pending:
+                    submit_batch()
+                    return
+                for _ in pending:
+                    expectations.creation_observed(key)
+                pending.clear()
+                if state["failure"] is not None and state["returned"]:
+                    self._late_failures[key] = state["failure"]
+                    self.retry_later(key)
+
+        def submit_batch() -> None:
+            batch = pending[: state["batch"]]
+            del pending[: state["batch"]]
+            state["batch"] *= 2
+            state["in_flight"] = len(batch)
+            for body in batch:
+                api.submit_create(PODS, str(podutil.meta(body).get("namespace", "")), body, on_done=done)
+
+        if pending:
+            submit_batch()
+        state["returned"] = True
+        failure: errors.ApiError | None = state["failure"]
+        return failure
+
+    def take_late_failure(self, key: Any) -> errors.ApiError | None:
+        """A creation failure reported after the sync that asked for it (admission webhooks)."""
+        return self._late_failures.pop(key, None)
 
     @property
     def store(self) -> Store:

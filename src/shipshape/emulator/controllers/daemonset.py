@@ -411,32 +411,15 @@ class DaemonSetController(Controller):
         ns, ds_name = key
         needing = needing[:BURST_REPLICAS]
         to_delete = to_delete[:BURST_REPLICAS]
-        if needing:
-            self.expectations.expect_creations(key, len(needing))
         if to_delete:
             self.expectations.expect_deletions(key, {f"{ns}/{p}" for p in to_delete})
         template = self._pod_template(ds, hash_value)
-        api = self.c.services["api"]
-        failed: list[errors.ApiError] = []
-
-        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
-            if error is not None:
-                self.expectations.creation_observed(key)
-                failed.append(error)
-                self.event(ds, "FailedCreate", f"Error creating: {error.message}", type="Warning")
-            elif pod is not None:
-                self.event(ds, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
-
-        index, batch = 0, 1
-        while index < len(needing) and not failed:
-            for node_name in needing[index : index + batch]:
-                body = podutil.pod_from_template(template, ds, f"{ds_name}-")
-                body["spec"]["affinity"] = pinned_affinity(body["spec"].get("affinity"), node_name)
-                api.submit_create(PODS, ns, body, on_done=done)
-            index += batch
-            batch *= 2
-        for _ in range(max(0, len(needing) - index)):
-            self.expectations.creation_observed(key)
+        bodies = []
+        for node_name in needing:
+            body = podutil.pod_from_template(template, ds, f"{ds_name}-")
+            body["spec"]["affinity"] = pinned_affinity(body["spec"].get("affinity"), node_name)
+            bodies.append(body)
+        failure = self.create_pods(ds, key, bodies, self.expectations) if bodies else None
         for pod_name in to_delete:
             try:
                 self.store.delete(PODS, ns, pod_name)
@@ -448,7 +431,7 @@ class DaemonSetController(Controller):
                 self.event(ds, "FailedDelete", f"Error deleting: {exc.message}", type="Warning")
                 continue
             self.event(ds, "SuccessfulDelete", f"Deleted pod: {pod_name}")
-        if failed:
+        if failure is not None:
             self.retry_later(key)
 
     def _pod_template(self, ds: Obj, hash_value: str) -> Obj:

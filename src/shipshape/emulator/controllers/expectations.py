@@ -38,10 +38,17 @@ class Expectations:
         return self._clock.now() - record.since > self._timeout
 
     def expect_creations(self, key: Any, count: int) -> None:
-        self._records[key] = _Record(adds=count, since=self._clock.now())
+        """Expect `count` creations (deletions still expected stay expected)."""
+        old = self._records.get(key)
+        self._records[key] = _Record(
+            adds=count, deletes=set(old.deletes) if old else set(), since=self._clock.now()
+        )
 
     def expect_deletions(self, key: Any, pod_keys: set[str]) -> None:
-        self._records[key] = _Record(deletes=set(pod_keys), since=self._clock.now())
+        """Expect these pods' deletions (creations still expected stay expected)."""
+        old = self._records.get(key)
+        adds = max(0, old.adds) if old else 0
+        self._records[key] = _Record(adds=adds, deletes=set(pod_keys), since=self._clock.now())
 
     def creation_observed(self, key: Any) -> None:
         record = self._records.get(key)

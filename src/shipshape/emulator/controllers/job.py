@@ -288,36 +288,18 @@ class JobController(Controller):
 
     def _create(self, job: Obj, key: Key, indexes: Sequence[int | None]) -> None:
         """Create one pod per entry; an int entry is the pod's completion index (Indexed mode)."""
-        count = len(indexes)
-        self.expectations.expect_creations(key, count)
         template = clone(job["spec"].get("template") or {})
         template_md = template.setdefault("metadata", {})
         template_md["finalizers"] = [*(template_md.get("finalizers") or []), TRACKING_FINALIZER]
-        failures: list[errors.ApiError] = []
-
-        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
-            if error is not None:
-                self.expectations.creation_observed(key)
-                failures.append(error)
-                self.event(job, "FailedCreate", f"Error creating: {error.message}", type="Warning")
-            elif pod is not None:
-                self.event(job, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
-
-        api = self.c.services["api"]
-        submitted, batch = 0, 1
-        while submitted < count and not failures:
-            for index in indexes[submitted : submitted + batch]:
-                if index is None:
-                    body = podutil.pod_from_template(template, job, f"{key[1]}-")
-                else:
-                    body = podutil.pod_from_template(template, job, f"{key[1]}-{index}-")
-                    _set_completion_index(body, key[1], index)
-                api.submit_create(PODS, key[0], body, on_done=done)
-            submitted += min(batch, count - submitted)
-            batch *= 2
-        for _ in range(count - submitted):
-            self.expectations.creation_observed(key)
-        if failures:
+        bodies = []
+        for index in indexes:
+            if index is None:
+                body = podutil.pod_from_template(template, job, f"{key[1]}-")
+            else:
+                body = podutil.pod_from_template(template, job, f"{key[1]}-{index}-")
+                _set_completion_index(body, key[1], index)
+            bodies.append(body)
+        if self.create_pods(job, key, bodies, self.expectations) is not None:
             self.retry_later(key)
 
     def _delete(self, job: Obj, pod: Obj) -> None:

@@ -20,8 +20,6 @@ log = logging.getLogger(__name__)
 
 # Upstream BurstReplicas: the most pods one sync creates or deletes.
 BURST_REPLICAS = 500
-# Upstream SlowStartInitialBatchSize: creations go in batches of 1, 2, 4, ... until one fails.
-SLOW_START_INITIAL_BATCH = 1
 
 Key = tuple[str, str]
 
@@ -41,6 +39,12 @@ class ReplicaSetController(Controller):
         super().__init__()
         self._expectations: Expectations | None = None
         self._orphans = OrphanIndex(PODS)
+        # The last creation/deletion failure, shown as ReplicaFailure until a later one succeeds.
+        self._failing: dict[Key, tuple[str, str]] = {}
+
+    def forget(self, key: Any) -> None:
+        super().forget(key)
+        self._failing.pop(key, None)
 
     def start(self, cluster: Cluster) -> None:
         self._expectations = Expectations(cluster.clock)
@@ -87,6 +91,7 @@ class ReplicaSetController(Controller):
         rs = self.store.get(REPLICASETS, ns, name)
         if rs is None:
             self.expectations.forget(key)
+            self._failing.pop(key, None)
             return
         needs_sync = self.expectations.satisfied(key)
         selector = selector_of(rs)
@@ -94,13 +99,18 @@ class ReplicaSetController(Controller):
             return  # validation rejects these; never select every pod in the namespace
         active = [p for p in self._orphans.candidates(self.store, rs) if podutil.is_active(p)]
         pods = claim(self.store, PODS, rs, active, selector)
-        failure: tuple[str, str] | None = None
         if needs_sync and not podutil.is_terminating(rs):
+            diff = len(pods) - int(rs["spec"].get("replicas", 1))
             failure = self._manage_replicas(rs, pods, key)
-        if failure is None:
-            self.forget(key)
-        else:
-            self.retry_later(key)
+            if failure is not None:
+                self._failing[key] = failure
+                self.retry_later(key)
+            elif diff >= 0:
+                self._failing.pop(key, None)  # nothing to create, or deletions went through
+        late = self.take_late_failure(key)
+        if late is not None:
+            self._failing[key] = ("FailedCreate", late.message)
+        failure = self._failing.get(key)
         current = self.store.get(REPLICASETS, ns, name)
         if current is None:
             return
@@ -129,35 +139,11 @@ class ReplicaSetController(Controller):
         return None
 
     def _create_pods(self, rs: Obj, count: int, key: Key) -> tuple[str, str] | None:
-        self.expectations.expect_creations(key, count)
-        api = self.c.services["api"]
-        ns, name = key
+        name = key[1]
         template = rs["spec"].get("template") or {}
-        failures: list[errors.ApiError] = []
-
-        def done(pod: Obj | None, error: errors.ApiError | None) -> None:
-            if error is not None:
-                # The watch will never show this pod: lower the expectation now.
-                self.expectations.creation_observed(key)
-                failures.append(error)
-                self.event(rs, "FailedCreate", f"Error creating: {error.message}", type="Warning")
-            elif pod is not None:
-                self.event(rs, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
-
-        submitted = 0
-        batch = SLOW_START_INITIAL_BATCH
-        while submitted < count and not failures:
-            size = min(batch, count - submitted)
-            for _ in range(size):
-                body = podutil.pod_from_template(template, rs, f"{name}-")
-                api.submit_create(PODS, ns, body, on_done=done)
-            submitted += size
-            batch *= 2
-        for _ in range(count - submitted):
-            self.expectations.creation_observed(key)  # skipped after a failure: not expected
-        if failures:
-            return ("FailedCreate", failures[0].message)
-        return None
+        bodies = [podutil.pod_from_template(template, rs, f"{name}-") for _ in range(count)]
+        failure = self.create_pods(rs, key, bodies, self.expectations)
+        return ("FailedCreate", failure.message) if failure is not None else None
 
     def _delete_pods(self, rs: Obj, pods: list[Obj], count: int, key: Key) -> tuple[str, str] | None:
         ns, _ = key

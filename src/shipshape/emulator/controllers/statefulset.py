@@ -270,6 +270,7 @@ class StatefulSetController(Controller):
                 self.event(sts, "FailedCreate", message, type="Warning")
                 self.retry_later((ns, set_name))
             else:
+                self.forget((ns, set_name))
                 self.event(sts, "SuccessfulCreate", f"create Pod {name} in StatefulSet {set_name} successful")
 
         self.c.services["api"].submit_create(PODS, ns, body, on_done=done)

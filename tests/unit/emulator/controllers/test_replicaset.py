@@ -234,3 +234,53 @@ def test_available_replicas_wait_for_min_ready_seconds() -> None:
     assert "availableReplicas" not in cluster.store.must_get(REPLICASETS, "default", "web")["status"]
     run(cluster, 2)
     assert cluster.store.must_get(REPLICASETS, "default", "web")["status"]["availableReplicas"] == 2
+
+
+class RefusingLaterApi(Api):
+    """Admission that answers `delay` seconds later, refusing pods while `refuse` is set (a dead webhook)."""
+
+    def __init__(self, cluster: Cluster, delay: float) -> None:
+        super().__init__(cluster)
+        self.delay = delay
+        self.refuse = True
+        self.calls = 0
+
+    def submit_create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Obj,
+        *,
+        on_done: Callable[[Obj | None, errors.ApiError | None], None] | None = None,
+    ) -> None:
+        self.calls += 1
+
+        def finish() -> None:
+            if self.refuse:
+                if on_done is not None:
+                    on_done(
+                        None,
+                        errors.InternalError('Internal error occurred: failed calling webhook "placement"'),
+                    )
+            else:
+                super(RefusingLaterApi, self).submit_create(rt, namespace, body, on_done=on_done)
+
+        self.cluster.engine.call_later(self.delay, finish)
+
+
+def test_late_creation_failures_show_as_a_condition_and_are_retried_with_backoff() -> None:
+    cluster, _ = make_cluster()
+    api = RefusingLaterApi(cluster, delay=1.0)
+    rs = create(cluster, REPLICASETS, replicaset(replicas=2))
+    run(cluster, 5)
+    status = cluster.store.must_get(REPLICASETS, "default", "web")["status"]
+    (cond,) = status["conditions"]
+    assert (cond["type"], cond["reason"]) == ("ReplicaFailure", "FailedCreate")
+    assert cond["message"].startswith("Internal error occurred: failed calling webhook")
+    run(cluster, 60)
+    # One pod per try (slow start), tries spaced by a growing backoff: far fewer than one per second.
+    assert 3 < api.calls < 20
+    api.refuse = False
+    run(cluster, 120)
+    assert len(pods_of(cluster, rs)) == 2
+    assert "conditions" not in cluster.store.must_get(REPLICASETS, "default", "web")["status"]
