@@ -412,7 +412,7 @@ def _resources(errs: FieldErrors, path: str, resources: Obj) -> None:
             )
 
 
-def pod_spec(errs: FieldErrors, path: str, spec: Any, *, template: bool = False) -> None:
+def pod_spec(errs: FieldErrors, path: str, spec: Any) -> None:
     if not isinstance(spec, dict):
         errs.required(path)
         return
@@ -458,7 +458,7 @@ def pod_spec(errs: FieldErrors, path: str, spec: Any, *, template: bool = False)
     sa = spec.get("serviceAccountName")
     if sa:
         _dns_subdomain(errs, f"{path}.serviceAccountName", str(sa))
-    if template and spec.get("nodeName"):
+    if spec.get("nodeName"):
         _dns_subdomain(errs, f"{path}.nodeName", str(spec["nodeName"]))
 
 
@@ -733,7 +733,7 @@ def _workload(errs: FieldErrors, rt: ResourceType, obj: Obj, old: Obj | None) ->
         errs.required("spec.template")
     else:
         _labels(errs, "spec.template.metadata.labels", template_labels)
-        pod_spec(errs, "spec.template.spec", template.get("spec"), template=True)
+        pod_spec(errs, "spec.template.spec", template.get("spec"))
         policy = (
             (template.get("spec") or {}).get("restartPolicy")
             if isinstance(template.get("spec"), dict)
@@ -822,7 +822,7 @@ def _job(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
     if not isinstance(template, dict):
         errs.required("spec.template")
         return
-    pod_spec(errs, "spec.template.spec", template.get("spec"), template=True)
+    pod_spec(errs, "spec.template.spec", template.get("spec"))
     template_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
     policy = (template_spec or {}).get("restartPolicy")
     if policy not in ("OnFailure", "Never"):
