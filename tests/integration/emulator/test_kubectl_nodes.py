@@ -52,6 +52,21 @@ spec:
   selector: {{matchLabels: {{app: guarded}}}}
 """
 
+AGENT = """
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers:
+      - name: agent
+        image: busybox:1.36
+        resources: {requests: {cpu: 50m, memory: 64Mi}}
+"""
+
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ServedCluster]:
@@ -129,8 +144,12 @@ def test_cordon_keeps_new_pods_off_and_uncordon_lets_them_back(cluster: ServedCl
 
 def test_drain_with_a_pdb_waits_for_replacements(cluster: ServedCluster) -> None:
     kubectl = cluster.kubectl
-    kubectl("apply", "-f", "-", stdin=GUARDED)
+    kubectl("apply", "-f", "-", stdin=GUARDED + "---" + AGENT)
     pods = cluster.wait("4 guarded pods ready", lambda: _guarded_ready(cluster), 120)
+    node_count = len(cluster.objects(NODES))
+    cluster.wait(
+        "a daemon pod on every node", lambda: len(ready_pods(cluster.pods(app="agent"))) == node_count, 60
+    )
     hosts = [p["spec"]["nodeName"] for p in pods]
     # Drain the node with more of them (two at least): the PDB then has to hold one eviction back.
     first, second = sorted(cluster.nodes_of(SPOT_A), key=hosts.count, reverse=True)
@@ -168,6 +187,9 @@ def test_drain_with_a_pdb_waits_for_replacements(cluster: ServedCluster) -> None
         out,
     ), out
     assert drained.stdout.strip().splitlines()[-1] == f"node/{first} drained"
+    (agent,) = [p for p in cluster.pods(app="agent") if p["spec"]["nodeName"] == first]
+    assert f"Warning: ignoring DaemonSet-managed Pods: default/{agent['metadata']['name']}" in drained.stderr
+    assert is_ready(agent), "drain leaves daemon pods where they are"
 
     after = cluster.pods(app="guarded")
     assert {p["spec"]["nodeName"] for p in after} == {second}
