@@ -130,6 +130,13 @@ def test_cordon_keeps_new_pods_off_and_uncordon_lets_them_back(cluster: ServedCl
     kubectl("apply", "-f", "-", stdin=GUARDED)
     pods = cluster.wait("4 guarded pods ready", lambda: _guarded_ready(cluster), 120)
     assert {p["spec"]["nodeName"] for p in pods} == {second}
+    described = kubectl("describe", "node", second).stdout
+    assert re.search(r"Non-terminated Pods:\s+\(4 in total\)", described)
+    for pod in pods:
+        assert re.search(rf"default\s+{pod['metadata']['name']}\s+100m \(\d+%\)", described)
+    assert re.search(r"cpu\s+400m \(\d+%\)\s+0 \(0%\)", described)  # Allocated resources
+    on_second = kubectl("get", "pods", "--field-selector", f"spec.nodeName={second}", "-o", "name").stdout
+    assert sorted(on_second.split()) == sorted(f"pod/{p['metadata']['name']}" for p in pods)
 
     assert kubectl("uncordon", first).stdout.strip() == f"node/{first} uncordoned"
     assert "unschedulable" not in _node(cluster, first)["spec"]
