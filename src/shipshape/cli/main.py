@@ -33,6 +33,9 @@ def _register() -> None:
     from shipshape.cli import demo as demo_cli
 
     app.command("demo")(demo_cli.demo)
+    from shipshape.cli import controller as controller_cli
+
+    app.command("controller")(controller_cli.controller)
 
 
 _register()

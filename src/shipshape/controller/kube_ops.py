@@ -173,6 +173,25 @@ class KubeOps:
             raise
         return True
 
+    def read_secret(self, namespace: str, name: str) -> Obj | None:
+        """The webhook's serving certificate is shared by the replicas through a Secret."""
+        try:
+            return call(self.core.read_namespaced_secret, name, namespace)
+        except OpsError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def create_secret(self, body: Obj) -> bool:
+        """Create a Secret; False when another replica created it first."""
+        try:
+            call(self.core.create_namespaced_secret, body["metadata"]["namespace"], body)
+        except OpsError as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
     def post_event(self, body: Obj) -> None:
         call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)
 

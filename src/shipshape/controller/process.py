@@ -10,6 +10,7 @@ API call).
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import socket
 import tempfile
@@ -33,9 +34,15 @@ from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.controller.webhook.certs import generate_certificates, write_bundle
+from shipshape.controller.webhook.certs import (
+    CertificateBundle,
+    generate_certificates,
+    service_dns_names,
+    write_bundle,
+)
 from shipshape.controller.webhook.registration import (
     KubernetesWebhookConfigurations,
+    ServiceTarget,
     ensure_webhook_configuration,
     webhook_configuration,
 )
@@ -46,6 +53,7 @@ Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller")
 # The loops' scheduler never sleeps less than this (real seconds), whatever the clock's speed.
 MIN_REAL_WAIT = 0.02
+TLS_SECRET = "shipshape-webhook-tls"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,8 @@ class ProcessSettings:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     register_webhook: bool = True
+    # In a cluster: the Service in front of the webhook; the replicas share one certificate (a Secret).
+    webhook_service: str | None = None
     webhook_timeout_seconds: int = 2
     sync_timeout_seconds: float = 60.0
     lease: LeaseSettings = field(default_factory=LeaseSettings)
@@ -208,9 +218,12 @@ class ControllerProcess:
 
     def _start_webhook(self) -> bytes:
         host = self.settings.webhook_host
-        ips = [host] if host.replace(".", "").isdigit() or ":" in host else []
-        # Certificates are checked against wall-clock time, whatever clock the loops run on.
-        bundle = generate_certificates(["localhost"], ips, now=time.time())
+        if self.settings.webhook_service is not None:
+            bundle = self._shared_certificates(self.settings.webhook_service)
+        else:
+            ips = [host] if host.replace(".", "").isdigit() or ":" in host else []
+            # Certificates are checked against wall-clock time, whatever clock the loops run on.
+            bundle = generate_certificates(["localhost"], ips, now=time.time())
         _, cert, key = write_bundle(bundle, self.workdir)
         self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         self._socket = bind(host, self.settings.webhook_port)
@@ -229,7 +242,48 @@ class ControllerProcess:
             raise RuntimeError("the webhook server did not start")
         return bundle.ca_pem
 
+    def _shared_certificates(self, service: str) -> CertificateBundle:
+        """The Secret holding the CA and serving certificate, created by the first replica to start."""
+        namespace = self.config.namespace
+        for _ in range(3):
+            secret = self.ops.read_secret(namespace, TLS_SECRET)
+            if secret is not None:
+                data = secret.get("data") or {}
+                return CertificateBundle(
+                    ca_pem=base64.b64decode(data["ca.crt"]),
+                    cert_pem=base64.b64decode(data["tls.crt"]),
+                    key_pem=base64.b64decode(data["tls.key"]),
+                )
+            bundle = generate_certificates(service_dns_names(service, namespace), now=time.time())
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": TLS_SECRET, "namespace": namespace},
+                "data": {
+                    "ca.crt": base64.b64encode(bundle.ca_pem).decode(),
+                    "tls.crt": base64.b64encode(bundle.cert_pem).decode(),
+                    "tls.key": base64.b64encode(bundle.key_pem).decode(),
+                },
+            }
+            if self.ops.create_secret(body):
+                return bundle
+        raise RuntimeError(f"cannot read or create Secret {namespace}/{TLS_SECRET}")
+
     def _register(self, ca_pem: bytes) -> None:
+        if self.settings.webhook_service is not None:
+            desired = webhook_configuration(
+                ca_bundle=ca_pem,
+                namespace=self.config.namespace,
+                excluded_namespaces=self.config.excluded_namespaces,
+                service=ServiceTarget(self.config.namespace, self.settings.webhook_service, 443),
+                timeout_seconds=self.settings.webhook_timeout_seconds,
+            )
+            outcome = ensure_webhook_configuration(
+                KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(self.api_client)), desired
+            )
+            LOG.info("webhook configuration %s", outcome)
+            return
         url_host = (
             self.settings.webhook_host
             if ":" not in self.settings.webhook_host

@@ -1,0 +1,94 @@
+"""`shipshape controller --kubeconfig K` as a process against a served emulator (the API alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from shipshape.cli.main import app
+from shipshape.emulator.resources import LEASES, MUTATING_WEBHOOKS
+from tests.emulator_fixtures import ServedEmulator
+
+pytestmark = [pytest.mark.integration]
+
+
+def _read_line(process: subprocess.Popen[str], contains: str, timeout: float) -> str:
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.2):
+            line = process.stdout.readline()
+            if contains in line:
+                return line
+            if not line and process.poll() is not None:
+                break
+    raise AssertionError(f"no line with {contains!r} from the controller (exit {process.poll()})")
+
+
+def test_controller_command_registers_serves_leads_and_stops_gracefully(
+    served_emulator: ServedEmulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "controller.yaml"
+    config.write_text("namespace: shipshape-system\nloops:\n  headroom_enabled: false\n", encoding="utf-8")
+    command = [
+        str(Path(sys.executable).parent / "shipshape"), "controller",
+        "--kubeconfig", str(served_emulator.kubeconfig), "--config", str(config),
+        "--metrics-port", "0", "--identity", "replica-a",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        line = _read_line(process, "webhook on port", 60)
+        metrics_port = int(line.rsplit("metrics on port", 1)[1].strip())
+        webhook_port = int(line.split("webhook on port", 1)[1].split(",")[0])
+        store = served_emulator.cluster.store
+        registered = served_emulator.call(lambda: store.get(MUTATING_WEBHOOKS, "", "shipshape-placement"))
+        assert registered is not None
+        (hook,) = registered["webhooks"]
+        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook_port}/mutate"
+        assert hook["failurePolicy"] == "Ignore"
+        deadline = time.monotonic() + 20
+        while True:
+            lease = served_emulator.call(
+                lambda: store.get(LEASES, "shipshape-system", "shipshape-controller")
+            )
+            if lease is not None and lease["spec"].get("holderIdentity") == "replica-a":
+                break
+            assert time.monotonic() < deadline, f"the controller did not take the lease: {lease}"
+            time.sleep(0.1)
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert "shipshape_placement_decisions_total" in metrics or "shipshape_placement_decisions" in metrics
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        lease = served_emulator.call(lambda: store.get(LEASES, "shipshape-system", "shipshape-controller"))
+        assert lease is not None and not lease["spec"].get("holderIdentity"), (
+            "a graceful stop releases the lease"
+        )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_invalid_configuration_is_reported_and_nothing_starts(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(json.dumps({"spot_percentage": 150, "loops": {"rebalance_moves_per_minute": -1}}))
+    result = CliRunner().invoke(
+        app, ["controller", "--kubeconfig", str(tmp_path / "none"), "--config", str(config)]
+    )
+    assert result.exit_code == 2
+    assert "loops.rebalance_moves_per_minute" in result.output
