@@ -769,6 +769,7 @@ class Api:
         body: Obj,
         *,
         on_done: Callable[[Obj | None, errors.ApiError | None], None] | None = None,
+        user: UserInfo = SYSTEM,
     ) -> None:
         """Create an object on behalf of a model (e.g. a ReplicaSet's pod), through admission.
 
@@ -779,7 +780,7 @@ class Api:
         """
         probe = Attributes(CREATE, rt, namespace, str(meta(body).get("name") or ""), body)
         needs_io = self.webhooks.has_matching(probe)
-        coro = self.create(rt, namespace, body)
+        coro = self.create(rt, namespace, body, user=user)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

@@ -328,11 +328,6 @@ def test_replicaset_catches_up_once_the_dead_webhook_is_removed(
     cluster.wait("2 web pods ready", lambda: len(ready_pods(_web_pods(cluster))) == 2, 120, slack=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pods a controller creates reach webhooks as the emulator's system user, not as the "
-    "controller's service account",
-)
 def test_review_of_a_replicaset_pod_names_the_controller(
     cluster: ServedCluster, certificates: Certificates, tmp_path: Path
 ) -> None:

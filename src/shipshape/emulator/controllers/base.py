@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shipshape.emulator.admission import UserInfo
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.resources import PODS, ResourceType
@@ -21,6 +22,8 @@ class Controller(Reconciler):
     """A watch-driven controller; `component` (default: `name`) reports its Events."""
 
     component = ""
+    # The kube-system service account upstream's controller-manager uses for this controller's requests.
+    service_account = ""
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,13 +89,22 @@ class Controller(Reconciler):
             state["batch"] *= 2
             state["in_flight"] = len(batch)
             for body in batch:
-                api.submit_create(PODS, str(podutil.meta(body).get("namespace", "")), body, on_done=done)
+                namespace = str(podutil.meta(body).get("namespace", ""))
+                api.submit_create(PODS, namespace, body, on_done=done, user=self.user())
 
         if pending:
             submit_batch()
         state["returned"] = True
         failure: errors.ApiError | None = state["failure"]
         return failure
+
+    def user(self) -> UserInfo:
+        """Who the controller's API requests come from (what admission webhooks see)."""
+        account = self.service_account or self.name
+        return UserInfo(
+            username=f"system:serviceaccount:kube-system:{account}",
+            groups=("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"),
+        )
 
     def take_late_failure(self, key: Any) -> errors.ApiError | None:
         """A creation failure reported after the sync that asked for it (admission webhooks)."""

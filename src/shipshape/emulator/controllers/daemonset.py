@@ -145,6 +145,7 @@ def _by_creation_and_phase(a: Obj, b: Obj) -> int:
 
 class DaemonSetController(Controller):
     name = "daemonset-controller"
+    service_account = "daemon-set-controller"
     watches = (DAEMONSETS, PODS, NODES, CONTROLLERREVISIONS)
 
     def __init__(self) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shipshape.emulator.api import Api
+from shipshape.emulator.api import SYSTEM, Api, UserInfo
 from shipshape.emulator.resources import PODS, REPLICASETS, ResourceType
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
@@ -96,6 +96,7 @@ class SlowAdmissionApi(Api):
         super().__init__(cluster)
         self.delay = delay
         self.in_flight = 0
+        self.users: set[str] = set()
 
     def submit_create(
         self,
@@ -104,12 +105,14 @@ class SlowAdmissionApi(Api):
         body: Obj,
         *,
         on_done: Callable[[Obj | None, errors.ApiError | None], None] | None = None,
+        user: UserInfo = SYSTEM,
     ) -> None:
         self.in_flight += 1
+        self.users.add(user.username)
 
         def finish() -> None:
             self.in_flight -= 1
-            super(SlowAdmissionApi, self).submit_create(rt, namespace, body, on_done=on_done)
+            super(SlowAdmissionApi, self).submit_create(rt, namespace, body, on_done=on_done, user=user)
 
         self.cluster.engine.call_later(self.delay, finish)
 
@@ -131,6 +134,7 @@ def test_burst_of_syncs_never_over_creates_while_creations_are_in_flight() -> No
     run(cluster, 10)
     assert len(pods_of(cluster, rs)) == 5
     assert slow.in_flight == 0
+    assert slow.users == {"system:serviceaccount:kube-system:replicaset-controller"}
 
 
 def test_failed_creation_sets_replica_failure_and_slow_start_stops() -> None:
@@ -139,7 +143,7 @@ def test_failed_creation_sets_replica_failure_and_slow_start_stops() -> None:
     class Refusing(Api):
         calls = 0
 
-        def submit_create(self, rt, namespace, body, *, on_done=None):  # type: ignore[no-untyped-def]
+        def submit_create(self, rt, namespace, body, *, on_done=None, user=SYSTEM):  # type: ignore[no-untyped-def]
             Refusing.calls += 1
             if on_done is not None:
                 on_done(None, errors.Forbidden('pods "web-" is forbidden: exceeded quota: compute'))
@@ -252,6 +256,7 @@ class RefusingLaterApi(Api):
         body: Obj,
         *,
         on_done: Callable[[Obj | None, errors.ApiError | None], None] | None = None,
+        user: UserInfo = SYSTEM,
     ) -> None:
         self.calls += 1
 
@@ -263,7 +268,7 @@ class RefusingLaterApi(Api):
                         errors.InternalError('Internal error occurred: failed calling webhook "placement"'),
                     )
             else:
-                super(RefusingLaterApi, self).submit_create(rt, namespace, body, on_done=on_done)
+                super(RefusingLaterApi, self).submit_create(rt, namespace, body, on_done=on_done, user=user)
 
         self.cluster.engine.call_later(self.delay, finish)
 
