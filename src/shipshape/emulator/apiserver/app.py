@@ -159,11 +159,16 @@ class ApiServer:
 
     def app(self, token: str | None) -> ASGIApp:
         """The application; with a token, every request must carry it (see auth.BearerAuth)."""
-        starlette = Starlette(routes=self.routes(), exception_handlers={404: self._not_found})
+        starlette = Starlette(
+            routes=self.routes(), exception_handlers={404: self._not_found, 405: self._not_allowed}
+        )
         return BearerAuth(starlette, token) if token else starlette
 
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         return _status_response(errors.NotFound(_NOT_FOUND, details={}))
+
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        return _status_response(errors.MethodNotAllowed(_NOT_ALLOWED))
 
     # ---- health, version, discovery --------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -280,18 +285,14 @@ class ApiServer:
         method = request.method
         if rt.group == "metrics.k8s.io":
             if method != "GET" or target.subresource:
-                raise errors.MethodNotAllowed(
-                    "the server does not allow this method on the requested resource"
-                )
+                raise errors.MethodNotAllowed(_NOT_ALLOWED)
             return await self._metrics(request, rt, target)
         if target.subresource:
             return await self._subresource(request, rt, target)
         watch = target.watch_prefix or request.query_params.get("watch") in _TRUE
         if watch:
             if method != "GET":
-                raise errors.MethodNotAllowed(
-                    "the server does not allow this method on the requested resource"
-                )
+                raise errors.MethodNotAllowed(_NOT_ALLOWED)
             return await self._watch(request, rt, target)
         handler: Callable[[Request, ResourceType, paths.Target], Awaitable[Response]] | None
         if target.is_collection:
@@ -697,7 +698,7 @@ class ApiServer:
                 rt, target.namespace, target.name, sub, body, dry_run=dry_run
             )
             return self._respond(request, result, 201)
-        raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
+        raise errors.MethodNotAllowed(_NOT_ALLOWED)
 
     def _pod_log(self, request: Request, target: paths.Target) -> str:
         """pods/log: the kubelet model's log of a container when it keeps one, else empty text."""

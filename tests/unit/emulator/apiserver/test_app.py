@@ -82,6 +82,8 @@ async def test_create_get_and_errors_as_status(client: httpx.AsyncClient, cluste
     assert missing.status_code == 404 and missing.json()["message"] == 'configmaps "zz" not found'
     no_ns = await client.post("/api/v1/namespaces/nope/configmaps", json=_cm("b"))
     assert no_ns.status_code == 404 and no_ns.json()["message"] == 'namespaces "nope" not found'
+    discovery_post = await client.post("/version", json={})
+    assert (discovery_post.status_code, discovery_post.json()["reason"]) == (405, "MethodNotAllowed")
     unknown = await client.get("/api/v1/widgets")
     assert (unknown.status_code, unknown.json()["kind"]) == (404, "Status")
     not_allowed = await client.post("/api/v1/namespaces/default/configmaps/a", json=_cm("a"))
