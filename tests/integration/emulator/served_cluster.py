@@ -9,6 +9,7 @@ emulated seconds (converted to real time by the clock's speed, plus slack for a 
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import threading
 import time
@@ -208,10 +209,12 @@ class PodWatch:
     """
 
     def __init__(self, cluster: ServedCluster, namespace: str, label_selector: str) -> None:
-        listed = cluster.core.list_namespaced_pod(namespace, label_selector=label_selector)
-        self.initial: dict[str, Obj] = {
-            p.metadata.name: cluster.api_client.sanitize_for_serialization(p) for p in listed.items
-        }
+        # The list as the server sent it (the client's models would rewrite timestamps).
+        response = cluster.core.list_namespaced_pod(
+            namespace, label_selector=label_selector, _preload_content=False
+        )
+        listed: Obj = json.loads(response.data)
+        self.initial: dict[str, Obj] = {p["metadata"]["name"]: p for p in listed["items"]}
         self.events: list[tuple[str, Obj]] = []
         kube_watch: Any = watch  # the client's watch module has no type hints
         self._watch = kube_watch.Watch()
@@ -219,7 +222,7 @@ class PodWatch:
             cluster.core.list_namespaced_pod,
             namespace,
             label_selector=label_selector,
-            resource_version=listed.metadata.resource_version,
+            resource_version=listed["metadata"]["resourceVersion"],
             timeout_seconds=120,
         )
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)

@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -264,8 +265,22 @@ def test_rollout_undo_reuses_the_previous_replicaset(cluster: ServedCluster) -> 
     assert replicas == [("2", 0), ("3", 4)]
 
 
-def test_watch_rolling_update_keeps_surge_and_unavailability(cluster: ServedCluster) -> None:
-    _apply_both(cluster)
+@pytest.mark.parametrize(
+    ("replicas", "strategy", "most", "fewest_ready"),
+    [
+        (4, {"maxSurge": 1, "maxUnavailable": 1}, 5, 3),
+        # Percentages: surge rounds up (25% of 10 -> 3), unavailability rounds down (-> 2).
+        (10, {"maxSurge": "25%", "maxUnavailable": "25%"}, 13, 8),
+    ],
+)
+def test_watch_rolling_update_keeps_surge_and_unavailability(
+    cluster: ServedCluster, replicas: int, strategy: dict[str, Any], most: int, fewest_ready: int
+) -> None:
+    cluster.kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+    cluster.apps.patch_namespaced_deployment(
+        "web", "default", {"spec": {"replicas": replicas, "strategy": {"rollingUpdate": strategy}}}
+    )
+    _wait_ready(cluster, "web", replicas)
     pod_watch = PodWatch(cluster, "default", "app=web")
     try:
         patch = {"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.28"}]}}}}
@@ -274,28 +289,27 @@ def test_watch_rolling_update_keeps_surge_and_unavailability(cluster: ServedClus
         def rolled_out() -> bool:
             pods = cluster.pods(app="web")
             return (
-                len(pods) == 4
+                len(pods) == replicas
                 and all(p["spec"]["containers"][0]["image"] == "nginx:1.28" for p in pods)
-                and len(ready_pods(pods)) == 4
+                and len(ready_pods(pods)) == replicas
             )
 
-        cluster.wait("rollout to nginx:1.28", rolled_out, 180)
+        cluster.wait("rollout to nginx:1.28", rolled_out, 300)
         # Let the watch catch up with the last changes before reading it.
         cluster.wait(
             "the watch saw the rollout end",
-            lambda: _ready_new(list(pod_watch.states())[-1]) == 4,
+            lambda: _ready_new(list(pod_watch.states())[-1]) == replicas,
             30,
         )
     finally:
         pod_watch.stop()
-    replicas, max_surge, max_unavailable = 4, 1, 1
     states = list(pod_watch.states())
-    assert len(states) > 8, "the watch showed the rollout"
+    assert len(states) > 2 * replicas, "the watch showed the rollout"
     for state in states:
         live = [p for p in state.values() if not p["metadata"].get("deletionTimestamp")]
-        assert len(live) <= replicas + max_surge, sorted(state)
+        assert len(live) <= most, sorted(state)
         ready = [p for p in state.values() if is_ready(p)]
-        assert len(ready) >= replicas - max_unavailable, sorted(state)
+        assert len(ready) >= fewest_ready, sorted(state)
     kinds = {kind for kind, _ in pod_watch.events}
     assert {"ADDED", "MODIFIED", "DELETED"} <= kinds
 
