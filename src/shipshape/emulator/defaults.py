@@ -112,7 +112,8 @@ def pod_spec(spec: Obj) -> None:
         spec["serviceAccount"] = spec["serviceAccountName"]
     if spec.get("hostNetwork"):
         for container in spec.get("containers") or []:
-            for port in container.get("ports") or [] if isinstance(container, dict) else []:
+            ports = (container.get("ports") or []) if isinstance(container, dict) else []
+            for port in ports:
                 if isinstance(port, dict) and "containerPort" in port:
                     _setdefault(port, "hostPort", port["containerPort"])
 
@@ -124,7 +125,9 @@ def qos_class(spec: Obj) -> str:
     limits: dict[str, int] = {}
     guaranteed = True
     for container in containers:
-        resources = container.get("resources") or {} if isinstance(container, dict) else {}
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
         c_requests = {k: v for k, v in (resources.get("requests") or {}).items() if k in ("cpu", "memory")}
         c_limits = {k: v for k, v in (resources.get("limits") or {}).items() if k in ("cpu", "memory")}
         for name, value in c_requests.items():

@@ -113,6 +113,57 @@ class FieldErrors:
 # ---- decoding ------------------------------------------------------------------------------------
 
 
+# The shape the API server's typed decoding imposes on the fields the emulator reads: "object",
+# "array" (of objects when the item shape is given) or "map" (of strings), by field path pattern.
+_CONTAINER_SHAPE: dict[str, Any] = {
+    "resources": ("object", {"requests": "object", "limits": "object"}),
+    "ports": ("array", "object"),
+    "env": ("array", "object"),
+    "envFrom": ("array", "object"),
+    "volumeMounts": ("array", "object"),
+}
+_POD_SPEC_SHAPE: dict[str, Any] = {
+    "containers": ("array", _CONTAINER_SHAPE),
+    "initContainers": ("array", _CONTAINER_SHAPE),
+    "ephemeralContainers": ("array", _CONTAINER_SHAPE),
+    "volumes": ("array", "object"),
+    "tolerations": ("array", "object"),
+    "nodeSelector": "map",
+    "affinity": "object",
+    "topologySpreadConstraints": ("array", "object"),
+}
+_META_SHAPE: dict[str, Any] = {"labels": "map", "annotations": "map", "ownerReferences": ("array", "object")}
+_TEMPLATE_SHAPE: dict[str, Any] = {"metadata": ("object", _META_SHAPE), "spec": ("object", _POD_SPEC_SHAPE)}
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), "value")
+
+
+def _check_shape(rt: ResourceType, path: str, value: Any, shape: Any) -> None:
+    """Raise the 400 upstream's decoder gives when a field has the wrong JSON type."""
+    if value is None:
+        return
+    kind, inner = shape if isinstance(shape, tuple) else (shape, None)
+    expected = {"object": dict, "map": dict, "array": list}[kind]
+    if not isinstance(value, expected) or (
+        kind == "map" and not all(isinstance(v, str) for v in value.values())
+    ):
+        wanted = {"object": "struct", "map": "map[string]string", "array": "array"}[kind]
+        shown = _json_type(value) if kind != "map" or not isinstance(value, dict) else "non-string value"
+        raise errors.BadRequest(
+            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot unmarshal '
+            f"{shown} into Go struct field {rt.kind}.{path} of type {wanted}"
+        )
+    if kind == "array" and inner is not None:
+        for item in value:
+            _check_shape(rt, path, item, ("object", inner) if isinstance(inner, dict) else inner)
+    elif kind == "object" and isinstance(inner, dict):
+        for field, field_shape in inner.items():
+            _check_shape(rt, f"{path}.{field}", value.get(field), field_shape)
+
+
 def _pod_specs(rt: ResourceType, obj: Obj) -> list[tuple[str, Obj]]:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
@@ -126,26 +177,27 @@ def _pod_specs(rt: ResourceType, obj: Obj) -> list[tuple[str, Obj]]:
 
 
 def check_decodable(rt: ResourceType, obj: Any) -> None:
-    """Raise 400 BadRequest for what upstream fails to decode: not an object, malformed quantities."""
+    """Raise 400 BadRequest for what upstream fails to decode: not an object, fields of the wrong
+    JSON type, malformed quantities."""
     if not isinstance(obj, dict):
-        raise errors.BadRequest(f"the body of the request is not a {rt.kind} object")
-    if not isinstance(obj.get("metadata", {}), dict):
         raise errors.BadRequest(
-            f"{rt.kind} in version {rt.version!r} cannot be handled as a {rt.kind}: "
-            "metadata must be an object"
+            f"couldn't get version/kind; json parse error: json: cannot unmarshal {_json_type(obj)} "
+            "into Go value of type struct"
         )
-    for _, spec in _pod_specs(rt, obj):
+    _check_shape(rt, "metadata", obj.get("metadata"), ("object", _META_SHAPE))
+    for field in ("spec", "status"):
+        _check_shape(rt, field, obj.get(field), "object")
+    spec = obj.get("spec") or {}
+    if rt is r.PODS:
+        _check_shape(rt, "spec", spec, ("object", _POD_SPEC_SHAPE))
+    elif "template" in spec:
+        _check_shape(rt, "spec.template", spec.get("template"), ("object", _TEMPLATE_SHAPE))
+    for _, pod_spec_obj in _pod_specs(rt, obj):
         for key in ("containers", "initContainers", "ephemeralContainers"):
-            containers = spec.get(key) or []
-            if not isinstance(containers, list):
-                raise errors.BadRequest(
-                    f"{rt.kind} in version {rt.version!r} cannot be handled as a "
-                    f"{rt.kind}: {key} must be a list"
-                )
-            for container in containers:
-                resources = container.get("resources") if isinstance(container, dict) else None
+            for container in pod_spec_obj.get(key) or []:
+                resources = container.get("resources") or {}
                 for section in ("requests", "limits"):
-                    for value in ((resources or {}).get(section) or {}).values():
+                    for value in (resources.get(section) or {}).values():
                         try:
                             quantity.parse_quantity(value)
                         except quantity.QuantityError as exc:

@@ -556,3 +556,23 @@ async def test_namespace_finalizers_change_only_through_finalize(api: Api, clust
     gone = await api.update(NAMESPACES, "", "team", {"spec": {"finalizers": []}}, subresource="finalize")
     assert gone["metadata"]["name"] == "team"
     assert cluster.store.get(NAMESPACES, "", "team") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"metadata": {"name": "p"}, "spec": {"containers": ["nginx"]}},
+        {"metadata": {"name": "p"}, "spec": "nginx"},
+        {"metadata": {"name": "p", "labels": ["a"]}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "ports": "80"}]}},
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": []}]}},
+        {"metadata": "p"},
+        ["not", "an", "object"],
+    ],
+)
+async def test_garbage_gets_a_client_error_and_stores_nothing(api: Api, cluster: Cluster, body: Any) -> None:
+    before = cluster.store.resource_version
+    with pytest.raises(errors.ApiError) as failed:
+        await api.create(PODS, "default", body)
+    assert failed.value.code in (400, 422)
+    assert cluster.store.resource_version == before
