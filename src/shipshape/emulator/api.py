@@ -229,6 +229,7 @@ class Api:
         builtin.admit(self.store, attrs)
         if await self.webhooks.mutate(attrs):
             assert attrs.object is not None
+            validation.check_decodable(rt, attrs.object)  # a webhook's patch is decoded again
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None
@@ -310,6 +311,7 @@ class Api:
         builtin.admit(self.store, attrs)
         if await self.webhooks.mutate(attrs) and subresource is None:
             assert attrs.object is not None
+            validation.check_decodable(rt, attrs.object)
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None

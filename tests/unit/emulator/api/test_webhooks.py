@@ -440,3 +440,17 @@ async def test_validating_webhooks_all_run_and_the_first_refusal_in_order_wins(
     with pytest.raises(webhooks.WebhookDenied, match="first says no"):
         await api.create(PODS, "default", pod_body())
     assert len(server.calls("/first")) == 1 and len(server.calls("/second")) == 1
+
+
+async def test_mutation_into_a_malformed_object_is_refused(
+    api: Api, cluster: Cluster, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/garble"] = lambda request: json_patch(
+        [{"op": "replace", "path": "/spec/containers", "value": "x"}]
+    )
+    await configure(
+        api, "mutating", "garble", hook("garble.example.com", url_client(server, certificates, "/garble"))
+    )
+    with pytest.raises(errors.BadRequest, match="cannot be handled as a Pod"):
+        await api.create(PODS, "default", pod_body())
+    assert cluster.store.get(PODS, "default", "web") is None
