@@ -159,3 +159,14 @@ def test_strict_field_validation(kubectl: Kubectl) -> None:
     assert 'strict decoding error: unknown field "spec.containers[0].imagee"' in refused.stderr
     warned = kubectl("create", "--validate=warn", "-f", "-", stdin=typo)
     assert 'unknown field "spec.containers[0].imagee"' in warned.stderr
+
+
+def test_apply_validates_and_patches(kubectl: Kubectl) -> None:
+    assert kubectl("apply", "-f", "-", stdin=POD).stdout.strip() == "pod/web created"
+    labelled = POD.replace("labels: {app: web}", "labels: {app: web, tier: front}")
+    assert kubectl("apply", "-f", "-", stdin=labelled).stdout.strip() == "pod/web configured"
+    assert kubectl("get", "pod", "web", "-o", "jsonpath={.metadata.labels.tier}").stdout == "front"
+    typo = labelled.replace("labels: {app: web, tier: front}", "labels: {app: web, tier: back}\n  lables: {}")
+    refused = kubectl("apply", "-f", "-", stdin=typo, ok=False)
+    assert refused.returncode != 0 and 'unknown field "metadata.lables"' in refused.stderr
+    assert kubectl("get", "pod", "web", "-o", "jsonpath={.metadata.labels.tier}").stdout == "front"

@@ -378,7 +378,9 @@ class ApiServer:
                 raise errors.BadRequest(f'Invalid dryRun value: "{value}": supported values: "All"')
         return bool(values)
 
-    def _field_warnings(self, request: Request, rt: ResourceType, body: Obj) -> list[str]:
+    def _field_warnings(
+        self, request: Request, rt: ResourceType, body: Obj, prefix: bool = True
+    ) -> list[str]:
         """Unknown fields per `fieldValidation`: Strict refuses them, Warn (the default) warns."""
         validation = request.query_params.get("fieldValidation") or "Warn"
         if validation == "Ignore":
@@ -386,10 +388,8 @@ class ApiServer:
         unknown = self.fields.unknown_fields(rt, body)
         if unknown and validation == "Strict":
             listed = ", ".join(f'unknown field "{u}"' for u in unknown)
-            raise errors.BadRequest(
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                f"strict decoding error: {listed}"
-            )
+            kind = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: ' if prefix else ""
+            raise errors.BadRequest(f"{kind}strict decoding error: {listed}")
         return [f'299 - "unknown field \\"{u}\\""' for u in unknown]
 
     @staticmethod
@@ -573,6 +573,10 @@ class ApiServer:
         dry_run = self._dry_run(request)
         patch_type, patch = await self._decode_patch(request)
         q = request.query_params
+        # A JSON patch names paths, not fields; the other three carry (part of) the object.
+        warnings = (
+            [] if patch_type == PATCH_TYPES[0] else self._field_warnings(request, rt, patch, prefix=False)
+        )
         patched = await self.api.patch(
             rt,
             target.namespace,
@@ -583,7 +587,7 @@ class ApiServer:
             field_manager=q.get("fieldManager"),
             force=q.get("force") in _TRUE,
         )
-        return self._respond(request, self._object_body_out(request, rt, patched))
+        return self._respond(request, self._object_body_out(request, rt, patched), 200, warnings)
 
     async def _delete_options(self, request: Request) -> DeleteOptions:
         raw = await self._body(request)

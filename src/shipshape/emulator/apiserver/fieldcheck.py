@@ -76,6 +76,8 @@ def _walk(schemas: dict[str, Schema], schema: Schema, value: Any, path: str, out
         additional = schema.get("additionalProperties")
         if properties is not None:
             for key, item in value.items():
+                if key.startswith("$"):  # strategic merge patch directives ($patch, $setElementOrder/...)
+                    continue
                 child = properties.get(key)
                 where = f"{path}.{key}" if path else key
                 if child is None:

@@ -340,3 +340,26 @@ async def test_too_many_requests(cluster: Cluster) -> None:
         }
         assert (await c.get("/healthz")).status_code == 200  # health checks are never throttled
     server.hub.close()
+
+
+async def test_field_validation_of_patches(client: httpx.AsyncClient) -> None:
+    await _create_cms(client, 1)
+    merge = {"content-type": "application/merge-patch+json"}
+    strict = await client.patch(
+        "/api/v1/namespaces/default/configmaps/cm0?fieldValidation=Strict",
+        json={"dta": {"a": "b"}},
+        headers=merge,
+    )
+    assert (
+        strict.status_code == 400 and strict.json()["message"] == 'strict decoding error: unknown field "dta"'
+    )
+    strategic = {"content-type": "application/strategic-merge-patch+json"}
+    directives = {"$setElementOrder/data": [], "data": {"k": "3"}}
+    ok = await client.patch(
+        "/api/v1/namespaces/default/configmaps/cm0?fieldValidation=Strict", json=directives, headers=strategic
+    )
+    assert ok.status_code == 200, ok.text
+    warned = await client.patch("/api/v1/namespaces/default/configmaps/cm0", json={"dta": {}}, headers=merge)
+    assert warned.status_code == 200 and warned.headers.get_list("warning") == [
+        '299 - "unknown field \\"dta\\""'
+    ]
