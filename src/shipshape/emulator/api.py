@@ -578,6 +578,9 @@ class Api:
             raise errors.MethodNotAllowed(f"POST is not supported on {rt.plural}/{subresource}")
         if not isinstance(body, dict):
             raise errors.BadRequest(f"the body of a {subresource} must be a JSON object")
+        for field in ("metadata", "target", "deleteOptions"):
+            if body.get(field) is not None and not isinstance(body[field], dict):
+                raise errors.BadRequest(f"{field} of a {subresource} must be a JSON object")
         if subresource == "binding":
             return await self._bind(namespace, name, body, dry_run=dry_run, user=user)
         return await self._evict(namespace, name, body, dry_run=dry_run, user=user)

@@ -241,3 +241,18 @@ async def test_eviction_preconditions_are_checked_before_the_budget_is_spent(
     with pytest.raises(errors.Conflict, match="Precondition failed"):
         await api.create_subresource(PODS, "default", "web-1", "eviction", stale)
     assert api.get(PDBS, "default", "web")["status"]["disruptionsAllowed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("subresource", "body"),
+    [
+        ("binding", {"metadata": "x", "target": {"name": "n"}}),
+        ("eviction", {"deleteOptions": 5}),
+        ("eviction", []),
+    ],
+)
+async def test_malformed_subresource_bodies_are_bad_requests(api: Api, subresource: str, body: Any) -> None:
+    await api.create(PODS, "default", pod_body())
+    with pytest.raises(errors.BadRequest):
+        await api.create_subresource(PODS, "default", "web", subresource, body)
+    assert "nodeName" not in api.get(PODS, "default", "web")["spec"]
