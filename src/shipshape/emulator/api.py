@@ -71,8 +71,27 @@ class DeleteOptions:
         if propagation is None and body.get("orphanDependents") is not None:
             propagation = "Orphan" if body["orphanDependents"] else "Background"
         preconditions = body.get("preconditions") or {}
+        grace = body.get("gracePeriodSeconds")
+        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
+            raise errors.BadRequest(f"gracePeriodSeconds must be an integer, got {grace!r}")
+        if propagation not in (None, "Foreground", "Background", "Orphan"):
+            raise errors.Invalid(
+                "DeleteOptions",
+                "",
+                [
+                    (
+                        "propagationPolicy",
+                        "FieldValueNotSupported",
+                        f'Unsupported value: "{propagation}": supported values: "Foreground", "Background", '
+                        '"Orphan"',
+                    )
+                ],
+                "meta.k8s.io",
+            )
+        if not isinstance(preconditions, dict):
+            raise errors.BadRequest("preconditions must be an object")
         return cls(
-            grace_period_seconds=body.get("gracePeriodSeconds"),
+            grace_period_seconds=grace,
             propagation_policy=propagation,
             uid=preconditions.get("uid"),
             resource_version=preconditions.get("resourceVersion"),
