@@ -12,6 +12,8 @@ Use the `served_emulator` fixture (the API alone: system namespaces, no models) 
 
 The server, the engine and the models run on the background thread's event loop, so touch the
 cluster from a test only through `call(fn)`, which runs `fn` on that loop and returns its result.
+The engine runs in server mode, so give the cluster a `RealClock` or a `ScaledClock` (a
+`VirtualClock` never advances on its own).
 """
 
 from __future__ import annotations

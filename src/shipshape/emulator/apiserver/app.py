@@ -752,9 +752,11 @@ class ApiServer:
         send_initial = q.get("sendInitialEvents") in _TRUE
         timeout_text = q.get("timeoutSeconds")
         try:
-            timeout = float(timeout_text) if timeout_text else random.uniform(1800, 3600)
+            timeout = float(timeout_text) if timeout_text else 0.0
         except ValueError:
             raise errors.BadRequest(f'invalid timeoutSeconds "{timeout_text}"') from None
+        if timeout <= 0:  # as kube-apiserver: no timeout asked means a random one of 30 to 60 minutes
+            timeout = random.uniform(1800, 3600)
         if send_initial and (q.get("resourceVersionMatch") != "NotOlderThan" or not bookmarks):
             raise errors.Invalid(
                 "ListOptions",
