@@ -67,3 +67,38 @@ def test_ten_replica_burst_lands_on_the_exact_split(tmp_path: Path) -> None:
             "on-demand-share": 2,
         }
         assert capacity_split(cluster, "web") == {"on-demand": 4, "spot": 6}
+
+
+def wait_split(cluster: ServedCluster, replicas: int, on_demand: int, spot: int) -> None:
+    def settled() -> bool:
+        pods = cluster.pods(app="web")
+        if len(pods) != replicas or len(ready_pods(pods)) != replicas:
+            return False
+        return capacity_split(cluster, "web") == {"on-demand": on_demand, "spot": spot}
+
+    cluster.wait(f"{replicas} ready replicas split {on_demand}/{spot}", settled, 300)
+
+
+def costs_written(cluster: ServedCluster) -> bool:
+    pods = cluster.pods(app="web")
+    return bool(pods) and all(
+        "controller.kubernetes.io/pod-deletion-cost" in p["metadata"].get("annotations", {}) for p in pods
+    )
+
+
+def test_split_holds_across_scale_up_scale_down_and_a_rolling_update(tmp_path: Path) -> None:
+    with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "controller"):
+        cluster.kubectl("apply", "-f", "-", stdin=WEB)
+        wait_split(cluster, 10, 4, 6)
+        cluster.kubectl("scale", "deployment/web", "--replicas=14")
+        wait_split(cluster, 14, 5, 9)  # base 2 + 12 above it: 9 spot, 3 on-demand
+        cluster.wait("deletion costs on every pod", lambda: costs_written(cluster), 60)
+        cluster.kubectl("scale", "deployment/web", "--replicas=6")
+        wait_split(cluster, 6, 3, 3)  # base 2 + 4 above it: 3 spot, 1 on-demand
+        cluster.kubectl("scale", "deployment/web", "--replicas=10")
+        wait_split(cluster, 10, 4, 6)
+        cluster.kubectl("set", "image", "deployment/web", "nginx=nginx:1.28")
+        cluster.kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+        wait_split(cluster, 10, 4, 6)
+        images = {p["spec"]["containers"][0]["image"] for p in cluster.pods(app="web")}
+        assert images == {"nginx:1.28"}
