@@ -248,6 +248,7 @@ async def test_eviction_preconditions_are_checked_before_the_budget_is_spent(
     [
         ("binding", {"metadata": "x", "target": {"name": "n"}}),
         ("eviction", {"deleteOptions": 5}),
+        ("eviction", {"deleteOptions": {"gracePeriodSeconds": "soon"}}),
         ("eviction", []),
     ],
 )
