@@ -41,6 +41,8 @@ spec:
       - name: app
         image: nginx:1.27
         resources: {{requests: {{cpu: 100m, memory: 128Mi}}}}
+        # Ready a while after start: a replacement cannot be Ready before kubectl's second eviction.
+        readinessProbe: {{httpGet: {{path: /, port: 80}}, initialDelaySeconds: 40, periodSeconds: 10}}
         volumeMounts: [{{name: scratch, mountPath: /scratch}}]
       volumes: [{{name: scratch, emptyDir: {{}}}}]
 ---
