@@ -472,6 +472,80 @@ def _webhooks_row(p: Printer, obj: Obj) -> list[Cell]:
     return [obj["metadata"]["name"], len(obj.get("webhooks") or []), p.age(obj)]
 
 
+def _secret_row(p: Printer, obj: Obj) -> list[Cell]:
+    entries = len(obj.get("data") or {}) + len(obj.get("stringData") or {})
+    return [obj["metadata"]["name"], obj.get("type") or "Opaque", entries, p.age(obj)]
+
+
+def _serviceaccount_row(p: Printer, obj: Obj) -> list[Cell]:
+    return [obj["metadata"]["name"], len(obj.get("secrets") or []), p.age(obj)]
+
+
+def endpoints_text(obj: Obj, shown: int = 3) -> str:
+    """Up to three "ip:port" endpoints, then "+ N more...", as kubectl shows them."""
+    listed: list[str] = []
+    count = 0
+    for subset in obj.get("subsets") or []:
+        addresses = [a.get("ip", "") for a in subset.get("addresses") or []]
+        ports = subset.get("ports") or []
+        pairs = (
+            list(addresses)
+            if not ports
+            else [
+                f"[{ip}]:{pt.get('port')}" if ":" in ip else f"{ip}:{pt.get('port')}"
+                for pt in ports
+                for ip in addresses
+            ]
+        )
+        count += len(pairs)
+        listed += pairs[: max(0, shown - len(listed))]
+    if not (obj.get("subsets") or []):
+        return "<none>"
+    text = ",".join(listed)
+    return f"{text} + {count - shown} more..." if count > shown else text
+
+
+def _endpoints_row(p: Printer, obj: Obj) -> list[Cell]:
+    return [obj["metadata"]["name"], endpoints_text(obj), p.age(obj)]
+
+
+def _controllerrevision_row(p: Printer, obj: Obj) -> list[Cell]:
+    controller = "<none>"
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            api_version = str(ref.get("apiVersion", ""))
+            group = api_version.split("/")[0] if "/" in api_version else ""
+            kind = f"{ref.get('kind', '')}.{group}" if group else str(ref.get("kind", ""))
+            controller = f"{kind.lower()}/{ref.get('name', '')}"
+            break
+    return [obj["metadata"]["name"], controller, int(obj.get("revision", 0)), p.age(obj)]
+
+
+_ACCESS_MODES = {
+    "ReadWriteOnce": "RWO",
+    "ReadOnlyMany": "ROX",
+    "ReadWriteMany": "RWX",
+    "ReadWriteOncePod": "RWOP",
+}
+
+
+def _pvc_row(p: Printer, obj: Obj) -> list[Cell]:
+    spec, status = obj.get("spec", {}), obj.get("status", {})
+    phase = "Terminating" if obj["metadata"].get("deletionTimestamp") else status.get("phase", "")
+    modes = ",".join(_ACCESS_MODES.get(m, m) for m in status.get("accessModes") or [])
+    return [
+        obj["metadata"]["name"],
+        phase,
+        spec.get("volumeName", ""),
+        (status.get("capacity") or {}).get("storage", ""),
+        modes,
+        spec.get("storageClassName") or "",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        p.age(obj),
+        spec.get("volumeMode") or "<unset>",
+    ]
+
+
 def _generic_row(p: Printer, obj: Obj) -> list[Cell]:
     return [obj.get("metadata", {}).get("name", ""), p.age(obj)]
 
@@ -599,6 +673,27 @@ TABLES: dict[str, tuple[tuple[Column, ...], RowFn]] = {
             Column("Selector", priority=1),
         ),
         _service_row,
+    ),
+    "secrets": ((NAME, Column("Type"), Column("Data", "string"), AGE), _secret_row),
+    "serviceaccounts": ((NAME, Column("Secrets", "string"), AGE), _serviceaccount_row),
+    "endpoints": ((NAME, Column("Endpoints"), AGE), _endpoints_row),
+    "controllerrevisions.apps": (
+        (NAME, Column("Controller"), Column("Revision", "integer"), AGE),
+        _controllerrevision_row,
+    ),
+    "persistentvolumeclaims": (
+        (
+            NAME,
+            Column("Status"),
+            Column("Volume"),
+            Column("Capacity"),
+            Column("Access Modes"),
+            Column("StorageClass"),
+            Column("VolumeAttributesClass"),
+            AGE,
+            Column("VolumeMode", priority=1),
+        ),
+        _pvc_row,
     ),
     "priorityclasses.scheduling.k8s.io": (
         (

@@ -197,3 +197,43 @@ def test_event_row() -> None:
         3,
         "n1.abc",
     ]
+
+
+def test_secret_endpoints_and_revision_rows() -> None:
+    created = rfc3339(NOW - 60)
+    secret = {
+        "metadata": {"name": "s", "creationTimestamp": created},
+        "type": "Opaque",
+        "data": {"a": "", "b": ""},
+    }
+    assert tables.row("secrets", secret, NOW)["cells"] == ["s", "Opaque", 2, "60s"]
+    endpoints = {
+        "metadata": {"name": "web", "creationTimestamp": created},
+        "subsets": [
+            {
+                "addresses": [{"ip": f"10.0.0.{i}"} for i in range(1, 5)],
+                "ports": [{"port": 8080}],
+            }
+        ],
+    }
+    assert (
+        tables.row("endpoints", endpoints, NOW)["cells"][1]
+        == "10.0.0.1:8080,10.0.0.2:8080,10.0.0.3:8080 + 1 more..."
+    )
+    assert tables.endpoints_text({"subsets": []}) == "<none>"
+    revision = {
+        "metadata": {
+            "name": "ds-7d9",
+            "creationTimestamp": created,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "controller": True}
+            ],
+        },
+        "revision": 3,
+    }
+    assert tables.row("controllerrevisions.apps", revision, NOW)["cells"] == [
+        "ds-7d9",
+        "daemonset.apps/ds",
+        3,
+        "60s",
+    ]
