@@ -167,10 +167,10 @@ def test_deployment_and_generic_rows() -> None:
         "nginx:1",
         "app=api,tier",
     ]
-    secret = {"metadata": {"name": "s", "creationTimestamp": rfc3339(NOW - 5)}}
-    generic = tables.table("secrets", [secret], NOW, include_object="Object")
+    limits = {"metadata": {"name": "s", "creationTimestamp": rfc3339(NOW - 5)}}
+    generic = tables.table("limitranges", [limits], NOW, include_object="Object")
     assert [c["name"] for c in generic["columnDefinitions"]] == ["Name", "Age"]
-    assert generic["rows"] == [{"cells": ["s", "5s"], "object": secret}]
+    assert generic["rows"] == [{"cells": ["s", "5s"], "object": limits}]
 
 
 def test_event_row() -> None:
