@@ -303,13 +303,16 @@ class ControllerProcess:
 
     # --- stop -------------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Graceful: loops finish their round, the Lease is released, the webhook drains, watches end."""
+    def stop(self, release_lease: bool = True) -> None:
+        """Graceful: loops finish their round, the Lease is released, the webhook drains, watches end.
+
+        `release_lease=False` leaves the Lease to expire, as a killed process would.
+        """
         if self.stopped.is_set():
             return
         self.stopped.set()
         self.scheduler.stop()
-        self.elector.stop(release=True)
+        self.elector.stop(release=release_lease)
         if self._server is not None:
             self._server.should_exit = True
         if self._server_thread is not None:

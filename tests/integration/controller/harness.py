@@ -19,6 +19,7 @@ from kubernetes import config as kube_config
 
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
+from shipshape.controller.loops.interruptions import RESTARTED_AT
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
 from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS
@@ -29,6 +30,44 @@ from tests.integration.emulator.served_cluster import ServedCluster
 Obj = dict[str, Any]
 
 
+@dataclass
+class DeploymentHistory:
+    """Every distinct (replicas, restartedAt) a Deployment went through, from the emulator's watch stream."""
+
+    cluster: ServedCluster
+    namespace: str
+    states: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
+    _unsubscribe: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        store = self.cluster.served.cluster.store
+
+        def begin() -> None:
+            for dep in store.list(DEPLOYMENTS, self.namespace):
+                self._record(dep)
+            self._unsubscribe = store.subscribe(self._on_event)
+
+        self.cluster.call(begin)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if (
+            event.resource.kind == DEPLOYMENTS.kind
+            and event.object["metadata"].get("namespace") == self.namespace
+        ):
+            self._record(event.object)
+
+    def _record(self, dep: Obj) -> None:
+        template = dep["spec"]["template"].get("metadata") or {}
+        state = (int(dep["spec"].get("replicas", 1)), (template.get("annotations") or {}).get(RESTARTED_AT))
+        history = self.states.setdefault(dep["metadata"]["name"], [])
+        if not history or history[-1] != state:
+            history.append(state)
+
+    def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self.cluster.call(self._unsubscribe)
+
+
 @contextlib.contextmanager
 def controller(
     cluster: ServedCluster,
@@ -36,6 +75,7 @@ def controller(
     identity: str = "controller-0",
     config: ControllerConfig | None = None,
     loops: LoopSettings | None = None,
+    release_lease: bool = True,
 ) -> Iterator[ControllerProcess]:
     loader: Any = kube_config
     api_client = loader.new_client_from_config(config_file=str(cluster.served.kubeconfig))
@@ -51,7 +91,7 @@ def controller(
     try:
         yield process
     finally:
-        process.stop()
+        process.stop(release_lease=release_lease)
         api_client.close()
 
 
