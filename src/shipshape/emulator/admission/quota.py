@@ -144,6 +144,12 @@ def _used(store: Store, rt: ResourceType, namespace: str, quota: Obj, keys: set[
     return used
 
 
+def used(store: Store, namespace: str, quota: Obj) -> dict[str, str]:
+    """A quota's `status.used` as the quota controller recomputes it: every `hard` key, rendered."""
+    keys = set((quota.get("spec") or {}).get("hard") or {})
+    return {key: _show(key, amount) for key, amount in _used(store, r.PODS, namespace, quota, keys).items()}
+
+
 def _counted_type(key: str) -> ResourceType | None:
     name = key[len("count/") :] if key.startswith("count/") else key
     name = name.split(".", 1)[0] if name.startswith("services.") else name

@@ -16,6 +16,7 @@ from shipshape.emulator.controllers.job import JobController
 from shipshape.emulator.controllers.namespace import NamespaceController
 from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
 from shipshape.emulator.controllers.replicaset import ReplicaSetController
+from shipshape.emulator.controllers.resourcequota import ResourceQuotaController
 from shipshape.emulator.controllers.serviceaccounts import ServiceAccountsController
 from shipshape.emulator.controllers.statefulset import StatefulSetController
 from shipshape.emulator.runtime import Model
@@ -30,6 +31,7 @@ __all__ = [
     "NamespaceController",
     "NodeLifecycleController",
     "ReplicaSetController",
+    "ResourceQuotaController",
     "ServiceAccountsController",
     "StatefulSetController",
     "all_controllers",
@@ -49,4 +51,5 @@ def all_controllers() -> list[Model]:
         EndpointsController(),
         NamespaceController(),
         ServiceAccountsController(),
+        ResourceQuotaController(),
     ]
