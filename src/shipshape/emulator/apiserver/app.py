@@ -745,9 +745,11 @@ class ApiServer:
         else:
             predicate = query.predicate
         wanted = codec.negotiate(request.headers.get("accept"))
-        table_mode = ""
+        representation = ""
         if wanted.as_kind == "Table":
-            table_mode = q.get("includeObject", "Metadata")
+            representation = watching.table_representation(q.get("includeObject", "Metadata"))
+        elif wanted.as_kind in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+            representation = watching.PARTIAL
         bookmarks = q.get("allowWatchBookmarks") in _TRUE
         send_initial = q.get("sendInitialEvents") in _TRUE
         timeout_text = q.get("timeoutSeconds")
@@ -771,14 +773,14 @@ class ApiServer:
                 ],
                 "meta.k8s.io",
             )
-        watcher = watching.Watcher(rt, target.namespace, query.label, predicate, table_mode)
+        watcher = watching.Watcher(rt, target.namespace, query.label, predicate, representation)
         now = self.cluster.clock.now()
         initial: list[bytes] = []
         rv_text = query.resource_version
         if send_initial or rv_text in ("", "0"):
             for obj in self._select(rt, target.namespace, query):
                 if watcher.matches(obj):
-                    initial.append(watching.encode_event("ADDED", rt, obj, now, table_mode))
+                    initial.append(watching.encode_event("ADDED", rt, obj, now, representation))
             if send_initial:
                 initial.append(
                     watching.bookmark_line(rt, self.store.resource_version, initial_events_end=True)
@@ -805,7 +807,7 @@ class ApiServer:
                     continue
                 event_type = watching.WatchHub.translate(watcher, event.type, event.object, None)
                 if event_type is not None:
-                    initial.append(watching.encode_event(event_type, rt, event.object, now, table_mode))
+                    initial.append(watching.encode_event(event_type, rt, event.object, now, representation))
         watcher.last_rv = self.store.resource_version
         self.hub.add(watcher)
         body = watching.stream(

@@ -25,6 +25,8 @@ from shipshape.kube.labels import Selector
 
 Predicate = Callable[[Obj], bool]
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+PARTIAL = "PartialObjectMetadata"
+TABLE = "Table:"
 
 
 @dataclass(eq=False, slots=True)
@@ -33,7 +35,8 @@ class Watcher:
     namespace: str = ""
     label: Selector | None = None
     fields: Predicate | None = None
-    table_mode: str = ""  # "" for objects; else the Table includeObject policy (None|Metadata|Object)
+    # "" for the objects, PARTIAL for PartialObjectMetadata, "Table:<includeObject policy>" for tables
+    representation: str = ""
     max_buffered: int = 100_000
     buffer: deque[bytes] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -76,24 +79,31 @@ class LineCache:
         self.now = now
         self._lines: dict[tuple[str, str], bytes] = {}
 
-    def line(self, event_type: str, table_mode: str) -> bytes:
-        key = (event_type, table_mode)
+    def line(self, event_type: str, representation: str) -> bytes:
+        key = (event_type, representation)
         cached = self._lines.get(key)
         if cached is None:
-            cached = encode_event(event_type, self.rt, self.obj, self.now, table_mode)
+            cached = encode_event(event_type, self.rt, self.obj, self.now, representation)
             self._lines[key] = cached
         return cached
 
 
-def encode_event(event_type: str, rt: ResourceType, obj: Obj, now: float, table_mode: str = "") -> bytes:
-    if table_mode:
-        payload: Obj = tables.table(
+def table_representation(include_object: str) -> str:
+    return f"{TABLE}{include_object}"
+
+
+def encode_event(event_type: str, rt: ResourceType, obj: Obj, now: float, representation: str = "") -> bytes:
+    payload: Obj
+    if representation.startswith(TABLE):
+        payload = tables.table(
             rt.key,
             [obj],
             now,
-            include_object=table_mode,
+            include_object=representation.removeprefix(TABLE),
             list_meta={"resourceVersion": obj["metadata"].get("resourceVersion", "")},
         )
+    elif representation == PARTIAL:
+        payload = tables.partial_metadata(obj)
     else:
         payload = obj
     return b'{"type":"' + event_type.encode() + b'","object":' + orjson.dumps(payload) + b"}\n"
@@ -178,7 +188,7 @@ class WatchHub:
         for watcher in list(watchers):
             event_type = self.translate(watcher, event.type, event.object, previous)
             if event_type is not None:
-                watcher.push(cache.line(event_type, watcher.table_mode), event.resource_version)
+                watcher.push(cache.line(event_type, watcher.representation), event.resource_version)
 
     @staticmethod
     def translate(watcher: Watcher, event_type: str, obj: Obj, previous: Obj | None) -> str | None:

@@ -63,11 +63,17 @@ def test_each_change_is_encoded_once_for_all_watchers() -> None:
     store.create(PODS, {"metadata": {"name": "a", "namespace": "default"}})
     lines = [w.buffer[0] for w in watchers]
     assert lines[0] is lines[1] is lines[2]
-    table_watcher = Watcher(PODS, table_mode="None")
+    table_watcher = Watcher(PODS, representation="Table:None")
     hub.add(table_watcher)
     store.create(PODS, {"metadata": {"name": "b", "namespace": "default"}})
     event = orjson.loads(table_watcher.drain())
     assert event["object"]["kind"] == "Table" and event["object"]["rows"][0]["cells"][0] == "b"
+    assert "object" not in event["object"]["rows"][0]
+    metadata_watcher = Watcher(PODS, representation="PartialObjectMetadata")
+    hub.add(metadata_watcher)
+    store.create(PODS, {"metadata": {"name": "c", "namespace": "default"}, "spec": {"nodeName": "n1"}})
+    partial = orjson.loads(metadata_watcher.drain())["object"]
+    assert partial["kind"] == "PartialObjectMetadata" and "spec" not in partial
 
 
 def test_removed_and_slow_watchers() -> None:
