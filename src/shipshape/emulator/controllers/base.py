@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,8 @@ from shipshape.emulator.resources import PODS, ResourceType
 from shipshape.emulator.runtime import Reconciler
 from shipshape.emulator.store import Obj, Store, WatchEvent
 from shipshape.kube import errors
+
+log = logging.getLogger(__name__)
 
 # Upstream workqueue's default per-item backoff: 5 ms doubling up to 1000 s.
 BACKOFF_BASE = 0.005
@@ -36,6 +39,19 @@ class Controller(Reconciler):
         if event.resource.key in self._watched:
             for key in self.keys_for(event):
                 self.enqueue(key)
+
+    def _drain(self) -> None:
+        # As the base class, but a sync that raises is retried with backoff (upstream requeues
+        # a key whose sync returned an error), instead of waiting for the next change.
+        self._scheduled = False
+        batch = list(self._dirty)
+        self._dirty.clear()
+        for key in batch:
+            try:
+                self.reconcile(key)
+            except Exception:
+                log.exception("%s failed to sync %r; retrying", self.name, key)
+                self.retry_later(key)
 
     def retry_later(self, key: Any) -> None:
         """Requeue a key that failed, with exponential backoff as a rate-limited workqueue would."""
