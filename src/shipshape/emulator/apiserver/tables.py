@@ -408,6 +408,26 @@ def _event_row(p: Printer, ev: Obj) -> list[Cell]:
     ]
 
 
+def _events_v1_row(p: Printer, ev: Obj) -> list[Cell]:
+    """events.k8s.io/v1 Events print like core ones (upstream converts them to core/v1 to print)."""
+    series = ev.get("series") or {}
+    core: Obj = {
+        "metadata": ev.get("metadata", {}),
+        "involvedObject": ev.get("regarding") or {},
+        "reason": ev.get("reason", ""),
+        "message": ev.get("note", ""),
+        "type": ev.get("type", ""),
+        "source": ev.get("deprecatedSource") or {"component": ev.get("reportingController", "")},
+        "firstTimestamp": ev.get("deprecatedFirstTimestamp"),
+        "lastTimestamp": ev.get("deprecatedLastTimestamp"),
+        "eventTime": ev.get("eventTime"),
+        "count": ev.get("deprecatedCount") or 1,
+    }
+    if series:
+        core["series"] = series
+    return _event_row(p, core)
+
+
 def _namespace_row(p: Printer, obj: Obj) -> list[Cell]:
     return [obj["metadata"]["name"], obj.get("status", {}).get("phase", ""), p.age(obj)]
 
@@ -550,6 +570,18 @@ def _generic_row(p: Printer, obj: Obj) -> list[Cell]:
     return [obj.get("metadata", {}).get("name", ""), p.age(obj)]
 
 
+_EVENT_COLUMNS = (
+    Column("Last Seen"),
+    Column("Type"),
+    Column("Reason"),
+    Column("Object"),
+    Column("Subobject", priority=1),
+    Column("Source", priority=1),
+    Column("Message"),
+    Column("First Seen", priority=1),
+    Column("Count", priority=1),
+    Column("Name", priority=1, format="name", description=_NAME_DOC),
+)
 _WORKLOAD_WIDE = (Column("Containers", priority=1), Column("Images", priority=1))
 
 TABLES: dict[str, tuple[tuple[Column, ...], RowFn]] = {
@@ -635,19 +667,12 @@ TABLES: dict[str, tuple[tuple[Column, ...], RowFn]] = {
         _job_row,
     ),
     "events": (
-        (
-            Column("Last Seen"),
-            Column("Type"),
-            Column("Reason"),
-            Column("Object"),
-            Column("Subobject", priority=1),
-            Column("Source", priority=1),
-            Column("Message"),
-            Column("First Seen", priority=1),
-            Column("Count", priority=1),
-            Column("Name", priority=1, format="name", description=_NAME_DOC),
-        ),
+        _EVENT_COLUMNS,
         _event_row,
+    ),
+    "events.events.k8s.io": (
+        _EVENT_COLUMNS,
+        _events_v1_row,
     ),
     "namespaces": ((NAME, Column("Status"), AGE), _namespace_row),
     "poddisruptionbudgets.policy": (

@@ -237,3 +237,28 @@ def test_secret_endpoints_and_revision_rows() -> None:
         3,
         "60s",
     ]
+
+
+def test_events_k8s_io_rows_print_like_core_events() -> None:
+    event = {
+        "metadata": {"name": "n1.abc", "namespace": "default"},
+        "regarding": {"kind": "Node", "name": "n1"},
+        "reason": "SpotInterruption",
+        "note": "notice received",
+        "reportingController": "cloud",
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "type": "Warning",
+    }
+    cells = tables.row("events.events.k8s.io", event, NOW + 30)["cells"]
+    assert cells == [
+        "30s",
+        "Warning",
+        "SpotInterruption",
+        "node/n1",
+        "",
+        "cloud",
+        "notice received",
+        "30s",
+        1,
+        "n1.abc",
+    ]
