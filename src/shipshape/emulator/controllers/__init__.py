@@ -3,6 +3,20 @@
 `all_controllers()` lists them in a fixed order. The order matters only for who sees a change first
 within one engine turn: ReplicaSets before Deployments, so a Deployment reads fresh ReplicaSet
 status after scaling one.
+
+Each follows its upstream (v1.32) counterpart: ReplicaSet (expectations, slow-start creation,
+scale-down ranking), Deployment (rolling/recreate, revisions, rollback by template, proportional
+scaling, progress conditions), StatefulSet (ordinal pods, OrderedReady/Parallel, partitioned
+rolling updates, ControllerRevisions), DaemonSet (eligibility with daemon tolerations, pinned
+node affinity, rolling update with surge), Job (NonIndexed and Indexed, backoff, deadline,
+suspend, TTL), garbage collector, disruption (PDB status), node lifecycle (lease health,
+condition taints, rate-limited taint-based eviction, pod GC), namespace deletion, Endpoints,
+default ServiceAccounts and ResourceQuota usage. Pods are created through the API (admission and
+webhooks) as the controllers' kube-system service accounts; other writes go to the store.
+
+Not modelled: PersistentVolumeClaims from StatefulSet volumeClaimTemplates, EndpointSlices,
+HorizontalPodAutoscalers and CronJobs (types the emulator does not serve), Job pod failure and
+success policies, backoffLimitPerIndex.
 """
 
 from __future__ import annotations
