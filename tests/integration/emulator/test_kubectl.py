@@ -170,3 +170,8 @@ def test_apply_validates_and_patches(kubectl: Kubectl) -> None:
     refused = kubectl("apply", "-f", "-", stdin=typo, ok=False)
     assert refused.returncode != 0 and 'unknown field "metadata.lables"' in refused.stderr
     assert kubectl("get", "pod", "web", "-o", "jsonpath={.metadata.labels.tier}").stdout == "front"
+
+
+def test_auth_can_i_and_whoami(kubectl: Kubectl) -> None:
+    assert kubectl("auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
+    assert "system:admin" in kubectl("auth", "whoami").stdout

@@ -25,13 +25,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from shipshape.emulator.api import Api, DeleteOptions
-from shipshape.emulator.apiserver import codec, discovery, paths, tables
+from shipshape.emulator.apiserver import codec, discovery, paths, reviews, tables
 from shipshape.emulator.apiserver import watch as watching
 from shipshape.emulator.apiserver.auth import BearerAuth
 from shipshape.emulator.apiserver.fieldcheck import FieldChecker
 from shipshape.emulator.apiserver.metrics import MetricsView
 from shipshape.emulator.apiserver.openapi import OpenApiDocs, gnostic
-from shipshape.emulator.resources import NAMESPACES, NODES, PODS, ResourceType, groups, lookup
+from shipshape.emulator.resources import NAMESPACES, NODES, PODS, ResourceType, lookup
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors, fields, labels
@@ -117,7 +117,7 @@ class ApiServer:
             kubernetes_version=cluster.scenario.kubernetes_version if cluster.scenario else "v1.32.0"
         )
         self.hub = watching.WatchHub(cluster.store, cluster.clock)
-        self.openapi = OpenApiDocs(list(groups()))
+        self.openapi = OpenApiDocs(list(discovery.groups()))
         self.fields = FieldChecker(self.openapi)
         self._static: dict[str, bytes] = {}
         self._in_flight = 0
@@ -152,6 +152,7 @@ class ApiServer:
             Route("/openapi/v2", self.openapi_v2),
             Route("/openapi/v3", self.openapi_v3_index),
             Route("/openapi/v3/{path:path}", self.openapi_v3),
+            *reviews.routes(self.settings.max_body_bytes),
             *extra,
             Route("/api/{rest:path}", self.rest, methods=methods),
             Route("/apis/{rest:path}", self.rest, methods=methods),

@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shipshape.emulator.resources import ResourceType, groups
+from shipshape.emulator.apiserver.reviews import REVIEWS
+from shipshape.emulator.resources import ResourceType
+from shipshape.emulator.resources import groups as stored_groups
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 AGGREGATED_V2BETA1_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -42,6 +44,21 @@ def subresource_info(rt: ResourceType, sub: str) -> SubresourceInfo:
     if info.kind:
         return info
     return SubresourceInfo(rt.group, rt.version, rt.kind, info.verbs)
+
+
+# Create-only, never stored: the self-subject reviews (see reviews.py).
+VIRTUAL: tuple[ResourceType, ...] = tuple(
+    ResourceType(group, version, plural, kind, False, verbs=("create",))
+    for group, version, plural, kind in REVIEWS
+)
+
+
+def groups() -> dict[str, list[ResourceType]]:
+    """Every served resource by group/version: the object types, then the reviews."""
+    out = {api_version: list(types) for api_version, types in stored_groups().items()}
+    for rt in VIRTUAL:
+        out.setdefault(rt.api_version, []).append(rt)
+    return out
 
 
 def version_info(git_version: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Request bodies in Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`).
 
 kubectl sends protobuf for the objects its own commands build (`kubectl create configmap|secret|
-namespace|deployment|job|serviceaccount|pdb|priorityclass`, and the evictions of `kubectl drain`).
+namespace|deployment|job|serviceaccount|pdb|priorityclass`, `kubectl auth can-i|whoami`).
 This decodes those kinds into the JSON form, using the field numbers of upstream's
 `generated.proto` files for the messages involved.
 
@@ -216,6 +216,33 @@ MESSAGES: dict[str, Schema] = {
         4: F("unhealthyPodEvictionPolicy", "string"),
     },
     "Eviction": {1: F("metadata", "ObjectMeta"), 2: F("deleteOptions", "DeleteOptions")},
+    # authorization.k8s.io/v1, authentication.k8s.io/v1 (kubectl auth can-i / whoami)
+    "SelfSubjectAccessReview": {
+        1: F("metadata", "ObjectMeta"),
+        2: F("spec", "SelfSubjectAccessReviewSpec"),
+        3: F("status", "ignore"),
+    },
+    "SelfSubjectAccessReviewSpec": {
+        1: F("resourceAttributes", "ResourceAttributes"),
+        2: F("nonResourceAttributes", "NonResourceAttributes"),
+    },
+    "ResourceAttributes": {
+        1: F("namespace", "string"),
+        2: F("verb", "string"),
+        3: F("group", "string"),
+        4: F("version", "string"),
+        5: F("resource", "string"),
+        6: F("subresource", "string"),
+        7: F("name", "string"),
+    },
+    "NonResourceAttributes": {1: F("path", "string"), 2: F("verb", "string")},
+    "SelfSubjectRulesReview": {
+        1: F("metadata", "ObjectMeta"),
+        2: F("spec", "SelfSubjectRulesReviewSpec"),
+        3: F("status", "ignore"),
+    },
+    "SelfSubjectRulesReviewSpec": {1: F("namespace", "string")},
+    "SelfSubjectReview": {1: F("metadata", "ObjectMeta"), 2: F("status", "ignore")},
     # scheduling.k8s.io/v1
     "PriorityClass": {
         1: F("metadata", "ObjectMeta"),
@@ -237,6 +264,9 @@ KINDS: dict[tuple[str, str], str] = {
     ("policy/v1", "PodDisruptionBudget"): "PodDisruptionBudget",
     ("policy/v1", "Eviction"): "Eviction",
     ("scheduling.k8s.io/v1", "PriorityClass"): "PriorityClass",
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "SelfSubjectRulesReview",
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): "SelfSubjectReview",
 }
 
 

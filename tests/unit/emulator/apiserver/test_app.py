@@ -363,3 +363,20 @@ async def test_field_validation_of_patches(client: httpx.AsyncClient) -> None:
     assert warned.status_code == 200 and warned.headers.get_list("warning") == [
         '299 - "unknown field \\"dta\\""'
     ]
+
+
+async def test_self_subject_reviews(client: httpx.AsyncClient) -> None:
+    access = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "delete", "resource": "nodes"}},
+    }
+    answer = await client.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=access)
+    assert answer.status_code == 201
+    assert answer.json()["status"] == {"allowed": True} and answer.json()["spec"] == access["spec"]
+    whoami = await client.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json={})
+    assert whoami.json()["status"]["userInfo"]["username"] == "system:admin"
+    wrong = await client.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json={"kind": "Pod"})
+    assert wrong.status_code == 400
+    groups = (await client.get("/apis")).json()["groups"]
+    assert {"authorization.k8s.io", "authentication.k8s.io"} <= {g["name"] for g in groups}
