@@ -23,13 +23,14 @@ def _unauthorized_body() -> bytes:
 class BearerAuth:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
         self._body = _unauthorized_body()
 
     def authenticated(self, authorization: bytes | None, path: str) -> bool:
         if authorization is None:
             return path in PUBLIC_PATHS
-        return hmac.compare_digest(authorization.strip(), self._expected)
+        scheme, _, token = authorization.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

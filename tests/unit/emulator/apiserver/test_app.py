@@ -67,6 +67,8 @@ async def test_auth(cluster: Cluster) -> None:
         }
         assert (await c.get("/healthz")).text == "ok"
         assert (await c.get("/healthz", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (await c.get("/api/v1/pods", headers={"Authorization": f"bearer {TOKEN}"})).status_code == 200
+        assert (await c.get("/api/v1/pods", headers={"Authorization": f"Basic {TOKEN}"})).status_code == 401
         assert (await c.get("/version")).json()["gitVersion"] == "v1.32.0"
     server.hub.close()
 
