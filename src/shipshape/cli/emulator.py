@@ -13,11 +13,16 @@ from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
 from shipshape.emulator.runtime import Cluster
+from shipshape.kube import errors
 from shipshape.kube.clock import ScaledClock
 
 app = typer.Typer(
     help="A Kubernetes-compatible cluster with spot instances, on this machine.", no_args_is_help=True
 )
+
+
+class ScenarioObjectsError(Exception):
+    """A manifest of the scenario that the API refuses."""
 
 
 async def _serve_until_signalled(
@@ -28,9 +33,10 @@ async def _serve_until_signalled(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with runner.serve(cluster, port=port, kubeconfig=kubeconfig, metadata_port=metadata_port) as served:
-        apply_objects = getattr(assembly, "apply_objects", None)
-        if apply_objects is not None and cluster.scenario is not None and cluster.scenario.objects:
-            await apply_objects(cluster)
+        try:
+            await assembly.apply_objects(cluster)
+        except errors.ApiError as exc:
+            raise ScenarioObjectsError(f"the scenario's objects cannot be created: {exc.message}") from None
         typer.echo(f"ready {served.kubeconfig}")
         await stop.wait()
     typer.echo("stopped", err=True)
@@ -59,6 +65,9 @@ def up(
     target = kubeconfig or Path(".shipshape") / f"{loaded.name}.kubeconfig"
     try:
         runner.run_loop(_serve_until_signalled(cluster, port, target.resolve(), metadata_port))
+    except ScenarioObjectsError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     except OSError as exc:
         typer.echo(f"cannot serve on port {port}: {exc.strerror or exc}", err=True)
         raise typer.Exit(1) from None

@@ -183,3 +183,21 @@ def test_up_serves_until_sigterm(tmp_path: Path) -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
+
+
+def test_up_refuses_scenario_objects_the_api_refuses(tmp_path: Path) -> None:
+    scenario = tmp_path / "lab.yaml"
+    scenario.write_text(
+        SCENARIO
+        + """
+objects:
+  - apiVersion: v1
+    kind: Pod
+    metadata: {name: empty}
+    spec: {containers: []}
+"""
+    )
+    args = ["up", "--scenario", str(scenario), "--port", "0", "--kubeconfig", str(tmp_path / "kc")]
+    result = CliRunner().invoke(emulator_cli.app, args)
+    assert result.exit_code == 2, result.output
+    assert "the scenario's objects cannot be created" in result.output and "empty" in result.output
