@@ -9,7 +9,8 @@ Three upstream controllers in one model, sharing the node bookkeeping:
 - taint-eviction-controller: pods on a node with NoExecute taints they do not tolerate are deleted
   at once, those that tolerate them for `tolerationSeconds` are deleted after that long, and a
   scheduled eviction is cancelled if the taint goes away (Event `TaintManagerEviction`).
-- pod GC: pods bound to a node that no longer exists are deleted after a 40 s quarantine.
+- pod GC: pods bound to a node that no longer exists are deleted after a 40 s quarantine, and
+  finished pods beyond `terminated_pod_gc_threshold` (12,500) are deleted, oldest first.
 
 NoExecute tainting is rate limited per zone (0.1 node/s; none in a partially disrupted small zone,
 0.01/s in a large one), and stops altogether, removing those taints, when every zone is fully
@@ -48,6 +49,7 @@ CONDITION_TAINTS = {
 }
 UNKNOWN_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 POD_GC_QUARANTINE = 40.0
+POD_GC_PERIOD = 20.0
 EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
 
 
@@ -78,6 +80,7 @@ class NodeLifecycleController(Controller):
         secondary_eviction_rate: float = 0.01,
         unhealthy_zone_threshold: float = 0.55,
         large_cluster_threshold: int = 50,
+        terminated_pod_gc_threshold: int = 12500,
     ) -> None:
         super().__init__()
         self.grace_period = grace_period
@@ -87,6 +90,7 @@ class NodeLifecycleController(Controller):
         self.secondary_eviction_rate = secondary_eviction_rate
         self.unhealthy_zone_threshold = unhealthy_zone_threshold
         self.large_cluster_threshold = large_cluster_threshold
+        self.terminated_pod_gc_threshold = terminated_pod_gc_threshold
         self._health: dict[str, _Health] = {}
         self._evictions: dict[tuple[str, str], _Eviction] = {}
         # NoExecute tainting goes through a rate-limited queue per zone, as upstream.
@@ -99,6 +103,7 @@ class NodeLifecycleController(Controller):
     def start(self, cluster: Cluster) -> None:
         super().start(cluster)
         cluster.engine.call_later(self.monitor_period, self._monitor_tick)
+        cluster.engine.call_later(POD_GC_PERIOD, self._pod_gc_tick)
 
     def _monitor_tick(self) -> None:
         self.enqueue(("monitor",))
@@ -468,6 +473,30 @@ class NodeLifecycleController(Controller):
             return
 
     # ---- pod GC ---------------------------------------------------------------------------------
+    def _pod_gc_tick(self) -> None:
+        self._collect_terminated()
+        self.c.engine.call_later(POD_GC_PERIOD, self._pod_gc_tick)
+
+    def _collect_terminated(self) -> None:
+        """Upstream `gcTerminated`: beyond the threshold, the oldest finished pods are deleted."""
+        if self.terminated_pod_gc_threshold <= 0:
+            return
+        finished = [
+            p
+            for p in self.store.iter(PODS)
+            if podutil.phase(p) in podutil.TERMINAL_PHASES and not podutil.is_terminating(p)
+        ]
+        excess = len(finished) - self.terminated_pod_gc_threshold
+        if excess <= 0:
+            return
+        finished.sort(key=lambda p: (podutil.creation_time(p), p["metadata"]["name"]))
+        for pod in finished[:excess]:
+            ns, name = podutil.key_of(pod)
+            try:
+                self.store.delete(PODS, ns, name, grace_seconds=0)
+            except errors.NotFound:
+                continue
+
     def _schedule_pod_gc(self, node_name: str) -> None:
         self.c.engine.call_later(POD_GC_QUARANTINE, lambda: self._collect_orphans(node_name))
 

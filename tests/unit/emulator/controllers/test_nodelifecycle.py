@@ -190,3 +190,26 @@ def test_small_zone_in_partial_disruption_gets_no_execute_taints_no_more() -> No
     for node in ("n0", "n1", "n2", "n3"):
         assert (UNREACHABLE, "NoExecute") not in taints(cluster, node)
         assert (UNREACHABLE, "NoSchedule") in taints(cluster, node)
+
+
+def test_finished_pods_beyond_the_threshold_are_collected_oldest_first() -> None:
+    from shipshape.emulator.api import Api
+    from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
+    from shipshape.kube.clock import VirtualClock
+
+    cluster = Cluster(VirtualClock())
+    Api(cluster)
+    cluster.add(NodeLifecycleController(terminated_pod_gc_threshold=2))
+    for i in range(4):
+        body = {"metadata": {"name": f"done-{i}", "namespace": "default"}, "spec": pod_template({})["spec"]}
+        cluster.store.create(PODS, body | {"status": {"phase": "Succeeded"}})
+        run(cluster, 1)
+    cluster.store.create(
+        PODS, {"metadata": {"name": "running", "namespace": "default"}, "spec": pod_template({})["spec"]}
+    )
+    run(cluster, 20)
+    assert sorted(p["metadata"]["name"] for p in cluster.store.list(PODS, "default")) == [
+        "done-2",
+        "done-3",
+        "running",
+    ]
