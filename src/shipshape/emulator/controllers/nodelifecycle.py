@@ -10,7 +10,8 @@ Three upstream controllers in one model, sharing the node bookkeeping:
   at once, those that tolerate them for `tolerationSeconds` are deleted after that long, and a
   scheduled eviction is cancelled if the taint goes away (Event `TaintManagerEviction`).
 - pod GC: pods bound to a node that no longer exists are deleted after a 40 s quarantine, and
-  finished pods beyond `terminated_pod_gc_threshold` (12,500) are deleted, oldest first.
+  finished pods beyond `terminated_pod_gc_threshold` (12,500) are deleted, oldest first, and
+  terminating pods of a not-ready node tainted `node.kubernetes.io/out-of-service` are removed.
 
 NoExecute tainting is rate limited per zone (0.1 node/s; none in a partially disrupted small zone,
 0.01/s in a large one), and stops altogether, removing those taints, when every zone is fully
@@ -40,6 +41,7 @@ LEASE_NAMESPACE = "kube-node-lease"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 NOT_READY = "node.kubernetes.io/not-ready"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 # NoSchedule taints that mirror node conditions (upstream `nodeConditionToTaintKeyStatusMap`).
 CONDITION_TAINTS = {
     "MemoryPressure": "node.kubernetes.io/memory-pressure",
@@ -475,6 +477,7 @@ class NodeLifecycleController(Controller):
     # ---- pod GC ---------------------------------------------------------------------------------
     def _pod_gc_tick(self) -> None:
         self._collect_terminated()
+        self._collect_out_of_service()
         self.c.engine.call_later(POD_GC_PERIOD, self._pod_gc_tick)
 
     def _collect_terminated(self) -> None:
@@ -496,6 +499,26 @@ class NodeLifecycleController(Controller):
                 self.store.delete(PODS, ns, name, grace_seconds=0)
             except errors.NotFound:
                 continue
+
+    def _collect_out_of_service(self) -> None:
+        """Upstream `gcTerminating`: terminating pods of a not-ready, out-of-service node go at once."""
+        for node in self.store.list(NODES):
+            taints = (node.get("spec") or {}).get("taints") or []
+            if not any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints):
+                continue
+            if (podutil.condition(node, "Ready") or {}).get("status") == "True":
+                continue
+            for pod in self.store.pods_on_node(node["metadata"]["name"]):
+                if not podutil.is_terminating(pod):
+                    continue
+                ns, name = podutil.key_of(pod)
+                _add_disruption_target(
+                    self, pod, "DeletionByPodGC", "PodGC: node is out of service", fail=True
+                )
+                try:
+                    self.store.delete(PODS, ns, name, grace_seconds=0)
+                except errors.NotFound:
+                    continue
 
     def _schedule_pod_gc(self, node_name: str) -> None:
         self.c.engine.call_later(POD_GC_QUARANTINE, lambda: self._collect_orphans(node_name))

@@ -213,3 +213,24 @@ def test_finished_pods_beyond_the_threshold_are_collected_oldest_first() -> None
         "done-3",
         "running",
     ]
+
+
+def test_terminating_pods_of_an_out_of_service_node_are_removed() -> None:
+    cluster, fake = make_cluster(nodes=("node-a", "node-b"))
+    fake.terminate_after = 10_000.0  # the node's kubelet is gone: nothing finishes the termination
+    create(cluster, PODS, bound_pod("stuck", [{"operator": "Exists"}]))
+    fake.silent.add("node-a")
+    run(cluster, 60)
+    cluster.store.delete(PODS, "default", "stuck")
+    run(cluster, 30)
+    assert cluster.store.get(PODS, "default", "stuck") is not None
+
+    def out_of_service(node: Obj) -> None:
+        node["spec"]["taints"] = [
+            *node["spec"].get("taints", []),
+            {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"},
+        ]
+
+    update(cluster, NODES, "node-a", out_of_service, ns="")
+    run(cluster, 21)
+    assert cluster.store.get(PODS, "default", "stuck") is None
