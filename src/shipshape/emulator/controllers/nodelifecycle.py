@@ -173,14 +173,6 @@ class NodeLifecycleController(Controller):
         grace = self.startup_grace_period if ready is None else self.grace_period
         if now > health.probe + grace:
             self._mark_unknown(node, ready is None)
-        elif (
-            ready is not None
-            and ready.get("status") == "Unknown"
-            and ready.get("reason") == "NodeStatusUnknown"
-            and health.renew_time
-        ):
-            # The lease is being renewed again: report the node as the kubelet's next status post would.
-            self._mark_recovered(node)
 
     def _mark_unknown(self, node: Obj, never_posted: bool) -> None:
         now = rfc3339(self.now())
@@ -216,26 +208,6 @@ class NodeLifecycleController(Controller):
         if was_ready and updated is not None:
             self.event(updated, "NodeNotReady", f"Node {name} status is now: NodeNotReady")
             self._mark_pods_not_ready(name)
-
-    def _mark_recovered(self, node: Obj) -> None:
-        now = rfc3339(self.now())
-
-        def change(new: Obj) -> None:
-            for cond in new.get("status", {}).get("conditions", []):
-                if cond.get("status") != "Unknown":
-                    continue
-                if cond["type"] == "Ready":
-                    cond.update(
-                        status="True", reason="KubeletReady", message="kubelet is posting ready status"
-                    )
-                else:
-                    cond.update(status="False", reason=f"KubeletHasNo{cond['type']}", message="")
-                cond.update(lastTransitionTime=now, lastHeartbeatTime=now)
-
-        name = node["metadata"]["name"]
-        updated = self.store.mutate(NODES, "", name, change, subresource="status")
-        if updated is not None:
-            self.event(updated, "NodeReady", f"Node {name} status is now: NodeReady")
 
     def _mark_pods_not_ready(self, node_name: str) -> None:
         """Upstream `MarkPodsNotReady`: the pods of an unresponsive node stop counting as ready."""

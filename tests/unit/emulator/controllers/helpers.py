@@ -65,7 +65,23 @@ class FakeKubelet:
                 new["spec"]["leaseDurationSeconds"] = 40
 
             store.mutate(LEASES, "kube-node-lease", node, renew)
+            self._post_ready(node)
         self.cluster.engine.call_later(self.heartbeat, lambda: self._renew(node))
+
+    def _post_ready(self, node: str) -> None:
+        """A kubelet back in touch reports its node Ready again (after the controller's Unknown)."""
+        assert self.cluster is not None
+        now = rfc3339(self.cluster.clock.now())
+
+        def change(body: Obj) -> None:
+            for cond in body.get("status", {}).get("conditions", []):
+                if cond["type"] == "Ready" and cond["status"] == "Unknown":
+                    cond.update(
+                        status="True", reason="KubeletReady", message="kubelet is posting ready status"
+                    )
+                    cond.update(lastHeartbeatTime=now, lastTransitionTime=now)
+
+        self.cluster.store.mutate(NODES, "", node, change, subresource="status")
 
     def _on_event(self, event: WatchEvent) -> None:
         if event.resource is not PODS or event.type == DELETED:
