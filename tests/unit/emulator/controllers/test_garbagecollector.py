@@ -72,9 +72,11 @@ def test_dependent_of_a_missing_owner_is_collected_and_solid_owners_keep_it() ->
     def pod(name: str, refs: list[Obj]) -> Obj:
         return {"metadata": {"name": name, "ownerReferences": refs}, "spec": pod_template({})["spec"]}
 
+    rollout_ref = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "canary", "uid": "1234"}
     create(cluster, PODS, pod("orphaned", [ghost_ref]))
     create(cluster, PODS, pod("shared", [ghost_ref, keeper_ref]))
+    create(cluster, PODS, pod("foreign", [rollout_ref]))  # a kind the emulator does not serve
     run(cluster, 5)
-    assert names(cluster, PODS) == ["shared"]
+    assert names(cluster, PODS) == ["foreign", "shared"]
     shared = cluster.store.must_get(PODS, "default", "shared")
     assert shared["metadata"]["ownerReferences"] == [keeper_ref]
