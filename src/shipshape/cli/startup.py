@@ -15,7 +15,7 @@ from prometheus_client import start_http_server
 from rich.console import Console
 from rich.table import Table
 
-from shipshape.analyzers.startup import aggregate, charts, model, nodes
+from shipshape.analyzers.startup import aggregate, model, nodes
 from shipshape.analyzers.startup.analysis import (
     NodeReport,
     PodReport,
@@ -177,6 +177,8 @@ def pods(
         node_timelines={t.name: t for t in node_report.timelines},
     )
     if chart is not None:
+        from shipshape.analyzers.startup import charts  # matplotlib: imported only when drawing
+
         try:
             charts.pod_startup_chart(report.timelines, chart, slowest=top)
         except charts.ChartError as error:
@@ -299,6 +301,8 @@ def nodes_command(
             raise _fail(console, f"cannot read node timelines from {logs}: {error}") from error
     report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events, log_timelines=log_timelines)
     if chart is not None:
+        from shipshape.analyzers.startup import charts  # matplotlib: imported only when drawing
+
         try:
             charts.node_gantt_chart(report.timelines, chart)
         except charts.ChartError as error:
