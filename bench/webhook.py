@@ -30,7 +30,7 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.controller.webhook.certs import generate_certificates, write_bundle
+from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.kube.clock import RealClock
 

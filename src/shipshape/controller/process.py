@@ -34,7 +34,7 @@ from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.controller.webhook.certs import (
+from shipshape.kube.certs import (
     CertificateBundle,
     generate_certificates,
     service_dns_names,

@@ -1,8 +1,8 @@
-"""The webhook's own CA and serving certificate (the controller needs no cert-manager).
+"""Throw-away certificate authorities and serving certificates for HTTPS endpoints.
 
-ECDSA P-256 keys: small and fast to handshake. The CA's certificate is the `caBundle` of the
-MutatingWebhookConfiguration; the serving certificate names the Service DNS names and, for
-out-of-cluster runs, the loopback address.
+Used by the placement webhook (its CA is the `caBundle` of the MutatingWebhookConfiguration, so
+the controller needs no cert-manager) and by the emulator's API server (its CA goes into the
+kubeconfig). ECDSA P-256 keys: small and fast to handshake.
 """
 
 from __future__ import annotations
@@ -111,6 +111,20 @@ def generate_certificates(
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
         key_pem=_pem_key(key),
     )
+
+
+def split_hosts(hosts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate DNS names from IP addresses ("localhost", "127.0.0.1", "::1")."""
+    dns: list[str] = []
+    ips: list[str] = []
+    for host in hosts:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            dns.append(host)
+        else:
+            ips.append(host)
+    return dns, ips
 
 
 def write_bundle(bundle: CertificateBundle, directory: Path) -> tuple[Path, Path, Path]:

@@ -23,7 +23,7 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.controller.webhook.certs import generate_certificates, write_bundle
+from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.controller.webhook.registration import webhook_configuration
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.emulator.api import Api

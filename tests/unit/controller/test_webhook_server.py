@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 from cryptography import x509
 
-from shipshape.controller.webhook.certs import generate_certificates, service_dns_names, write_bundle
+from shipshape.kube.certs import generate_certificates, service_dns_names, write_bundle
 from shipshape.controller.webhook.registration import (
     ServiceTarget,
     ensure_webhook_configuration,
