@@ -30,8 +30,8 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.controller.webhook.server import bind, create_app, https_server
+from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import RealClock
 
 P50_TARGET_MS = 3.0

@@ -23,7 +23,6 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.controller.webhook.registration import webhook_configuration
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.emulator.api import Api
@@ -31,6 +30,7 @@ from shipshape.emulator.controllers import all_controllers
 from shipshape.emulator.resources import DEPLOYMENTS, MUTATING_WEBHOOKS, NAMESPACES, NODES, PODS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import WatchEvent
+from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import VirtualClock
 
 from .builders import node

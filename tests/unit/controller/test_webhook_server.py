@@ -11,13 +11,13 @@ import jsonpatch
 import pytest
 from cryptography import x509
 
-from shipshape.kube.certs import generate_certificates, service_dns_names, write_bundle
 from shipshape.controller.webhook.registration import (
     ServiceTarget,
     ensure_webhook_configuration,
     webhook_configuration,
 )
 from shipshape.controller.webhook.server import bind, create_app, https_server, running
+from shipshape.kube.certs import generate_certificates, service_dns_names, write_bundle
 
 from .builders import Harness, deployment, namespace, node, pod_of, replicaset, review
 
