@@ -35,6 +35,7 @@ class EventRecorder:
         self.store = store
         self.clock = clock
         self._recent: dict[tuple[str, str, str, str, str, str], str] = {}
+        self._last_nanos: dict[tuple[str, str], int] = {}
 
     def record(
         self,
@@ -100,10 +101,20 @@ class EventRecorder:
         return created
 
     def _unique_name(self, namespace: str, involved_name: str, now: float) -> str:
-        """`<name>.<unix nanos in hex>` as upstream; Events in one virtual instant take the next nanos."""
+        """`<name>.<unix nanos in hex>` as upstream; Events in one virtual instant take the next nanos.
+
+        The last nanos used per object is remembered, so a burst of Events about one object in one
+        instant (a ReplicaSet creating hundreds of pods) does not probe every name taken before.
+        """
         nanos = int(now * 1e9)
+        last = self._last_nanos.get((namespace, involved_name))
+        if last is not None and nanos <= last:
+            nanos = last + 1
         while self.store.get(EVENTS, namespace, f"{involved_name}.{nanos:x}") is not None:
             nanos += 1
+        if len(self._last_nanos) > 50_000:
+            self._last_nanos.clear()
+        self._last_nanos[(namespace, involved_name)] = nanos
         return f"{involved_name}.{nanos:x}"
 
 
