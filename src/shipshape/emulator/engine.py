@@ -126,6 +126,11 @@ class Engine:
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), timeout=delay)
+                    # Python 3.11's wait_for swallows a cancellation that arrives together with
+                    # the wakeup; honour it, or the engine runs on after its server has stopped.
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise asyncio.CancelledError
                 else:
                     await asyncio.sleep(0)  # let HTTP handlers run between bursts
         finally:

@@ -54,3 +54,14 @@ async def test_server_mode_follows_the_speed_up() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_server_mode_stops_when_cancelled_as_a_timer_wakes_it() -> None:
+    engine = Engine(ScaledClock(speed=1.0))
+    engine.call_later(1000, lambda: None)
+    task = asyncio.create_task(engine.run_forever())
+    await asyncio.sleep(0.01)  # the engine now waits for the far timer
+    engine.call_later(500, lambda: None)  # an earlier timer wakes it ...
+    task.cancel()  # ... in the same loop turn as the cancellation
+    done, _ = await asyncio.wait({task}, timeout=2)
+    assert task in done and task.cancelled()
