@@ -168,3 +168,22 @@ def test_surge_rolling_update_keeps_every_node_available() -> None:
     assert min(available) == 3 and max(totals) == 4
     images = {p["spec"]["containers"][0]["image"] for p in cluster.store.list(PODS, "default")}
     assert images == {"nginx:1.28"} and len(cluster.store.list(PODS, "default")) == 3
+
+
+def test_rolling_back_the_template_reuses_its_controller_revision() -> None:
+    from shipshape.emulator.resources import CONTROLLERREVISIONS
+
+    cluster, _ = make_cluster(nodes=("n1",))
+    create(cluster, DAEMONSETS, daemonset())
+    run(cluster, 10)
+    update(cluster, DAEMONSETS, "agent", set_image("nginx:1.28"))
+    run(cluster, 30)
+    update(cluster, DAEMONSETS, "agent", set_image("nginx:1.27"))
+    run(cluster, 30)
+    revisions = sorted(
+        (r["revision"], r["metadata"]["name"]) for r in cluster.store.list(CONTROLLERREVISIONS, "default")
+    )
+    assert [number for number, _ in revisions] == [2, 3]
+    (pod,) = cluster.store.list(PODS, "default")
+    assert revisions[-1][1] == f"agent-{pod['metadata']['labels']['controller-revision-hash']}"
+    assert pod["spec"]["containers"][0]["image"] == "nginx:1.27"

@@ -102,3 +102,17 @@ def test_disrupted_pods_do_not_count_until_two_minutes_pass_and_vanished_ones_ar
     status = cluster.store.must_get(PDBS, "default", "web")["status"]
     assert "disruptedPods" not in status
     assert numbers(cluster) == (3, 2, 3, 1)
+
+
+def test_percent_budget_over_a_statefulset_uses_its_scale() -> None:
+    from shipshape.emulator.resources import STATEFULSETS
+
+    from .test_statefulset import statefulset
+
+    cluster, _ = make_cluster()
+    sts = statefulset(name="web", replicas=3, podManagementPolicy="Parallel")
+    create(cluster, STATEFULSETS, sts)
+    create(cluster, PDBS, pdb(maxUnavailable="34%"))
+    run(cluster, 10)
+    # 34% of 3 rounds up to 2 unavailable: 1 must stay healthy.
+    assert numbers(cluster) == (3, 1, 3, 2)

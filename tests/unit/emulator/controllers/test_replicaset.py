@@ -289,3 +289,21 @@ def test_late_creation_failures_show_as_a_condition_and_are_retried_with_backoff
     run(cluster, 120)
     assert len(pods_of(cluster, rs)) == 2
     assert "conditions" not in cluster.store.must_get(REPLICASETS, "default", "web")["status"]
+
+
+def test_a_replicaset_being_deleted_adopts_nothing_and_creates_nothing() -> None:
+    cluster, _ = make_cluster()
+    create(cluster, REPLICASETS, replicaset(replicas=1))
+    run(cluster, 5)
+    cluster.store.delete(REPLICASETS, "default", "web", propagation="Foreground")
+    cluster.store.create(
+        PODS,
+        {
+            "metadata": {"name": "stray", "namespace": "default", "labels": {"app": "web"}},
+            "spec": pod_template({})["spec"],
+        },
+    )
+    run(cluster, 0)
+    stray = cluster.store.get(PODS, "default", "stray")
+    assert stray is not None and "ownerReferences" not in stray["metadata"]
+    assert len(events(cluster, "SuccessfulCreate", "web")) == 1
