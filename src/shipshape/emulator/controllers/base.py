@@ -84,7 +84,8 @@ class Controller(Reconciler):
             if error is not None:
                 expectations.creation_observed(key)  # the watch will never show this pod
                 state["failure"] = state["failure"] or error
-                self.event(owner, "FailedCreate", f"Error creating: {error.message}", type="Warning")
+                if not namespace_terminating(error):  # upstream records no Event for these
+                    self.event(owner, "FailedCreate", f"Error creating: {error.message}", type="Warning")
             elif pod is not None:
                 self.forget(key)
                 self.event(owner, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
@@ -146,3 +147,11 @@ class Controller(Reconciler):
             new["status"] = status
 
         return self.store.mutate(rt, md.get("namespace", ""), md["name"], replace, subresource="status")
+
+
+def namespace_terminating(error: errors.ApiError) -> bool:
+    """Whether a create was refused because its namespace is being deleted (cause NamespaceTerminating)."""
+    causes = (error.details or {}).get("causes") or []
+    if any(c.get("reason") == "NamespaceTerminating" for c in causes):
+        return True
+    return error.message.endswith("because it is being terminated")

@@ -36,3 +36,15 @@ def test_terminating_namespace_is_emptied_then_finalized_and_removed() -> None:
     assert cluster.store.get(NAMESPACES, "", "team") is None
     assert cluster.store.list(PODS, "team") == []
     assert [c["metadata"]["name"] for c in cluster.store.list(CONFIGMAPS, "default")] == ["untouched"]
+
+
+def test_creations_refused_by_a_terminating_namespace_record_no_event() -> None:
+    from shipshape.emulator.controllers.base import namespace_terminating
+    from shipshape.kube import errors
+
+    refused = errors.Forbidden(
+        'pods "web-x" is forbidden: unable to create new content in namespace team '
+        "because it is being terminated"
+    )
+    assert namespace_terminating(refused)
+    assert not namespace_terminating(errors.Forbidden('pods "web-x" is forbidden: exceeded quota: compute'))
