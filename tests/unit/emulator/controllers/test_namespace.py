@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+
 from shipshape.emulator.resources import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
 from shipshape.emulator.store import Obj
 
@@ -48,3 +50,19 @@ def test_creations_refused_by_a_terminating_namespace_record_no_event() -> None:
     )
     assert namespace_terminating(refused)
     assert not namespace_terminating(errors.Forbidden('pods "web-x" is forbidden: exceeded quota: compute'))
+
+
+def test_deleting_a_namespace_through_the_api_empties_and_removes_it() -> None:
+    from shipshape.emulator.api import DeleteOptions
+
+    cluster, _ = make_cluster()
+    create(cluster, NAMESPACES, {"metadata": {"name": "team"}}, namespace="")
+    create(cluster, DEPLOYMENTS, deployment(replicas=2), namespace="team")
+    run(cluster, 10)
+    coro = cluster.services["api"].delete(NAMESPACES, "", "team", DeleteOptions())
+    with contextlib.suppress(StopIteration):
+        coro.send(None)
+    assert cluster.store.must_get(NAMESPACES, "", "team")["status"]["phase"] == "Terminating"
+    run(cluster, 10)
+    assert cluster.store.get(NAMESPACES, "", "team") is None
+    assert cluster.store.list(PODS, "team") == cluster.store.list(DEPLOYMENTS, "team") == []
