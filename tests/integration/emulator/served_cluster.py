@@ -202,45 +202,60 @@ def _all_nodes_ready(cluster: ServedCluster, count: int) -> bool:
     return len(ready) >= count
 
 
-class PodWatch:
-    """A python-client watch on pods in a background thread, keeping every event in order.
-
-    `states()` replays the events: the pods (by name) as the watch showed them after each event.
+class Watch:
+    """A python-client watch in a background thread, from a list's resourceVersion, keeping every
+    event in order with the emulated time it arrived. A broken stream fails the test at `stop()`.
     """
 
-    def __init__(self, cluster: ServedCluster, namespace: str, label_selector: str) -> None:
+    def __init__(
+        self, cluster: ServedCluster, list_call: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
         # The list as the server sent it (the client's models would rewrite timestamps).
-        response = cluster.core.list_namespaced_pod(
-            namespace, label_selector=label_selector, _preload_content=False
-        )
-        listed: Obj = json.loads(response.data)
-        self.initial: dict[str, Obj] = {p["metadata"]["name"]: p for p in listed["items"]}
-        self.events: list[tuple[str, Obj]] = []
+        listed: Obj = json.loads(list_call(*args, _preload_content=False, **kwargs).data)
+        self.initial: list[Obj] = listed["items"]
+        self.events: list[tuple[str, Obj, float]] = []
+        self.error: BaseException | None = None
+        self._stopping = False
         kube_watch: Any = watch  # the client's watch module has no type hints
         self._watch = kube_watch.Watch()
-        self._stream = self._watch.stream(
-            cluster.core.list_namespaced_pod,
-            namespace,
-            label_selector=label_selector,
+        stream = self._watch.stream(
+            list_call,
+            *args,
             resource_version=listed["metadata"]["resourceVersion"],
-            timeout_seconds=120,
+            timeout_seconds=300,
+            **kwargs,
         )
-        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(cluster, stream), name="watch", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        with contextlib.suppress(Exception):
-            for event in self._stream:
-                self.events.append((event["type"], event["raw_object"]))
+    def _run(self, cluster: ServedCluster, stream: Iterator[dict[str, Any]]) -> None:
+        try:
+            for event in stream:
+                if event["type"] == "ERROR":
+                    raise AssertionError(f"the watch answered an error: {event['raw_object']}")
+                self.events.append((event["type"], event["raw_object"], cluster.now()))
+        except Exception as exc:  # reported by stop(), on the test's thread
+            if not self._stopping:
+                self.error = exc
 
     def stop(self) -> None:
+        self._stopping = True
         self._watch.stop()
         self._thread.join(10)
+        if self.error is not None:
+            raise AssertionError(f"the watch broke off: {self.error!r}") from self.error
+
+
+class PodWatch(Watch):
+    """A watch on pods; `states()` replays it: the pods (by name) as it showed them after each event."""
+
+    def __init__(self, cluster: ServedCluster, namespace: str, label_selector: str) -> None:
+        super().__init__(cluster, cluster.core.list_namespaced_pod, namespace, label_selector=label_selector)
 
     def states(self) -> Iterator[dict[str, Obj]]:
-        pods = dict(self.initial)
+        pods = {p["metadata"]["name"]: p for p in self.initial}
         yield dict(pods)
-        for kind, obj in list(self.events):
+        for kind, obj, _ in list(self.events):
             if kind == "BOOKMARK":
                 continue
             name = obj["metadata"]["name"]

@@ -7,20 +7,16 @@ through the cloud service; random reclaims are off in the test scenario.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from kubernetes import watch
 from typer.testing import CliRunner, Result
 
 from shipshape.cli import emulator as emulator_cli
@@ -29,7 +25,16 @@ from shipshape.emulator.resources import NODES
 from shipshape.emulator.store import Obj
 from shipshape.kube.clock import parse_time
 
-from .served_cluster import ON_DEMAND, SPOT_A, SPOT_B, ServedCluster, ready_pods, scenario, serve_cluster
+from .served_cluster import (
+    ON_DEMAND,
+    SPOT_A,
+    SPOT_B,
+    ServedCluster,
+    Watch,
+    ready_pods,
+    scenario,
+    serve_cluster,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -82,36 +87,24 @@ def _shipshape() -> list[str]:
     return [str(Path(sys.executable).parent / "shipshape")]
 
 
-class NodeWatch:
-    """Watches nodes with the Python client, noting (in emulated time) when each one first carried
-    the spot interruption taint and when it was deleted."""
+class NodeWatch(Watch):
+    """A watch on nodes: when (emulated) each one first carried the spot interruption taint, and
+    when it was deleted."""
 
     def __init__(self, cluster: ServedCluster) -> None:
-        self.cluster = cluster
-        self.tainted_at: dict[str, float] = {}
-        self.deleted_at: dict[str, float] = {}
-        kube_watch: Any = watch
-        self._watch = kube_watch.Watch()
-        listed = cluster.core.list_node()
-        self._stream = self._watch.stream(
-            cluster.core.list_node, resource_version=listed.metadata.resource_version, timeout_seconds=120
-        )
-        self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
-        self._thread.start()
+        super().__init__(cluster, cluster.core.list_node)
 
-    def _run(self) -> None:
-        with contextlib.suppress(Exception):  # the stream breaks off when stopped
-            for event in self._stream:
-                node, now = event["raw_object"], self.cluster.now()
-                name = node["metadata"]["name"]
-                if event["type"] == "DELETED":
-                    self.deleted_at[name] = now
-                elif any(t["key"] == SPOT_TAINT for t in node["spec"].get("taints") or []):
-                    self.tainted_at.setdefault(name, now)
+    @property
+    def tainted_at(self) -> dict[str, float]:
+        first: dict[str, float] = {}
+        for kind, node, at in list(self.events):
+            if kind != "DELETED" and any(t["key"] == SPOT_TAINT for t in node["spec"].get("taints") or []):
+                first.setdefault(node["metadata"]["name"], at)
+        return first
 
-    def stop(self) -> None:
-        self._watch.stop()
-        self._thread.join(10)
+    @property
+    def deleted_at(self) -> dict[str, float]:
+        return {node["metadata"]["name"]: at for kind, node, at in list(self.events) if kind == "DELETED"}
 
 
 @pytest.fixture

@@ -205,7 +205,7 @@ def test_drain_with_a_pdb_waits_for_replacements(cluster: ServedCluster) -> None
     for state in pod_watch.states():
         ready = [p for p in state.values() if is_ready(p)]
         assert len(ready) >= 3, sorted(state)
-    assert any(kind == "DELETED" for kind, _ in pod_watch.events)
+    assert any(kind == "DELETED" for kind, _, _ in pod_watch.events)
 
     rows = {row[0]: row for row in _table(kubectl("get", "nodes").stdout)[1:]}
     assert rows[first][1] == "Ready,SchedulingDisabled"

@@ -310,7 +310,7 @@ def test_watch_rolling_update_keeps_surge_and_unavailability(
         assert len(live) <= most, sorted(state)
         ready = [p for p in state.values() if is_ready(p)]
         assert len(ready) >= fewest_ready, sorted(state)
-    kinds = {kind for kind, _ in pod_watch.events}
+    kinds = {kind for kind, _, _ in pod_watch.events}
     assert {"ADDED", "MODIFIED", "DELETED"} <= kinds
 
 
