@@ -19,7 +19,7 @@ from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS, REPLICASETS, 
 from shipshape.emulator.store import Obj
 from shipshape.kube.quantity import cpu_millis
 
-from .served_cluster import PodWatch, ServedCluster, is_ready, ready_pods, serve_cluster
+from .served_cluster import PodWatch, ServedCluster, is_ready, ready_pods, scenario, serve_cluster
 
 pytestmark = [
     pytest.mark.integration,
@@ -312,6 +312,52 @@ def test_watch_rolling_update_keeps_surge_and_unavailability(
         assert len(ready) >= fewest_ready, sorted(state)
     kinds = {kind for kind, _, _ in pod_watch.events}
     assert {"ADDED", "MODIFIED", "DELETED"} <= kinds
+
+
+def test_rollout_of_a_missing_image_stalls_and_exceeds_its_progress_deadline(tmp_path: Path) -> None:
+    sc = scenario(kubelet={"preloadedImages": ["nginx:1.27"], "missingImages": ["nginx:missing"]})
+    with serve_cluster(tmp_path, sc) as cluster:
+        kubectl = cluster.kubectl
+        kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+        _wait_ready(cluster, "web", 4)
+        kubectl("patch", "deployment", "web", "-p", '{"spec": {"progressDeadlineSeconds": 120}}')
+        kubectl("set", "image", "deployment/web", "nginx=nginx:missing")
+
+        def pulling_fails() -> list[list[str]] | None:
+            rows = _table(kubectl("get", "pods", "-l", "app=web").stdout)[1:]
+            failing = [row for row in rows if row[2] in ("ErrImagePull", "ImagePullBackOff")]
+            return rows if failing else None
+
+        rows = cluster.wait("a new pod that cannot pull its image", pulling_fails, 60)
+        # maxSurge 1, maxUnavailable 1: one old pod may go, the other three keep serving.
+        assert len([row for row in rows if row[1:3] == ["1/1", "Running"]]) >= 3
+        stalled = kubectl("rollout", "status", "deployment/web", "--timeout=1s", ok=False)
+        assert stalled.returncode == 1
+        assert stalled.stderr.strip().endswith("error: timed out waiting for the condition")
+        assert 'Waiting for deployment "web" rollout to finish: ' in stalled.stdout
+
+        def timed_out() -> bool:
+            deploy = cluster.get(DEPLOYMENTS, "default", "web") or {}
+            return any(
+                c["type"] == "Progressing"
+                and c["status"] == "False"
+                and c["reason"] == "ProgressDeadlineExceeded"
+                for c in deploy.get("status", {}).get("conditions") or []
+            )
+
+        cluster.wait("the progress deadline exceeded", timed_out, 240)
+        failed = kubectl("rollout", "status", "deployment/web", "--timeout=10s", ok=False)
+        assert failed.returncode == 1
+        assert failed.stderr.strip() == 'error: deployment "web" exceeded its progress deadline'
+        described = kubectl("describe", "deployment", "web").stdout
+        assert re.search(r"Progressing\s+False\s+ProgressDeadlineExceeded", described)
+        # Surge 1 then one old pod down: two new pods, neither able to start.
+        bad = [p for p in cluster.pods(app="web") if p["spec"]["containers"][0]["image"] == "nginx:missing"]
+        assert len(bad) == 2
+        events = kubectl("describe", "pod", bad[0]["metadata"]["name"]).stdout
+        assert 'Failed to pull image "nginx:missing": ' in events
+        assert re.search(r'Back-off pulling image "nginx:missing"', events)
+        assert len(ready_pods(cluster.pods(app="web"))) == 3  # the old ReplicaSet's, still serving
 
 
 def _ready_new(state: dict[str, Obj]) -> int:
