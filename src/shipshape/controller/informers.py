@@ -59,9 +59,15 @@ class Informer:
     """Keeps one kind of the cache in step with the API server until `stop()`."""
 
     def __init__(
-        self, source: Source, cache: ClusterCache, lock: AbstractContextManager[Any], stop: threading.Event
+        self,
+        source: Source,
+        cache: ClusterCache,
+        lock: AbstractContextManager[Any],
+        stop: threading.Event,
+        backoff_max: float = BACKOFF_MAX,
     ) -> None:
         self.source = source
+        self.backoff_max = backoff_max
         self.cache = cache
         self.lock = lock
         self.stop = stop
@@ -104,13 +110,13 @@ class Informer:
                     break
                 LOG.warning("%s informer: %s; retrying in %.1fs", self.source.kind, error, backoff)
                 self.stop.wait(backoff)
-                backoff = min(BACKOFF_MAX, backoff * 2)
+                backoff = min(self.backoff_max, backoff * 2)
             except Exception as error:
                 if self.stop.is_set():
                     break
                 LOG.warning("%s watch broke: %s; retrying in %.1fs", self.source.kind, error, backoff)
                 self.stop.wait(backoff)
-                backoff = min(BACKOFF_MAX, backoff * 2)
+                backoff = min(self.backoff_max, backoff * 2)
 
     def _list(self) -> str:
         items: list[Obj] = []
@@ -183,10 +189,16 @@ class Informers:
     """Every kind the cache holds, watched together."""
 
     def __init__(
-        self, api_client: k8s.ApiClient, cache: ClusterCache, lock: AbstractContextManager[Any]
+        self,
+        api_client: k8s.ApiClient,
+        cache: ClusterCache,
+        lock: AbstractContextManager[Any],
+        backoff_max: float = BACKOFF_MAX,
     ) -> None:
         self.stop_event = threading.Event()
-        self.informers = [Informer(source, cache, lock, self.stop_event) for source in sources(api_client)]
+        self.informers = [
+            Informer(source, cache, lock, self.stop_event, backoff_max) for source in sources(api_client)
+        ]
 
     def start(self) -> None:
         for informer in self.informers:

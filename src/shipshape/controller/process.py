@@ -34,12 +34,6 @@ from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.kube.certs import (
-    CertificateBundle,
-    generate_certificates,
-    service_dns_names,
-    write_bundle,
-)
 from shipshape.controller.webhook.registration import (
     KubernetesWebhookConfigurations,
     ServiceTarget,
@@ -47,6 +41,12 @@ from shipshape.controller.webhook.registration import (
     webhook_configuration,
 )
 from shipshape.controller.webhook.server import MUTATE_PATH, bind, create_app, https_server
+from shipshape.kube.certs import (
+    CertificateBundle,
+    generate_certificates,
+    service_dns_names,
+    write_bundle,
+)
 from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
@@ -69,6 +69,8 @@ class ProcessSettings:
     webhook_service: str | None = None
     webhook_timeout_seconds: int = 2
     sync_timeout_seconds: float = 60.0
+    # Longest wait (real seconds) between two attempts to reach an API server that is down.
+    informer_backoff_max_seconds: float = 30.0
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
 
@@ -158,7 +160,7 @@ class ControllerProcess:
             self.metrics,
             shortages=self.shared.shortages.shortages,
         )
-        self.informers = Informers(api_client, self.cache, self.lock)
+        self.informers = Informers(api_client, self.cache, self.lock, settings.informer_backoff_max_seconds)
         self.elector = LeaseElector(
             api_client,
             settings.identity,

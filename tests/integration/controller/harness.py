@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import yaml
 from kubernetes import config as kube_config
 
 from shipshape.controller.leader import LeaseSettings
@@ -37,6 +41,9 @@ class DeploymentHistory:
     cluster: ServedCluster
     namespace: str
     states: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
+    # Restarts (a new restartedAt) made while the previous rollout was still under way.
+    restarts_mid_rollout: list[tuple[str, str | None]] = field(default_factory=list)
+    _rolled_out: dict[str, bool] = field(default_factory=dict)
     _unsubscribe: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -59,9 +66,19 @@ class DeploymentHistory:
     def _record(self, dep: Obj) -> None:
         template = dep["spec"]["template"].get("metadata") or {}
         state = (int(dep["spec"].get("replicas", 1)), (template.get("annotations") or {}).get(RESTARTED_AT))
-        history = self.states.setdefault(dep["metadata"]["name"], [])
+        name = dep["metadata"]["name"]
+        history = self.states.setdefault(name, [])
+        if history and history[-1][1] != state[1] and not self._rolled_out.get(name, True):
+            self.restarts_mid_rollout.append((name, state[1]))
         if not history or history[-1] != state:
             history.append(state)
+        status = dep.get("status") or {}
+        replicas = int(dep["spec"].get("replicas", 1))
+        self._rolled_out[name] = (
+            status.get("observedGeneration") == dep["metadata"].get("generation")
+            and status.get("updatedReplicas", 0) == replicas
+            and status.get("replicas", 0) == replicas
+        )
 
     def stop(self) -> None:
         if self._unsubscribe is not None:
@@ -76,13 +93,16 @@ def controller(
     config: ControllerConfig | None = None,
     loops: LoopSettings | None = None,
     release_lease: bool = True,
+    kubeconfig: Path | None = None,
 ) -> Iterator[ControllerProcess]:
     loader: Any = kube_config
-    api_client = loader.new_client_from_config(config_file=str(cluster.served.kubeconfig))
+    api_client = loader.new_client_from_config(config_file=str(kubeconfig or cluster.served.kubeconfig))
     settings = ProcessSettings(
         identity=identity,
         lease=LeaseSettings(duration_seconds=15, retry_seconds=2.0),
         loops=loops or LoopSettings(headroom_enabled=False),
+        # At 40x, the default 30 s back-off would be 20 emulated minutes of a stale cache.
+        informer_backoff_max_seconds=1.0,
     )
     process = ControllerProcess(
         api_client, config or ControllerConfig(), settings, cluster.clock, workdir=workdir
@@ -194,3 +214,76 @@ class AvailabilityWatcher:
         unsubscribe = self._unsubscribe
         if unsubscribe is not None:
             self.cluster.call(unsubscribe)
+
+
+class ApiOutage:
+    """A TCP proxy in front of the emulator's API server that can go down: connections are cut and new
+    ones refused, as when an API server is unavailable. `kubeconfig` points the controller at it."""
+
+    def __init__(self, cluster: ServedCluster, workdir: Path) -> None:
+        upstream = urlsplit(cluster.served.url)
+        self.upstream = (upstream.hostname or "127.0.0.1", upstream.port or 443)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self._up = threading.Event()
+        self._up.set()
+        self._stop = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        document = yaml.safe_load(cluster.served.kubeconfig.read_text())
+        for entry in document["clusters"]:
+            entry["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        self.kubeconfig = workdir / "kubeconfig-via-proxy"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig.write_text(yaml.safe_dump(document))
+        threading.Thread(target=self._accept, name="api-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.05)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._up.is_set():
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets |= {client, server}
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def down(self) -> None:
+        self._up.clear()
+        with self._lock:
+            cut, self._sockets = self._sockets, set()
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def up(self) -> None:
+        self._up.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.down()
+        self.listener.close()

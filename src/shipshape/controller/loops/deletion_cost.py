@@ -11,7 +11,7 @@ import logging
 
 from shipshape.controller.decisions import deletion_cost_updates
 from shipshape.controller.loops.base import Reconciler
-from shipshape.controller.loops.interruptions import DOOMED_COST, SURGE_NOTE
+from shipshape.controller.loops.interruptions import DOOMED_COST, surging
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import DELETION_COST
 
@@ -30,8 +30,7 @@ class DeletionCostKeeper(Reconciler):
         with self.reading():
             pool_risk = self.cache.placement_view(now, self.shared.risk).pool_risk
             for workload in self.managed():
-                notes = (workload.ref.obj.get("metadata") or {}).get("annotations") or {}
-                if SURGE_NOTE in notes:
+                if surging(workload.ref.obj):
                     continue
                 doomed = {pod.name for pod in workload.state.pods if pod.deletion_cost == DOOMED_COST}
                 updates = deletion_cost_updates(workload.state, pool_risk)

@@ -78,6 +78,13 @@ class SurgeNote:
     nodes: tuple[str, ...]
     since: float
     deadline: float
+    # The surge is over (replicas are back); the note stays until its doomed pods are gone, so that
+    # they are not surged for again while the ReplicaSet removes them.
+    done: bool = False
+
+    @property
+    def active(self) -> bool:
+        return not self.done
 
     @classmethod
     def read(cls, deployment: Mapping[str, Any]) -> SurgeNote | None:
@@ -91,6 +98,7 @@ class SurgeNote:
                 tuple(str(n) for n in note.get("nodes") or ()),
                 float(note["since"]),
                 float(note["deadline"]),
+                bool(note.get("done", False)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -103,15 +111,21 @@ class SurgeNote:
                 "nodes": list(self.nodes),
                 "since": self.since,
                 "deadline": self.deadline,
+                "done": self.done,
             }
         )
 
 
-def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], now: float) -> Obj:
-    """A rollout restart that surges: maxSurge 1 / maxUnavailable 0 unless the strategy already surges."""
+def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], stamp: float) -> Obj:
+    """A rollout restart that surges: maxSurge 1 / maxUnavailable 0 unless the strategy already surges.
+
+    `stamp` must be a function of what caused the restart (the notice), not of the time the patch is
+    sent: a patch whose answer was lost (API server unavailable) and is sent again then changes
+    nothing, instead of restarting the pods a second time.
+    """
     patch: Obj = {
-        "metadata": {"annotations": {RESTART_NOTE: _dump({"nodes": sorted(nodes), "at": now})}},
-        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: rfc3339(now)}}}},
+        "metadata": {"annotations": {RESTART_NOTE: _dump({"nodes": sorted(nodes), "at": stamp})}},
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: rfc3339(stamp)}}}},
     }
     if deployment_max_unavailable(deployment) != 0:
         patch["spec"]["strategy"] = {
@@ -125,8 +139,16 @@ def surge_start_patch(replicas: int, note: SurgeNote) -> Obj:
     return {"metadata": {"annotations": {SURGE_NOTE: note.dump()}}, "spec": {"replicas": replicas}}
 
 
-def surge_end_patch(replicas: int) -> Obj:
-    return {"metadata": {"annotations": {SURGE_NOTE: None}}, "spec": {"replicas": max(0, replicas)}}
+def surge_end_patch(replicas: int, note: SurgeNote) -> Obj:
+    """Replicas back; the note kept (done) until the doomed pods are gone."""
+    done = SurgeNote(0, note.pods, note.nodes, note.since, note.deadline, done=True)
+    return {"metadata": {"annotations": {SURGE_NOTE: done.dump()}}, "spec": {"replicas": max(0, replicas)}}
+
+
+def surging(deployment: Mapping[str, Any]) -> bool:
+    """A surge is under way (other loops leave the Deployment alone meanwhile)."""
+    note = SurgeNote.read(deployment)
+    return note is not None and note.active
 
 
 def surge_done(state_pods: Sequence[Any], note: SurgeNote, replicas: int, now: float) -> bool:
@@ -146,7 +168,12 @@ class InterruptionResponder(Reconciler):
         self._metadata_notices: dict[str, Notice] = {}
         self._last_poll = float("-inf")
         # Restarts and surges sent but not yet seen in the cache (watch lag): workload key -> nodes.
+        # Written, not yet seen in the cache: workload key -> (nodes, until when the write counts as
+        # in flight: the action's deadline plus a grace, since the cache may lag for a while).
         self._pending: dict[str, tuple[frozenset[str], float]] = {}
+        # Deadline of each noticed node as first seen: a taint without a time gives the same deadline
+        # in every round, so a write sent again is the same write.
+        self._deadlines: dict[str, float] = {}
         # Single-replica restarts waiting for their replacement: workload key -> (notice time, nodes).
         self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
 
@@ -159,8 +186,14 @@ class InterruptionResponder(Reconciler):
     def observe(self, now: float) -> None:
         with self.reading():
             nodes = nodes_by_name(self.cache.objects("Node"))
-            notices = notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds)
+            notices = self._stable(
+                notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
+            )
         self._record(notices, nodes, now)
+
+    def _stable(self, notices: Sequence[Notice], nodes: Mapping[str, Any]) -> list[Notice]:
+        self._deadlines = {node: deadline for node, deadline in self._deadlines.items() if node in nodes}
+        return [Notice(n.node, self._deadlines.setdefault(n.node, n.deadline), n.source) for n in notices]
 
     def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
         """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
@@ -186,7 +219,9 @@ class InterruptionResponder(Reconciler):
         self._poll_metadata(now)
         with self.reading():
             nodes = nodes_by_name(self.cache.objects("Node"))
-            notices = notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds)
+            notices = self._stable(
+                notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
+            )
             notices += [n for name, n in self._metadata_notices.items() if name in nodes]
             managed = self.managed()
             plan = plan_interruptions(notices, nodes, [m.state for m in managed])
@@ -208,7 +243,7 @@ class InterruptionResponder(Reconciler):
             except OpsError as error:
                 LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
         self._observe_restarts(managed, now)
-        self._pending = {k: v for k, v in self._pending.items() if now - v[1] < 30.0}
+        self._pending = {k: v for k, v in self._pending.items() if now < v[1]}
 
     def _poll_metadata(self, now: float) -> None:
         if not self.settings.poll_instance_metadata or now - self._last_poll < 5.0:
@@ -250,9 +285,9 @@ class InterruptionResponder(Reconciler):
                 WorkloadKind.DEPLOYMENT,
                 workload.ref.namespace,
                 workload.ref.name,
-                restart_patch(obj, sorted(doomed_nodes), now),
+                restart_patch(obj, sorted(doomed_nodes), action.deadline - self.config.notice_lead_seconds),
             )
-            self._pending[action.workload] = (doomed_nodes, now)
+            self._pending[action.workload] = (doomed_nodes, action.deadline + SURGE_GRACE_SECONDS)
             self._awaiting_ready[action.workload] = (now, doomed_nodes)
             self._event(
                 workload,
@@ -285,12 +320,13 @@ class InterruptionResponder(Reconciler):
             if by_name[name].deletion_cost != DOOMED_COST:
                 self.ops.annotate_pod(workload.ref.namespace, name, {DELETION_COST: DOOMED_COST})
         replicas = workload.ref.replicas + len(new)
+        ongoing = note if note is not None and note.active else None
         updated = SurgeNote(
-            surge=(note.surge if note is not None else 0) + len(new),
+            surge=(ongoing.surge if ongoing is not None else 0) + len(new),
             pods=tuple(sorted(recorded | set(new))),
             nodes=tuple(sorted(set(note.nodes if note is not None else ()) | doomed_nodes)),
-            since=note.since if note is not None else now,
-            deadline=min(action.deadline, note.deadline) if note is not None else action.deadline,
+            since=ongoing.since if ongoing is not None else now,
+            deadline=min(action.deadline, ongoing.deadline) if ongoing is not None else action.deadline,
         )
         self.ops.patch_workload(
             WorkloadKind.DEPLOYMENT,
@@ -298,7 +334,7 @@ class InterruptionResponder(Reconciler):
             workload.ref.name,
             surge_start_patch(replicas, updated),
         )
-        self._pending[action.workload] = (doomed_nodes, now)
+        self._pending[action.workload] = (doomed_nodes, action.deadline + SURGE_GRACE_SECONDS)
         self._event(
             workload,
             action,
@@ -312,7 +348,18 @@ class InterruptionResponder(Reconciler):
         if workload.ref.kind is not WorkloadKind.DEPLOYMENT:
             return
         note = SurgeNote.read(workload.ref.obj)
-        if note is None or not surge_done(workload.state.pods, note, workload.ref.replicas, now):
+        if note is None:
+            return
+        if note.done:
+            if not set(note.pods) & {pod.name for pod in workload.state.pods}:
+                self.ops.patch_workload(
+                    WorkloadKind.DEPLOYMENT,
+                    workload.ref.namespace,
+                    workload.ref.name,
+                    {"metadata": {"annotations": {SURGE_NOTE: None}}},
+                )
+            return
+        if not surge_done(workload.state.pods, note, workload.ref.replicas, now):
             return
         doomed = set(note.pods)
         for pod in workload.state.pods:
@@ -322,7 +369,7 @@ class InterruptionResponder(Reconciler):
             WorkloadKind.DEPLOYMENT,
             workload.ref.namespace,
             workload.ref.name,
-            surge_end_patch(workload.ref.replicas - note.surge),
+            surge_end_patch(workload.ref.replicas - note.surge, note),
         )
         self._pending.pop(workload.state.key, None)
         self.metrics.notice_to_ready.observe(max(0.0, now - note.since))

@@ -14,7 +14,7 @@ from typing import Any
 from shipshape.controller.decisions import Move, MoveKind, next_move
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Managed, Reconciler
-from shipshape.controller.loops.interruptions import SURGE_NOTE, restart_patch
+from shipshape.controller.loops.interruptions import restart_patch, surging
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.policy import WorkloadKind
 
@@ -51,8 +51,7 @@ class Rebalancer(Reconciler):
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
             for workload in self.managed():
-                notes = (workload.ref.obj.get("metadata") or {}).get("annotations") or {}
-                if SURGE_NOTE in notes or _rolling_out(workload.ref.obj):
+                if surging(workload.ref.obj) or _rolling_out(workload.ref.obj):
                     continue
                 move = next_move(workload.state, view)
                 if move is not None and f"{workload.ref.namespace}/{move.pod}" not in self._recent:
@@ -71,6 +70,8 @@ class Rebalancer(Reconciler):
 
     def _move(self, workload: Managed, move: Move, now: float) -> bool:
         namespace = workload.ref.namespace
+        # Marked before the call: a move whose answer was lost is not sent again while the cache catches up.
+        self._recent[f"{namespace}/{move.pod}"] = now
         if move.kind is MoveKind.SURGE_RESTART:
             self.ops.patch_workload(
                 WorkloadKind.DEPLOYMENT,
@@ -82,11 +83,10 @@ class Rebalancer(Reconciler):
             outcome = self.ops.evict(namespace, move.pod)
             if outcome is EvictionOutcome.BLOCKED:
                 LOG.info("eviction of %s/%s blocked by its disruption budget", namespace, move.pod)
+                del self._recent[f"{namespace}/{move.pod}"]
                 return False
-            self._recent[f"{namespace}/{move.pod}"] = now
             if outcome is EvictionOutcome.GONE:
                 return False
-        self._recent[f"{namespace}/{move.pod}"] = now
         message = f"moved pod {move.pod} ({move.direction.value}) toward the desired spot/on-demand split"
         self.post_event(workload.ref.obj, workload.ref.kind.value, REBALANCED, message, now)
         LOG.info("%s: %s", workload.state.key, message)

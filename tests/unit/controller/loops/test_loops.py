@@ -17,7 +17,7 @@ from shipshape.controller.loops.interruptions import (
     InterruptionResponder,
 )
 from shipshape.controller.loops.rebalance import Rebalancer
-from shipshape.controller.ops import EvictionOutcome, RecordingOps
+from shipshape.controller.ops import EvictionOutcome, OpsError, RecordingOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import DECISION, DELETION_COST, WorkloadKind
 from shipshape.kube.clock import rfc3339
@@ -120,8 +120,25 @@ def test_multi_replica_deployment_is_surged_once_and_scaled_back_when_replacemen
     w.h.clock.advance(20)
     restarted.reconcile(w.h.clock.now())
     ((_, _, _, end),) = w.ops.of("patch_workload")
-    assert end == {"metadata": {"annotations": {SURGE_NOTE: None}}, "spec": {"replicas": 4}}
+    assert end["spec"] == {"replicas": 4}
+    done = json.loads(end["metadata"]["annotations"][SURGE_NOTE])
+    assert done["done"] is True and done["surge"] == 0 and done["pods"] == ["web-1", "web-2"]
     assert w.h.registry.get_sample_value("shipshape_notice_to_replacement_ready_seconds_count") == 1
+
+    # While the ReplicaSet removes the doomed pods, they are not surged for again.
+    w.patch_cached("Deployment", "shop", "web", end)
+    w.ops.calls.clear()
+    w.h.clock.advance(1)
+    restarted.reconcile(w.h.clock.now())
+    assert w.ops.of("patch_workload") == []
+    # Once they are gone, the note goes too.
+    for pod in ("web-1", "web-2"):
+        gone = w.h.cache.get("Pod", "shop", pod)
+        w.h.cache.apply({"type": "DELETED", "object": gone})
+    restarted.reconcile(w.h.clock.now())
+    assert w.ops.of("patch_workload") == [
+        (WorkloadKind.DEPLOYMENT, "shop", "web", {"metadata": {"annotations": {SURGE_NOTE: None}}})
+    ]
 
 
 def test_replacements_not_ready_keep_the_surge() -> None:
@@ -226,7 +243,8 @@ def test_rebalancer_returns_pods_to_spot_one_at_a_time_and_respects_blocked_evic
 def test_rebalancer_leaves_a_surging_workload_alone() -> None:
     w = World()
     w.workload("web", 4, ["od-1", "od-1", "od-1", "od-1"])
-    w.patch_cached("Deployment", "shop", "web", {"metadata": {"annotations": {SURGE_NOTE: "{}"}}})
+    note = json.dumps({"surge": 1, "pods": ["web-9"], "nodes": ["a-1"], "since": 0, "deadline": 0})
+    w.patch_cached("Deployment", "shop", "web", {"metadata": {"annotations": {SURGE_NOTE: note}}})
     w.loop(Rebalancer).reconcile(w.h.clock.now())
     assert w.ops.of("evict") == []
 
@@ -298,3 +316,17 @@ def test_headroom_keeps_the_priority_class_and_one_placeholder_per_shape() -> No
     (placeholder,) = applied[1:]
     assert placeholder["spec"]["replicas"] == 2  # pool a holds two pods of 500m / 512Mi
     assert placeholder["metadata"]["namespace"] == w.h.config.namespace
+
+
+def test_a_restart_whose_answer_was_lost_is_sent_again_unchanged() -> None:
+    w = World()
+    w.workload("solo", 1, ["a-1"])
+    w.taint("a-1")
+    w.ops.fail["patch_workload"] = OpsError("cannot reach the API server: connection reset")
+    responder = w.loop(InterruptionResponder)
+    responder.reconcile(w.h.clock.now())
+    del w.ops.fail["patch_workload"]
+    w.h.clock.advance(7)
+    responder.reconcile(w.h.clock.now())
+    first, second = w.ops.of("patch_workload")
+    assert first == second  # the same template: the API server starts no second rollout
