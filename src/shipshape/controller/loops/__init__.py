@@ -1,8 +1,8 @@
 """The controller's loops, registered here explicitly, in the order a round runs them.
 
 The interruption responder comes first (deadlines), then spot fallback, the rebalancer, the
-deletion-cost keeper and headroom. Build them with `all_reconcilers(...)`; each has `name`,
-`interval`, `observe(now)` (every replica) and `reconcile(now)` (the leader).
+deletion-cost keeper, headroom and the invalid-policy Events. Build them with `all_reconcilers(...)`;
+each has `name`, `interval`, `observe(now)` (every replica) and `reconcile(now)` (the leader).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.fallback import SpotFallback
 from shipshape.controller.loops.headroom import HeadroomKeeper
 from shipshape.controller.loops.interruptions import InterruptionResponder
+from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.ops import ClusterOps
@@ -28,6 +29,7 @@ LOOPS: tuple[type[Reconciler], ...] = (
     Rebalancer,
     DeletionCostKeeper,
     HeadroomKeeper,
+    PolicyReporter,
 )
 
 __all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconcilers"]

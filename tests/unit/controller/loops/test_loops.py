@@ -16,6 +16,7 @@ from shipshape.controller.loops.interruptions import (
     SURGE_NOTE,
     InterruptionResponder,
 )
+from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.ops import EvictionOutcome, OpsError, RecordingOps
 from shipshape.controller.placement import Pool
@@ -330,3 +331,22 @@ def test_a_restart_whose_answer_was_lost_is_sent_again_unchanged() -> None:
     responder.reconcile(w.h.clock.now())
     first, second = w.ops.of("patch_workload")
     assert first == second  # the same template: the API server starts no second rollout
+
+
+def test_invalid_policy_reported_once_per_set_of_values() -> None:
+    w = World()
+    w.workload("web", 2, ["od-1", "a-1"], {"spot.shipshape.dev/spot-percentage": "150"})
+    reporter = w.loop(PolicyReporter)
+    reporter.reconcile(w.h.clock.now())
+    reporter.reconcile(w.h.clock.now() + 10)
+    ((event,),) = w.ops.of("post_event")
+    assert event["reason"] == "InvalidSpotPolicy" and event["type"] == "Warning"
+    assert "spot-percentage" in event["message"] and event["involvedObject"]["kind"] == "Deployment"
+    w.patch_cached(
+        "Deployment",
+        "shop",
+        "web",
+        {"metadata": {"annotations": {"spot.shipshape.dev/spot-percentage": "x"}}},
+    )
+    reporter.reconcile(w.h.clock.now() + 20)
+    assert len(w.ops.of("post_event")) == 2
