@@ -360,6 +360,57 @@ def test_rollout_of_a_missing_image_stalls_and_exceeds_its_progress_deadline(tmp
         assert len(ready_pods(cluster.pods(app="web"))) == 3  # the old ReplicaSet's, still serving
 
 
+def _pod_manifest(name: str, cpu: str, node_selector: dict[str, str] | None = None) -> str:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": cpu}}}]
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+def test_unschedulable_pods_explain_themselves(cluster: ServedCluster) -> None:
+    kubectl = cluster.kubectl
+    on_demand = {"node.kubernetes.io/capacity": "on-demand"}
+    for name in ("filler-0", "filler-1"):  # 2 of each on-demand node's 3920m
+        kubectl("create", "-f", "-", stdin=_pod_manifest(name, "2", on_demand))
+    cluster.wait(
+        "the fillers on both on-demand nodes",
+        lambda: len({p["spec"].get("nodeName") for p in ready_pods(cluster.objects(PODS, "default"))}) == 2,
+        60,
+    )
+    # 3 cpu: more than a spot node's allocatable (1930m: preemption cannot help there) and more
+    # than an on-demand node has left (where no lower-priority pod could make room).
+    kubectl("create", "-f", "-", stdin=_pod_manifest("big", "3"))
+    kubectl("create", "-f", "-", stdin=_pod_manifest("picky", "100m", {"disk": "ssd"}))
+    expected = {
+        "big": "0/6 nodes are available: 6 Insufficient cpu. preemption: 0/6 nodes are available: "
+        "2 No preemption victims found for incoming pod, 4 Preemption is not helpful for scheduling..",
+        "picky": "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector. preemption: "
+        "0/6 nodes are available: 6 Preemption is not helpful for scheduling..",
+    }
+    for name, message in expected.items():
+
+        def condition(name: str = name) -> Obj | None:
+            pod = cluster.get(PODS, "default", name) or {}
+            conditions = pod.get("status", {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+        scheduled = cluster.wait(f"{name} marked unschedulable", condition, 60)
+        assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
+            "False",
+            "Unschedulable",
+            message,
+        )
+        described = kubectl("describe", "pod", name).stdout
+        assert re.search(r"Status:\s+Pending", described)
+        assert re.search(
+            rf"Warning\s+FailedScheduling\s+.*default-scheduler\s+{re.escape(message)}", described
+        )
+    rows = {row[0]: row for row in _table(kubectl("get", "pods").stdout)[1:]}
+    assert rows["big"][1:3] == ["0/1", "Pending"] and rows["picky"][1:3] == ["0/1", "Pending"]
+
+
 def _ready_new(state: dict[str, Obj]) -> int:
     return len(
         [p for p in state.values() if is_ready(p) and p["spec"]["containers"][0]["image"] == "nginx:1.28"]
