@@ -36,6 +36,9 @@ def _register() -> None:
     from shipshape.cli import controller as controller_cli
 
     app.command("controller")(controller_cli.controller)
+    from shipshape.cli import simulate as simulate_cli
+
+    app.command("simulate")(simulate_cli.simulate)
 
 
 _register()

@@ -1,0 +1,87 @@
+"""`shipshape simulate`: what-if runs of a scenario under placement strategies, in emulated time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shipshape.emulator import scenario as scenario_file
+from shipshape.kube.duration import parse_duration
+from shipshape.simulate import report
+from shipshape.simulate.run import SimulationSettings, StrategyResult, compare
+from shipshape.simulate.steering import StrategyError
+from shipshape.simulate.strategies import STRATEGIES, Strategy, strategy_named
+
+
+def _fail(console: Console, message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def _seconds(console: Console, flag: str, text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as error:
+        raise _fail(console, f"{flag}: {error}") from error
+    if value <= 0:
+        raise _fail(console, f"{flag}: must be positive, got {text!r}")
+    return value
+
+
+def simulate(
+    scenario: Path = typer.Option(..., "--scenario", help="Scenario YAML file."),
+    duration: str = typer.Option("7d", "--duration", help="Emulated time to run, e.g. 6h, 7d."),
+    strategy: str = typer.Option(
+        "shipshape", "--strategy", help=f"Placement strategy: {', '.join(STRATEGIES)}."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed (default: the scenario's)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    chart: Path | None = typer.Option(None, "--chart", help="Write a chart (.png or .svg)."),
+    compare_all: bool = typer.Option(False, "--compare", help="Run every strategy with the same seed."),
+    warmup: str = typer.Option("10m", "--warmup", help="Start-up time not counted in availability."),
+) -> None:
+    """Simulate a scenario for days of spot interruptions: cost, savings, availability, churn."""
+    console = Console(stderr=json_output)
+    seconds = _seconds(console, "--duration", duration)
+    try:
+        warmup_seconds = parse_duration(warmup)
+    except ValueError as error:
+        raise _fail(console, f"--warmup: {error}") from error
+    if chart is not None and chart.suffix.lower() not in report.SUFFIXES:
+        raise _fail(console, f"--chart: the file must end in .png or .svg, not {chart.name!r}")
+    try:
+        chosen: list[Strategy] = list(STRATEGIES.values()) if compare_all else [strategy_named(strategy)]
+        loaded = scenario_file.load(scenario)
+    except (StrategyError, scenario_file.ScenarioError) as error:
+        raise _fail(console, str(error)) from error
+    settings = SimulationSettings(duration=seconds, seed=seed, warmup=min(warmup_seconds, seconds))
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% of emulated time"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=json_output,
+    ) as progress:
+        tasks = {s.name: progress.add_task(f"{s.name:<14}", total=seconds) for s in chosen}
+
+        def advance(name: str, done: float, total: float) -> None:
+            progress.update(tasks[name], completed=done)
+
+        try:
+            results: list[StrategyResult] = compare(loaded, chosen, settings, advance)
+        except StrategyError as error:
+            raise _fail(console, str(error)) from error
+    if chart is not None:
+        report.write_chart(results, chart)
+    if json_output:
+        typer.echo(json.dumps(report.report_json(results, loaded.name), indent=2))
+        return
+    console.print(report.summary_table(results))
+    console.print(report.workload_table(results))
+    if chart is not None:
+        console.print(f"chart written to {chart}")

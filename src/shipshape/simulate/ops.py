@@ -1,0 +1,134 @@
+"""`ClusterOps` in process: the controller's loops writing to an emulated cluster through its `Api`.
+
+The same API semantics as over HTTP (admission, validation, PodDisruptionBudgets on evictions), with no
+network in between: in discrete-event mode a write completes within the call. API errors become
+`OpsError`, as `kube_ops.KubeOps` turns client errors into them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from shipshape.controller.ops import ApplyResult, EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.policy import WorkloadKind
+from shipshape.emulator import resources as r
+from shipshape.emulator.api import Api, DeleteOptions
+from shipshape.emulator.resources import ResourceType
+from shipshape.kube import errors
+from shipshape.kube.patch import MERGE_PATCH
+
+Obj = dict[str, Any]
+# The kinds the loops create, replace or delete by reference.
+_OWNED: Mapping[str, ResourceType] = {
+    "Deployment": r.DEPLOYMENTS,
+    "PriorityClass": r.PRIORITYCLASSES,
+    "Namespace": r.NAMESPACES,
+}
+
+
+def complete(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run an `Api` coroutine that does not suspend (no webhooks are configured in a simulation)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise OpsError("an in-process API call had to wait on I/O (is a webhook configured?)", retryable=False)
+
+
+def _ops_error(error: errors.ApiError) -> OpsError:
+    status = error.code
+    retryable = status in (409, 429) or status >= 500
+    return OpsError(f"{status} {error}", status=status, retryable=retryable)
+
+
+class ApiOps:
+    """The loops' writes against `cluster.services["api"]`; metadata answers from the cloud model."""
+
+    def __init__(self, api: Api, cloud: Any | None = None) -> None:
+        self.api = api
+        self.cloud = cloud
+
+    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        try:
+            return complete(coro)
+        except errors.ApiError as error:
+            raise _ops_error(error) from error
+
+    def evict(self, namespace: str, pod: str) -> EvictionOutcome:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        try:
+            self._call(self.api.create_subresource(r.PODS, namespace, pod, "eviction", body))
+        except OpsError as error:
+            if error.status == 429:
+                return EvictionOutcome.BLOCKED
+            if error.status == 404:
+                return EvictionOutcome.GONE
+            raise
+        return EvictionOutcome.EVICTED
+
+    def delete_pod(self, namespace: str, pod: str) -> bool:
+        try:
+            self._call(self.api.delete(r.PODS, namespace, pod, DeleteOptions()))
+        except OpsError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
+        patch = {"metadata": {"annotations": dict(annotations)}}
+        self._call(self.api.patch(r.PODS, namespace, pod, MERGE_PATCH, patch))
+
+    def patch_workload(self, kind: WorkloadKind, namespace: str, name: str, patch: Obj) -> None:
+        rt = r.DEPLOYMENTS if kind is WorkloadKind.DEPLOYMENT else r.STATEFULSETS
+        self._call(self.api.patch(rt, namespace, name, MERGE_PATCH, patch))
+
+    def apply(self, body: Obj) -> ApplyResult:
+        ref = ObjectRef.of(body)
+        rt = _OWNED.get(ref.kind)
+        if rt is None:
+            raise OpsError(f"the controller does not manage {ref.kind} objects", retryable=False)
+        namespace = ref.namespace if rt.namespaced else ""
+        existing = self.api.store.get(rt, namespace, ref.name)
+        if existing is None:
+            try:
+                self._call(self.api.create(rt, namespace, body))
+            except OpsError as error:
+                if error.status != 409:
+                    raise
+                return "unchanged"
+            return "created"
+        wanted = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+        if all(existing.get(k) == v for k, v in wanted.items()):
+            return "unchanged"
+        updated = {**existing, **wanted}
+        self._call(self.api.update(rt, namespace, ref.name, updated))
+        return "updated"
+
+    def delete(self, ref: ObjectRef) -> bool:
+        rt = _OWNED.get(ref.kind)
+        if rt is None:
+            raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
+        try:
+            self._call(self.api.delete(rt, ref.namespace if rt.namespaced else "", ref.name, DeleteOptions()))
+        except OpsError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def post_event(self, body: Obj) -> None:
+        namespace = str((body.get("metadata") or {}).get("namespace") or "default")
+        self._call(self.api.create(r.EVENTS, namespace, body))
+
+    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
+        if self.cloud is None:
+            return None
+        answer = self.cloud.instance_action(str((node.get("metadata") or {}).get("name")))
+        return answer if isinstance(answer, dict) else None
