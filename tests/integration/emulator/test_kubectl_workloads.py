@@ -6,6 +6,7 @@ fields, the events, and (from a watch) that a rolling update kept within maxSurg
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS, REPLICASETS, STATEFULSETS
+from shipshape.emulator.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, REPLICASETS, STATEFULSETS
 from shipshape.emulator.store import Obj
 from shipshape.kube.quantity import cpu_millis
 
@@ -461,6 +462,49 @@ def test_delete_cascades_background_and_foreground(cluster: ServedCluster) -> No
     )
     assert sorted(p["metadata"]["name"] for p in pods) == ["db-0", "db-1", "db-2"]
     assert len(ready_pods(pods)) == 3
+
+
+def test_deleting_a_namespace_empties_it_and_waits_for_finalizers(cluster: ServedCluster) -> None:
+    kubectl = cluster.kubectl
+    kubectl("create", "namespace", "team")
+    kubectl("create", "deployment", "web", "-n", "team", "--image=nginx:1.27", "--replicas=2")
+    held = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "held", "namespace": "team", "finalizers": ["example.com/hold"]},
+    }
+    kubectl("create", "-f", "-", stdin=json.dumps(held))
+    cluster.wait("web running in team", lambda: len(ready_pods(cluster.pods("team", app="web"))) == 2, 60)
+
+    assert kubectl("delete", "namespace", "team", "--wait=false").stdout.strip() == 'namespace "team" deleted'
+
+    def held_back() -> dict[str, Obj] | None:
+        ns = cluster.get(NAMESPACES, "", "team") or {}
+        conditions = {c["type"]: c for c in ns.get("status", {}).get("conditions") or []}
+        remaining = conditions.get("NamespaceContentRemaining", {})
+        return conditions if remaining.get("status") == "True" and not cluster.pods("team") else None
+
+    conditions = cluster.wait("team emptied but for the held ConfigMap", held_back, 120)
+    assert conditions["NamespaceContentRemaining"]["message"] == (
+        "Some resources are remaining: configmaps has 1 resource instances"
+    )
+    assert conditions["NamespaceFinalizersRemaining"]["message"] == (
+        "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+    )
+    assert _table(kubectl("get", "namespace", "team").stdout)[1][:2] == ["team", "Terminating"]
+    assert not cluster.objects(DEPLOYMENTS, "team") and not cluster.objects(REPLICASETS, "team")
+    refused = kubectl("create", "configmap", "late", "-n", "team", ok=False)
+    assert refused.stderr.strip() == (
+        'error: failed to create configmap: configmaps "late" is forbidden: '
+        "unable to create new content in namespace team because it is being terminated"
+    )
+
+    kubectl(
+        "patch", "configmap", "held", "-n", "team", "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+    )
+    kubectl("wait", "--for=delete", "namespace/team", "--timeout=30s")
+    gone = kubectl("get", "namespace", "team", ok=False)
+    assert gone.stderr.strip() == 'Error from server (NotFound): namespaces "team" not found'
 
 
 def test_top_nodes_and_pods(cluster: ServedCluster) -> None:
