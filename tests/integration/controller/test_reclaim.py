@@ -16,7 +16,13 @@ import pytest
 from shipshape.controller.cache import read_decision
 from shipshape.controller.loops.interruptions import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
-from tests.integration.emulator.served_cluster import SPOT_A, ServedCluster, ready_pods, serve_cluster
+from tests.integration.emulator.served_cluster import (
+    SPOT_A,
+    ServedCluster,
+    ready_pods,
+    scenario,
+    serve_cluster,
+)
 
 from .harness import AvailabilityWatcher, controller
 
@@ -121,9 +127,23 @@ def placed_after(cluster: ServedCluster, since: float) -> list[dict[str, Any]]:
     ]
 
 
-def test_pool_then_zone_reclaim_keeps_every_deployment_available(tmp_path: Path) -> None:
-    with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "controller") as process:
-        cluster.kubectl("apply", "-f", "-", stdin=MANIFESTS)
+SOLO_PDB = """
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: solo}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: solo}}
+"""
+
+
+@pytest.mark.parametrize("handler", [False, True], ids=["no-handler", "handler-drains"])
+def test_pool_then_zone_reclaim_keeps_every_deployment_available(tmp_path: Path, handler: bool) -> None:
+    """With an interruption handler that cordons and drains at the notice, the single replica needs a
+    PDB so that the drain's eviction waits for its surged replacement (docs/controller.md)."""
+    sc = scenario(interruptions={"rateMultiplier": 0, "handler": handler})
+    with serve_cluster(tmp_path, sc) as cluster, controller(cluster, tmp_path / "controller") as process:
+        cluster.kubectl("apply", "-f", "-", stdin=MANIFESTS + ("---" + SOLO_PDB if handler else ""))
         cluster.wait("every replica ready", lambda: settled(cluster, set()), 180)
         assert all(read_decision(p) for app in REPLICAS for p in cluster.pods(app=app))
         watcher = AvailabilityWatcher(cluster, "default", tuple(REPLICAS))
