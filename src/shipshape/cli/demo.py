@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 POOL_LABEL = "emulator.shipshape.dev/pool"
 CAPACITY_LABEL = "node.kubernetes.io/capacity"
+SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
 DEFAULT_WORKDIR = Path(".emulator/demo")
@@ -156,6 +157,15 @@ def on_demand_equivalent(cost: dict[str, Any], pools: Iterable[dict[str, Any]]) 
     return sum(float(entry["nodeHours"]) * od_price.get(name, 0.0) for name, entry in cost["byPool"].items())
 
 
+def noticed_nodes(nodes: Iterable[Obj]) -> set[str]:
+    """Nodes that carry the cloud's spot interruption taint (their instance has a notice)."""
+    return {
+        n["metadata"]["name"]
+        for n in nodes
+        if any(t.get("key") == SPOT_TAINT for t in n.get("spec", {}).get("taints") or [])
+    }
+
+
 def short_node(name: str) -> str:
     """`ip-10-0-1-5.ec2.internal` -> `ip-10-0-1-5` (enough to tell nodes apart on screen)."""
     return name.split(".", 1)[0]
@@ -174,6 +184,27 @@ class ShowSettings:
 
 class ShowFailed(Exception):
     """A step of the show did not complete in time."""
+
+
+class NodeTicker:
+    """Prints nodes that joined, got a spot interruption notice or went away since the last tick."""
+
+    def __init__(self, show: Show) -> None:
+        self.show = show
+        self.known = show.pool_of_node()
+        self.noticed = noticed_nodes(show.cluster.store.list(NODES))
+
+    def tick(self) -> None:
+        show = self.show
+        current = show.pool_of_node()
+        noticed = noticed_nodes(show.cluster.store.list(NODES))
+        for name in sorted(set(current) - set(self.known)):
+            show.console.print(f"{show.stamp()} node {short_node(name)} joined pool {current[name]}")
+        for name in sorted(noticed - self.noticed):
+            show.console.print(f"{show.stamp()} node {short_node(name)} got a spot interruption notice")
+        for name in sorted(set(self.known) - set(current)):
+            show.console.print(f"{show.stamp()} node {short_node(name)} terminated")
+        self.known, self.noticed = current, noticed
 
 
 class Show:
@@ -303,17 +334,8 @@ class Show:
             highlight=False,
         )
         notice_at = self.cluster.now()
-        known = set(self.pool_of_node())
+        ticker = NodeTicker(self)
         reached: set[str] = set()
-
-        def report_nodes() -> None:
-            current = self.pool_of_node()
-            for name in sorted(set(current) - known):
-                self.console.print(f"{self.stamp()} node {short_node(name)} joined pool {current[name]}")
-            for name in sorted(known - set(current)):
-                self.console.print(f"{self.stamp()} node {short_node(name)} terminated")
-            known.clear()
-            known.update(current)
 
         def landed() -> bool:
             live = {p["metadata"]["uid"] for p in store.list(PODS) if is_workload_pod(p)}
@@ -327,7 +349,7 @@ class Show:
             return not noticed & {n["metadata"]["name"] for n in store.list(NODES)}
 
         def milestones() -> None:
-            report_nodes()
+            ticker.tick()
             if "landed" not in reached and landed():
                 reached.add("landed")
                 self._report_landed(notice_at, owners)
@@ -370,6 +392,13 @@ class Show:
             f"{took:.0f}s after the notice",
             highlight=False,
         )
+
+    async def follow(self) -> None:
+        """After the show: report node changes (the scenario's own timeline goes on) until stopped."""
+        ticker = NodeTicker(self)
+        while True:
+            ticker.tick()
+            await asyncio.sleep(POLL_SECONDS * 5)
 
     def _pool_restored(self, pool: str) -> bool:
         """The cloud relaunched the pool's reclaimed instances and their nodes are Ready."""
@@ -478,8 +507,14 @@ async def _serve_and_show(
             raise failure
         console.print("show over")
         if not exit_after_show:
-            console.print("serving until Ctrl-C", highlight=False)
+            console.print(
+                "serving until Ctrl-C; node changes from the scenario's timeline follow", highlight=False
+            )
+            follower = asyncio.create_task(show.follow())
             await stopper
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         else:
             stopper.cancel()
         console.print("stopped")
