@@ -1,8 +1,8 @@
 """What a simulation reports: JSON (versioned schema), rich tables, and charts (PNG or SVG).
 
 Charts are drawn with matplotlib's object API (no pyplot state); SVG text stays text and each drawn
-series carries an SVG id (`cost-<strategy>`, `availability-<strategy>`), so a chart's content can
-be checked.
+line and bar carries an SVG id (`cost-<strategy>`, `availability-<strategy>-<workload>`), so a
+chart's content can be checked.
 """
 
 from __future__ import annotations
@@ -181,7 +181,8 @@ def write_chart(results: Sequence[StrategyResult], path: Path) -> None:
         bars = availability_axes.barh(
             positions, values, height=height, label=res.strategy, color=COLORS.get(res.strategy)
         )
-        bars.set_gid(f"availability-{_slug(res.strategy)}")
+        for name, bar in zip(names, bars.patches, strict=True):
+            bar.set_gid(f"availability-{_slug(res.strategy)}-{_slug(name)}")
     availability_axes.set_yticks([row + 0.4 - height / 2 for row in range(len(names))], names)
     availability_axes.set_xlim(0, 100)
     availability_axes.set_xlabel("% of measured time at or above minAvailable (or one ready replica)")

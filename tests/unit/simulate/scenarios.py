@@ -20,7 +20,11 @@ def _deployment(name: str, replicas: int, cpu: str = "250m") -> dict[str, Any]:
                 "spec": {
                     "terminationGracePeriodSeconds": 5,
                     "containers": [
-                        {"name": name, "image": "nginx:1.27", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}
+                        {
+                            "name": name,
+                            "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}},
+                        }
                     ],
                 },
             },
@@ -47,8 +51,14 @@ def small_scenario(*, reclaim_at: str | None = "20m", seed: int = 7) -> Scenario
         "pools": [
             {**pool, "name": "spot-a", "zone": "us-east-1a", "capacityType": "spot", "initialSize": 2},
             {**pool, "name": "spot-b", "zone": "us-east-1b", "capacityType": "spot", "initialSize": 2},
-            {**pool, "name": "od-a", "zone": "us-east-1a", "capacityType": "on-demand", "initialSize": 2,
-             "minSize": 1},
+            {
+                **pool,
+                "name": "od-a",
+                "zone": "us-east-1a",
+                "capacityType": "on-demand",
+                "initialSize": 2,
+                "minSize": 1,
+            },
         ],
         "nodeBoot": {"jitter": 0.1},
         "autoscaler": {"enabled": True, "scaleUpAfter": "10s", "scaleDownUnneeded": "10m"},
