@@ -253,3 +253,13 @@ def test_on_demand_equivalent() -> None:
     pools = [_pool("spot-a", "spot", 1, price=0.03), _pool("od", "on-demand", 1, price=0.1)]
     cost = {"byPool": {"spot-a": {"nodeHours": 2.0}, "od": {"nodeHours": 1.0}}}
     assert demo.on_demand_equivalent(cost, pools) == pytest.approx(0.3)
+
+
+def test_noticed_nodes_are_those_with_the_interruption_taint() -> None:
+    tainted = {
+        "metadata": {"name": "a"},
+        "spec": {"taints": [{"key": demo.SPOT_TAINT, "value": "terminate", "effect": "NoSchedule"}]},
+    }
+    other = {"metadata": {"name": "b"}, "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
+    bare = {"metadata": {"name": "c"}, "spec": {}}
+    assert demo.noticed_nodes([tainted, other, bare]) == {"a"}
