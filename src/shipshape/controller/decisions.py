@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -219,27 +219,29 @@ def removal_order(
     Pods of unknown capacity go first; then, at each size n, a spot pod when spot exceeds
     desired_split(n - 1) (from the fullest pool, then the riskiest), else an on-demand pod.
     """
-    remaining = sorted(pods, key=lambda p: (p.ready, p.name))
-    order = [pod.name for pod in remaining if pod.capacity is None]
-    remaining = [pod for pod in remaining if pod.capacity is not None]
-    while remaining:
-        target = desired_split(len(remaining) - 1, policy)
-        spot = [pod for pod in remaining if pod.capacity is CapacityType.SPOT]
-        if len(spot) > target.spot or len(spot) == len(remaining):
-            per_pool = Counter(pod.pool for pod in spot)
-            victim = min(
-                spot,
-                key=lambda p: (
-                    p.ready,
-                    -per_pool[p.pool],
-                    -(pool_risk.get(p.pool, 0.0) if p.pool is not None else 0.0),
-                    p.name,
-                ),
-            )
+    ordered = sorted(pods, key=lambda p: (p.ready, p.name))
+    order = [pod.name for pod in ordered if pod.capacity is None]
+    on_demand = deque(pod for pod in ordered if pod.capacity is CapacityType.ON_DEMAND)
+    # Each pool's spot pods in (ready, name) order: the pool's best victim is always its first.
+    by_pool: dict[Pool | None, deque[PodState]] = {}
+    for pod in ordered:
+        if pod.capacity is CapacityType.SPOT:
+            by_pool.setdefault(pod.pool, deque()).append(pod)
+    spot = sum(len(queue) for queue in by_pool.values())
+
+    def rank(queue: deque[PodState]) -> tuple[bool, int, float, str]:
+        first = queue[0]
+        risk = pool_risk.get(first.pool, 0.0) if first.pool is not None else 0.0
+        return (first.ready, -len(queue), -risk, first.name)
+
+    while spot or on_demand:
+        target = desired_split(spot + len(on_demand) - 1, policy)
+        if spot > target.spot or not on_demand:
+            victim = min((queue for queue in by_pool.values() if queue), key=rank).popleft()
+            spot -= 1
         else:
-            victim = next(pod for pod in remaining if pod.capacity is CapacityType.ON_DEMAND)
+            victim = on_demand.popleft()
         order.append(victim.name)
-        remaining.remove(victim)
     return order
 
 
