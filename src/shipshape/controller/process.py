@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ class LockedPlacer(PodPlacer):
 class LoopScheduler:
     """Runs each loop at its interval on the injected clock: `observe` always, `reconcile` when leading."""
 
-    def __init__(self, loops: list[Reconciler], clock: Clock, is_leader: Any) -> None:
+    def __init__(self, loops: list[Reconciler], clock: Clock, is_leader: Callable[[], bool]) -> None:
         self.loops = loops
         self.clock = clock
         self.is_leader = is_leader

@@ -93,15 +93,20 @@ REPLICAS = {"web": 6, "api": 4, "solo": 1}
 
 
 def settled(cluster: ServedCluster, gone: set[str]) -> bool:
-    """The reclaimed nodes are gone, every Deployment is back to its own size, fully ready, unsurged."""
-    if gone & {n["metadata"]["name"] for n in cluster.objects(NODES)}:
+    """The reclaimed nodes are gone, every Deployment is back to its own size, fully ready, unsurged, and no
+    pod is left on a node that no longer exists."""
+    nodes = {n["metadata"]["name"] for n in cluster.objects(NODES)}
+    if gone & nodes:
         return False
     for name, replicas in REPLICAS.items():
         dep = cluster.get(DEPLOYMENTS, "default", name)
         assert dep is not None
         if dep["spec"]["replicas"] != replicas or SURGE_NOTE in dep["metadata"].get("annotations", {}):
             return False
-        if len(ready_pods(cluster.pods(app=name))) != replicas or len(cluster.pods(app=name)) != replicas:
+        pods = cluster.pods(app=name)
+        if len(ready_pods(pods)) != replicas or len(pods) != replicas:
+            return False
+        if any(p["spec"].get("nodeName") not in nodes for p in pods):
             return False
     return True
 
