@@ -118,23 +118,55 @@ def metric_matrix(timelines: Sequence[PodTimeline]) -> np.ndarray:
     """One row per pod, one column per METRICS entry; NaN where the value is unknown."""
     nan = math.nan
     phases = model.ALL_POD_PHASES
-    rows = [
-        (
-            *(nan if (v := t.phases.get(p)) is None else v for p in phases),
-            nan if (e := t.end_to_end) is None else e,
-            nan if t.sli is None else t.sli,
-        )
-        for t in timelines
-    ]
-    return np.array(rows, dtype=float).reshape(len(rows), len(METRICS))
+    flat: list[float] = []
+    extend = flat.extend
+    for t in timelines:
+        values = t.phases
+        extend([nan if (v := values.get(p)) is None else v for p in phases])
+        extend((nan if (e := t.end_to_end) is None else e, nan if t.sli is None else t.sli))
+    return np.array(flat, dtype=float).reshape(len(timelines), len(METRICS))
 
 
-def _grouped_stats(ids: np.ndarray, groups: int, column: np.ndarray) -> list[Stats | None]:
-    """Nearest-rank stats of one metric for every group at once."""
-    valid = ~np.isnan(column)
-    group_ids, values = ids[valid], column[valid]
-    order = np.lexsort((values, group_ids))
-    group_ids, values = group_ids[order], values[order]
+class MetricTable:
+    """The metric matrix and, per metric, the rows with a value in ascending order of value (ties
+    in row order). Sorting each metric once serves every grouping: a stable sort of those rows by
+    group then gives each group's values in order."""
+
+    __slots__ = ("_orders", "matrix")
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        self.matrix = matrix
+        self._orders: list[np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, timelines: Sequence[PodTimeline]) -> MetricTable:
+        return cls(metric_matrix(timelines))
+
+    @property
+    def orders(self) -> list[np.ndarray]:
+        if self._orders is None:
+            orders = []
+            for position in range(self.matrix.shape[1]):
+                column = self.matrix[:, position]
+                valid = int(np.count_nonzero(~np.isnan(column)))
+                orders.append(np.argsort(column, kind="stable")[:valid])  # NaN sorts last
+            self._orders = orders
+        return self._orders
+
+
+def _group_order(group_ids: np.ndarray, groups: int) -> np.ndarray:
+    """A stable sort of group ids (radix sort when the ids fit 16 bits)."""
+    if groups <= 1 << 16:
+        return np.argsort(group_ids.astype(np.uint16), kind="stable")
+    return np.argsort(group_ids, kind="stable")
+
+
+def _grouped_stats(ids: np.ndarray, groups: int, column: np.ndarray, order: np.ndarray) -> list[Stats | None]:
+    """Nearest-rank stats of one metric for every group at once; `order` lists the rows with a value
+    by ascending value."""
+    group_ids = ids[order]
+    by_group = _group_order(group_ids, groups)
+    group_ids, values = group_ids[by_group], column[order][by_group]
     counts = np.bincount(group_ids, minlength=groups)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     sums = np.bincount(group_ids, weights=values, minlength=groups)
@@ -159,13 +191,21 @@ def _grouped_stats(ids: np.ndarray, groups: int, column: np.ndarray) -> list[Sta
 
 
 def _stats_by_group(
-    dimension: str, keys: Sequence[str], timelines: Sequence[PodTimeline], matrix: np.ndarray
+    dimension: str,
+    keys: Sequence[str],
+    timelines: Sequence[PodTimeline],
+    table: MetricTable,
+    *,
+    skip_empty: bool = False,
 ) -> list[GroupStats]:
+    """Stats of each distinct key; with `skip_empty`, pods whose key is "" are left out."""
     index: dict[str, int] = {}
     ids = np.fromiter((index.setdefault(key, len(index)) for key in keys), dtype=np.int64, count=len(keys))
     groups = len(index)
+    matrix, orders = table.matrix, table.orders
     columns = {
-        name: _grouped_stats(ids, groups, matrix[:, position]) for position, name in enumerate(METRICS)
+        name: _grouped_stats(ids, groups, matrix[:, position], orders[position])
+        for position, name in enumerate(METRICS)
     }
     outcomes: list[dict[str, int]] = [{} for _ in range(groups)]
     for group, timeline in zip(ids.tolist(), timelines, strict=True):
@@ -184,6 +224,7 @@ def _stats_by_group(
             sli=columns[SLI][group],
         )
         for key, group in index.items()
+        if key or not skip_empty
     ]
 
 
@@ -192,7 +233,7 @@ def group_stats(dimension: str, key: str, timelines: Sequence[PodTimeline]) -> G
     if not timelines:
         empty: dict[str, Stats | None] = dict.fromkeys(model.ALL_POD_PHASES)
         return GroupStats(dimension, key, 0, 0, {}, empty, None, None)
-    (stats,) = _stats_by_group(dimension, [key] * len(timelines), timelines, metric_matrix(timelines))
+    (stats,) = _stats_by_group(dimension, [key] * len(timelines), timelines, MetricTable.of(timelines))
     return stats
 
 
@@ -200,20 +241,22 @@ def key_function(dimension: str, nodes: Mapping[str, NodeInfo]) -> Callable[[Pod
     """How a pod is filed under a dimension. Pods on unknown nodes (or unscheduled) get ""."""
     empty = NodeInfo("")
 
-    def node_of(timeline: PodTimeline) -> NodeInfo:
-        return nodes.get(timeline.node, empty)
+    def by_node(attribute: Callable[[NodeInfo], str]) -> Callable[[PodTimeline], str]:
+        table = {name: attribute(info) for name, info in nodes.items()}
+        default = attribute(empty)
+        return lambda t: table.get(t.node, default)
 
-    functions: dict[str, Callable[[PodTimeline], str]] = {
-        WORKLOAD: lambda t: f"{t.namespace}/{t.workload}",
-        NAMESPACE: lambda t: t.namespace,
-        NODE: lambda t: t.node,
-        POOL: lambda t: node_of(t).pool_key,
-        INSTANCE_TYPE: lambda t: node_of(t).instance_type,
-        CAPACITY_TYPE: lambda t: node_of(t).capacity_type,
+    functions: dict[str, Callable[[], Callable[[PodTimeline], str]]] = {
+        WORKLOAD: lambda: lambda t: f"{t.namespace}/{t.workload}",
+        NAMESPACE: lambda: lambda t: t.namespace,
+        NODE: lambda: lambda t: t.node,
+        POOL: lambda: by_node(lambda info: info.pool_key),
+        INSTANCE_TYPE: lambda: by_node(lambda info: info.instance_type),
+        CAPACITY_TYPE: lambda: by_node(lambda info: info.capacity_type),
     }
     if dimension not in functions:
         raise ValueError(f"unknown dimension {dimension!r}: use one of {', '.join(DIMENSIONS)}")
-    return functions[dimension]
+    return functions[dimension]()
 
 
 def aggregate(
@@ -221,20 +264,13 @@ def aggregate(
     dimension: str,
     nodes: Mapping[str, NodeInfo] | None = None,
     *,
-    matrix: np.ndarray | None = None,
+    table: MetricTable | None = None,
 ) -> list[GroupStats]:
-    """Stats per group of the dimension, slowest p90 end to end first. Pass `matrix` (from
-    `metric_matrix`) to share it between dimensions."""
+    """Stats per group of the dimension, slowest p90 end to end first. Pass `table` (from
+    `MetricTable.of`) to share it between dimensions."""
     key_of = key_function(dimension, nodes or {})
     keys = [key_of(t) for t in timelines]
-    if matrix is None:
-        matrix = metric_matrix(timelines)
-    keep = [position for position, key in enumerate(keys) if key]
-    if len(keep) != len(keys):
-        keys = [keys[position] for position in keep]
-        timelines = [timelines[position] for position in keep]
-        matrix = matrix[keep]
-    stats = _stats_by_group(dimension, keys, timelines, matrix)
+    stats = _stats_by_group(dimension, keys, timelines, table or MetricTable.of(timelines), skip_empty=True)
     stats.sort(key=lambda g: (-(g.end_to_end.p90 if g.end_to_end else -1.0), g.key))
     return stats
 
@@ -292,10 +328,11 @@ def slo_check(
     return SloCheck(threshold, quantile, len(values), value, value <= threshold, excluded)
 
 
-def overall_stats(timelines: Sequence[PodTimeline], matrix: np.ndarray | None = None) -> GroupStats:
+def overall_stats(timelines: Sequence[PodTimeline], table: MetricTable | None = None) -> GroupStats:
     """Stats over every pod."""
     if not timelines:
         return group_stats("cluster", "all", [])
-    table = metric_matrix(timelines) if matrix is None else matrix
-    (stats,) = _stats_by_group("cluster", ["all"] * len(timelines), timelines, table)
+    (stats,) = _stats_by_group(
+        "cluster", ["all"] * len(timelines), timelines, table or MetricTable.of(timelines)
+    )
     return stats

@@ -131,15 +131,15 @@ def analyze_pod_startup(
                 continue
             timelines.append(timeline)
         del index, builder  # the events' compact form is no longer needed
-        matrix = aggregate.metric_matrix(timelines)
-        groups = {d: aggregate.aggregate(timelines, d, infos, matrix=matrix) for d in dimensions}
+        table = aggregate.MetricTable.of(timelines)
+        groups = {d: aggregate.aggregate(timelines, d, infos, table=table) for d in dimensions}
         data = diagnose.DiagnosisInput(
             timelines, infos, node_timelines or {}, thresholds or diagnose.Thresholds()
         )
         return PodReport(
             timelines=timelines,
             nodes=infos,
-            overall=aggregate.overall_stats(timelines, matrix),
+            overall=aggregate.overall_stats(timelines, table),
             groups=groups,
             slo=aggregate.slo_check(timelines),
             findings=diagnose.diagnose(data),

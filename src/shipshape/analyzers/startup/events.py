@@ -31,6 +31,7 @@ POD_REASONS = frozenset(
 )
 OWNER_REASONS = frozenset({"SuccessfulCreate", "FailedCreate", "ScalingReplicaSet"})
 NODE_REASONS = frozenset({"NodeReady", "NodeNotReady", "RegisteredNode", "Starting"})
+_ALL_REASONS = POD_REASONS | OWNER_REASONS | NODE_REASONS
 
 _PULLED = re.compile(
     r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<pull>[0-9.]+[a-zµ]+(?:[0-9.]+[a-zµ]+)*)'
@@ -80,9 +81,9 @@ def go_duration(text: str) -> float:
 
 def parse_pulled(message: str) -> PulledMessage | None:
     """The facts in a kubelet `Pulled` event's message; None when it is not one of its forms."""
-    present = _PRESENT.match(message)
-    if present:
-        return PulledMessage(present.group("image"), True, 0.0, 0.0, None)
+    if message.startswith("Container image "):
+        present = _PRESENT.match(message)
+        return PulledMessage(present.group("image"), True, 0.0, 0.0, None) if present else None
     pulled = _PULLED.match(message)
     if not pulled:
         return None
@@ -93,6 +94,9 @@ def parse_pulled(message: str) -> PulledMessage | None:
         return None
     size = int(pulled.group("size")) if pulled.group("size") else None
     return PulledMessage(pulled.group("image"), False, pull, max(total, pull), size)
+
+
+_new_event = tuple.__new__
 
 
 class TimeParser:
@@ -116,7 +120,10 @@ class TimeParser:
         return value
 
     def optional(self, text: object) -> float | None:
-        return self(text) if isinstance(text, str) and text else None
+        if not text or not isinstance(text, str):
+            return None
+        value = self._cache.get(text)
+        return value if value is not None else self(text)
 
 
 class EventIndex:
@@ -124,9 +131,10 @@ class EventIndex:
 
     def __init__(self, parse_time: TimeParser | None = None) -> None:
         self.time = parse_time or TimeParser()
-        self._pods: dict[str, list[Event]] = {}
-        self._owners: dict[str, list[Event]] = {}
-        self._nodes: dict[str, list[Event]] = {}
+        # (kind, namespace, name) -> events, unsorted until first read
+        self._pods: dict[tuple[str, str, str], list[Event]] = {}
+        self._owners: dict[tuple[str, str, str], list[Event]] = {}
+        self._nodes: dict[tuple[str, str, str], list[Event]] = {}
         self._sorted = True
 
     @classmethod
@@ -137,7 +145,11 @@ class EventIndex:
         return index
 
     def add(self, event: Obj) -> None:
-        reason = event.get("reason") or ""
+        # Most events of a busy cluster (probe failures, pulls of other objects...) are not about
+        # start-up: the reason alone rules them out before anything else is read.
+        reason = event.get("reason")
+        if reason not in _ALL_REASONS:
+            return
         involved = event.get("involvedObject") or event.get("regarding") or {}
         kind = involved.get("kind") or ""
         if kind == "Pod":
@@ -152,20 +164,21 @@ class EventIndex:
             target = self._owners
         else:
             return
+        parse = self.time
         first = event.get("eventTime") or event.get("firstTimestamp")
         last_text = event.get("lastTimestamp")
-        if isinstance(first, str) and first:
-            when = self.time(first)
-        elif isinstance(last_text, str) and last_text:
-            when = self.time(last_text)
+        if first and isinstance(first, str):
+            when = parse(first)
+        elif last_text and isinstance(last_text, str):
+            when = parse(last_text)
         else:
             created = (event.get("metadata") or {}).get("creationTimestamp")
-            if not isinstance(created, str) or not created:
+            if not created or not isinstance(created, str):
                 return
-            when = self.time(created)
+            when = parse(created)
         last = when
-        if isinstance(last_text, str) and last_text and last_text != first:
-            last = max(when, self.time(last_text))
+        if last_text and last_text != first and isinstance(last_text, str):
+            last = max(when, parse(last_text))
         container, init = "", False
         field_path = involved.get("fieldPath")
         if field_path:
@@ -175,16 +188,20 @@ class EventIndex:
                 container, init = field_path[20:-1], True
             elif field_path.startswith("spec.ephemeralContainers{"):
                 container = field_path[25:-1]
-        key = f"{kind}/{involved.get('namespace') or ''}/{involved.get('name') or ''}"
-        record = Event(
-            when,
-            last,
-            reason,
-            container,
-            init,
-            event.get("message") or event.get("note") or "",
-            event.get("count") or 1,
-            involved.get("uid") or "",
+        key = (kind, involved.get("namespace") or "", involved.get("name") or "")
+        # tuple.__new__ skips the NamedTuple's Python-level constructor (a million calls here)
+        record = _new_event(
+            Event,
+            (
+                when,
+                last,
+                reason,
+                container,
+                init,
+                event.get("message") or event.get("note") or "",
+                event.get("count") or 1,
+                involved.get("uid") or "",
+            ),
         )
         target.setdefault(key, []).append(record)
         self._sorted = False
@@ -199,15 +216,17 @@ class EventIndex:
     def for_pod(self, namespace: str, name: str, uid: str = "") -> list[Event]:
         """The pod's events, oldest first; events about an earlier pod of the same name are left out."""
         self._sort()
-        records = self._pods.get(f"Pod/{namespace}/{name}", [])
-        if uid and any(record.uid and record.uid != uid for record in records):
-            return [record for record in records if not record.uid or record.uid == uid]
+        records = self._pods.get(("Pod", namespace, name), [])
+        if uid:
+            for record in records:
+                if record.uid and record.uid != uid:
+                    return [other for other in records if not other.uid or other.uid == uid]
         return records
 
     def for_owner(self, kind: str, namespace: str, name: str) -> list[Event]:
         self._sort()
-        return self._owners.get(f"{kind}/{namespace}/{name}", [])
+        return self._owners.get((kind, namespace, name), [])
 
     def for_node(self, name: str) -> list[Event]:
         self._sort()
-        return self._nodes.get(f"Node//{name}", [])
+        return self._nodes.get(("Node", "", name), [])

@@ -138,12 +138,14 @@ class PodTimeline:
     @property
     def images_prepulled(self) -> bool | None:
         """True when every image was already on the node; None when some is unknown."""
-        known = [c.image_present for c in self.containers]
-        if any(value is False for value in known):
-            return False
-        if any(value is None for value in known):
-            return None
-        return True
+        unknown = False
+        for container in self.containers:
+            present = container.image_present
+            if present is False:
+                return False
+            if present is None:
+                unknown = True
+        return None if unknown else True
 
     def dominant_phase(self) -> str | None:
         measured = [(value, phase) for phase, value in self.phases.items() if value is not None]

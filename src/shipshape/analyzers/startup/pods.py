@@ -21,6 +21,8 @@ MAX_ADMISSION_LOOKBACK = 300.0
 
 _SCALED_UP = re.compile(r"^Scaled up replica set (?P<rs>\S+) (?:from \d+ )?to \d+")
 _CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)")
+_KUBELET_CONTAINER_REASONS = frozenset({"Pulling", "Pulled", "Created", "Started"})
+_SANDBOX_ERRORS = frozenset({"FailedCreatePodSandBox", "NetworkNotReady"})
 
 CAPACITY_LABEL = "node.kubernetes.io/capacity"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -47,10 +49,14 @@ def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
     )
 
 
-def workload_of(pod: Obj) -> tuple[WorkloadRef, WorkloadRef | None]:
+WorkloadCache = dict[tuple[str, str, str], tuple[WorkloadRef, WorkloadRef]]
+
+
+def workload_of(pod: Obj, cache: WorkloadCache | None = None) -> tuple[WorkloadRef, WorkloadRef | None]:
     """(top-level workload, immediate controller) from the pod's owner references.
 
-    A ReplicaSet named `<deployment>-<pod-template-hash>` belongs to that Deployment.
+    A ReplicaSet named `<deployment>-<pod-template-hash>` belongs to that Deployment. `cache` shares
+    the answers between the pods of one controller.
     """
     metadata = pod.get("metadata") or {}
     owners: Sequence[Obj] = metadata.get("ownerReferences") or []
@@ -58,22 +64,30 @@ def workload_of(pod: Obj) -> tuple[WorkloadRef, WorkloadRef | None]:
     if owner is None:
         return WorkloadRef("Pod", metadata.get("name") or ""), None
     kind, name = owner.get("kind") or "", owner.get("name") or ""
+    template_hash = (
+        ((metadata.get("labels") or {}).get("pod-template-hash") or "") if kind == "ReplicaSet" else ""
+    )
+    key = (kind, name, template_hash)
+    if cache is not None and (known := cache.get(key)) is not None:
+        return known
     direct = WorkloadRef(kind, name)
-    if kind == "ReplicaSet":
-        template_hash = (metadata.get("labels") or {}).get("pod-template-hash") or ""
-        if template_hash and name.endswith("-" + template_hash):
-            return WorkloadRef("Deployment", name[: -len(template_hash) - 1]), direct
-    return direct, direct
+    answer = (direct, direct)
+    if template_hash and name.endswith("-" + template_hash):
+        answer = (WorkloadRef("Deployment", name[: -len(template_hash) - 1]), direct)
+    if cache is not None:
+        cache[key] = answer
+    return answer
 
 
 def _conditions(status: Obj, parse: TimeParser) -> dict[str, tuple[bool, float | None, str]]:
     found: dict[str, tuple[bool, float | None, str]] = {}
-    for condition in status.get("conditions") or []:
-        message = condition.get("message") or condition.get("reason") or ""
-        found[condition.get("type") or ""] = (
-            condition.get("status") == "True",
-            parse.optional(condition.get("lastTransitionTime")),
-            message,
+    optional = parse.optional
+    for condition in status.get("conditions") or ():
+        get = condition.get
+        found[get("type") or ""] = (
+            get("status") == "True",
+            optional(get("lastTransitionTime")),
+            get("message") or get("reason") or "",
         )
     return found
 
@@ -117,19 +131,26 @@ def _apply_status(timing: ContainerTiming, status: Obj | None, parse: TimeParser
     if not status:
         return
     timing.restarts = int(status.get("restartCount") or 0)
-    starts: list[float | None] = []
+    optional = parse.optional
+    started: float | None = None
     for state_name in ("state", "lastState"):
-        state = status.get(state_name) or {}
-        running = state.get("running") or {}
-        terminated = state.get("terminated") or {}
-        starts.append(parse.optional(running.get("startedAt")))
-        starts.append(parse.optional(terminated.get("startedAt")))
+        state = status.get(state_name)
+        if not state:
+            continue
+        running = state.get("running")
+        terminated = state.get("terminated")
+        for when in (
+            optional(running.get("startedAt")) if running else None,
+            optional(terminated.get("startedAt")) if terminated else None,
+        ):
+            if when is not None and (started is None or when < started):
+                started = when
         if timing.init and terminated and terminated.get("exitCode") == 0:
-            timing.finished = parse.optional(terminated.get("finishedAt"))
-        waiting = state.get("waiting") or {}
+            timing.finished = optional(terminated.get("finishedAt"))
+        waiting = state.get("waiting")
         if state_name == "state" and waiting:
             timing.waiting_reason = waiting.get("reason") or ""
-    timing.started = _first(starts)
+    timing.started = started
 
 
 def _apply_events(timing: ContainerTiming, events: Sequence[Event]) -> None:
@@ -186,6 +207,9 @@ class PodTimelineBuilder:
         self.nodes = nodes or {}
         self.time = events.time
         self._cpu_cache: dict[str, int | None] = {}
+        self._workloads: WorkloadCache = {}
+        self._controllers: dict[tuple[str, str, str], tuple[dict[str, float], list[tuple[float, str]]]] = {}
+        self._deployments: dict[tuple[str, str], dict[str, list[float]]] = {}
 
     def build(self, pod: Obj) -> PodTimeline | None:
         """The pod's timeline; None for an object without a creation timestamp."""
@@ -198,7 +222,7 @@ class PodTimelineBuilder:
             return None
         namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
         uid = metadata.get("uid") or ""
-        workload, controller = workload_of(pod)
+        workload, controller = workload_of(pod, self._workloads)
         events = self.events.for_pod(namespace, name, uid)
         conditions = _conditions(status, parse)
         timeline = PodTimeline(
@@ -218,12 +242,33 @@ class PodTimelineBuilder:
 
         self._admission(timeline, controller, workload)
 
+        # One pass over the pod's events (oldest first) sorts out what each phase needs.
+        attempts = 0
+        unschedulable = ""
+        scheduled_event: Event | None = None
+        by_container: dict[tuple[bool, str], list[Event]] = {}
+        sandbox_errors: list[str] = []
+        first_container_event: float | None = None
+        for event in events:
+            reason = event.reason
+            if event.container:
+                by_container.setdefault((event.init, event.container), []).append(event)
+                if reason in _KUBELET_CONTAINER_REASONS and (
+                    first_container_event is None or event.time < first_container_event
+                ):
+                    first_container_event = event.time
+            if reason == "FailedScheduling":
+                attempts += event.occurrences
+                unschedulable = event.message
+            elif reason == "Scheduled":
+                if scheduled_event is None:
+                    scheduled_event = event
+            elif reason in _SANDBOX_ERRORS:
+                sandbox_errors.append(event.message)
+
         # Scheduling: the scheduler's event has microseconds, the condition only seconds.
-        failed = [e for e in events if e.reason == "FailedScheduling"]
-        timeline.scheduling_attempts = sum(e.occurrences for e in failed)
-        if failed:
-            timeline.unschedulable_message = failed[-1].message
-        scheduled_event = next((e for e in events if e.reason == "Scheduled"), None)
+        timeline.scheduling_attempts = attempts
+        timeline.unschedulable_message = unschedulable
         scheduled_at = _true_at(conditions, "PodScheduled")
         if scheduled_event is not None:
             timeline.scheduled = scheduled_event.time
@@ -243,10 +288,6 @@ class PodTimelineBuilder:
                 missing[model.SCHEDULING] = "not scheduled" + (f": {reason}" if reason else "")
 
         # Containers, in spec order.
-        by_container: dict[tuple[bool, str], list[Event]] = {}
-        for event in events:
-            if event.container:
-                by_container.setdefault((event.init, event.container), []).append(event)
         statuses = {
             (init, s.get("name") or ""): s
             for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses"))
@@ -262,18 +303,14 @@ class PodTimelineBuilder:
         main_containers = [c for c in timeline.containers if not c.init]
 
         # Sandbox and network: PodReadyToStartContainers (v1.29+) marks the end.
-        timeline.sandbox_errors = [
-            e.message for e in events if e.reason in ("FailedCreatePodSandBox", "NetworkNotReady")
-        ]
+        timeline.sandbox_errors = sandbox_errors
         timeline.sandbox_ready = _true_at(conditions, "PodReadyToStartContainers")
         if timeline.sandbox_ready is None:
-            kubelet_reasons = ("Pulling", "Pulled", "Created", "Started")
-            first_container_event = _first(
-                [e.time for e in events if e.container and e.reason in kubelet_reasons]
-                + [c.started for c in timeline.containers]
+            first_container_signal = _first(
+                [first_container_event, *(c.started for c in timeline.containers)]
             )
-            if first_container_event is not None:
-                timeline.sandbox_ready = first_container_event
+            if first_container_signal is not None:
+                timeline.sandbox_ready = first_container_signal
                 timeline.notes.append(
                     "sandbox ready taken from the first container event"
                     " (no PodReadyToStartContainers condition)"
@@ -337,6 +374,40 @@ class PodTimelineBuilder:
         self._sli(timeline, init_containers)
         return timeline
 
+    def _controller_events(
+        self, kind: str, namespace: str, name: str
+    ) -> tuple[dict[str, float], list[tuple[float, str]]]:
+        """A controller's events, read once for all its pods: pod name -> its latest SuccessfulCreate,
+        and the FailedCreate events that name a webhook."""
+        key = (kind, namespace, name)
+        known = self._controllers.get(key)
+        if known is None:
+            acks: dict[str, float] = {}
+            failures: list[tuple[float, str]] = []
+            for event in self.events.for_owner(kind, namespace, name):
+                if event.reason == "SuccessfulCreate":
+                    match = _CREATED_POD.match(event.message)
+                    if match:
+                        acks[match.group("pod")] = event.time
+                elif event.reason == "FailedCreate" and "webhook" in event.message:
+                    failures.append((event.time, event.message))
+            known = self._controllers[key] = (acks, failures)
+        return known
+
+    def _scale_ups(self, namespace: str, deployment: str) -> dict[str, list[float]]:
+        """A Deployment's scale-ups, read once: ReplicaSet name -> times (first and last occurrence)."""
+        key = (namespace, deployment)
+        known = self._deployments.get(key)
+        if known is None:
+            known = self._deployments[key] = {}
+            for event in self.events.for_owner("Deployment", namespace, deployment):
+                if event.reason != "ScalingReplicaSet":
+                    continue
+                match = _SCALED_UP.match(event.message)
+                if match:
+                    known.setdefault(match.group("rs"), []).extend((event.time, event.last))
+        return known
+
     def _admission(
         self, timeline: PodTimeline, controller: WorkloadRef | None, workload: WorkloadRef
     ) -> None:
@@ -345,30 +416,17 @@ class PodTimelineBuilder:
         if controller is None:
             missing[model.ADMISSION] = "no controller: the creation request is not recorded"
             return
-        owner_events = self.events.for_owner(controller.kind, timeline.namespace, controller.name)
-        acknowledged: float | None = None
-        for event in owner_events:
-            if event.reason == "SuccessfulCreate":
-                match = _CREATED_POD.match(event.message)
-                if match and match.group("pod") == timeline.name:
-                    acknowledged = event.time
-            elif (
-                event.reason == "FailedCreate"
-                and "webhook" in event.message
-                and timeline.created - MAX_ADMISSION_LOOKBACK <= event.time <= timeline.created
-            ):
-                timeline.admission_errors.append(event.message)
+        created = timeline.created
+        acks, failures = self._controller_events(controller.kind, timeline.namespace, controller.name)
+        acknowledged = acks.get(timeline.name)
+        timeline.admission_errors.extend(
+            message for when, message in failures if created - MAX_ADMISSION_LOOKBACK <= when <= created
+        )
         requested: float | None = None
         if workload.kind == "Deployment" and controller.kind == "ReplicaSet":
-            for event in self.events.for_owner("Deployment", timeline.namespace, workload.name):
-                if event.reason != "ScalingReplicaSet":
-                    continue
-                match = _SCALED_UP.match(event.message)
-                if not match or match.group("rs") != controller.name:
-                    continue
-                for when in (event.time, event.last):
-                    if timeline.created - MAX_ADMISSION_LOOKBACK <= when <= timeline.created:
-                        requested = when if requested is None else max(requested, when)
+            for when in self._scale_ups(timeline.namespace, workload.name).get(controller.name, ()):
+                if created - MAX_ADMISSION_LOOKBACK <= when <= created:
+                    requested = when if requested is None else max(requested, when)
         end = timeline.created if acknowledged is None else max(timeline.created, acknowledged)
         if requested is not None:
             timeline.phases[model.ADMISSION] = end - requested
