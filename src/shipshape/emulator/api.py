@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from shipshape.emulator import defaults, validation
+from shipshape.emulator import defaults, goformat, validation
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import (
     CREATE,
@@ -429,7 +429,7 @@ class Api:
         scale = attrs.object or {}
         replicas = (scale.get("spec") or {}).get("replicas", 0)
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            shown = replicas if isinstance(replicas, int) else str(replicas)
+            shown = goformat.value(replicas)
             raise errors.Invalid(
                 "Scale",
                 name,
@@ -635,7 +635,7 @@ class Api:
                 (
                     "target.kind",
                     "FieldValueInvalid",
-                    f"Invalid value: \"{target['kind']}\": must be empty or 'Node'",
+                    f"Invalid value: {goformat.value(target['kind'])}: must be empty or 'Node'",
                 )
             )
         if causes:

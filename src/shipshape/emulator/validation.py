@@ -7,11 +7,11 @@ server answers for a body it cannot even decode (a malformed quantity). Pure fun
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from shipshape.emulator import goformat
 from shipshape.emulator import resources as r
 from shipshape.emulator.resources import ResourceType
 from shipshape.kube import errors, quantity
@@ -71,12 +71,8 @@ _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 def _show(value: Any) -> str:
-    """A value in a message, as Go's %q/%v prints it for the simple cases."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    """A bad value in a message, as upstream's `field.Error` prints it (see `goformat.value`)."""
+    return goformat.value(value)
 
 
 class FieldErrors:
@@ -307,6 +303,11 @@ def _label_selector(errs: FieldErrors, path: str, selector: Any) -> None:
                 f"{p}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
             )
         _qualified_name(errs, f"{p}.key", expr.get("key"))
+
+
+def _selector_value(selector: Any) -> Any:
+    """A selector as upstream prints it in an error: the Go struct when it is an object."""
+    return goformat.label_selector(selector) if isinstance(selector, dict) else selector
 
 
 def selector_matches(selector: Obj, labels: Obj) -> bool:
@@ -774,11 +775,15 @@ def _workload(errs: FieldErrors, rt: ResourceType, obj: Obj, old: Obj | None) ->
             and not selector.get("matchLabels")
             and not selector.get("matchExpressions")
         ):
-            errs.invalid("spec.selector", selector, f"empty selector is invalid for {rt.singular}")
+            errs.invalid(
+                "spec.selector",
+                goformat.label_selector(selector),
+                f"empty selector is invalid for {rt.singular}",
+            )
         elif isinstance(selector, dict) and not selector_matches(selector, template_labels or {}):
             errs.invalid(
                 "spec.template.metadata.labels",
-                template_labels or {},
+                goformat.string_map(template_labels if isinstance(template_labels, dict) else None),
                 "`selector` does not match template `labels`",
             )
     if not isinstance(template, dict):
@@ -814,7 +819,7 @@ def _workload(errs: FieldErrors, rt: ResourceType, obj: Obj, old: Obj | None) ->
     if old is not None:
         old_spec = old.get("spec") or {}
         if selector != old_spec.get("selector"):
-            errs.invalid("spec.selector", selector, "field is immutable")
+            errs.invalid("spec.selector", _selector_value(selector), "field is immutable")
         if rt is r.STATEFULSETS:
             mutable = {
                 "replicas",
@@ -885,12 +890,14 @@ def _job(errs: FieldErrors, obj: Obj, old: Obj | None) -> None:
         _label_selector(errs, "spec.selector", selector)
         if isinstance(selector, dict) and not selector_matches(selector, labels):
             errs.invalid(
-                "spec.template.metadata.labels", labels, "`selector` does not match template `labels`"
+                "spec.template.metadata.labels",
+                goformat.string_map((template.get("metadata") or {}).get("labels")),
+                "`selector` does not match template `labels`",
             )
     if old is not None:
         old_spec = old.get("spec") or {}
         if selector != old_spec.get("selector"):
-            errs.invalid("spec.selector", selector, "field is immutable")
+            errs.invalid("spec.selector", _selector_value(selector), "field is immutable")
         if spec.get("completions") != old_spec.get("completions") and spec.get("completionMode") != "Indexed":
             errs.invalid("spec.completions", spec.get("completions"), "field is immutable")
         if spec.get("template") != old_spec.get("template") and not spec.get("suspend"):

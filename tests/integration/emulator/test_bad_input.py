@@ -122,10 +122,6 @@ def test_kubectl_shows_upstream_errors_and_nothing_changes(cluster: ServedCluste
     assert not cluster.objects(PODS, "default")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="field errors print a map value as JSON; kube-apiserver prints Go's %#v (map[string]string{...})",
-)
 def test_invalid_value_of_a_map_reads_as_upstream(cluster: ServedCluster) -> None:
     done = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(MISMATCHED), ok=False)
     assert done.stderr.strip() == (
