@@ -247,7 +247,10 @@ class Store:
         status subresource keeps the stored status. Removing the last finalizer of an object being
         deleted completes its deletion.
         """
-        obj = clone(obj)
+        return self._update(rt, clone(obj), subresource=subresource, dry_run=dry_run)
+
+    def _update(self, rt: ResourceType, obj: Obj, *, subresource: str | None, dry_run: bool) -> Obj:
+        """`update` of an object this store owns already (a copy no caller holds): no copy again."""
         md = meta(obj)
         if not rt.namespaced:
             md.pop("namespace", None)
@@ -405,7 +408,7 @@ class Store:
         new = clone(current)
         change(new)
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.update(rt, new, subresource=subresource)
+        return self._update(rt, new, subresource=subresource, dry_run=False)
 
     def all_types(self) -> Iterable[str]:
         return self._objects.keys()
