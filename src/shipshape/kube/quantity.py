@@ -6,6 +6,7 @@ rounded up like the API server does for sub-unit values.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -36,6 +37,12 @@ def parse_quantity(value: str | int | float) -> Decimal:
         raise QuantityError(f"quantities must match the regular expression, got {value!r}")
     if isinstance(value, int | float):
         return Decimal(str(value))
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """Quantity strings repeat (every replica of a workload asks for the same); a Decimal is immutable."""
     text = value.strip()
     match = _PATTERN.match(text)
     if not match:
