@@ -27,6 +27,7 @@ from rich.table import Table
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
+from shipshape.emulator.cloud.model import CloudModel
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
@@ -208,6 +209,8 @@ class NodeTicker:
 
 
 class Show:
+    """The scripted acts, reading the cluster's store and steering its cloud, on the emulator's loop."""
+
     def __init__(self, cluster: Cluster, console: Console, settings: ShowSettings) -> None:
         self.cluster = cluster
         self.console = console
@@ -215,8 +218,9 @@ class Show:
         self.started_at = cluster.now()
 
     @property
-    def cloud(self) -> Any:
-        return self.cluster.services["cloud"]
+    def cloud(self) -> CloudModel:
+        cloud: CloudModel = self.cluster.services["cloud"]
+        return cloud
 
     def elapsed(self) -> float:
         return self.cluster.now() - self.started_at
