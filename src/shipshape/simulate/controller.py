@@ -44,7 +44,7 @@ LOG = logging.getLogger("shipshape.simulate.controller")
 SIMULATION_LOOPS = LoopSettings(
     interruption_interval_seconds=1.0,
     rebalance_interval_seconds=30.0,
-    deletion_cost_interval_seconds=30.0,
+    deletion_cost_interval_seconds=60.0,
     fallback_interval_seconds=15.0,
     headroom_interval_seconds=60.0,
 )
