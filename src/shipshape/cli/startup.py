@@ -7,15 +7,19 @@ object with `pods`, `events` and `nodes` lists), and prints tables, JSON or char
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from prometheus_client import start_http_server
 from rich.console import Console
 from rich.table import Table
 
-from shipshape.analyzers.startup import aggregate, model, nodes
+from shipshape.analyzers.startup import aggregate, live, model, nodes
 from shipshape.analyzers.startup.analysis import (
     NodeReport,
     PodReport,
@@ -328,12 +332,92 @@ def refresh_metrics(metrics: StartupMetrics, snapshot: Snapshot) -> dict[str, in
     return {"pods": observed_pods, "nodes": observed_nodes}
 
 
+class ClusterFeed:
+    """List + watch of pods, events and nodes, one thread per kind, into a queue of
+    ("replace", kind, items) and ("apply", kind, (type, object)) messages; a 410 re-lists, other
+    failures retry after a back-off (0.5 s doubling up to 30 s)."""
+
+    BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
+
+    def __init__(self, api: Any, *, watch_seconds: int = client.WATCH_SECONDS) -> None:
+        self.api = api
+        self.watch_seconds = watch_seconds
+        self.messages: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self.stop = threading.Event()
+        self.relists: dict[str, int] = dict.fromkeys(live.KINDS, 0)
+        self._threads = [
+            threading.Thread(target=self._run, args=(kind,), name=f"startup-watch-{kind}", daemon=True)
+            for kind in live.KINDS
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, kind: str) -> None:
+        version: str | None = None
+        backoff = self.BACKOFF_START
+        while not self.stop.is_set():
+            try:
+                if version is None:
+                    items, version = client.list_versioned(self.api, kind)
+                    self.relists[kind] += 1
+                    self.messages.put(("replace", kind, items))
+                for change, obj in client.watch(self.api, kind, version, timeout_seconds=self.watch_seconds):
+                    if self.stop.is_set():
+                        return
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if change != "BOOKMARK":
+                        self.messages.put(("apply", kind, (change, obj)))
+                backoff = self.BACKOFF_START
+            except client.WatchExpired:
+                version = None
+            except client.KubeClientError as error:
+                self.messages.put(("error", kind, str(error)))
+                self.stop.wait(backoff)
+                backoff = min(self.BACKOFF_MAX, backoff * 2)
+
+
+def run_live(
+    feed: ClusterFeed,
+    state: live.LiveStartup,
+    *,
+    stop: threading.Event,
+    tick: float = 1.0,
+    report: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Apply the feed's messages to `state` and flush it every `tick` seconds until `stop`."""
+    next_flush = time.monotonic()
+    while not stop.is_set():
+        try:
+            action, kind, payload = feed.messages.get(
+                timeout=max(0.0, min(tick, next_flush - time.monotonic()))
+            )
+        except queue.Empty:
+            pass
+        else:
+            if action == "replace":
+                state.replace(kind, payload)
+            elif action == "apply":
+                state.apply(kind, *payload)
+            else:
+                report(f"[yellow]{kind} watch failed, retrying:[/yellow] {payload}")
+        now = time.monotonic()
+        if now >= next_flush:
+            counts = state.flush(now)
+            if counts["pods"] or counts["nodes"]:
+                report(f"observed {counts['pods']} pods and {counts['nodes']} nodes")
+            next_flush = now + tick
+
+
 @app.command()
 def serve(
     kubeconfig: Path | None = KUBECONFIG,
     context: str | None = CONTEXT,
     port: int = typer.Option(9464, "--port", help="Port of the /metrics endpoint."),
-    interval: float = typer.Option(30.0, "--interval", min=1.0, help="Seconds between reads of the cluster."),
+    settle: float = typer.Option(
+        5.0, "--settle", min=0.0, help="Seconds a finished pod waits for late events before it is observed."
+    ),
 ) -> None:
     """Watch the cluster and expose start-up histograms (kubelet buckets) at /metrics."""
     console = Console()
@@ -343,13 +427,10 @@ def serve(
         raise _fail(console, str(error)) from error
     metrics = StartupMetrics()
     start_http_server(port, registry=metrics.registry)
-    console.print(f"serving start-up metrics on :{port}/metrics, reading the cluster every {interval:g} s")
-    while True:
-        try:
-            snapshot = Snapshot(client.list_pods(api), client.list_events(api), client.list_nodes(api))
-            counts = refresh_metrics(metrics, snapshot)
-            if counts["pods"] or counts["nodes"]:
-                console.print(f"observed {counts['pods']} pods and {counts['nodes']} nodes")
-        except client.KubeClientError as error:
-            console.print(f"[yellow]read failed, retrying:[/yellow] {error}")
-        time.sleep(interval)
+    console.print(f"serving start-up metrics on :{port}/metrics, watching pods, events and nodes")
+    feed = ClusterFeed(api)
+    feed.start()
+    try:
+        run_live(feed, live.LiveStartup(metrics, settle=settle), stop=feed.stop, report=console.print)
+    finally:
+        feed.stop.set()

@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.watch.watch import iter_resp_lines
 
 Obj = dict[str, Any]
 
@@ -82,6 +83,89 @@ def _paged(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[
         token = (body.get("metadata") or {}).get("continue")
         if not token:
             return
+
+
+class WatchExpired(KubeClientError):
+    """410 Gone: the resourceVersion a watch started from is too old; list again."""
+
+
+# What `list_versioned` and `watch` read, cluster-wide.
+_LISTS: dict[str, Callable[[k8s.CoreV1Api], Callable[..., Any]]] = {
+    "pods": lambda core: core.list_pod_for_all_namespaces,
+    "events": lambda core: core.list_event_for_all_namespaces,
+    "nodes": lambda core: core.list_node,
+}
+WATCH_SECONDS = 60
+
+
+def _list_function(api: k8s.ApiClient, kind: str) -> Callable[..., Any]:
+    if kind not in _LISTS:
+        raise ValueError(f"cannot list {kind!r}: one of {', '.join(_LISTS)}")
+    return _LISTS[kind](k8s.CoreV1Api(api))
+
+
+def list_versioned(api: k8s.ApiClient, kind: str) -> tuple[list[Obj], str]:
+    """Every object of `kind` ("pods", "events", "nodes"), paged, and the list's resourceVersion to
+    watch from."""
+    function = _list_function(api, kind)
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        extra: dict[str, Any] = {"limit": PAGE_SIZE}
+        if token:
+            extra["_continue"] = token
+        body = _call(function, **extra)
+        items.extend(body.get("items") or [])
+        metadata = body.get("metadata") or {}
+        token = metadata.get("continue")
+        if not token:
+            return items, str(metadata.get("resourceVersion") or "")
+
+
+def watch(
+    api: k8s.ApiClient, kind: str, resource_version: str, *, timeout_seconds: int = WATCH_SECONDS
+) -> Iterator[tuple[str, Obj]]:
+    """(type, object) of each change to `kind` after `resource_version`, bookmarks included, until the
+    server ends the watch (after `timeout_seconds`). Raises WatchExpired on 410 Gone, whether the
+    server answers it as the response's status or as an ERROR event in the stream."""
+    try:
+        response = _list_function(api, kind)(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(10, timeout_seconds + 30),
+        )
+    except k8s.ApiException as error:
+        if error.status == 410:
+            raise WatchExpired(f"watch of {kind} expired: {error.reason}", status=410) from error
+        raise KubeClientError(
+            f"watch of {kind} failed: {error.status} {error.reason}", status=error.status
+        ) from error
+    except OSError as error:
+        raise KubeClientError(f"cannot reach the API server: {error}") from error
+    try:
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                continue
+            change, obj = str(event.get("type") or ""), event.get("object") or {}
+            if change == "ERROR":
+                if obj.get("code") == 410:
+                    raise WatchExpired(f"watch of {kind} expired: {obj.get('message')}", status=410)
+                raise KubeClientError(f"watch of {kind} failed: {obj.get('message')}", status=obj.get("code"))
+            yield change, obj
+    except OSError as error:
+        raise KubeClientError(f"the watch of {kind} broke: {error}") from error
+    except Exception as error:  # urllib3's errors do not share a base class with OSError
+        if type(error).__module__.startswith("urllib3"):
+            raise KubeClientError(f"the watch of {kind} broke: {error}") from error
+        raise
+    finally:
+        response.release_conn()
 
 
 def list_pods(api: k8s.ApiClient, namespace: str | None = None) -> list[Obj]:

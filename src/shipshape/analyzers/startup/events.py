@@ -127,15 +127,22 @@ class TimeParser:
 
 
 class EventIndex:
-    """Events by the pod, controller or node they are about."""
+    """Events by the pod, controller or node they are about.
 
-    def __init__(self, parse_time: TimeParser | None = None) -> None:
+    With `track_updates` (a watch feeding it), an Event object seen again (its count went up) or
+    deleted replaces or drops its earlier record, found by the Event's uid; a list or snapshot
+    needs no such bookkeeping.
+    """
+
+    def __init__(self, parse_time: TimeParser | None = None, *, track_updates: bool = False) -> None:
         self.time = parse_time or TimeParser()
         # (kind, namespace, name) -> events, unsorted until first read
         self._pods: dict[tuple[str, str, str], list[Event]] = {}
         self._owners: dict[tuple[str, str, str], list[Event]] = {}
         self._nodes: dict[tuple[str, str, str], list[Event]] = {}
         self._sorted = True
+        self._tracked: dict[str, tuple[list[Event], Event]] | None = {} if track_updates else None
+        self._event_uids: dict[tuple[str, str, str], list[str]] = {}  # what forget_pod drops
 
     @classmethod
     def of(cls, events: Iterable[Obj], parse_time: TimeParser | None = None) -> EventIndex:
@@ -203,8 +210,33 @@ class EventIndex:
                 involved.get("uid") or "",
             ),
         )
-        target.setdefault(key, []).append(record)
+        records = target.setdefault(key, [])
+        records.append(record)
         self._sorted = False
+        if self._tracked is not None:
+            self.remove(event)
+            event_uid = (event.get("metadata") or {}).get("uid")
+            if event_uid:
+                self._tracked[event_uid] = (records, record)
+                self._event_uids.setdefault(key, []).append(event_uid)
+
+    def remove(self, event: Obj) -> None:
+        """Drop the record of an Event object (by its uid) added earlier; only with `track_updates`."""
+        if self._tracked is None:
+            raise ValueError("this index does not track Event objects (track_updates=False)")
+        event_uid = (event.get("metadata") or {}).get("uid")
+        known = self._tracked.pop(event_uid, None) if event_uid else None
+        if known is not None:
+            records, record = known
+            records.remove(record)
+
+    def forget_pod(self, namespace: str, name: str) -> None:
+        """Drop a pod's events (its start-up has been recorded, or it is gone)."""
+        key = ("Pod", namespace, name)
+        self._pods.pop(key, None)
+        if self._tracked is not None:
+            for event_uid in self._event_uids.pop(key, ()):
+                self._tracked.pop(event_uid, None)
 
     def _sort(self) -> None:
         if not self._sorted:

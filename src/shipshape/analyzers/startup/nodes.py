@@ -300,11 +300,12 @@ def analyze_nodes(
     *,
     launch_times: Mapping[str, float] | None = None,
     log_timelines: Mapping[str, Mapping[str, float]] | None = None,
+    index: EventIndex | None = None,
 ) -> list[NodeTimeline]:
     """Timelines of every node. A node's `startup.shipshape.dev/timeline` annotation counts as its
     log timeline unless one is passed in `log_timelines`; an invalid annotation is reported in the
-    node's notes and ignored."""
-    index = EventIndex.of(events)
+    node's notes and ignored. `index` replaces `events` when they are already indexed."""
+    index = index if index is not None else EventIndex.of(events)
     by_node: dict[str, list[Obj]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")

@@ -76,6 +76,10 @@ class StartupMetrics:
             registry=self.registry,
         )
 
+    @property
+    def observed_nodes(self) -> frozenset[str]:
+        return frozenset(self._seen_nodes)
+
     def observe_pod(self, timeline: PodTimeline) -> bool:
         """Record a pod once its start-up is over (Ready, or started for pods that never report it)."""
         if timeline.uid in self._seen_pods or timeline.started is None:
