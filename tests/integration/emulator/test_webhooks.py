@@ -273,11 +273,6 @@ def test_failure_policy_fail_refuses_pods_when_the_webhook_is_dead(
     assert not _web_pods(cluster)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the emulator reports the HTTP client's own error text ('All connection attempts failed') "
-    "where kube-apiserver reports Go's dial error",
-)
 def test_dead_webhook_error_names_the_refused_connection(
     cluster: ServedCluster, certificates: Certificates
 ) -> None:

@@ -15,17 +15,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import ssl
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from cryptography import x509
 
 from shipshape.emulator import resources as r
-from shipshape.emulator.admission import DELETE, Attributes, add_warning
+from shipshape.emulator.admission import DELETE, Attributes, add_warning, goerrors
 from shipshape.emulator.store import Obj, Store
 from shipshape.kube import errors, labels, patch
 
@@ -200,6 +203,7 @@ def review_request(attrs: Attributes, uid: str) -> Obj:
 class Endpoint:
     url: str  # where to connect
     server_name: str | None  # the TLS name to verify, when it differs from the URL's host
+    shown: str = ""  # the URL in messages (a service's DNS name, as upstream resolves it), if not `url`
 
 
 class Dispatcher:
@@ -227,10 +231,10 @@ class Dispatcher:
             raise CallFailed(f'failed to call webhook: Post "{display}": service "{name}" not found')
         address = ((service.get("metadata") or {}).get("annotations") or {}).get(SERVICE_ADDRESS_ANNOTATION)
         if address:
-            return Endpoint(f"https://{address}{path}?{timeout_query}", dns_name)
+            return Endpoint(f"https://{address}{path}?{timeout_query}", dns_name, display)
         spec = service.get("spec") or {}
         if spec.get("type") == "ExternalName" and spec.get("externalName"):
-            return Endpoint(f"https://{spec['externalName']}:{port}{path}?{timeout_query}", dns_name)
+            return Endpoint(f"https://{spec['externalName']}:{port}{path}?{timeout_query}", dns_name, display)
         raise CallFailed(
             f'failed to call webhook: Post "{display}": no endpoints available for service "{name}"'
         )
@@ -255,14 +259,13 @@ class Dispatcher:
         endpoint = self.endpoint(hook)
         context = self._ssl_context(hook)
         extensions = {"sni_hostname": endpoint.server_name} if endpoint.server_name else None
-        shown = endpoint.url
+        shown = endpoint.shown or endpoint.url
         try:
             async with httpx.AsyncClient(verify=context, timeout=hook.timeout) as client:
                 reply = await client.post(endpoint.url, json=review, extensions=extensions)
-        except httpx.TimeoutException as exc:
-            raise CallFailed(f'failed to call webhook: Post "{shown}": context deadline exceeded') from exc
         except httpx.HTTPError as exc:
-            raise CallFailed(f'failed to call webhook: Post "{shown}": {exc or type(exc).__name__}') from exc
+            reason = await self._describe_failure(exc, hook, endpoint)
+            raise CallFailed(f'failed to call webhook: Post "{shown}": {reason}') from exc
         if reply.status_code != 200:
             raise CallFailed(
                 f"received invalid webhook response: expected status 200, got {reply.status_code}"
@@ -279,6 +282,19 @@ class Dispatcher:
                 f"expected response.uid={review['request']['uid']!r}, got {response.get('uid')!r}"
             )
         return response
+
+    async def _describe_failure(self, exc: httpx.HTTPError, hook: Webhook, endpoint: Endpoint) -> str:
+        """Go's words for a failed call; a certificate refused is fetched again, unverified, so that
+        it is checked in Go's order and the message names what is wrong with it."""
+        url = httpx.URL(endpoint.url)
+        host = url.host
+        target = goerrors.Target(host, url.port or 443, endpoint.server_name or host)
+        peer: x509.Certificate | None = None
+        trusted: list[x509.Certificate] = []
+        if any(isinstance(e, ssl.SSLCertVerificationError) for e in goerrors.causes(exc)):
+            peer = await peer_certificate(target, seconds=hook.timeout)
+            trusted = _bundle_certificates(hook)
+        return goerrors.describe(exc, target, now=datetime.now(UTC), peer=peer, trusted=trusted)
 
     # ---- dispatching -------------------------------------------------------------------------
     def matching(self, kind: str, attrs: Attributes) -> list[Webhook]:
@@ -388,6 +404,40 @@ class Dispatcher:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+
+def _bundle_certificates(hook: Webhook) -> list[x509.Certificate]:
+    """The CAs of a webhook's caBundle (none when it has none or cannot be read)."""
+    bundle = str((hook.spec.get("clientConfig") or {}).get("caBundle") or "")
+    try:
+        return x509.load_pem_x509_certificates(base64.b64decode(bundle, validate=True)) if bundle else []
+    except (binascii.Error, ValueError):
+        return []
+
+
+async def peer_certificate(target: goerrors.Target, *, seconds: float) -> x509.Certificate | None:
+    """The certificate a TLS server presents, without verifying it; None if it cannot be had."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    sni = target.server_name if target.server_name != target.host else None
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(target.host, target.port, ssl=context, server_hostname=sni), seconds
+        )
+    except (OSError, TimeoutError):
+        return None
+    try:
+        tls = writer.get_extra_info("ssl_object")
+        der = tls.getpeercert(binary_form=True) if tls is not None else None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+    try:
+        return x509.load_der_x509_certificate(der) if der else None
+    except ValueError:
+        return None
 
 
 def denial(webhook: str, status: Any) -> WebhookDenied:

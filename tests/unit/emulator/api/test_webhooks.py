@@ -139,8 +139,9 @@ async def test_dead_webhook_failure_policy(
     with pytest.raises(errors.InternalError) as failed:
         await api.create(PODS, "default", pod_body())
     assert failed.value.code == 500
-    assert failed.value.message.startswith(
-        'Internal error occurred: failed calling webhook "dead.example.com": '
+    assert failed.value.message == (
+        'Internal error occurred: failed calling webhook "dead.example.com": failed to call webhook: '
+        'Post "https://127.0.0.1:1/mutate?timeout=10s": dial tcp 127.0.0.1:1: connect: connection refused'
     )
     assert cluster.store.get(PODS, "default", "web") is None
 
@@ -157,8 +158,11 @@ async def test_slow_webhook_times_out(api: Api, server: WebhookServer, certifica
         "slow",
         hook("slow.example.com", url_client(server, certificates, "/slow"), timeoutSeconds=1),
     )
-    with pytest.raises(errors.InternalError, match="context deadline exceeded"):
+    with pytest.raises(errors.InternalError) as failed:
         await api.create(PODS, "default", pod_body())
+    assert failed.value.message.endswith(
+        f'failed to call webhook: Post "{server.url("/slow")}?timeout=1s": context deadline exceeded'
+    )
 
 
 async def test_wrong_ca_bundle_fails_verification(api: Api, server: WebhookServer) -> None:
@@ -167,8 +171,15 @@ async def test_wrong_ca_bundle_fails_verification(api: Api, server: WebhookServe
     await configure(
         api, "validating", "tls", hook("tls.example.com", {"url": server.url("/ok"), "caBundle": other_ca})
     )
-    with pytest.raises(errors.InternalError):
+    with pytest.raises(errors.InternalError) as failed:
         await api.create(PODS, "default", pod_body())
+    # Both CAs carry the same name, so Go names the candidate whose signature did not verify.
+    assert failed.value.message.endswith(
+        f'Post "{server.url("/ok")}?timeout=10s": tls: failed to verify certificate: '
+        "x509: certificate signed by unknown authority (possibly because of "
+        '"x509: ECDSA verification failure" while trying to verify candidate authority certificate '
+        '"shipshape-webhook-ca")'
+    )
     assert server.calls("/ok") == []
 
 
@@ -277,8 +288,12 @@ async def test_service_reference_through_address_annotation(
         "caBundle": certificates.ca_bundle,
     }
     await configure(api, "validating", "svc", hook("svc.example.com", client))
-    with pytest.raises(errors.InternalError):
+    with pytest.raises(errors.InternalError) as failed:
         await api.create(PODS, "default", pod_body("a"))  # TLS name hooks.default.svc is not in the cert
+    assert failed.value.message.endswith(
+        'Post "https://hooks.default.svc:443/svc?timeout=10s": tls: failed to verify certificate: '
+        "x509: certificate is valid for hooks.webhooks.svc, not hooks.default.svc"
+    )
     assert server.calls("/svc") == []
 
 

@@ -84,6 +84,8 @@ class WebhookServer:
         self._tasks.add(task)
         try:
             request_line = (await reader.readline()).decode()
+            if not request_line:
+                return  # a client that only looked at the certificate
             headers: dict[str, str] = {}
             while True:
                 line = (await reader.readline()).decode()
