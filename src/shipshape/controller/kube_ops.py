@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+import urllib3
 from kubernetes import client as k8s
 
 from shipshape.controller.ops import ApplyResult, EvictionOutcome, ObjectRef, OpsError
@@ -36,7 +37,7 @@ def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         message = _status_message(error.body) or str(error.reason)
         retryable = status is None or status == 429 or status >= 500 or status == 409
         raise OpsError(f"{status} {message}", status=status, retryable=retryable) from error
-    except Exception as error:  # connection refused, TLS, timeouts (urllib3 errors share no base class)
+    except (OSError, urllib3.exceptions.HTTPError) as error:  # connection refused, TLS, timeouts
         raise OpsError(f"cannot reach the API server: {error}") from error
     raw = response.data
     body = json.loads(raw) if raw else {}

@@ -45,17 +45,19 @@ class SpotFallback(Reconciler):
                 pool = node_pool(node)
                 if pool is not None:
                     nodes_by_pool.setdefault(pool, set()).add(str(node["metadata"]["name"]))
-        tracker = self.shared.shortages
-        for pool in tracker.shortages(now):
-            marked = self._nodes_when_marked.get(pool)
-            if marked is not None and nodes_by_pool.get(pool, set()) - marked:
-                tracker.capacity_seen(pool)
-                self._nodes_when_marked.pop(pool, None)
-                LOG.info("spot pool %s has new capacity; spot placements resume", pool)
-        for candidate in candidates:
-            for pool in tracker.mark(candidate.pools, now):
-                self._nodes_when_marked[pool] = frozenset(nodes_by_pool.get(pool, set()))
-                LOG.info("spot pool %s short of capacity; new pods go elsewhere", pool)
+        # The webhook reads the tracker under the same lock.
+        with self.reading():
+            tracker = self.shared.shortages
+            for pool in tracker.shortages(now):
+                marked = self._nodes_when_marked.get(pool)
+                if marked is not None and nodes_by_pool.get(pool, set()) - marked:
+                    tracker.capacity_seen(pool)
+                    self._nodes_when_marked.pop(pool, None)
+                    LOG.info("spot pool %s has new capacity; spot placements resume", pool)
+            for candidate in candidates:
+                for pool in tracker.mark(candidate.pools, now):
+                    self._nodes_when_marked[pool] = frozenset(nodes_by_pool.get(pool, set()))
+                    LOG.info("spot pool %s short of capacity; new pods go elsewhere", pool)
         return candidates
 
     def observe(self, now: float) -> None:

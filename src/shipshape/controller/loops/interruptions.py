@@ -197,6 +197,12 @@ class InterruptionResponder(Reconciler):
 
     def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
         """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
+        with self.reading():  # the webhook reads the risk model under the same lock
+            self._record_risk(notices, nodes, now)
+
+    def _record_risk(
+        self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float
+    ) -> None:
         lead = self.config.notice_lead_seconds
         for notice in notices:
             node = nodes.get(notice.node)
