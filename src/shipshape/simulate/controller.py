@@ -43,10 +43,12 @@ LOG = logging.getLogger("shipshape.simulate.controller")
 # Loop settings for days of emulated time: the same loops, rounds spaced for a simulation.
 SIMULATION_LOOPS = LoopSettings(
     interruption_interval_seconds=1.0,
-    rebalance_interval_seconds=30.0,
-    deletion_cost_interval_seconds=60.0,
+    rebalance_interval_seconds=60.0,
+    # Doomed pods get their lowest cost from the responder itself; the ranks only need to be fresh
+    # for the scale-downs that follow, and rewriting them is most of a round's work.
+    deletion_cost_interval_seconds=300.0,
     fallback_interval_seconds=15.0,
-    headroom_interval_seconds=60.0,
+    headroom_interval_seconds=300.0,
 )
 
 
