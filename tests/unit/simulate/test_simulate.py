@@ -112,3 +112,18 @@ def test_progress_reports_emulated_time_up_to_the_duration() -> None:
         lambda done, total: seen.append((done, total)),
     )
     assert seen == [(200.0, 600.0), (400.0, 600.0), (600.0, 600.0)]
+
+
+def test_shipshape_keeps_workloads_available_when_a_handler_also_drains_the_nodes() -> None:
+    scenario = small_scenario()
+    drained = scenario.model_copy(
+        update={"interruptions": scenario.interruptions.model_copy(update={"handler": True})}
+    )
+    result = simulate(drained, STRATEGIES["shipshape"], HOUR)
+    assert result.notices >= 2
+    by_name = {w.workload: w for w in result.workloads}
+    # Evictions respect the PDB, so the multi-replica workloads hold. (A single replica without a PDB
+    # is evicted by the handler at the notice, before the responder's surge restart: see the docs.)
+    assert by_name["shop/Deployment/web"].below_min_available_minutes == 0.0
+    assert by_name["shop/Deployment/web"].min_ready == 5
+    assert by_name["shop/Deployment/api"].zero_ready_minutes == 0.0
