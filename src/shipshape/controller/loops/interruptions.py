@@ -167,9 +167,8 @@ class InterruptionResponder(Reconciler):
         super().__init__(*args, **kwargs)
         self._metadata_notices: dict[str, Notice] = {}
         self._last_poll = float("-inf")
-        # Restarts and surges sent but not yet seen in the cache (watch lag): workload key -> nodes.
-        # Written, not yet seen in the cache: workload key -> (nodes, until when the write counts as
-        # in flight: the action's deadline plus a grace, since the cache may lag for a while).
+        # Restarts and surges written, not yet seen in the cache: workload key -> (nodes, until when
+        # the write counts as in flight: the action's deadline plus a grace, as the cache may lag).
         self._pending: dict[str, tuple[frozenset[str], float]] = {}
         # Deadline of each noticed node as first seen: a taint without a time gives the same deadline
         # in every round, so a write sent again is the same write.
