@@ -67,11 +67,16 @@ def _load(
     try:
         api = client.load_api_client(kubeconfig, context)
         with console.status("reading pods, events and nodes"):
-            return Snapshot(
+            snapshot = Snapshot(
                 client.list_pods(api, namespace), client.list_events(api, namespace), client.list_nodes(api)
             )
     except client.KubeClientError as error:
         raise _fail(console, str(error)) from error
+    try:
+        webhooks = client.list_webhook_configurations(api)
+    except client.KubeClientError:  # not allowed to read them: the diagnosis says so
+        return snapshot
+    return Snapshot(snapshot.pods, snapshot.events, snapshot.nodes, webhooks)
 
 
 def _seconds(value: float | None) -> str:
@@ -179,6 +184,7 @@ def pods(
         namespace=namespace,
         workload=workload,
         node_timelines={t.name: t for t in node_report.timelines},
+        webhook_configurations=snapshot.webhook_configurations,
     )
     if chart is not None:
         from shipshape.analyzers.startup import charts  # matplotlib: imported only when drawing

@@ -187,6 +187,19 @@ def list_nodes(api: k8s.ApiClient) -> list[Obj]:
     return list(_paged(k8s.CoreV1Api(api).list_node))
 
 
+def list_webhook_configurations(api: k8s.ApiClient) -> list[Obj]:
+    """Mutating then Validating webhook configurations, each with its `kind` set (list items carry
+    none)."""
+    registration = k8s.AdmissionregistrationV1Api(api)
+    found: list[Obj] = []
+    for kind, function in (
+        ("MutatingWebhookConfiguration", registration.list_mutating_webhook_configuration),
+        ("ValidatingWebhookConfiguration", registration.list_validating_webhook_configuration),
+    ):
+        found.extend({**item, "kind": kind} for item in _paged(function))
+    return found
+
+
 def annotate_node(api: k8s.ApiClient, name: str, annotations: Mapping[str, str | None]) -> Obj:
     """Merge-patch annotations onto a node (None removes one)."""
     core = k8s.CoreV1Api(api)

@@ -44,14 +44,19 @@ class Snapshot:
     pods: Sequence[Obj]
     events: Sequence[Obj]
     nodes: Sequence[Obj]
+    # Mutating/ValidatingWebhookConfigurations (with `kind`); None when not read
+    webhook_configurations: Sequence[Obj] | None = None
 
     @classmethod
     def from_json(cls, body: object) -> Snapshot:
-        """Validate a decoded snapshot. Each list may also be a Kubernetes List (`{"items": [...]}`)."""
+        """Validate a decoded snapshot. Each list may also be a Kubernetes List (`{"items": [...]}`);
+        `webhookConfigurations` is optional."""
         if not isinstance(body, Mapping):
             raise SnapshotError("a snapshot must be a JSON object with pods, events and nodes lists")
         lists: dict[str, list[Obj]] = {}
-        for key in ("pods", "events", "nodes"):
+        for key in ("pods", "events", "nodes", "webhookConfigurations"):
+            if key == "webhookConfigurations" and key not in body:
+                continue
             value = body.get(key, [])
             if isinstance(value, Mapping):
                 value = value.get("items", [])
@@ -63,7 +68,7 @@ class Snapshot:
                         f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)"
                     )
             lists[key] = value
-        return cls(lists["pods"], lists["events"], lists["nodes"])
+        return cls(lists["pods"], lists["events"], lists["nodes"], lists.get("webhookConfigurations"))
 
 
 def matches_workload(timeline: PodTimeline, selector: str) -> bool:
@@ -115,9 +120,12 @@ def analyze_pod_startup(
     thresholds: diagnose.Thresholds | None = None,
     node_timelines: Mapping[str, nodes.NodeTimeline] | None = None,
     dimensions: Sequence[str] = aggregate.DIMENSIONS,
+    webhook_configurations: Iterable[Obj] | None = None,
 ) -> PodReport:
     """Timelines, stats per group, the SLO check and findings. Events are consumed before pods, so
-    both may be generators (only a compact form of each event is kept)."""
+    both may be generators (only a compact form of each event is kept). `webhook_configurations`
+    (Mutating/ValidatingWebhookConfiguration objects, each with its `kind`) let the diagnosis name
+    the webhooks that intercept pod creation; None when they were not read."""
     with paused_gc():
         index = EventIndex.of(events)
         infos = node_infos(nodes_list, index.time)
@@ -134,7 +142,11 @@ def analyze_pod_startup(
         table = aggregate.MetricTable.of(timelines)
         groups = {d: aggregate.aggregate(timelines, d, infos, table=table) for d in dimensions}
         data = diagnose.DiagnosisInput(
-            timelines, infos, node_timelines or {}, thresholds or diagnose.Thresholds()
+            timelines,
+            infos,
+            node_timelines or {},
+            thresholds or diagnose.Thresholds(),
+            None if webhook_configurations is None else diagnose.pod_webhooks(webhook_configurations),
         )
         return PodReport(
             timelines=timelines,

@@ -39,12 +39,79 @@ class Thresholds:
     max_evidence: int = 8
 
 
+@dataclass(frozen=True, slots=True)
+class PodWebhook:
+    """An admission webhook that intercepts pod creation, from its webhook configuration."""
+
+    name: str
+    kind: str  # mutating | validating
+    configuration: str
+    timeout_seconds: int
+    failure_policy: str
+    scoped: bool  # has a namespaceSelector or objectSelector: may not see every pod
+
+    def describe(self) -> str:
+        scope = ", scoped by selectors" if self.scoped else ""
+        return (
+            f"{self.name} ({self.kind}, timeoutSeconds={self.timeout_seconds}, "
+            f"failurePolicy={self.failure_policy}{scope})"
+        )
+
+
+_WEBHOOK_KINDS = {"MutatingWebhookConfiguration": "mutating", "ValidatingWebhookConfiguration": "validating"}
+
+
+def _covers_pod_creation(rule: Mapping[str, object]) -> bool:
+    def listed(key: str, *values: str) -> bool:
+        entries = rule.get(key)
+        return isinstance(entries, list) and any(value in entries for value in values)
+
+    return (
+        listed("operations", "CREATE", "*")
+        and listed("apiGroups", "", "*")
+        and listed("apiVersions", "v1", "*")
+        and listed("resources", "pods", "*", "*/*")
+    )
+
+
+def pod_webhooks(configurations: Iterable[Mapping[str, object]]) -> list[PodWebhook]:
+    """Webhooks of Mutating/ValidatingWebhookConfiguration objects (each with its `kind`) whose rules
+    cover pod CREATE, in the API server's calling order (mutating first)."""
+    found: list[PodWebhook] = []
+    for configuration in configurations:
+        kind = _WEBHOOK_KINDS.get(str(configuration.get("kind") or ""))
+        metadata = configuration.get("metadata")
+        webhooks = configuration.get("webhooks")
+        if kind is None or not isinstance(metadata, Mapping) or not isinstance(webhooks, list):
+            continue
+        for webhook in webhooks:
+            if not isinstance(webhook, Mapping) or not any(
+                isinstance(rule, Mapping) and _covers_pod_creation(rule)
+                for rule in webhook.get("rules") or []
+            ):
+                continue
+            found.append(
+                PodWebhook(
+                    name=str(webhook.get("name") or ""),
+                    kind=kind,
+                    configuration=str(metadata.get("name") or ""),
+                    timeout_seconds=int(webhook.get("timeoutSeconds") or 10),
+                    failure_policy=str(webhook.get("failurePolicy") or "Fail"),
+                    scoped=bool(webhook.get("namespaceSelector") or webhook.get("objectSelector")),
+                )
+            )
+    found.sort(key=lambda w: (w.kind != "mutating", w.configuration, w.name))
+    return found
+
+
 @dataclass(frozen=True)
 class DiagnosisInput:
     timelines: Sequence[PodTimeline]
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     node_timelines: Mapping[str, NodeTimeline] = field(default_factory=dict)
     thresholds: Thresholds = Thresholds()
+    # Webhooks that intercept pod creation; None when the webhook configurations were not read.
+    webhooks: Sequence[PodWebhook] | None = None
 
     @cached_property
     def by_workload(self) -> dict[str, list[PodTimeline]]:
@@ -216,6 +283,17 @@ _WEBHOOK = re.compile(r'failed calling webhook "([^"]+)"')
 
 
 def slow_admission(data: DiagnosisInput) -> list[Finding]:
+    """Pod creation requests that took long to be admitted.
+
+    What the product can see is the gap between the controller's request (the Deployment's
+    `ScalingReplicaSet` event) and the pod's creation (its creationTimestamp, or the ReplicaSet's
+    `SuccessfulCreate` when later): mutating webhooks run before the API server stamps
+    creationTimestamp, validating ones after it and before `SuccessfulCreate`. The webhook
+    configurations name the suspects; per-webhook latency is only in the API server's own metrics
+    (`apiserver_admission_webhook_admission_duration_seconds{name=...}`) and audit annotations
+    (`apiserver.latency.k8s.io/mutating-webhook`, `.../validating-webhook`), which the evidence
+    points to.
+    """
     limits = data.thresholds
     findings = []
     for workload, pods in data.by_workload.items():
@@ -224,21 +302,50 @@ def slow_admission(data: DiagnosisInput) -> list[Finding]:
         median = statistics.median(values) if values else None
         if not errors and (median is None or median < limits.slow_admission):
             continue
-        webhooks = sorted({m for e in errors for m in _WEBHOOK.findall(e)})
+        failing = sorted({m for e in errors for m in _WEBHOOK.findall(e)})
         evidence = [f"median creation request -> created: {_s(median)} over {len(values)} pods"]
         evidence += [f"FailedCreate: {e}" for e in sorted(set(errors))[:3]]
+        fix = (
+            "lower the webhooks' timeoutSeconds, scope them with namespaceSelector/objectSelector, "
+            "run more webhook replicas, and choose failurePolicy deliberately"
+        )
+        if failing:
+            cause = f"admission webhooks delay pod creation ({', '.join(failing)} failed or timed out)"
+        elif data.webhooks is None:
+            cause = (
+                "admission webhooks delay pod creation (the webhook configurations were not read: list "
+                "MutatingWebhookConfigurations and ValidatingWebhookConfigurations to name them)"
+            )
+        elif data.webhooks:
+            cause = "admission webhooks that intercept pod creation delay it: " + ", ".join(
+                w.name for w in data.webhooks
+            )
+            evidence += [
+                f"intercepts pod CREATE: {w.describe()}" for w in data.webhooks[: limits.max_evidence]
+            ]
+        else:
+            cause = (
+                "pod creation requests were slow although no admission webhook intercepts pods: the API "
+                "server (its latency, API Priority and Fairness) or the controller's creation rate "
+                "(slow-start batches, client QPS) holds them"
+            )
+            fix = (
+                "check the API server's request latency for pod creates (apiserver_request_duration_seconds"
+                '{verb="POST",resource="pods"}) and flow-control queueing, and kube-controller-manager\'s '
+                "--kube-api-qps/--kube-api-burst"
+            )
+        if data.webhooks:
+            evidence.append(
+                "per-webhook latency: apiserver_admission_webhook_admission_duration_seconds{name=...} "
+                "in the API server's metrics, or the audit annotations "
+                "apiserver.latency.k8s.io/mutating-webhook and apiserver.latency.k8s.io/validating-webhook"
+            )
         findings.append(
             Finding(
                 rule="slow-admission",
                 title=f"Slow pod admission for {workload}",
-                cause=(
-                    "admission webhooks delay pod creation"
-                    + (f" ({', '.join(webhooks)} failed or timed out)" if webhooks else "")
-                ),
-                fix=(
-                    "lower the webhooks' timeoutSeconds, scope them with namespaceSelector/objectSelector, "
-                    "run more webhook replicas, and choose failurePolicy deliberately"
-                ),
+                cause=cause,
+                fix=fix,
                 evidence=tuple(evidence),
                 subjects=(workload,),
             )

@@ -148,6 +148,10 @@ def test_prometheus_histograms_use_kubelet_buckets_and_count_each_pod_once() -> 
 
 def test_snapshot_validation() -> None:
     assert Snapshot.from_json({"pods": {"kind": "PodList", "items": []}}).pods == []
+    assert Snapshot.from_json({}).webhook_configurations is None  # not read, unlike read and empty
+    assert Snapshot.from_json({"webhookConfigurations": []}).webhook_configurations == []
+    with pytest.raises(SnapshotError, match=r"snapshot.webhookConfigurations\[0\] is not"):
+        Snapshot.from_json({"webhookConfigurations": [{"webhooks": []}]})
     with pytest.raises(SnapshotError, match=r"snapshot\.events must be a list"):
         Snapshot.from_json({"events": "x"})
     with pytest.raises(SnapshotError, match=r"snapshot.nodes\[0\] is not a Kubernetes object"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from shipshape.analyzers.startup import diagnose, nodes
 from shipshape.analyzers.startup.diagnose import DiagnosisInput
@@ -136,6 +137,66 @@ def test_slow_admission() -> None:
         10.0,
     )
     assert diagnose.slow_admission(DiagnosisInput(timelines([plan], [quick]))) == []
+
+
+def _webhook_configuration(kind: str, name: str, resources: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": f"{name}.example.com",
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": resources,
+                    }
+                ],
+                **extra,
+            }
+        ],
+    }
+
+
+def test_slow_admission_names_the_webhooks_that_intercept_pods() -> None:
+    plan = ready_pod(
+        "web-6b7f9c8d5-a", created=10.0, scheduled=10.5, sandbox=11.0, containers_ready=13.0, ready=13.0
+    )
+    plan.containers = [C("app", started=12.0)]
+    scale_up = event(
+        "Deployment",
+        "default",
+        "web",
+        "ScalingReplicaSet",
+        "Scaled up replica set web-6b7f9c8d5 from 0 to 1",
+        4.0,
+    )
+    data = timelines([plan], [scale_up])
+    configurations = [
+        _webhook_configuration("ValidatingWebhookConfiguration", "guard", ["pods"], timeoutSeconds=5),
+        _webhook_configuration("MutatingWebhookConfiguration", "inject", ["pods"], failurePolicy="Ignore"),
+        _webhook_configuration("MutatingWebhookConfiguration", "services", ["services"]),
+    ]
+    webhooks = diagnose.pod_webhooks(configurations)
+    assert [(w.name, w.kind) for w in webhooks] == [
+        ("inject.example.com", "mutating"),
+        ("guard.example.com", "validating"),
+    ]
+    (named,) = diagnose.slow_admission(DiagnosisInput(data, webhooks=webhooks))
+    assert "inject.example.com, guard.example.com" in named.cause
+    assert any("failurePolicy=Ignore" in line for line in named.evidence)
+    assert any("apiserver_admission_webhook_admission_duration_seconds" in line for line in named.evidence)
+    # configurations read, none intercepts pods: the webhooks are not blamed
+    (no_webhook,) = diagnose.slow_admission(
+        DiagnosisInput(data, webhooks=diagnose.pod_webhooks(configurations[2:]))
+    )
+    assert "no admission webhook intercepts pods" in no_webhook.cause
+    assert "apiserver_request_duration_seconds" in no_webhook.fix
+    # configurations not read: said so
+    (unknown,) = diagnose.slow_admission(DiagnosisInput(data))
+    assert "were not read" in unknown.cause
 
 
 def test_long_init_containers() -> None:

@@ -21,7 +21,7 @@ from shipshape.analyzers.startup import diagnose, model
 from shipshape.analyzers.startup.analysis import PodReport, analyze_pod_startup
 from shipshape.emulator import assembly
 from shipshape.emulator.kubelet.pods import INIT_SECONDS
-from shipshape.emulator.resources import EVENTS, NODES, PODS
+from shipshape.emulator.resources import EVENTS, MUTATING_WEBHOOKS, NODES, PODS, VALIDATING_WEBHOOKS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Scenario
 from shipshape.kube.clock import VirtualClock
@@ -228,7 +228,18 @@ def run(case: Case, tmp_path: Path, certificates: Certificates, seconds: float =
         assert not cluster.engine.errors
     store = cluster.store
     pods = [p for p in store.list(PODS) if p["metadata"]["namespace"] == "default"]
-    report = analyze_pod_startup(pods, store.list(EVENTS), store.list(NODES))
+    # what `shipshape startup pods` lists to name the webhooks that intercept pod creation
+    configurations = [
+        {**c, "kind": kind}
+        for kind, rt in (
+            ("MutatingWebhookConfiguration", MUTATING_WEBHOOKS),
+            ("ValidatingWebhookConfiguration", VALIDATING_WEBHOOKS),
+        )
+        for c in store.list(rt)
+    ]
+    report = analyze_pod_startup(
+        pods, store.list(EVENTS), store.list(NODES), webhook_configurations=configurations
+    )
     kubelet = cluster.services["kubelet"]
     truth = {t.uid: kubelet.timeline(t.uid) for t in report.timelines}
     return Run(report, truth, cluster, dict(hook.held) if hook else {})
@@ -315,6 +326,9 @@ def test_slow_webhook_shows_as_admission_time(runs: dict[str, Run]) -> None:
     assert timeline.phases[model.ADMISSION] == pytest.approx(held[1] - held[0], abs=1.0)
     (finding,) = result.report.findings
     assert "Deployment/web0" in finding.subjects[0]
+    # the webhook configurations name the suspect, with what to tune
+    assert "inject.slow.example.com" in finding.cause
+    assert any("timeoutSeconds=10, failurePolicy=Fail" in line for line in finding.evidence)
     # without the webhook the same pod is admitted at once
     fast = runs["pre-pulled, nothing slow"].report.timelines[0]
     assert (fast.phases[model.ADMISSION] or 0.0) < 1.0
