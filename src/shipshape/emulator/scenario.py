@@ -96,7 +96,10 @@ class Kubelet(Strict):
     container_start_seconds: Seconds = Field(default=0.5, alias="containerStartSeconds")
     heartbeat_seconds: Seconds = Field(default=10.0, gt=0, alias="heartbeatSeconds")
     node_status_report_seconds: Seconds = Field(
-        default=60.0, gt=0, alias="nodeStatusReportSeconds", description="node conditions refresh when unchanged"
+        default=60.0,
+        gt=0,
+        alias="nodeStatusReportSeconds",
+        description="node conditions refresh when unchanged",
     )
     default_image_size: Quantity = Field(default="50Mi", alias="defaultImageSize")
     images: dict[str, Quantity] = Field(default_factory=dict, description="image -> compressed size")
