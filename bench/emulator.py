@@ -320,16 +320,17 @@ async def api_create(served: Served, *, nodes: int, clients: int = 8, seconds: f
 # ---- watch_latency --------------------------------------------------------------------------------------
 
 
-async def watch_latency(
-    served: Served, *, watchers: int = 20, writers: int = 4, rate: float = 100.0, seconds: float = 5.0
-) -> Json:
-    """Writers create ConfigMaps stamped with the wall time at write; each watcher notes when it sees them."""
+async def watch_trial(
+    served: Served, trial: int, *, watchers: int, writers: int, rate: float, seconds: float
+) -> tuple[list[float], int]:
+    """One trial: (latencies in seconds of every delivery seen, deliveries expected)."""
     namespace = "bench"
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    expected = int(rate * seconds)
+    per_writer = int(rate * seconds) // writers
+    expected = per_writer * writers
     seen: list[list[float]] = [[] for _ in range(watchers)]
     warm: list[asyncio.Event] = [asyncio.Event() for _ in range(watchers)]
-    done = asyncio.Event()
+    warm_up = f"warm-up-{trial}"
     async with served.client(watchers + writers) as http:
         version = (await get(http, path))["metadata"]["resourceVersion"]
 
@@ -339,7 +340,7 @@ async def watch_latency(
                 obj = event.get("object", {})
                 if event.get("type") != "ADDED":
                     continue
-                if obj["metadata"]["name"] == "warm-up":
+                if obj["metadata"]["name"] == warm_up:
                     warm[index].set()
                     continue
                 stamp = (obj["metadata"].get("annotations") or {}).get(STAMP)
@@ -349,43 +350,70 @@ async def watch_latency(
                         return
 
         tasks = [asyncio.create_task(watcher(i)) for i in range(watchers)]
-        await post(http, path, {"metadata": {"name": "warm-up"}})
+        await post(http, path, {"metadata": {"name": warm_up}})
         await asyncio.wait_for(asyncio.gather(*(w.wait() for w in warm)), timeout=30)
 
         async def writer(index: int) -> None:
             interval = writers / rate
             start = time.perf_counter()
-            for i in range(expected // writers):
-                due = start + i * interval
-                await asyncio.sleep(max(0.0, due - time.perf_counter()))
-                body = {"metadata": {"name": f"w{index}-{i}", "annotations": {STAMP: repr(time.time())}}}
-                status, answer = await post(http, path, body)
+            for i in range(per_writer):
+                await asyncio.sleep(max(0.0, start + i * interval - time.perf_counter()))
+                name = f"t{trial}-w{index}-{i}"
+                status, answer = await post(
+                    http, path, {"metadata": {"name": name, "annotations": {STAMP: repr(time.time())}}}
+                )
                 if status != 201:
                     raise RuntimeError(f"create failed ({status}): {answer}")
 
         await asyncio.gather(*(writer(i) for i in range(writers)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
-        done.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    latencies = [value for per_watcher in seen for value in per_watcher]
-    delivered = len(latencies)
-    p99 = percentile(latencies, 99) * 1000 if latencies else float("inf")
+    return [value for per_watcher in seen for value in per_watcher], watchers * expected
+
+
+async def watch_latency(
+    served: Served,
+    *,
+    trials: int = 3,
+    watchers: int = 20,
+    writers: int = 4,
+    rate: float = 100.0,
+    seconds: float = 5.0,
+) -> Json:
+    """Writers create ConfigMaps stamped with the wall time at write; each watcher notes when it sees them.
+
+    Several short trials: on a shared machine one descheduled moment sets a trial's tail, so the
+    verdict takes the median trial's p99 (every trial is reported).
+    """
+    results = []
+    complete = True
+    for trial in range(trials):
+        latencies, expected = await watch_trial(
+            served, trial, watchers=watchers, writers=writers, rate=rate, seconds=seconds
+        )
+        complete = complete and len(latencies) == expected
+        results.append(
+            {
+                "deliveries": len(latencies),
+                "expectedDeliveries": expected,
+                "p50Ms": round(percentile(latencies, 50) * 1000, 2) if latencies else None,
+                "p99Ms": round(percentile(latencies, 99) * 1000, 2) if latencies else None,
+                "maxMs": round(max(latencies) * 1000, 2) if latencies else None,
+            }
+        )
+    p99s = sorted(r["p99Ms"] if r["p99Ms"] is not None else math.inf for r in results)
+    median_p99 = p99s[len(p99s) // 2]
     return {
         "watchers": watchers,
         "writesPerSecond": rate,
-        "writes": expected - expected % writers,
-        "deliveries": delivered,
-        "expectedDeliveries": watchers * (expected - expected % writers),
-        "latencyMs": {
-            "p50": round(percentile(latencies, 50) * 1000, 2) if latencies else None,
-            "p99": round(p99, 2),
-            "max": round(max(latencies) * 1000, 2) if latencies else None,
-        },
-        "target": f"p99 < {TARGET_WATCH_P99_MS:g} ms",
-        "pass": p99 < TARGET_WATCH_P99_MS and delivered == watchers * (expected - expected % writers),
+        "secondsPerTrial": seconds,
+        "trials": results,
+        "medianP99Ms": median_p99,
+        "target": f"p99 < {TARGET_WATCH_P99_MS:g} ms (median trial), every event delivered",
+        "pass": complete and median_p99 < TARGET_WATCH_P99_MS,
     }
 
 
