@@ -64,12 +64,26 @@ def _parse_text(value: str) -> Decimal:
 
 def cpu_millis(value: str | int | float) -> int:
     """CPU quantity in millicores, rounded up ("250m" -> 250, "1" -> 1000, "0.1" -> 100)."""
+    if isinstance(value, str):
+        return _text_millis(value)
     return math.ceil(parse_quantity(value) * 1000)
 
 
 def to_int(value: str | int | float) -> int:
     """Non-CPU quantity in base units, rounded up ("1Gi" -> 1073741824)."""
+    if isinstance(value, str):
+        return _text_int(value)
     return math.ceil(parse_quantity(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_millis(value: str) -> int:
+    return math.ceil(_parse_text(value) * 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_int(value: str) -> int:
+    return math.ceil(_parse_text(value))
 
 
 def resource_amount(name: str, value: str | int | float) -> int:
