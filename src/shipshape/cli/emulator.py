@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
+import time
+from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -14,7 +17,8 @@ from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
 from shipshape.emulator.runtime import Cluster
 from shipshape.kube import errors
-from shipshape.kube.clock import ScaledClock
+from shipshape.kube.clock import ScaledClock, parse_time, rfc3339
+from shipshape.kube.duration import DurationError, parse_duration
 
 app = typer.Typer(
     help="A Kubernetes-compatible cluster with spot instances, on this machine.", no_args_is_help=True
@@ -23,6 +27,63 @@ app = typer.Typer(
 
 class ScenarioObjectsError(Exception):
     """A manifest of the scenario that the API refuses."""
+
+
+def emulated_start(value: str | None, now: float) -> float:
+    """When emulated time begins: `value` as an RFC 3339 time or a duration before `now`; default now."""
+    if value is None:
+        return now
+    try:
+        return now - parse_duration(value)
+    except DurationError:
+        pass
+    try:
+        if datetime.fromisoformat(value.replace("Z", "+00:00")).tzinfo is not None:
+            return parse_time(value)
+    except ValueError:
+        pass
+    raise typer.BadParameter(
+        f"{value!r} is neither an RFC 3339 time (2026-01-01T00:00:00Z) nor a duration (e.g. 2h)",
+        param_hint="--start",
+    )
+
+
+def behind_wall_clock_for(start: float, now: float, speed: float) -> float:
+    """Real seconds during which emulated time, from `start` at `now` and `speed`x, stays behind the
+    wall clock (0: ahead from the start; inf: never catches up)."""
+    lag = now - start
+    if lag < 0 or (lag == 0 and speed > 1):
+        return 0.0
+    if speed <= 1:
+        return math.inf
+    return lag / (speed - 1)
+
+
+def _human(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def clock_note(start: float, now: float, speed: float, start_given: bool) -> str | None:
+    """What to tell the user about emulated time against this machine's clock (clients such as
+    kubectl compute ages on their own clock and print `<invalid>` for times in their future)."""
+    behind = behind_wall_clock_for(start, now, speed)
+    if behind == math.inf:
+        return None
+    if behind == 0:
+        if speed <= 1 and start <= now:
+            return None
+        hint = "" if start_given else "; --start <duration> begins emulated time that far in the past"
+        return (
+            f"note: emulated time runs ahead of this machine's clock (--speed {speed:g}), so kubectl "
+            f"shows <invalid> ages{hint}"
+        )
+    return (
+        f"emulated time starts at {rfc3339(start)}, {_human(now - start)} behind this machine's clock, "
+        f"and catches up with it in {_human(behind)} (--speed {speed:g}); after that kubectl shows "
+        "<invalid> ages"
+    )
 
 
 async def _serve_until_signalled(
@@ -53,6 +114,12 @@ def up(
     metadata_port: int | None = typer.Option(
         None, "--metadata-port", help="Port of the instance-metadata endpoint (default: a free one)."
     ),
+    start: str | None = typer.Option(
+        None,
+        "--start",
+        help="When emulated time begins: an RFC 3339 time, or a duration before now (e.g. 2h) that "
+        "keeps a faster clock behind the wall clock for duration/(speed-1). Default: now.",
+    ),
 ) -> None:
     """Start an emulated cluster and serve the Kubernetes API until interrupted."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -61,7 +128,12 @@ def up(
     except scenario_mod.ScenarioError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    cluster = assembly.build(loaded, ScaledClock(speed))
+    now = time.time()
+    begins = emulated_start(start, now)
+    note = clock_note(begins, now, speed, start_given=start is not None)
+    if note is not None:
+        typer.echo(note, err=True)
+    cluster = assembly.build(loaded, ScaledClock(speed, start=begins))
     target = kubeconfig or Path(".shipshape") / f"{loaded.name}.kubeconfig"
     try:
         runner.run_loop(_serve_until_signalled(cluster, port, target.resolve(), metadata_port))
