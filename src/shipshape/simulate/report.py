@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from shipshape.simulate.run import StrategyResult, percentile
+from shipshape.simulate.run import StrategyResult, WorkloadFigures, percentile
 
 SCHEMA = "shipshape.simulate/v1"
 SUFFIXES = (".png", ".svg")
@@ -86,7 +86,7 @@ def report_json(results: Sequence[StrategyResult], scenario: str) -> dict[str, A
 
 
 def _minutes(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _seconds(value: float | None) -> str:
@@ -149,12 +149,19 @@ def workload_table(results: Sequence[StrategyResult]) -> Table:
     return table
 
 
+def lost_minutes(figures: WorkloadFigures) -> float:
+    """Minutes below the workload's floor: its PDB's minAvailable, else one ready replica."""
+    if figures.below_min_available_minutes is not None:
+        return figures.below_min_available_minutes
+    return figures.zero_ready_minutes
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def write_chart(results: Sequence[StrategyResult], path: Path) -> None:
-    """Cost over time per strategy, and each workload's availability per strategy."""
+    """Cost over time per strategy, and each workload's minutes below its floor per strategy."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise ChartError(f"chart file must end in .png or .svg, not {path.name!r}")
@@ -172,11 +179,10 @@ def write_chart(results: Sequence[StrategyResult], path: Path) -> None:
     cost_axes.set_title("Compute cost over time")
     cost_axes.set_xlabel("hours")
     cost_axes.set_ylabel("USD (cumulative)")
-    cost_axes.legend(loc="upper left")
     height = 0.8 / len(results)
     for index, res in enumerate(results):
         figures = {w.workload: w for w in res.workloads}
-        values = [100.0 * (figures[n].availability or 0.0) if n in figures else 0.0 for n in names]
+        values = [lost_minutes(figures[n]) if n in figures else 0.0 for n in names]
         positions = [row + index * height for row in range(len(names))]
         bars = availability_axes.barh(
             positions, values, height=height, label=res.strategy, color=COLORS.get(res.strategy)
@@ -184,11 +190,14 @@ def write_chart(results: Sequence[StrategyResult], path: Path) -> None:
         for name, bar in zip(names, bars.patches, strict=True):
             bar.set_gid(f"availability-{_slug(res.strategy)}-{_slug(name)}")
     availability_axes.set_yticks([row + 0.4 - height / 2 for row in range(len(names))], names)
-    availability_axes.set_xlim(0, 100)
-    availability_axes.set_xlabel("% of measured time at or above minAvailable (or one ready replica)")
-    availability_axes.set_title("Availability per workload")
+    availability_axes.set_xlim(left=0.0)
+    availability_axes.set_xlabel(
+        "minutes below minAvailable (without a PDB: minutes with zero ready replicas)"
+    )
+    availability_axes.set_title("Availability per workload (0 is best)")
     availability_axes.invert_yaxis()
-    availability_axes.legend(loc="lower left")
+    availability_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    cost_axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     FigureCanvasAgg(figure)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "shipshape"}):
         figure.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)

@@ -94,14 +94,14 @@ def test_svg_chart_names_strategies_and_workloads(tmp_path: Path) -> None:
     assert "cost-spot-naive" not in svg
 
 
-def test_availability_bars_are_as_long_as_the_availability(tmp_path: Path) -> None:
+def test_availability_bars_are_as_long_as_the_minutes_lost(tmp_path: Path) -> None:
     path = tmp_path / "chart.svg"
-    # web: 55 of 110 minutes below its floor -> 50 %; solo: never at zero -> 100 %.
-    report.write_chart([_result("spot-naive", 1.0, 0.0, 55.0)], path)
+    # web has a PDB: 55 minutes below it; solo has none: 11 minutes at zero ready replicas.
+    report.write_chart([_result("spot-naive", 1.0, 11.0, 55.0)], path)
     svg = path.read_text()
     web = _bar_width(svg, "availability-spot-naive-shop_Deployment_web")
     solo = _bar_width(svg, "availability-spot-naive-shop_Deployment_solo")
-    assert web / solo == pytest.approx(0.5, rel=1e-3)
+    assert web / solo == pytest.approx(5.0, rel=1e-3)
 
 
 def test_png_chart_is_a_png(tmp_path: Path) -> None:
