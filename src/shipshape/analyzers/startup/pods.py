@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from shipshape.analyzers.startup import model
-from shipshape.analyzers.startup.events import Event, EventIndex, TimeParser, parse_pulled
+from shipshape.analyzers.startup.events import Event, EventIndex, PulledMessage, TimeParser, parse_pulled
 from shipshape.analyzers.startup.model import ContainerTiming, NodeInfo, Obj, PodTimeline, WorkloadRef
 from shipshape.kube.quantity import cpu_millis
 
@@ -154,17 +154,24 @@ def _apply_status(timing: ContainerTiming, status: Obj | None, parse: TimeParser
 
 
 def _apply_events(timing: ContainerTiming, events: Sequence[Event]) -> None:
-    pulling = next((e for e in events if e.reason == "Pulling"), None)
-    pulled = None
+    # one pass, oldest first: the first Pulling, the first Pulled that parses, the first Started
+    pulling: Event | None = None
+    pulled: PulledMessage | None = None
+    pulled_at = 0.0
+    started_at: float | None = None
     for event in events:
-        if event.reason == "Pulled":
-            pulled = parse_pulled(event.message)
-            if pulled is not None:
+        reason = event.reason
+        if reason == "Pulling":
+            if pulling is None:
+                pulling = event
+        elif reason == "Pulled":
+            if pulled is None:
+                pulled = parse_pulled(event.message)
                 pulled_at = event.time
-                break
-    started_event = next((e for e in events if e.reason == "Started"), None)
-    if started_event is not None:
-        timing.started = _first([timing.started, started_event.time])
+        elif reason == "Started" and started_at is None:
+            started_at = event.time
+    if started_at is not None and (timing.started is None or started_at < timing.started):
+        timing.started = started_at
     if pulled is None:
         if pulling is not None:
             timing.image_present = False  # a pull began and has not succeeded
@@ -189,10 +196,19 @@ def _apply_events(timing: ContainerTiming, events: Sequence[Event]) -> None:
 
 def _pull_totals(containers: Sequence[ContainerTiming]) -> tuple[float | None, float | None, list[str]]:
     """(sum of waits, sum of pulls, containers whose pull is unknown)."""
-    unknown = [c.name for c in containers if c.pull is None or c.pull_wait is None]
+    waits: float = 0
+    pulls: float = 0
+    unknown: list[str] = []
+    for c in containers:
+        wait, pull = c.pull_wait, c.pull
+        if pull is None or wait is None:
+            unknown.append(c.name)
+        elif not unknown:
+            waits += wait
+            pulls += pull
     if unknown:
         return None, None, unknown
-    return sum(c.pull_wait or 0.0 for c in containers), sum(c.pull or 0.0 for c in containers), []
+    return waits, pulls, []
 
 
 def _span(end: float | None, start: float | None) -> float | None:
