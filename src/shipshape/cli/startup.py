@@ -378,7 +378,7 @@ class ClusterFeed:
                 backoff = self.BACKOFF_START
             except client.WatchExpired:
                 version = None
-            except client.KubeClientError as error:
+            except (client.KubeClientError, ValueError) as error:  # ValueError: a line that is not JSON
                 self.messages.put(("error", kind, str(error)))
                 self.stop.wait(backoff)
                 backoff = min(self.BACKOFF_MAX, backoff * 2)
