@@ -162,6 +162,7 @@ def test_demo_port_taken(tmp_path: Path) -> None:
     assert f"cannot serve on port {port}: the port is taken" in done.stdout
 
 
+@pytest.mark.integration
 def test_demo_bad_scenario(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\npools: []\n")
