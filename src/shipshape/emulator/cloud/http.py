@@ -154,7 +154,9 @@ def control_routes(cluster: Cluster) -> list[Route]:
         cloud = _cloud(cluster)
         affected = cloud.interrupt(node=node, pool=pool, zone=zone, notice=notice)
         seconds = cloud.interruption_settings.notice if notice is None else notice
-        termination = rfc3339(cluster.now() + seconds) if affected else None
+        # The notices' own time (the clock has moved on since they were sent, at any --speed).
+        action = cloud.instance_action(affected[0]) if affected else None
+        termination = action["time"] if action else None
         return _json({"nodes": affected, "notice": seconds, "terminationTime": termination})
 
     async def shortage(request: Request) -> Response:

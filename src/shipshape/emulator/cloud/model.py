@@ -387,7 +387,8 @@ class CloudModel:
         if not math.isfinite(seconds) or seconds < 0:
             raise CloudError(f"notice must be a non-negative number of seconds, got {notice!r}")
         chosen = self._select(node=node, pool=pool, zone=zone, spot_only=True)
-        return [i.node_name for i in chosen if self._notify(i, seconds)]
+        now = self.c.now()  # one request, one instant: the instances it reaches share one notice time
+        return [i.node_name for i in chosen if self._notify(i, seconds, now)]
 
     def rebalance(
         self, *, node: str | None = None, pool: str | None = None, zone: str | None = None
@@ -630,12 +631,11 @@ class CloudModel:
 
     def _reclaim(self, inst: Instance) -> None:
         if inst.active:
-            self._notify(inst, self.interruption_settings.notice)
+            self._notify(inst, self.interruption_settings.notice, self.c.now())
 
-    def _notify(self, inst: Instance, seconds: float) -> bool:
+    def _notify(self, inst: Instance, seconds: float, now: float) -> bool:
         if inst.notice is not None or not inst.active:
             return False
-        now = self.c.now()
         inst.notice = Notice(issued=now, action_time=now + seconds)
         if inst.rebalance_at is None:
             inst.rebalance_at = now  # EC2 sends a rebalance recommendation no later than the notice

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from shipshape.emulator.cloud import CloudError, UnknownTarget, nodes
+from shipshape.emulator.cloud import CloudError, CloudModel, UnknownTarget, nodes
 from shipshape.emulator.cloud.boot import MILESTONES
 from shipshape.emulator.resources import NODES
+from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import ScenarioError
-from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.clock import VirtualClock, parse_time, rfc3339
 from shipshape.kube.quantity import cpu_millis, to_int
 
 from .builders import ON_DEMAND_B, SPOT_A, scenario, start
@@ -368,3 +369,29 @@ def test_a_timeline_names_a_node_by_pool_and_ordinal() -> None:
     assert [i.node_name for i in env.cloud.instances.values() if i.notice is not None] == [second.node_name]
     with pytest.raises(UnknownTarget):
         env.cloud.interrupt(node="spot-a-7")
+
+
+class _TickingClock(VirtualClock):
+    """Virtual time that, once `ticking`, moves on one second at every read: a fast clock as seen
+    between two statements of one request."""
+
+    ticking = False
+
+    def now(self) -> float:
+        current = super().now()
+        if self.ticking:
+            self.advance(1.0)
+        return current
+
+
+def test_one_interruption_request_gives_its_instances_one_notice_time() -> None:
+    clock = _TickingClock()
+    cluster = Cluster(clock, scenario(interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    cloud = CloudModel()
+    cluster.add(cloud)
+    cluster.engine.settle()
+    clock.ticking = True
+    noticed = cloud.interrupt(pool="spot-a")
+    assert len(noticed) == 2
+    actions = [cloud.instance_action(name) for name in noticed]
+    assert actions[0] is not None and actions[0] == actions[1]
