@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from shipshape.cli import emulator as emulator_cli
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
@@ -31,6 +33,7 @@ from shipshape.emulator.cloud.model import CloudModel
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
+from shipshape.kube import errors
 from shipshape.kube.clock import ScaledClock, parse_time
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,8 @@ SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
 DEFAULT_WORKDIR = Path(".emulator/demo")
+# Emulated time begins this far in the past: at --speed 10 it stays behind the wall clock for 13 min.
+DEFAULT_START = "2h"
 POLL_SECONDS = 0.05
 
 
@@ -280,7 +285,10 @@ class Show:
 
     async def roll_out(self) -> None:
         self.console.print(f"{self.stamp()} applying the scenario's workloads")
-        await assembly.apply_objects(self.cluster)
+        try:
+            await assembly.apply_objects(self.cluster)
+        except errors.ApiError as exc:
+            raise ShowFailed(f"the scenario's objects cannot be created: {exc.message}") from None
         store = self.cluster.store
         with Progress(
             SpinnerColumn(),
@@ -533,6 +541,12 @@ def demo(
     port: int = typer.Option(6443, help="HTTPS port of the API server (0 picks a free one)."),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where the kubeconfig and certificates go."),
     exit_after_show: bool = typer.Option(False, "--exit-after-show", help="Stop once the show is over."),
+    start: str = typer.Option(
+        DEFAULT_START,
+        "--start",
+        help="When emulated time begins: an RFC 3339 time, or a duration before now; in the past, a "
+        "faster clock stays behind the wall clock (and kubectl's ages valid) for duration/(speed-1).",
+    ),
 ) -> None:
     """Serve an emulated cluster and narrate a spot interruption and its replacements."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -544,7 +558,12 @@ def demo(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
     console.print(f"[bold]Shipshape demo[/bold]: scenario {loaded.name!r} ({path})")
-    cluster = assembly.build(loaded, ScaledClock(speed))
+    now = time.time()
+    begins = emulator_cli.emulated_start(start, now)
+    note = emulator_cli.clock_note(begins, now, speed, start_given=True)
+    if note is not None:
+        console.print(note, highlight=False)
+    cluster = assembly.build(loaded, ScaledClock(speed, start=begins))
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     try:
