@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from shipshape.analyzers.startup import nodes
-from shipshape.analyzers.startup.analysis import NodeReport, analyze_node_startup
+from shipshape.analyzers.startup import diagnose, model, nodes
+from shipshape.analyzers.startup.analysis import NodeReport, analyze_node_startup, analyze_pod_startup
 from shipshape.cli import startup as startup_cli
 from shipshape.emulator import assembly
 from shipshape.emulator.resources import EVENTS, NODES, PODS
@@ -29,6 +29,7 @@ from shipshape.nodecollector.timeline import NodeLogTimeline
 
 T0 = 1_767_225_600.0
 YEAR = 2026
+AGENT_IMAGE = "registry.example/node-agent:1"
 
 # the cloud's boot milestones -> node start-up events
 MILESTONES = {
@@ -65,6 +66,23 @@ def scenario() -> Scenario:
             "interruptions": {"enabled": False},
             "nodeBoot": {"cloudInitStart": 12.0, "kubeletStart": 25.0, "registered": 27.0, "cniReady": 36.0,
                          "ready": 40.0},
+            "kubelet": {"preloadedImages": [AGENT_IMAGE]},
+            "objects": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "metadata": {"name": "node-agent", "namespace": "kube-system"},
+                    "spec": {
+                        "selector": {"matchLabels": {"app": "node-agent"}},
+                        "template": {
+                            "metadata": {"labels": {"app": "node-agent"}},
+                            # tolerates everything, like CNI and logging agents: lands on booting nodes
+                            "spec": {"tolerations": [{"operator": "Exists"}],
+                                     "containers": [{"name": "agent", "image": AGENT_IMAGE}]},
+                        },
+                    },
+                }
+            ],
         }
     )  # fmt: skip
 
@@ -186,3 +204,35 @@ def test_collector_gauges_expose_each_event(booted: Booted) -> None:
     )
     stamp = samples[("shipshape_node_startup_event_timestamp_seconds", nodes.KUBELET_START)]
     assert truth["kubeletStart"] - 1.0 < stamp <= truth["kubeletStart"]
+
+
+def test_pods_on_a_booting_node_wait_for_its_network(booted: Booted) -> None:
+    """A DaemonSet that tolerates every taint lands on nodes before their CNI is ready: its pods'
+    sandboxes wait for the network, the CNI diagnosis names the nodes, and no other rule fires."""
+    cluster = booted.cluster
+    store = cluster.store
+    for name in booted.names:
+        publish_annotation(cluster, name, booted.collected[name])
+    node_report = report(cluster)
+    agents = [p for p in store.list(PODS) if p["metadata"]["namespace"] == "kube-system"]
+    assert len(agents) == len(booted.names)
+    pods = analyze_pod_startup(
+        agents,
+        store.list(EVENTS),
+        store.list(NODES),
+        node_timelines={t.name: t for t in node_report.timelines},
+        webhook_configurations=[],
+    )
+    assert {f.rule for f in pods.findings} == {"cni-not-ready-on-new-node"}
+    assert {f.subjects[0] for f in pods.findings} == set(booted.names)
+    kubelet = cluster.services["kubelet"]
+    for timeline in pods.timelines:
+        truth = kubelet.timeline(timeline.uid)
+        waited_from, network_ready = truth["network-wait"]
+        assert network_ready == pytest.approx(booted.truth[timeline.node]["ready"], abs=1e-6)
+        assert timeline.sandbox_errors and "cni plugin not initialized" in timeline.sandbox_errors[0]
+        # scheduled -> sandbox ready covers the wait for the network and the sandbox itself
+        assert timeline.phases[model.SANDBOX] == pytest.approx(
+            truth["sandbox"][1] - truth["scheduled"][1], abs=1.0
+        )
+        assert (timeline.phases[model.SANDBOX] or 0.0) >= network_ready - waited_from
