@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from shipshape.analyzers.startup import diagnose, model, nodes
+from shipshape.analyzers.startup import model, nodes
 from shipshape.analyzers.startup.analysis import NodeReport, analyze_node_startup, analyze_pod_startup
 from shipshape.cli import startup as startup_cli
 from shipshape.emulator import assembly
