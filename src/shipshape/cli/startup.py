@@ -323,21 +323,6 @@ def nodes_command(
     _nodes_tables(report, console)
 
 
-def refresh_metrics(metrics: StartupMetrics, snapshot: Snapshot) -> dict[str, int]:
-    """Analyze a fresh listing and observe pods and nodes that finished starting since the last."""
-    node_report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events)
-    pod_report = analyze_pod_startup(
-        snapshot.pods,
-        snapshot.events,
-        snapshot.nodes,
-        dimensions=(),
-        node_timelines={t.name: t for t in node_report.timelines},
-    )
-    observed_pods = sum(metrics.observe_pod(t) for t in pod_report.timelines)
-    observed_nodes = sum(metrics.observe_node(t) for t in node_report.timelines)
-    return {"pods": observed_pods, "nodes": observed_nodes}
-
-
 class ClusterFeed:
     """List + watch of pods, events and nodes, one thread per kind, into a queue of
     ("replace", kind, items) and ("apply", kind, (type, object)) messages; a 410 re-lists, other

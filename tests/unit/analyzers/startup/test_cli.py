@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from shipshape.analyzers.startup import nodes
+from shipshape.analyzers.startup import live, nodes
 from shipshape.analyzers.startup.analysis import Snapshot
 from shipshape.analyzers.startup.prometheus import StartupMetrics
-from shipshape.cli import startup as startup_cli
 from shipshape.cli.main import app
 
 from .builders import C, PodPlan, event, node, pod_and_events
@@ -158,8 +157,18 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
 def test_serve_observes_each_pod_once() -> None:
     metrics = StartupMetrics()
     data = Snapshot.from_json(snapshot())
-    assert startup_cli.refresh_metrics(metrics, data) == {"pods": 3, "nodes": 1}
-    assert startup_cli.refresh_metrics(metrics, data) == {"pods": 0, "nodes": 0}
+    state = live.LiveStartup(metrics, settle=5.0)
+
+    def relist() -> None:
+        state.replace(live.NODES, data.nodes)
+        state.replace(live.EVENTS, data.events)
+        state.replace(live.PODS, data.pods)
+
+    relist()
+    assert state.flush(0.0) == {"pods": 0, "nodes": 0}  # settling
+    assert state.flush(5.0) == {"pods": 3, "nodes": 1}
+    relist()
+    assert state.flush(20.0) == {"pods": 0, "nodes": 0}
     assert (
         b'shipshape_pod_start_total_duration_seconds_count{namespace="default"} 3.0' in metrics.exposition()
     )
