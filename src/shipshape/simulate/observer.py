@@ -4,8 +4,9 @@ It reads only the store's watch events (Pods, ReplicaSets, Deployments, Stateful
 PodDisruptionBudgets, Nodes), never the controller's bookkeeping, and integrates over time:
 
 - per workload, the seconds with zero ready replicas and the seconds below the PodDisruptionBudget's
-  desired healthy count (as the disruption controller computes it from minAvailable/maxUnavailable
-  and the workload's scale), counted from `measure_from` (the end of the warm-up);
+  desired healthy count (as the disruption controller computes it from minAvailable/maxUnavailable,
+  over the replicas the workload was declared with, or its current replicas when fewer: replicas a
+  surge adds for a while do not raise the bar), counted from `measure_from` (the end of the warm-up);
 - replacement latency: for each workload pod on a node when its termination notice comes, the time
   until a pod of the same workload created after the notice, on a node without one, is Ready;
 - node churn: nodes registered and removed, and notices.
@@ -73,6 +74,9 @@ def is_ready(pod: Obj) -> bool:
 class WorkloadTrack:
     key: WorkloadKey
     replicas: int = 0
+    # The replicas the workload was declared with: replicas added for a while (a surge before a
+    # reclaim) do not raise the floor, fewer (a scale-down) lower it.
+    declared: int = 0
     template_labels: dict[str, str] = field(default_factory=dict)
     ready: set[str] = field(default_factory=set)
     floor: int | None = None
@@ -193,13 +197,13 @@ class Observer:
             if track is not None:
                 track.integrate(now, self.measure_from)
             return
+        spec = event.object.get("spec") or {}
+        replicas = 1 if spec.get("replicas") is None else int(spec["replicas"])
         track = self.workloads.get(key)
         if track is None:
-            track = self.workloads[key] = WorkloadTrack(key, last=now)
+            track = self.workloads[key] = WorkloadTrack(key, last=now, declared=replicas)
         track.integrate(now, self.measure_from)
-        spec = event.object.get("spec") or {}
-        replicas = spec.get("replicas")
-        track.replicas = 1 if replicas is None else int(replicas)
+        track.replicas = replicas
         track.template_labels = dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
         self._refresh_floor(track)
 
@@ -288,7 +292,7 @@ class Observer:
             except SelectorError:
                 continue
             if matches:
-                track.floor = desired_healthy(spec, track.replicas)
+                track.floor = desired_healthy(spec, min(track.replicas, track.declared))
                 track.pdb = name
                 return
 
