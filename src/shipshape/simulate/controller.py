@@ -36,6 +36,7 @@ from shipshape.emulator.engine import Timer
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import DELETED, WatchEvent
 from shipshape.kube import errors, patch
+from shipshape.simulate.ops import ApiOps
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.simulate.controller")
@@ -69,8 +70,6 @@ class InProcessController:
         settings: LoopSettings = SIMULATION_LOOPS,
         idle_seconds: float = 300.0,
     ) -> None:
-        from shipshape.simulate.ops import ApiOps  # the one module that writes
-
         self.cluster = cluster
         self.config = config
         self.idle_seconds = idle_seconds
@@ -95,7 +94,8 @@ class InProcessController:
         )
         self.ops = ApiOps(cluster.services["api"], cluster.services.get("cloud"))
         self.loops = all_reconcilers(cluster.clock, self.cache, self.ops, config, self.metrics, self.shared)
-        self._cached = {rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io"}
+        # In the registry's order, so that a run replays identically.
+        self._cached = tuple(rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io")
         self._dirty: dict[str, bool] = {loop.name: True for loop in self.loops}
         self._last_round: dict[str, float] = {}
         self._timers: dict[str, Timer] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from shipshape.controller.policy import ENABLED, ControllerConfig
 from shipshape.emulator import resources as r
@@ -28,7 +28,7 @@ from shipshape.emulator.scenario import Scenario
 from shipshape.simulate import steering
 from shipshape.simulate.controller import InProcessController
 
-Obj = dict[str, object]
+Obj = dict[str, Any]
 
 
 class Strategy(Protocol):
@@ -44,7 +44,7 @@ class Strategy(Protocol):
 
 
 def pod_plugin(
-    rewrite: Callable[[dict[str, object]], dict[str, object] | None],
+    rewrite: Callable[[Obj], Obj | None],
 ) -> Callable[[Attributes], bool]:
     """An admission plugin applying `rewrite` to each steered pod CREATE (None: leave it)."""
 
@@ -96,8 +96,8 @@ class SpotNaive:
         assert scenario is not None
         tolerations = steering.spot_tolerations(scenario)
 
-        def rewrite(pod: dict[str, object]) -> dict[str, object] | None:
-            if not steering.spot_eligible(pod.get("spec") or {}, scenario):  # type: ignore[arg-type]
+        def rewrite(pod: Obj) -> Obj | None:
+            if not steering.spot_eligible(pod.get("spec") or {}, scenario):
                 return None
             return steering.require_capacity(pod, "spot", tolerations)
 
