@@ -204,8 +204,10 @@ def served_cluster(spec: Json, *, speed: float = 1.0) -> Iterator[Served]:
         try:
             assert process.stdout is not None
             line = process.stdout.readline()
-            if not line.startswith("ready"):
-                raise RuntimeError(f"the emulator did not start (exit {process.wait()}): {line!r}")
+            while line and not line.startswith("ready"):
+                line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the emulator did not start (exit {process.wait()})")
             config = yaml.safe_load(kubeconfig.read_text())
             cluster = config["clusters"][0]["cluster"]
             ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
