@@ -120,11 +120,9 @@ class Cycle:
                 if all(k in node.labels for k in keys) and self._spread_eligible(c, node):
                     eligible.add(node.name)
                     counts.setdefault(node.labels[c.topology_key], 0)
-            for other in self.snapshot.matching_pods(self.pod.namespace, c.selector):
-                if other.terminating or other.node_name not in eligible:
-                    continue
-                value = self.snapshot.nodes[other.node_name].labels[c.topology_key]
-                counts[value] += 1
+            for node_name, number in self.snapshot.matching_per_node(self.pod.namespace, c.selector).items():
+                if node_name in eligible:
+                    counts[self.snapshot.nodes[node_name].labels[c.topology_key]] += number
             self._spread_counts.append(counts)
             self._spread_min.append(min(counts.values()) if counts else 0)
 
@@ -383,15 +381,11 @@ class Cycle:
         keys = [c.topology_key for c in constraints]
         ignored = {n.name for n in nodes if require_all and not all(k in n.labels for k in keys)}
         domain_counts: list[dict[str, int]] = []
-        per_node: list[Counter[str]] = []
+        per_node: list[Mapping[str, int]] = []
         weights: list[float] = []
         for c in constraints:
             counts: dict[str, int] = {}
-            matching = Counter(
-                p.node_name
-                for p in self.snapshot.matching_pods(pod.namespace, c.selector)
-                if not p.terminating
-            )
+            matching = self.snapshot.matching_per_node(pod.namespace, c.selector)
             per_node.append(matching)
             if c.topology_key != HOSTNAME:
                 for n in nodes:
@@ -433,7 +427,7 @@ class Cycle:
             for key, hosts, domains, weight, slack in plan:
                 value = labels.get(key)
                 if value is not None:
-                    count = hosts[n.name] if hosts is not None else domains.get(value, 0)
+                    count = hosts.get(n.name, 0) if hosts is not None else domains.get(value, 0)
                     score += count * weight + slack
             raw.append(math.floor(score + 0.5))  # Go's math.Round: halves away from zero
         valid = [s for s in raw if s >= 0]

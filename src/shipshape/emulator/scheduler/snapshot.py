@@ -21,6 +21,9 @@ Obj = dict[str, Any]
 PodKey = tuple[str, str]  # (namespace, name)
 Taint = tuple[str, str, str]  # (key, value, effect)
 
+# How many (namespace, selector) pod counts a snapshot keeps up to date (see matching_per_node).
+MATCH_COUNT_CACHE = 128
+
 
 @dataclass(frozen=True, slots=True)
 class AffinityTerm:
@@ -271,6 +274,10 @@ class ClusterSnapshot:
         self._by_namespace: dict[str, dict[PodKey, PodInfo]] = {}
         self.with_affinity: dict[PodKey, PodInfo] = {}
         self.with_required_anti_affinity: dict[PodKey, PodInfo] = {}
+        # Per namespace and selector: node name -> number of assigned, non-terminating pods the
+        # selector matches (topology spreading asks this for every pod of a workload).
+        self._match_counts: dict[str, dict[Selector, dict[str, int]]] = {}
+        self._match_count_entries = 0
         self.image_nodes: dict[str, int] = {}  # normalized image -> number of nodes that have it
         self._order: list[NodeInfo] | None = None
         self.next_start_index = 0
@@ -351,6 +358,7 @@ class ClusterSnapshot:
             self.with_affinity[pod.key] = pod
         if pod.required_anti_affinity:
             self.with_required_anti_affinity[pod.key] = pod
+        self._count_match(pod, 1)
         self.nominate(pod.key, None)
 
     def remove_pod(self, key: PodKey) -> PodInfo | None:
@@ -371,7 +379,49 @@ class ClusterSnapshot:
                     del self._by_label[(pod.namespace, k, v)]
         self.with_affinity.pop(key, None)
         self.with_required_anti_affinity.pop(key, None)
+        self._count_match(pod, -1)
         return pod
+
+    def _count_match(self, pod: PodInfo, sign: int) -> None:
+        if pod.terminating:
+            return
+        for selector, counts in self._match_counts.get(pod.namespace, {}).items():
+            if selector.matches(pod.labels):
+                number = counts.get(pod.node_name, 0) + sign
+                if number > 0:
+                    counts[pod.node_name] = number
+                else:
+                    counts.pop(pod.node_name, None)
+
+    def matching_per_node(self, namespace: str, selector: Selector) -> Mapping[str, int]:
+        """Node name -> assigned, non-terminating pods in `namespace` that the selector matches.
+
+        Counted once per selector and then kept up to date as pods come and go, so each pod of
+        a large workload costs O(nodes) rather than a label match per replica. The mapping is
+        the snapshot's own: read it, never change it. At most `MATCH_COUNT_CACHE` selectors are
+        kept (beyond that, the first one counted in a namespace is dropped).
+        """
+        known = self._match_counts.get(namespace, {}).get(selector)
+        if known is not None:
+            return known
+        counts: dict[str, int] = {}
+        for other in self.matching_pods(namespace, selector):
+            if not other.terminating:
+                counts[other.node_name] = counts.get(other.node_name, 0) + 1
+        if self._match_count_entries >= MATCH_COUNT_CACHE:
+            self._forget_one_match_count()
+        self._match_counts.setdefault(namespace, {})[selector] = counts
+        self._match_count_entries += 1
+        return counts
+
+    def _forget_one_match_count(self) -> None:
+        for namespace, by_selector in list(self._match_counts.items()):
+            if by_selector:
+                del by_selector[next(iter(by_selector))]
+                self._match_count_entries -= 1
+                if not by_selector:
+                    del self._match_counts[namespace]
+                return
 
     def nominate(self, key: PodKey, pod: PodInfo | None, node: str = "") -> None:
         """Record (or with `pod=None`, forget) that a pending pod is nominated to a node."""
