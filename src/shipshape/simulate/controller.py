@@ -7,7 +7,8 @@
   writing through `ApiOps`. A round is skipped when nothing it reads changed since its last round and
   less than `idle_seconds` passed (the loops are functions of the cache and time; time-driven changes
   such as cool-downs and back-offs are caught by the idle round). The interruption responder wakes up
-  one interval after a notice taint appears, as its one-second poll would.
+  one interval after a notice taint appears, as its one-second poll would, and while notices or
+  surges are in progress it runs on every change and at least every `busy_seconds`.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ class InProcessController:
         config: ControllerConfig,
         settings: LoopSettings = SIMULATION_LOOPS,
         idle_seconds: float = 300.0,
+        busy_seconds: float = 10.0,
     ) -> None:
         self.cluster = cluster
         self.config = config
         self.idle_seconds = idle_seconds
+        self.busy_seconds = busy_seconds
         self.cache = ClusterCache(config)
         self.metrics = ControllerMetrics(CollectorRegistry())
         scenario = cluster.scenario
@@ -181,10 +184,12 @@ class InProcessController:
     def _round(self, loop: Reconciler) -> None:
         now = self.cluster.clock.now()
         responder = isinstance(loop, InterruptionResponder)
-        idle = now - self._last_round.get(loop.name, float("-inf")) < self.idle_seconds
-        skip = (responder and self._quiet() and idle) or (
-            not responder and not self._dirty[loop.name] and idle
-        )
+        # While notices or surges are in progress the responder's time-driven steps (surge deadlines,
+        # writes not yet seen) must not wait long: it runs on any change and at least every
+        # `busy_seconds`; otherwise every loop runs on any change and at least every `idle_seconds`.
+        bound = self.busy_seconds if responder and not self._quiet() else self.idle_seconds
+        recent = now - self._last_round.get(loop.name, float("-inf")) < bound
+        skip = not self._dirty[loop.name] and recent
         if not skip:
             self._dirty[loop.name] = False
             self._last_round[loop.name] = now
