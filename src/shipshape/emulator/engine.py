@@ -12,6 +12,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -72,10 +73,15 @@ class Engine:
             log.exception("emulator timer callback failed")
             self.errors.append(exc)
 
-    def run_due(self, limit: int = 100_000) -> int:
-        """Run every timer due at the clock's current time (including ones they schedule now)."""
+    def run_due(self, limit: int = 100_000, *, slice_seconds: float | None = None) -> int:
+        """Run every timer due at the clock's current time (including ones they schedule now).
+
+        With `slice_seconds`, stop once that much real time has gone (after at least one timer),
+        leaving the rest due, so that a server can answer requests between batches.
+        """
         ran = 0
         now = self.clock.now()
+        deadline = None if slice_seconds is None else time.perf_counter() + slice_seconds
         while ran < limit:
             due = self.next_due()
             if due is None or due > now:
@@ -83,6 +89,8 @@ class Engine:
             timer = heapq.heappop(self._heap)
             self._run(timer)
             ran += 1
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
         return ran
 
     def run_until(self, until: float) -> int:
@@ -111,12 +119,16 @@ class Engine:
                 break
         return total
 
-    async def run_forever(self) -> None:
-        """Server mode: run timers as the clock reaches them, until cancelled."""
+    async def run_forever(self, slice_seconds: float = 0.02) -> None:
+        """Server mode: run timers as the clock reaches them, until cancelled.
+
+        Timers run in batches of at most about `slice_seconds` of real time; between batches
+        the event loop serves HTTP handlers and watches.
+        """
         self._wakeup = asyncio.Event()
         try:
             while True:
-                self.run_due()
+                self.run_due(slice_seconds=slice_seconds)
                 due = self.next_due()
                 self._wakeup.clear()
                 if due is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, PodK
 from shipshape.emulator.store import DELETED, Obj, WatchEvent
 from shipshape.kube import errors
 from shipshape.kube import labels as labelsel
-from shipshape.kube.clock import rfc3339
+from shipshape.kube.clock import VirtualClock, rfc3339
 
 if TYPE_CHECKING:
     from shipshape.emulator.runtime import Cluster
@@ -44,6 +45,9 @@ SCHEDULER_NAME = "default-scheduler"
 # Which plugins' rejections a cluster event may resolve (upstream's cluster events per plugin).
 _ON_ASSIGNED_POD_DELETE = frozenset({"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity"})
 _ON_ASSIGNED_POD_CHANGE = frozenset({"PodTopologySpread", "InterPodAffinity"})
+# Real seconds of scheduling per engine turn in server mode, after which the rest of the queue
+# waits for the next turn (so the API server answers during a burst of pending pods).
+TURN_SECONDS = 0.02
 
 
 def _set_condition(pod: Obj, condition: Obj, now: float) -> None:
@@ -125,7 +129,7 @@ class SchedulerModel:
             self.snapshot.set_node(node)
         for pod in store.iter(PODS):
             self._on_pod("ADDED", pod, None)
-        store.subscribe(self._on_event)
+        store.subscribe(self._on_event, kinds=(PODS, NODES, NAMESPACES))
 
     def fits(
         self, pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
@@ -289,7 +293,15 @@ class SchedulerModel:
 
     def _run(self) -> None:
         self._running = False
+        # Discrete-event runs schedule the whole queue in one turn, as they always have: their
+        # results must not depend on how fast the host is.
+        deadline = (
+            None if isinstance(self.c.engine.clock, VirtualClock) else time.perf_counter() + TURN_SECONDS
+        )
         while True:
+            if deadline is not None and time.perf_counter() >= deadline:
+                self._kick()
+                return
             entry = self.queue.pop()
             if entry is None:
                 return
