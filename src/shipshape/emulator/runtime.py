@@ -158,7 +158,7 @@ class Reconciler:
 
     def start(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        cluster.store.subscribe(self._on_event)
+        cluster.store.subscribe(self._on_event, kinds=self.watches)
         for rt in self.watches:
             for obj in cluster.store.iter(rt):
                 for key in self.keys_for(WatchEvent("ADDED", rt, obj, 0)):

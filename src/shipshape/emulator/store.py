@@ -68,7 +68,9 @@ class Store:
         self.clock = clock
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._history: deque[WatchEvent] = deque(maxlen=history)
-        self._listeners: list[Listener] = []
+        # Subscriptions in the order they were made: (listener, resource type keys or None = all).
+        self._subscriptions: list[tuple[Listener, frozenset[str] | None]] = []
+        self._listeners_by_kind: dict[str, tuple[Listener, ...]] = {}  # derived, rebuilt on demand
         self._rv = 1
         # Indexes the models need on hot paths.
         self._pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
@@ -124,15 +126,34 @@ class Store:
         return [(BY_KEY[key], obj) for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items()]
 
     # ---- watching ----------------------------------------------------------------------
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call `listener` synchronously after every change. Returns the unsubscribe function."""
-        self._listeners.append(listener)
+    def subscribe(
+        self, listener: Listener, kinds: Iterable[ResourceType] | None = None
+    ) -> Callable[[], None]:
+        """Call `listener` synchronously after every change (of the `kinds` given, else of any type).
+
+        Listeners are called in the order they subscribed, whatever their kinds. Returns the
+        unsubscribe function.
+        """
+        entry = (listener, None if kinds is None else frozenset(rt.key for rt in kinds))
+        self._subscriptions.append(entry)
+        self._listeners_by_kind.clear()
 
         def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            for i, subscription in enumerate(self._subscriptions):
+                if subscription is entry:
+                    del self._subscriptions[i]
+                    self._listeners_by_kind.clear()
+                    return
 
         return unsubscribe
+
+    def _listeners_of(self, kind: str) -> tuple[Listener, ...]:
+        listeners = self._listeners_by_kind.get(kind)
+        if listeners is None:
+            listeners = self._listeners_by_kind[kind] = tuple(
+                listener for listener, kinds in self._subscriptions if kinds is None or kind in kinds
+            )
+        return listeners
 
     def events_since(self, resource_version: int) -> builtins.list[WatchEvent]:
         """Changes after `resource_version`; raises Gone if that version is no longer in the history."""
@@ -147,7 +168,7 @@ class Store:
     def _emit(self, event_type: str, rt: ResourceType, obj: Obj) -> None:
         event = WatchEvent(event_type, rt, obj, int(obj["metadata"]["resourceVersion"]))
         self._history.append(event)
-        for listener in list(self._listeners):
+        for listener in self._listeners_of(rt.key):
             listener(event)
 
     def _next_rv(self) -> str:

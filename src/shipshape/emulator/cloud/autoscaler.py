@@ -213,7 +213,7 @@ class ClusterAutoscaler:
         store = self.cloud.c.store
         for pod in store.iter(PODS):
             self._index(pod, deleted=False)
-        store.subscribe(self._on_change)
+        store.subscribe(self._on_change, kinds=(PODS,))
         self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
 
     # ---- indexes kept from the watch, so a scan does not walk every pod -------------------------

@@ -111,7 +111,7 @@ class KubeletModel:
         }
         self._missing_images = {images.normalize(name) for name in self.settings.missing_images}
         cluster.services["kubelet"] = self
-        cluster.store.subscribe(self._on_change)
+        cluster.store.subscribe(self._on_change, kinds=(PODS, NODES))
         for pod in cluster.store.iter(PODS):
             created = pod["metadata"].get("creationTimestamp")
             self.timeline_record(pod["metadata"]["uid"]).setdefault(
