@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
 from shipshape.emulator.kubelet.pods import PodWorker
-from shipshape.emulator.kubelet.resources import admission_check
+from shipshape.emulator.kubelet.resources import admission_check, pod_requests
 from shipshape.emulator.resources import LEASES, NODES, PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
@@ -302,12 +302,21 @@ class NodeAgent:
             worker.terminate()
             return
         active = [w.pod for w in self.workers.values() if w.alive]
-        rejection = admission_check(pod, (self.node.get("status") or {}).get("allocatable") or {}, active)
+        rejection = admission_check(
+            pod,
+            (self.node.get("status") or {}).get("allocatable") or {},
+            active,
+            requests_of=self._admitted_requests,
+        )
         if rejection is not None:
             worker.reject(rejection.reason, rejection.message)
             return
         self.workers[uid] = worker
         worker.start()
+
+    def _admitted_requests(self, pod: Obj) -> Mapping[str, int]:
+        worker = self.workers.get(pod["metadata"]["uid"])
+        return worker.requests() if worker is not None and worker.pod is pod else pod_requests(pod)
 
     def pod_finished(self, worker: PodWorker) -> None:
         """The pod reached Succeeded/Failed on its own: it no longer counts against the node."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
-from shipshape.emulator.kubelet.resources import qos_class
+from shipshape.emulator.kubelet.resources import pod_requests, qos_class
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube.clock import parse_time, rfc3339
@@ -292,6 +292,13 @@ class PodWorker:
         self.sli_recorded = False
         self._timers: dict[int, Timer] = {}  # pending timers of this pod, by a unique key
         self._flush_scheduled = False
+        self._requests: dict[str, int] | None = None
+
+    def requests(self) -> dict[str, int]:
+        """The admitted pod's effective requests (computed once: the admitted spec does not change)."""
+        if self._requests is None:
+            self._requests = pod_requests(self.pod)
+        return self._requests
 
     # ---- plumbing ------------------------------------------------------------------------
     @property

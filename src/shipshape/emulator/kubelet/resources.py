@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +85,17 @@ class Rejection:
     message: str
 
 
-def admission_check(pod: Obj, allocatable: Mapping[str, Any], admitted: Iterable[Obj]) -> Rejection | None:
-    """The kubelet's resource fit check against the pods it already runs (None = admitted)."""
+def admission_check(
+    pod: Obj,
+    allocatable: Mapping[str, Any],
+    admitted: Iterable[Obj],
+    *,
+    requests_of: Callable[[Obj], Mapping[str, int]] = pod_requests,
+) -> Rejection | None:
+    """The kubelet's resource fit check against the pods it already runs (None = admitted).
+
+    `requests_of` gives an admitted pod's effective requests (a caller may remember them).
+    """
     capacity = _amounts(allocatable)
     pods = list(admitted)
     max_pods = capacity.get("pods", 110)
@@ -95,7 +104,7 @@ def admission_check(pod: Obj, allocatable: Mapping[str, Any], admitted: Iterable
     wanted = pod_requests(pod)
     used: dict[str, int] = {}
     for other in pods:
-        for name, amount in pod_requests(other).items():
+        for name, amount in requests_of(other).items():
             used[name] = used.get(name, 0) + amount
     ordered = [n for n in _CHECK_ORDER if n in wanted] + sorted(n for n in wanted if n not in _CHECK_ORDER)
     for name in ordered:
