@@ -8,9 +8,10 @@ from typing import Any
 
 from shipshape.emulator.admission import UserInfo
 from shipshape.emulator.controllers import podutil
+from shipshape.emulator.controllers.claims import OrphanIndex
 from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.resources import PODS, ResourceType
-from shipshape.emulator.runtime import Reconciler
+from shipshape.emulator.runtime import Cluster, Reconciler
 from shipshape.emulator.store import Obj, Store, WatchEvent
 from shipshape.kube import errors
 
@@ -155,3 +156,25 @@ def namespace_terminating(error: errors.ApiError) -> bool:
     if any(c.get("reason") == "NamespaceTerminating" for c in causes):
         return True
     return error.message.endswith("because it is being terminated")
+
+
+class PodOwnerController(Controller):
+    """A controller whose objects own pods it creates and deletes (ReplicaSet, DaemonSet, Job).
+
+    It keeps upstream's expectations of in-flight creations and deletions, and an index of
+    orphaned pods it may adopt by selector.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expectations: Expectations | None = None
+        self._orphans = OrphanIndex(PODS)
+
+    def start(self, cluster: Cluster) -> None:
+        self._expectations = Expectations(cluster.clock)
+        super().start(cluster)
+
+    @property
+    def expectations(self) -> Expectations:
+        assert self._expectations is not None, f"{self.name} used before start()"
+        return self._expectations

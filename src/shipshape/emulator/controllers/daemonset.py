@@ -17,15 +17,13 @@ from typing import Any
 import orjson
 
 from shipshape.emulator.controllers import podutil
-from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import OrphanIndex, claim
+from shipshape.emulator.controllers.base import PodOwnerController
+from shipshape.emulator.controllers.claims import claim
 from shipshape.emulator.controllers.deploymentutil import compute_hash
-from shipshape.emulator.controllers.expectations import Expectations
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
 from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
-from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
 from shipshape.kube import errors
 from shipshape.kube.scheduling import node_affinity_matches, untolerated_taints
@@ -143,27 +141,16 @@ def _by_creation_and_phase(a: Obj, b: Obj) -> int:
     return -1 if ka < kb else (1 if ka > kb else 0)
 
 
-class DaemonSetController(Controller):
+class DaemonSetController(PodOwnerController):
     name = "daemonset-controller"
     service_account = "daemon-set-controller"
     watches = (DAEMONSETS, PODS, NODES, CONTROLLERREVISIONS)
 
     def __init__(self) -> None:
         super().__init__()
-        self._expectations: Expectations | None = None
-        self._orphans = OrphanIndex(PODS)
         self._node_fingerprints: dict[str, Any] = {}
         self._pod_version: tuple[str, Any] | None = None
         self._pod: Obj = {}
-
-    def start(self, cluster: Cluster) -> None:
-        self._expectations = Expectations(cluster.clock)
-        super().start(cluster)
-
-    @property
-    def expectations(self) -> Expectations:
-        assert self._expectations is not None
-        return self._expectations
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.emulator.controllers import podutil
-from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import OrphanIndex, claim
-from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.controllers.base import PodOwnerController
+from shipshape.emulator.controllers.claims import claim
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import JOBS, PODS
-from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
 from shipshape.kube import errors
 from shipshape.kube.clock import parse_time, rfc3339
@@ -53,26 +51,15 @@ def is_finished(job: Obj) -> bool:
     )
 
 
-class JobController(Controller):
+class JobController(PodOwnerController):
     name = "job-controller"
     watches = (JOBS, PODS)
 
     def __init__(self) -> None:
         super().__init__()
-        self._expectations: Expectations | None = None
         self._backoff: dict[Key, _Backoff] = {}
         # Tracked pods removed before being counted: uid -> (outcome, completion index).
         self._vanished: dict[Key, dict[str, tuple[str, int | None]]] = {}
-        self._orphans = OrphanIndex(PODS)
-
-    def start(self, cluster: Cluster) -> None:
-        self._expectations = Expectations(cluster.clock)
-        super().start(cluster)
-
-    @property
-    def expectations(self) -> Expectations:
-        assert self._expectations is not None
-        return self._expectations
 
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object

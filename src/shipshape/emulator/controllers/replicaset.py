@@ -6,11 +6,9 @@ import logging
 from typing import Any
 
 from shipshape.emulator.controllers import podutil
-from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.claims import OrphanIndex, claim
-from shipshape.emulator.controllers.expectations import Expectations
+from shipshape.emulator.controllers.base import PodOwnerController
+from shipshape.emulator.controllers.claims import claim
 from shipshape.emulator.resources import PODS, REPLICASETS
-from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import DELETED, Obj, WatchEvent
 from shipshape.kube import errors
 from shipshape.kube.clock import rfc3339
@@ -31,29 +29,18 @@ def selector_of(obj: Obj) -> Selector | None:
         return None
 
 
-class ReplicaSetController(Controller):
+class ReplicaSetController(PodOwnerController):
     name = "replicaset-controller"
     watches = (REPLICASETS, PODS)
 
     def __init__(self) -> None:
         super().__init__()
-        self._expectations: Expectations | None = None
-        self._orphans = OrphanIndex(PODS)
         # The last creation/deletion failure, shown as ReplicaFailure until a later one succeeds.
         self._failing: dict[Key, tuple[str, str]] = {}
 
     def forget(self, key: Any) -> None:
         super().forget(key)
         self._failing.pop(key, None)
-
-    def start(self, cluster: Cluster) -> None:
-        self._expectations = Expectations(cluster.clock)
-        super().start(cluster)
-
-    @property
-    def expectations(self) -> Expectations:
-        assert self._expectations is not None
-        return self._expectations
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
