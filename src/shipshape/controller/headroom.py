@@ -1,17 +1,21 @@
 """Bodies for on-demand headroom: a PriorityClass below every workload and placeholder Deployments.
 
-Placeholders are pause containers with the requests of the pods one spot pool could lose
-(`decisions.headroom_plan`); replacements preempt them and start at once instead of waiting for a
-node, and the preempted placeholders wait for (or trigger) new on-demand capacity.
+Placeholders are pause containers with the requests of the pods one spot pool could lose that would
+not already fit in the free on-demand capacity (`uncovered_plan`); replacements preempt them and start at
+once instead of waiting for a node, and the preempted placeholders wait for (or trigger) new on-demand
+capacity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.decisions import HeadroomPlan
+from shipshape.controller.decisions import HeadroomPlan, PodState, headroom_plan, pod_requests
+from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CAPACITY_LABEL, CapacityType
 from shipshape.kube.quantity import format_bytes, format_cpu
+from shipshape.kube.scheduling import node_allocatable
 
 Obj = dict[str, Any]
 PRIORITY_CLASS = "shipshape-headroom"
@@ -19,6 +23,80 @@ PRIORITY_CLASS = "shipshape-headroom"
 PRIORITY_VALUE = -1000
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 HEADROOM_LABEL = "spot.shipshape.dev/headroom"
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _takes_placeholders(node: Mapping[str, Any]) -> bool:
+    """A Ready, schedulable on-demand node without NoSchedule/NoExecute taints (the placeholders
+    tolerate none), e.g. not a GPU node, not cordoned, not being removed."""
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    if (metadata.get("labels") or {}).get(CAPACITY_LABEL) != CapacityType.ON_DEMAND.value:
+        return False
+    if spec.get("unschedulable") or metadata.get("deletionTimestamp") or not _ready(node):
+        return False
+    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+
+
+def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[list[int]]:
+    """Free [cpu millicores, memory bytes, pod slots] on each on-demand node placeholders could use.
+
+    Every pod bound to the node counts as using its requests, placeholders included: the space they
+    hold is already headroom, and counting it as free would let the headroom shrink to nothing.
+    """
+    free: dict[str, list[int]] = {}
+    for node in nodes:
+        if _takes_placeholders(node):
+            allocatable = node_allocatable(node)
+            name = str((node.get("metadata") or {}).get("name"))
+            free[name] = [
+                allocatable.get("cpu", 0),
+                allocatable.get("memory", 0),
+                allocatable.get("pods", 110),
+            ]
+    for pod in pods:
+        slot = free.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        cpu, memory = pod_requests(pod)
+        slot[0] -= cpu
+        slot[1] -= memory
+        slot[2] -= 1
+    return [slot for slot in free.values() if slot[0] > 0 and slot[1] > 0 and slot[2] > 0]
+
+
+def _not_fitting(lost: Sequence[PodState], spare: Sequence[Sequence[int]]) -> list[PodState]:
+    """The lost pods that first-fit decreasing (by cpu, then memory) cannot place in the spare room."""
+    room = [list(slot) for slot in spare]
+    left: list[PodState] = []
+    for pod in sorted(lost, key=lambda p: (p.cpu_millis, p.memory_bytes, p.name), reverse=True):
+        for slot in room:
+            if slot[0] >= pod.cpu_millis and slot[1] >= pod.memory_bytes and slot[2] >= 1:
+                slot[0] -= pod.cpu_millis
+                slot[1] -= pod.memory_bytes
+                slot[2] -= 1
+                break
+        else:
+            left.append(pod)
+    return left
+
+
+def uncovered_plan(
+    pods_by_pool: Mapping[Pool, Sequence[PodState]], spare: Sequence[Sequence[int]]
+) -> HeadroomPlan:
+    """Placeholders for the largest set of pods one spot pool could lose that would not already fit
+    in the spare on-demand room (`on_demand_spare`).
+
+    Sizing them for every pod of the pool keeps on-demand nodes that hold nothing but placeholders
+    while the on-demand pools (at their minimum size, or half empty) already have room for the
+    replacements.
+    """
+    uncovered = {pool: _not_fitting(pods, spare) for pool, pods in pods_by_pool.items()}
+    return headroom_plan({pool: pods for pool, pods in uncovered.items() if pods})
 
 
 def priority_class(name: str = PRIORITY_CLASS, value: int = PRIORITY_VALUE) -> Obj:

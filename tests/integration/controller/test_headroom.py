@@ -1,11 +1,13 @@
 """Headroom: placeholder pods on on-demand capacity, sized from the largest set of pods one spot pool
-could lose, below every workload's priority; resized when the workloads change."""
+could lose that the free on-demand room would not take, below every workload's priority; resized (or
+removed) when the room changes."""
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,34 +36,61 @@ def largest_spot_pool(cluster: ServedCluster) -> int:
     return max(pools.values(), default=0)
 
 
-def placeholders_ready(cluster: ServedCluster, count: int) -> bool:
-    dep = cluster.get(DEPLOYMENTS, NAMESPACE, PLACEHOLDER)
-    if dep is None or dep["spec"]["replicas"] != count:
-        return False
-    pods = [
+BALLAST = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ballast}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: ballast}}
+  template:
+    metadata: {labels: {app: ballast}}
+    spec:
+      nodeSelector: {node.kubernetes.io/capacity: on-demand}
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: pause
+        image: busybox:1.36
+        resources: {requests: {cpu: 3800m, memory: 64Mi}}
+"""
+
+
+def placeholder_pods(cluster: ServedCluster) -> list[dict[str, Any]]:
+    return [
         p
         for p in cluster.objects(PODS, NAMESPACE)
         if p["metadata"]["labels"].get("app.kubernetes.io/name") == PLACEHOLDER
+        and not p["metadata"].get("deletionTimestamp")
     ]
-    return len(ready_pods(pods)) == count == len(pods)
 
 
-def test_placeholders_follow_the_largest_spot_pool(tmp_path: Path) -> None:
+def placeholders_wanted(cluster: ServedCluster) -> int | None:
+    dep = cluster.get(DEPLOYMENTS, NAMESPACE, PLACEHOLDER)
+    return None if dep is None else int(dep["spec"]["replicas"])
+
+
+def test_placeholders_cover_what_the_on_demand_room_cannot_take(tmp_path: Path) -> None:
     loops = LoopSettings(headroom_enabled=True, headroom_interval_seconds=10)
     with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "c", loops=loops):
+        # Each on-demand node (3920m allocatable) keeps 120m once a ballast pod takes 3800m: room for
+        # the web pods that go on-demand, none for the ones a spot pool could lose.
+        cluster.kubectl("apply", "-f", "-", stdin=BALLAST)
+        cluster.wait("ballast ready", lambda: len(ready_pods(cluster.pods(app="ballast"))) == 2, 120)
         cluster.kubectl("apply", "-f", "-", stdin=WEB)
         cluster.wait("10 ready replicas", lambda: len(ready_pods(cluster.pods(app="web"))) == 10, 120)
         expected = largest_spot_pool(cluster)
         assert expected == 3  # 6 spot replicas over two pools
-        cluster.wait("placeholders for the largest pool", lambda: placeholders_ready(cluster, expected), 120)
+        cluster.wait(
+            "placeholders for the largest pool", lambda: placeholders_wanted(cluster) == expected, 120
+        )
         priority = cluster.get(PRIORITYCLASSES, "", "shipshape-headroom")
         assert priority is not None and priority["value"] == -1000 and priority["preemptionPolicy"] == "Never"
-        nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.objects(NODES)}
-        for pod in cluster.objects(PODS, NAMESPACE):
+        cluster.wait("placeholder pods", lambda: len(placeholder_pods(cluster)) == expected, 60)
+        for pod in placeholder_pods(cluster):
             assert pod["spec"]["priority"] == -1000
-            assert nodes[pod["spec"]["nodeName"]]["node.kubernetes.io/capacity"] == "on-demand"
+            assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
 
-        cluster.kubectl(
-            "scale", "deployment/web", "--replicas=4"
-        )  # base 2 + 1 spot: one pod per pool at most
-        cluster.wait("placeholders resized", lambda: placeholders_ready(cluster, 1), 120)
+        # The ballast gone, the on-demand room takes a whole pool's pods: no placeholders are kept.
+        cluster.kubectl("scale", "deployment/ballast", "--replicas=0")
+        cluster.wait("placeholders removed", lambda: placeholders_wanted(cluster) is None, 120)
+        cluster.wait("placeholder pods gone", lambda: not placeholder_pods(cluster), 60)

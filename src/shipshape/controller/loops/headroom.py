@@ -1,7 +1,7 @@
 """Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
-pods one spot pool could lose (`decisions.headroom_plan`), so that replacements after a notice preempt
-placeholders and start at once. Keeps the PriorityClass, creates/updates the placeholders and removes
-the ones no longer needed.
+pods one spot pool could lose that the free on-demand room would not already take (`uncovered_plan`),
+so that replacements after a notice preempt placeholders or land in free room and start at once. Keeps
+the PriorityClass, creates/updates the placeholders and removes the ones no longer needed.
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import headroom_plan, spot_pods_by_pool
-from shipshape.controller.headroom import HEADROOM_LABEL, placeholder_deployments, priority_class
+from shipshape.controller.decisions import spot_pods_by_pool
+from shipshape.controller.headroom import (
+    HEADROOM_LABEL,
+    on_demand_spare,
+    placeholder_deployments,
+    priority_class,
+    uncovered_plan,
+)
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
 
@@ -46,7 +52,8 @@ class HeadroomKeeper(Reconciler):
             return
         namespace = self.config.namespace
         with self.reading():
-            plan = headroom_plan(spot_pods_by_pool(m.state for m in self.managed()))
+            spare = on_demand_spare(self.cache.objects("Node"), self.cache.objects("Pod"))
+            plan = uncovered_plan(spot_pods_by_pool(m.state for m in self.managed()), spare)
             wanted = placeholder_deployments(plan, namespace)
             existing = {
                 d["metadata"]["name"]: d

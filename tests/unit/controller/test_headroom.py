@@ -1,0 +1,90 @@
+"""Headroom sizing: placeholders only for the pods one spot pool could lose that the free on-demand
+room would not already take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shipshape.controller.decisions import PodState
+from shipshape.controller.headroom import on_demand_spare, uncovered_plan
+from shipshape.controller.placement import Pool
+from shipshape.controller.policy import CapacityType
+
+from .builders import node
+
+GIB = 2**30
+POOL_A = Pool("m5.large", "us-east-1a")
+POOL_B = Pool("m5.large", "us-east-1b")
+
+
+def ready_node(
+    name: str, capacity: str, cpu: str = "4", memory: str = "16Gi", **kwargs: Any
+) -> dict[str, Any]:
+    body = node(name, capacity, **kwargs)
+    body["status"] = {
+        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return body
+
+
+def bound(name: str, node_name: str, cpu: str, memory: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def spot_pod(name: str, pool: Pool, cpu_millis: int, memory_bytes: int) -> PodState:
+    return PodState(name, CapacityType.SPOT, pool, f"{pool.zone}-node", True, None, cpu_millis, memory_bytes)
+
+
+def test_spare_counts_every_bound_pod_on_schedulable_on_demand_nodes_only() -> None:
+    cordoned = ready_node("od-cordoned", "on-demand")
+    cordoned["spec"]["unschedulable"] = True
+    not_ready = ready_node("od-booting", "on-demand")
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    nodes = [
+        ready_node("od-1", "on-demand"),
+        ready_node("spot-1", "spot"),
+        ready_node("gpu-1", "on-demand", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+        cordoned,
+        not_ready,
+        ready_node("od-full", "on-demand", cpu="1"),
+    ]
+    pods = [
+        bound("web-1", "od-1", "500m", "1Gi"),
+        bound("placeholder-1", "od-1", "1", "2Gi"),  # the room placeholders hold is not spare
+        bound("done", "od-1", "2", "8Gi", phase="Succeeded"),
+        bound("web-2", "spot-1", "1", "1Gi"),
+        bound("web-3", "od-full", "1", "1Gi"),
+    ]
+    assert on_demand_spare(nodes, pods) == [[2500, 13 * GIB, 108]]
+
+
+def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:
+    pods_by_pool = {
+        POOL_A: [spot_pod(f"a-{i}", POOL_A, 1000, GIB) for i in range(3)],
+        POOL_B: [spot_pod("b-0", POOL_B, 2000, 4 * GIB)],
+    }
+    # 1.5 cores take one pod of pool a (two left: 2.5 weighed) but not pool b's (2 cores + 4 GiB: 3).
+    plan = uncovered_plan(pods_by_pool, [[1500, 8 * GIB, 10]])
+    assert plan.pool == POOL_B
+    assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(2000, 4 * GIB, 1)]
+    # Two cores: pool b's pod fits, and two of pool a's; pool a's third pod is the largest loss.
+    plan = uncovered_plan(pods_by_pool, [[2000, 8 * GIB, 10]])
+    assert plan.pool == POOL_A
+    assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(1000, GIB, 1)]
+
+
+def test_no_placeholders_when_the_on_demand_room_takes_any_pool_whole() -> None:
+    pods_by_pool = {POOL_A: [spot_pod(f"a-{i}", POOL_A, 500, GIB) for i in range(4)]}
+    plan = uncovered_plan(pods_by_pool, [[1000, 2 * GIB, 10], [1000, 2 * GIB, 10]])
+    assert plan.pool is None and plan.placeholders == ()
+    # One pod slot short on the second node: one placeholder of that pod's shape.
+    plan = uncovered_plan(pods_by_pool, [[1000, 2 * GIB, 10], [1000, 2 * GIB, 1]])
+    assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 1)]
