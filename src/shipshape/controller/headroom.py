@@ -42,11 +42,24 @@ def _takes_placeholders(node: Mapping[str, Any]) -> bool:
     return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
 
 
-def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[list[int]]:
-    """Free [cpu millicores, memory bytes, pod slots] on each on-demand node placeholders could use.
+def _is_placeholder(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
 
-    Every pod bound to the node counts as using its requests, placeholders included: the space they
-    hold is already headroom, and counting it as free would let the headroom shrink to nothing.
+
+def _is_daemon(pod: Mapping[str, Any]) -> bool:
+    return any(
+        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[list[int]]:
+    """Free [cpu millicores, memory bytes, pod slots] on each on-demand node that runs workload pods
+    and could take placeholders.
+
+    The room placeholders hold counts as free (replacements preempt them), which keeps the answer
+    independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
+    and placeholders) count for nothing: the autoscaler may remove them, unless the placeholders this
+    plan asks for keep them.
     """
     free: dict[str, list[int]] = {}
     for node in nodes:
@@ -58,15 +71,23 @@ def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[s
                 allocatable.get("memory", 0),
                 allocatable.get("pods", 110),
             ]
+    held: set[str] = set()
     for pod in pods:
-        slot = free.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        slot = free.get(node_name)
         if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
+        if _is_placeholder(pod):
+            continue
+        if not _is_daemon(pod):
+            held.add(node_name)
         cpu, memory = pod_requests(pod)
         slot[0] -= cpu
         slot[1] -= memory
         slot[2] -= 1
-    return [slot for slot in free.values() if slot[0] > 0 and slot[1] > 0 and slot[2] > 0]
+    return [
+        slot for name, slot in free.items() if name in held and slot[0] > 0 and slot[1] > 0 and slot[2] > 0
+    ]
 
 
 def _not_fitting(lost: Sequence[PodState], spare: Sequence[Sequence[int]]) -> list[PodState]:

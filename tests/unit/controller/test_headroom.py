@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from shipshape.controller.decisions import PodState
-from shipshape.controller.headroom import on_demand_spare, uncovered_plan
+from shipshape.controller.headroom import HEADROOM_LABEL, on_demand_spare, uncovered_plan
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
 
@@ -39,11 +39,17 @@ def bound(name: str, node_name: str, cpu: str, memory: str, phase: str = "Runnin
     }
 
 
+def placeholder(node_name: str) -> dict[str, Any]:
+    pod = bound(f"placeholder-{node_name}", node_name, "1", "2Gi")
+    pod["metadata"]["labels"] = {HEADROOM_LABEL: "true"}
+    return pod
+
+
 def spot_pod(name: str, pool: Pool, cpu_millis: int, memory_bytes: int) -> PodState:
     return PodState(name, CapacityType.SPOT, pool, f"{pool.zone}-node", True, None, cpu_millis, memory_bytes)
 
 
-def test_spare_counts_every_bound_pod_on_schedulable_on_demand_nodes_only() -> None:
+def test_spare_is_the_room_workload_pods_leave_on_schedulable_on_demand_nodes_they_hold() -> None:
     cordoned = ready_node("od-cordoned", "on-demand")
     cordoned["spec"]["unschedulable"] = True
     not_ready = ready_node("od-booting", "on-demand")
@@ -55,15 +61,23 @@ def test_spare_counts_every_bound_pod_on_schedulable_on_demand_nodes_only() -> N
         cordoned,
         not_ready,
         ready_node("od-full", "on-demand", cpu="1"),
+        ready_node("od-placeholders-only", "on-demand"),
     ]
+    daemon = bound("agent-1", "od-1", "100m", "1Gi")
+    daemon["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "agent", "controller": True}]
+    lone_daemon = bound("agent-2", "od-placeholders-only", "100m", "1Gi")
+    lone_daemon["metadata"]["ownerReferences"] = daemon["metadata"]["ownerReferences"]
     pods = [
         bound("web-1", "od-1", "500m", "1Gi"),
-        bound("placeholder-1", "od-1", "1", "2Gi"),  # the room placeholders hold is not spare
+        daemon,
+        placeholder("od-1"),  # preempted by replacements: its room counts as spare
         bound("done", "od-1", "2", "8Gi", phase="Succeeded"),
         bound("web-2", "spot-1", "1", "1Gi"),
         bound("web-3", "od-full", "1", "1Gi"),
+        lone_daemon,
+        placeholder("od-placeholders-only"),  # a node the autoscaler may remove: no spare
     ]
-    assert on_demand_spare(nodes, pods) == [[2500, 13 * GIB, 108]]
+    assert on_demand_spare(nodes, pods) == [[3400, 14 * GIB, 108]]
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:
