@@ -11,8 +11,9 @@ decision annotation) appears, or after a TTL (the pod was never created).
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,8 +198,18 @@ class ClusterCache:
         self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
         self._assumed_totals: dict[GroupKey, GroupCounts] = {}
         self._node_summary: NodeSummary | None = None
-        # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when nodes do.
+        # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
+        # placement (its capacity type or pool) does, or a node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
+        # Versions of what a workload's state is derived from, so that the loops rebuild only the
+        # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
+        # namespace, node placements. `_derived` keeps one derived value per workload.
+        self._versions = itertools.count(1)
+        self._group_versions: dict[GroupKey, int] = {}
+        self._pdb_versions: dict[str, int] = {}
+        self._node_version = 0
+        self._replicasets_of: dict[tuple[str, str], set[str]] = {}
+        self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -224,28 +235,65 @@ class ClusterCache:
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind == "Node":
             self._node_summary = None
-            self._placements.clear()
+            old = self._objects["Node"].get(key)
+            if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):
+                self._nodes_moved()
         elif kind == "Pod":
             self._placements.pop(key, None)
-        if kind == "Pod":
             self._unindex_pod(key)
             group = self._group_of_pod(obj)
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
+                self._touch(group)
             decision = read_decision(obj)
             if decision is not None and isinstance(decision.get("id"), str):
                 self._forget(decision["id"])
+        elif kind == "ReplicaSet":
+            self._unindex_replicaset(key)
+            owner = controller_ref(obj)
+            if owner is not None and owner.get("kind") == "Deployment":
+                self._replicasets_of.setdefault((key[0], str(owner.get("name"))), set()).add(key[1])
+            self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
+        elif kind == "PodDisruptionBudget":
+            self._pdb_versions[key[0]] = next(self._versions)
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind == "Node":
             self._node_summary = None
-            self._placements.clear()
+            if key in self._objects["Node"]:
+                self._nodes_moved()
         elif kind == "Pod":
             self._placements.pop(key, None)
-        if kind == "Pod":
             self._unindex_pod(key)
+        elif kind == "ReplicaSet":
+            self._unindex_replicaset(key)
+            self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
+        elif kind == "PodDisruptionBudget":
+            self._pdb_versions[key[0]] = next(self._versions)
+        elif kind in ("Deployment", "StatefulSet"):
+            self._derived.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
+
+    def _nodes_moved(self) -> None:
+        """A node came, went or changed capacity type or pool: every placement is read again."""
+        self._placements.clear()
+        self._node_version = next(self._versions)
+
+    def _touch(self, group: GroupKey) -> None:
+        self._group_versions[group] = next(self._versions)
+
+    def _unindex_replicaset(self, key: tuple[str, str]) -> None:
+        old = self._objects["ReplicaSet"].get(key)
+        owner = controller_ref(old) if old is not None else None
+        if owner is None or owner.get("kind") != "Deployment":
+            return
+        deployment = (key[0], str(owner.get("name")))
+        names = self._replicasets_of.get(deployment)
+        if names is not None:
+            names.discard(key[1])
+            if not names:
+                del self._replicasets_of[deployment]
 
     def _unindex_pod(self, key: tuple[str, str]) -> None:
         old = self._objects["Pod"].get(key)
@@ -253,6 +301,7 @@ class ClusterCache:
             return
         group = self._group_of_pod(old)
         if group is not None:
+            self._touch(group)
             members = self._pods_by_group.get(group)
             if members is not None:
                 members.pop(key, None)
@@ -318,17 +367,60 @@ class ClusterCache:
             return self.pods_of_group(workload.group)
         uid = workload.obj.get("metadata", {}).get("uid")
         pods: list[Obj] = []
-        for rs in self._objects["ReplicaSet"].values():
-            owner = controller_ref(rs)
-            if owner is None or owner.get("kind") != "Deployment" or _key(rs)[0] != workload.namespace:
+        for name in self._replicaset_names(workload):
+            rs = self._objects["ReplicaSet"][(workload.namespace, name)]
+            owner = controller_ref(rs) or {}
+            if uid and owner.get("uid") not in (None, uid):
                 continue
-            if owner.get("name") != workload.name or (uid and owner.get("uid") not in (None, uid)):
-                continue
-            pods.extend(self.pods_of_group(GroupKey(workload.namespace, "ReplicaSet", _key(rs)[1])))
+            pods.extend(self.pods_of_group(GroupKey(workload.namespace, "ReplicaSet", name)))
         return pods
+
+    def _replicaset_names(self, workload: WorkloadRef) -> list[str]:
+        """Names of the ReplicaSets a Deployment controls, in name order (from the owner index)."""
+        return sorted(self._replicasets_of.get((workload.namespace, workload.name), ()))
+
+    # --- state derived per workload ---------------------------------------------------------------
+
+    def workload_inputs(self, workload: WorkloadRef) -> Hashable:
+        """A stamp of everything a workload's derived state reads besides the workload object itself:
+        equal stamps mean its pods, ReplicaSets, PDBs and node placements did not change."""
+        if workload.kind is WorkloadKind.STATEFULSET:
+            groups: tuple[tuple[str, int], ...] = (
+                (workload.group.name, self._group_versions.get(workload.group, 0)),
+            )
+        else:
+            groups = tuple(
+                (name, self._group_versions.get(GroupKey(workload.namespace, "ReplicaSet", name), 0))
+                for name in self._replicaset_names(workload)
+            )
+        return (self._node_version, self._pdb_versions.get(workload.namespace, 0), groups)
+
+    def derived(self, workload: WorkloadRef, inputs: Hashable) -> object | None:
+        """The value kept by `keep_derived` for this workload, if the workload object is the same one
+        and `inputs` (its stamp plus whatever else the caller derived it from) are equal."""
+        found = self._derived.get((workload.kind.value, workload.namespace, workload.name))
+        if found is None or found[0] is not workload.obj or found[1] != inputs:
+            return None
+        return found[2]
+
+    def keep_derived(self, workload: WorkloadRef, inputs: Hashable, value: object) -> None:
+        self._derived[(workload.kind.value, workload.namespace, workload.name)] = (
+            workload.obj,
+            inputs,
+            value,
+        )
 
     def placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
         """Where a pod runs (its node's labels) or, while unbound, where its decision sends it."""
+        key = _key(pod)
+        if self._objects["Pod"].get(key) is pod:
+            placement = self._placements.get(key)
+            if placement is None:
+                placement = self._placements[key] = self._placement_of(pod)
+            return placement
+        return self._placement_of(pod)
+
+    def _placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             node = self._objects["Node"].get(("", node_name))
@@ -358,7 +450,7 @@ class ClusterCache:
                 continue
             placement = self._placements.get(key)
             if placement is None:
-                placement = self._placements[key] = self.placement_of(pod)
+                placement = self._placements[key] = self._placement_of(pod)
             if placement[0] is not None:
                 counts.add(placement[0], placement[1])
         return counts

@@ -164,7 +164,24 @@ def availability_floor(workload: WorkloadRef, pdbs: Sequence[Mapping[str, Any]])
 
 
 def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
-    """The workload as the loops see it: its active pods with placement, readiness and requests."""
+    """The workload as the loops see it: its active pods with placement, readiness and requests.
+
+    Derived once per change of its inputs (the workload object, its pods and ReplicaSets, the PDBs
+    of its namespace, node placements, the policy) and kept in the cache, so a round over every
+    managed workload rebuilds only the ones that changed; the same inputs give the same state object.
+    """
+    inputs = (cache.workload_inputs(workload), policy)
+    kept = cache.derived(workload, inputs)
+    if isinstance(kept, WorkloadState):
+        return kept
+    state = _build_workload_state(cache, workload, policy)
+    cache.keep_derived(workload, inputs, state)
+    return state
+
+
+def _build_workload_state(
+    cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy
+) -> WorkloadState:
     all_pods = cache.pods_of_workload(workload)
     active = [pod for pod in all_pods if is_active(pod)]
     groups = {str((controller_ref(pod) or {}).get("name")) for pod in active}
@@ -252,14 +269,100 @@ def deletion_costs(
     return {name: rank for rank, name in enumerate(removal_order(pods, policy, pool_risk))}
 
 
-def deletion_cost_updates(state: WorkloadState, pool_risk: Mapping[Pool, float]) -> dict[str, str]:
-    """Only the annotations that must change (StatefulSets scale down by ordinal and need none)."""
+# pod-deletion-cost is an int32. Renumbered costs are spaced so that later pods fit between them.
+_COST_MIN, _COST_MAX = -(2**31), 2**31 - 1
+_COST_STEP = 100
+
+
+def deletion_cost_updates(
+    state: WorkloadState, pool_risk: Mapping[Pool, float], fixed: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The fewest annotations that make the pods' costs follow the removal order.
+
+    The ReplicaSet controller only compares costs, so costs already increasing along the wanted
+    order are kept (a pod that left does not shift everyone else's), and the pods that are new or
+    out of order get values between their kept neighbours; only when no such value exists are the
+    costs renumbered (0, 100, 200, ...). `fixed` pods (e.g. marked doomed by a surge) keep their cost and are
+    left out. StatefulSets scale down by ordinal and need none.
+    """
     if state.kind is not WorkloadKind.DEPLOYMENT:
         return {}
-    wanted = deletion_costs(state.pods, state.policy, pool_risk)
-    return {
-        pod.name: str(wanted[pod.name]) for pod in state.pods if pod.deletion_cost != str(wanted[pod.name])
-    }
+    order = [name for name in removal_order(state.pods, state.policy, pool_risk) if name not in fixed]
+    current = {pod.name: _cost_value(pod.deletion_cost) for pod in state.pods}
+    wanted = _fit_costs(order, [current[name] for name in order])
+    if wanted is None:
+        wanted = [rank * _COST_STEP for rank in range(len(order))]
+    return {name: str(cost) for name, cost in zip(order, wanted, strict=True) if current[name] != cost}
+
+
+def _cost_value(text: str | None) -> int | None:
+    try:
+        value = int(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is None or _COST_MIN <= value <= _COST_MAX else None
+
+
+def _fit_costs(order: Sequence[str], current: Sequence[int | None]) -> list[int] | None:
+    """Costs strictly increasing along `order` that keep as many current values as possible
+    (a longest increasing subsequence); None when the others cannot fit between their neighbours."""
+    known = [i for i, cost in enumerate(current) if cost is not None]
+    # Longest strictly increasing subsequence of the known costs (O(n log n), first-found on ties).
+    tails: list[int] = []  # index into `known` of the smallest tail of each length
+    previous: dict[int, int] = {}
+    for position, index in enumerate(known):
+        cost = current[index]
+        assert cost is not None
+        low, high = 0, len(tails)
+        while low < high:
+            middle = (low + high) // 2
+            tail_cost = current[known[tails[middle]]]
+            assert tail_cost is not None
+            if tail_cost < cost:
+                low = middle + 1
+            else:
+                high = middle
+        if low:
+            previous[position] = tails[low - 1]
+        if low == len(tails):
+            tails.append(position)
+        else:
+            tails[low] = position
+    kept: set[int] = set()
+    if tails:
+        link: int | None = tails[-1]
+        while link is not None:
+            kept.add(known[link])
+            link = previous.get(link)
+    result: list[int | None] = [current[i] if i in kept else None for i in range(len(current))]
+    start = 0
+    while start < len(result):
+        if result[start] is not None:
+            start += 1
+            continue
+        end = start
+        while end < len(result) and result[end] is None:
+            end += 1
+        below = result[start - 1] if start > 0 else None
+        above = result[end] if end < len(result) else None
+        count = end - start
+        ranks = [rank * _COST_STEP for rank in range(start, end)]
+        if (below is None or below < ranks[0]) and (above is None or ranks[-1] < above):
+            values = ranks  # the spaced rank fits: keep the numbers readable
+        elif above is None:
+            assert below is not None
+            values = [below + _COST_STEP * (j + 1) for j in range(count)]
+        elif below is None:
+            values = [above - _COST_STEP * (count - j) for j in range(count)]
+        elif above - below - 1 >= count:  # spread over the gap, leaving room on both sides
+            values = [below + (above - below) * (j + 1) // (count + 1) for j in range(count)]
+        else:
+            return None
+        if values[0] < _COST_MIN or values[-1] > _COST_MAX:
+            return None
+        result[start:end] = values
+        start = end
+    return [value for value in result if value is not None]
 
 
 # --- rebalance ------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ class LoopSettings(BaseModel):
     # Pods the rebalancer may move per minute, cluster-wide (one per workload per round at most).
     rebalance_moves_per_minute: float = Field(default=6.0, gt=0)
     deletion_cost_interval_seconds: float = Field(default=5.0, gt=0)
+    # Deletion-cost annotations written per round at most (whole workloads; the rest wait a round).
+    deletion_cost_writes_per_round: int = Field(default=200, gt=0)
     fallback_interval_seconds: float = Field(default=10.0, gt=0)
     headroom_interval_seconds: float = Field(default=30.0, gt=0)
     headroom_enabled: bool = True

@@ -257,7 +257,7 @@ def test_deletion_costs_written_only_when_changed() -> None:
     keeper.reconcile(w.h.clock.now())
     written = {args[1]: args[2][DELETION_COST] for args in w.ops.of("annotate_pod")}
     assert sorted(written) == ["web-0", "web-1", "web-2", "web-3"]
-    assert sorted(written.values()) == ["0", "1", "2", "3"]
+    assert len({int(cost) for cost in written.values()}) == 4
     first_two = sorted(written, key=lambda pod: int(written[pod]))[:2]
     assert "web-0" not in first_two  # a scale-down to 2 removes spot pods (3 spot > 1 wanted)
     for pod, cost in written.items():
