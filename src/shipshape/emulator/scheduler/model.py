@@ -172,7 +172,7 @@ class SchedulerModel:
             self.queue.done(key)
             if kind == DELETED:
                 self.snapshot.remove_pod(key)
-                self._move(_ON_ASSIGNED_POD_DELETE)
+                self._move(_ON_ASSIGNED_POD_DELETE, freed_node=str(node_name))
                 return
             known = self.snapshot.pods.get(key)
             if known is not None and previous is not None and _same_for_scheduling(previous, pod):
@@ -222,8 +222,8 @@ class SchedulerModel:
         if changed:
             self._move(changed)
 
-    def _move(self, plugins: frozenset[str] | set[str] | None) -> None:
-        self._backoff_timers(self.queue.move(self._now(), plugins))
+    def _move(self, plugins: frozenset[str] | set[str] | None, freed_node: str | None = None) -> None:
+        self._backoff_timers(self.queue.move(self._now(), plugins, freed_node))
         self._kick()
 
     def _backoff_timers(self, entries: list[QueuedPod]) -> None:
@@ -335,12 +335,15 @@ class SchedulerModel:
         if decision.nominated_node:
             self._preempt(pod, info, decision)
         self._record_failure(pod, decision)
-        self._park(entry, decision.rejected_by)
+        short = [node for node, status in decision.statuses.items() if status.plugin == "NodeResourcesFit"]
+        # Known only when every node was tried (a node not in `statuses` might have been skipped).
+        complete = len(decision.statuses) == len(self.snapshot.node_list()) and not decision.nominated_node
+        self._park(entry, decision.rejected_by, short if complete else None)
 
-    def _park(self, entry: QueuedPod, plugins: Any) -> None:
+    def _park(self, entry: QueuedPod, plugins: Any, short_of_resources: list[str] | None = None) -> None:
         """Put a pod that failed among the unschedulable ones, with its 5-minute retry timer."""
         now = self._now()
-        self.queue.failed(entry, now, plugins)
+        self.queue.failed(entry, now, plugins, short_of_resources)
         self._expire_at(now + self.queue.max_unschedulable, entry.info.key)
 
     def _bind(self, pod: Obj, node: str) -> bool:

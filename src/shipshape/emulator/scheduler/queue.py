@@ -4,6 +4,12 @@ activeQ pops by priority, then by the time the pod entered it. A pod that failed
 unschedulable set until a cluster event that may help it (keyed on the plugins that rejected
 it) moves it back: to activeQ if its backoff (1 s doubling to 10 s) is over, else to backoffQ.
 Pods left unschedulable for 5 minutes are retried anyway.
+
+A pod that only lacked resources on some nodes (the others failed on node-local filters such as
+affinity or taints, which no pod deletion changes) is moved back by the deletion of an assigned pod
+only when that pod ran on one of those nodes: a deletion elsewhere cannot make it fit, and retrying
+it would only repeat the same failure (kube-scheduler's NodeResourcesFit hint re-queues on any
+deletion; the attempt it adds always fails the same way).
 """
 
 from __future__ import annotations
@@ -28,12 +34,17 @@ ALL_PLUGINS = frozenset(
 )
 
 
+_RESOURCES = frozenset({"NodeResourcesFit"})
+
+
 @dataclass(slots=True, eq=False)
 class QueuedPod:
     info: PodInfo
     timestamp: float  # when it last entered a queue
     attempts: int = 0
     unschedulable_plugins: frozenset[str] = field(default_factory=frozenset)
+    # Nodes NodeResourcesFit rejected in the last attempt (None: not known, any node may help).
+    short_of_resources: frozenset[str] | None = None
     where: str = "active"  # active | backoff | unschedulable | popped
     seq: int = 0
 
@@ -131,11 +142,18 @@ class SchedulingQueue:
     def backoff_expiry(self, entry: QueuedPod) -> float:
         return entry.timestamp + self.backoff_duration(entry)
 
-    def failed(self, entry: QueuedPod, now: float, plugins: Iterable[str]) -> None:
+    def failed(
+        self,
+        entry: QueuedPod,
+        now: float,
+        plugins: Iterable[str],
+        short_of_resources: Iterable[str] | None = None,
+    ) -> None:
         """A scheduling attempt failed: park it until something changes."""
         if entry.info.key not in self._entries:
             return
         entry.unschedulable_plugins = frozenset(plugins)
+        entry.short_of_resources = None if short_of_resources is None else frozenset(short_of_resources)
         entry.timestamp = now
         self._place(entry, "unschedulable")
 
@@ -146,20 +164,28 @@ class SchedulingQueue:
             self._place(entry, "backoff")
         return entry.where
 
-    def move(self, now: float, plugins: Iterable[str] | None = None) -> list[QueuedPod]:
+    def move(
+        self, now: float, plugins: Iterable[str] | None = None, freed_node: str | None = None
+    ) -> list[QueuedPod]:
         """A cluster event: move unschedulable pods that one of `plugins` (None: any) rejected.
 
+        `freed_node`: the event freed resources on that node only (an assigned pod's deletion).
         Returns the entries that went to backoffQ (their owner sets a timer for `expire`).
         """
         interested = None if plugins is None else frozenset(plugins)
         backing_off: list[QueuedPod] = []
         for entry in list(self._unschedulable.values()):
-            if (
-                interested is not None
-                and entry.unschedulable_plugins
-                and not (entry.unschedulable_plugins & interested)
-            ):
-                continue
+            if interested is not None and entry.unschedulable_plugins:
+                relevant = entry.unschedulable_plugins & interested
+                if not relevant:
+                    continue
+                if (
+                    freed_node is not None
+                    and relevant == _RESOURCES
+                    and entry.short_of_resources is not None
+                    and freed_node not in entry.short_of_resources
+                ):
+                    continue
             if self._move(entry, now) == "backoff":
                 backing_off.append(entry)
         return backing_off
