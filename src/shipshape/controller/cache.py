@@ -210,6 +210,8 @@ class ClusterCache:
         self._node_version = 0
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
+        # Pods not bound to a node yet (what the spot fallback scans).
+        self._unbound: dict[tuple[str, str], Obj] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -241,6 +243,10 @@ class ClusterCache:
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
+            if (obj.get("spec") or {}).get("nodeName"):
+                self._unbound.pop(key, None)
+            else:
+                self._unbound[key] = obj
             group = self._group_of_pod(obj)
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
@@ -266,6 +272,7 @@ class ClusterCache:
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
+            self._unbound.pop(key, None)
         elif kind == "ReplicaSet":
             self._unindex_replicaset(key)
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
@@ -315,6 +322,10 @@ class ClusterCache:
 
     def objects(self, kind: str) -> Iterator[Obj]:
         return iter(list(self._objects[kind].values()))
+
+    def unbound_pods(self) -> list[Obj]:
+        """Pods with no node yet, in the order they were first seen unbound."""
+        return list(self._unbound.values())
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         ns = self._objects["Namespace"].get(("", namespace))

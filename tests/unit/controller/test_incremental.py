@@ -5,7 +5,13 @@ from __future__ import annotations
 import itertools
 
 from shipshape.controller.cache import ClusterCache
-from shipshape.controller.decisions import PodState, WorkloadState, deletion_cost_updates, removal_order
+from shipshape.controller.decisions import (
+    PodState,
+    WorkloadState,
+    deletion_cost_updates,
+    removal_order,
+    workload_state,
+)
 from shipshape.controller.loops.base import workload_ref
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
@@ -30,8 +36,6 @@ def cluster() -> tuple[ClusterCache, dict[str, object]]:
 
 
 def state_of(cache: ClusterCache) -> WorkloadState:
-    from shipshape.controller.decisions import workload_state
-
     obj = cache.get("Deployment", "shop", "web")
     assert obj is not None
     return workload_state(cache, workload_ref(WorkloadKind.DEPLOYMENT, obj), POLICY)
@@ -130,3 +134,16 @@ def test_no_room_between_neighbours_renumbers_from_zero() -> None:
     crowded += (PodState("spot-7", SPOT, A, "n", True),)
     updates = deletion_cost_updates(dep_state(crowded), {})
     assert follows_order(applied(crowded, updates))
+
+
+def test_unbound_pods_are_indexed_until_bound_or_gone() -> None:
+    cache, objs = cluster()
+    rs = objs["rs"]
+    pending = pod_of(rs, "web-9")  # type: ignore[arg-type]
+    cache.apply(added(pending))
+    assert [p["metadata"]["name"] for p in cache.unbound_pods()] == ["web-9"]
+    cache.apply({"type": "MODIFIED", "object": pod_of(rs, "web-9", node="a-1")})  # type: ignore[arg-type]
+    assert cache.unbound_pods() == []
+    cache.apply(added(pod_of(rs, "web-8")))  # type: ignore[arg-type]
+    cache.apply({"type": "DELETED", "object": pod_of(rs, "web-8")})  # type: ignore[arg-type]
+    assert cache.unbound_pods() == []

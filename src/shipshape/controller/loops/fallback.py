@@ -38,7 +38,7 @@ class SpotFallback(Reconciler):
     def _scan(self, now: float) -> list[Fallback]:
         with self.reading():
             candidates = fallback_candidates(
-                self.cache.objects("Pod"), now, self.config.fallback_after_seconds, self.cache.spot_pools()
+                self.cache.unbound_pods(), now, self.config.fallback_after_seconds, self.cache.spot_pools()
             )
             nodes_by_pool: dict[Pool, set[str]] = {}
             for node in self.cache.objects("Node"):
