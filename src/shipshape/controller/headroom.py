@@ -132,6 +132,28 @@ def priority_class(name: str = PRIORITY_CLASS, value: int = PRIORITY_VALUE) -> O
     }
 
 
+def _packed_together() -> Obj:
+    """Placeholders prefer nodes that already hold placeholders.
+
+    Spread by the scheduler's default scoring (LeastAllocated), a few placeholders on every
+    otherwise-empty on-demand node keep each of those nodes from being scaled down; packed, the
+    headroom holds as few nodes as its size needs.
+    """
+    return {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {HEADROOM_LABEL: "true"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
 def placeholder_deployments(
     plan: HeadroomPlan, namespace: str, priority_class_name: str = PRIORITY_CLASS
 ) -> list[Obj]:
@@ -162,6 +184,7 @@ def placeholder_deployments(
                             "terminationGracePeriodSeconds": 0,
                             "automountServiceAccountToken": False,
                             "nodeSelector": {CAPACITY_LABEL: CapacityType.ON_DEMAND.value},
+                            "affinity": _packed_together(),
                             "containers": [
                                 {
                                     "name": "pause",

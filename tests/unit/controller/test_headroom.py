@@ -3,10 +3,17 @@ room would not already take."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from shipshape.controller.decisions import PodState
-from shipshape.controller.headroom import HEADROOM_LABEL, on_demand_spare, uncovered_plan
+from shipshape.controller.headroom import (
+    HEADROOM_LABEL,
+    on_demand_spare,
+    placeholder_deployments,
+    uncovered_plan,
+)
+from shipshape.controller.loops.headroom import _same
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
 
@@ -102,3 +109,17 @@ def test_no_placeholders_when_the_on_demand_room_takes_any_pool_whole() -> None:
     # One pod slot short on the second node: one placeholder of that pod's shape.
     plan = uncovered_plan(pods_by_pool, [[1000, 2 * GIB, 10], [1000, 2 * GIB, 1]])
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 1)]
+
+
+def test_placeholders_prefer_nodes_that_hold_placeholders_and_an_older_template_is_replaced() -> None:
+    plan = uncovered_plan({POOL_A: [spot_pod("a-0", POOL_A, 500, GIB)]}, [])
+    (body,) = placeholder_deployments(plan, "shipshape-system")
+    pod_spec = body["spec"]["template"]["spec"]
+    (term,) = pod_spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"] == {"matchLabels": {HEADROOM_LABEL: "true"}}
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert body["spec"]["template"]["metadata"]["labels"][HEADROOM_LABEL] == "true"
+    assert _same(copy.deepcopy(body), body)
+    older = copy.deepcopy(body)
+    del older["spec"]["template"]["spec"]["affinity"]
+    assert not _same(older, body)

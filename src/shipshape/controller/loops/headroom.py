@@ -25,15 +25,18 @@ LOG = logging.getLogger("shipshape.controller.loops.headroom")
 
 
 def _same(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
-    """The cached placeholder already has the replicas and template we want."""
+    """The cached placeholder already has the replicas, affinity and requests we want."""
     if have is None:
         return False
     have_spec, want_spec = have.get("spec") or {}, want["spec"]
     if have_spec.get("replicas") != want_spec["replicas"]:
         return False
-    have_containers = ((have_spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    want_containers = want_spec["template"]["spec"]["containers"]
-    return [c.get("resources") for c in have_containers] == [c["resources"] for c in want_containers]
+    have_pod = (have_spec.get("template") or {}).get("spec") or {}
+    want_pod = want_spec["template"]["spec"]
+    if have_pod.get("affinity") != want_pod.get("affinity"):
+        return False
+    have_containers = have_pod.get("containers") or []
+    return [c.get("resources") for c in have_containers] == [c["resources"] for c in want_pod["containers"]]
 
 
 class HeadroomKeeper(Reconciler):
