@@ -26,7 +26,7 @@ from shipshape.emulator.resources import (
     STATEFULSETS,
 )
 from shipshape.emulator.scheduler import framework, messages
-from shipshape.emulator.scheduler.plugins import Profile
+from shipshape.emulator.scheduler.plugins import Cycle, Profile
 from shipshape.emulator.scheduler.preemption import Budget
 from shipshape.emulator.scheduler.queue import ALL_PLUGINS, QueuedPod, SchedulingQueue
 from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, PodKey, pod_info, start_time
@@ -215,16 +215,29 @@ class SchedulerModel:
         before = _node_relevant(known.obj) if known is not None and known.obj is not None else None
         self.snapshot.set_node(node)
         if before is None:
-            self._move(None)
+            self._move(None, changed_node=name)
             return
         after = _node_relevant(node)
         changed = {plugin for plugin, value in after.items() if before[plugin] != value}
         if changed:
-            self._move(changed)
+            self._move(changed, changed_node=name)
 
-    def _move(self, plugins: frozenset[str] | set[str] | None, freed_node: str | None = None) -> None:
-        self._backoff_timers(self.queue.move(self._now(), plugins, freed_node))
+    def _move(
+        self,
+        plugins: frozenset[str] | set[str] | None,
+        freed_node: str | None = None,
+        changed_node: str | None = None,
+    ) -> None:
+        fits = None if changed_node is None else (lambda entry: self._passes_filters(entry, changed_node))
+        self._backoff_timers(self.queue.move(self._now(), plugins, freed_node, fits))
         self._kick()
+
+    def _passes_filters(self, entry: QueuedPod, node_name: str) -> bool:
+        """Whether a queued pod passes the filters on one node as the snapshot has it now."""
+        node = self.snapshot.nodes.get(node_name)
+        if node is None or node.obj is None:
+            return False
+        return Cycle(entry.info, self.snapshot, self.profile).filter(node) is None
 
     def _backoff_timers(self, entries: list[QueuedPod]) -> None:
         for entry in entries:

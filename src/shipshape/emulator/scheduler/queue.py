@@ -9,14 +9,16 @@ A pod that only lacked resources on some nodes (the others failed on node-local 
 affinity or taints, which no pod deletion changes) is moved back by the deletion of an assigned pod
 only when that pod ran on one of those nodes: a deletion elsewhere cannot make it fit, and retrying
 it would only repeat the same failure (kube-scheduler's NodeResourcesFit hint re-queues on any
-deletion; the attempt it adds always fails the same way).
+deletion; the attempt it adds always fails the same way). Likewise a node event re-queues a pod that
+only node-local filters rejected only when the pod passes the filters on that node now: the other
+nodes did not change, so an attempt could only end on that node.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from shipshape.emulator.scheduler.snapshot import PodInfo, PodKey
@@ -35,6 +37,10 @@ ALL_PLUGINS = frozenset(
 
 
 _RESOURCES = frozenset({"NodeResourcesFit"})
+# Filters whose verdict on a node depends on that node (and its own pods) alone.
+NODE_LOCAL_PLUGINS = frozenset(
+    {"NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit"}
+)
 
 
 @dataclass(slots=True, eq=False)
@@ -165,11 +171,17 @@ class SchedulingQueue:
         return entry.where
 
     def move(
-        self, now: float, plugins: Iterable[str] | None = None, freed_node: str | None = None
+        self,
+        now: float,
+        plugins: Iterable[str] | None = None,
+        freed_node: str | None = None,
+        fits_changed_node: Callable[[QueuedPod], bool] | None = None,
     ) -> list[QueuedPod]:
         """A cluster event: move unschedulable pods that one of `plugins` (None: any) rejected.
 
         `freed_node`: the event freed resources on that node only (an assigned pod's deletion).
+        `fits_changed_node`: the event changed one node only; whether a pod passes the filters there
+        (asked only of pods that node-local filters alone rejected).
         Returns the entries that went to backoffQ (their owner sets a timer for `expire`).
         """
         interested = None if plugins is None else frozenset(plugins)
@@ -186,6 +198,13 @@ class SchedulingQueue:
                     and freed_node not in entry.short_of_resources
                 ):
                     continue
+            if (
+                fits_changed_node is not None
+                and entry.unschedulable_plugins
+                and entry.unschedulable_plugins <= NODE_LOCAL_PLUGINS
+                and not fits_changed_node(entry)
+            ):
+                continue
             if self._move(entry, now) == "backoff":
                 backing_off.append(entry)
         return backing_off
