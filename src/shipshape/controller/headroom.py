@@ -1,7 +1,7 @@
 """Bodies for on-demand headroom: a PriorityClass below every workload and placeholder Deployments.
 
 Placeholders are pause containers with the requests of the pods one spot pool could lose that would
-not already fit in the free on-demand capacity (`uncovered_plan`); replacements preempt them and start at
+not already fit in the room left on other nodes (`uncovered_plan`); replacements preempt them and start at
 once instead of waiting for a node, and the preempted placeholders wait for (or trigger) new on-demand
 capacity.
 """
@@ -9,8 +9,10 @@ capacity.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from shipshape.controller.cache import node_pool
 from shipshape.controller.decisions import HeadroomPlan, PodState, headroom_plan, pod_requests
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CAPACITY_LABEL, CapacityType
@@ -30,12 +32,13 @@ def _ready(node: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _takes_placeholders(node: Mapping[str, Any]) -> bool:
-    """A Ready, schedulable on-demand node without NoSchedule/NoExecute taints (the placeholders
-    tolerate none), e.g. not a GPU node, not cordoned, not being removed."""
+def _takes_replacements(node: Mapping[str, Any]) -> bool:
+    """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
+    not cordoned, not under a notice, not being removed)."""
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
-    if (metadata.get("labels") or {}).get(CAPACITY_LABEL) != CapacityType.ON_DEMAND.value:
+    capacity = (metadata.get("labels") or {}).get(CAPACITY_LABEL)
+    if capacity not in (CapacityType.ON_DEMAND.value, CapacityType.SPOT.value):
         return False
     if spec.get("unschedulable") or metadata.get("deletionTimestamp") or not _ready(node):
         return False
@@ -52,9 +55,19 @@ def _is_daemon(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[list[int]]:
-    """Free [cpu millicores, memory bytes, pod slots] on each on-demand node that runs workload pods
-    and could take placeholders.
+@dataclass(frozen=True, slots=True)
+class Room:
+    """Free requests on one node: cpu millicores, memory bytes, pod slots; `pool` is the node's spot
+    pool (None on on-demand)."""
+
+    pool: Pool | None
+    cpu_millis: int
+    memory_bytes: int
+    pods: int
+
+
+def spare_room(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[Room]:
+    """The room left on each on-demand or spot node that runs workload pods.
 
     The room placeholders hold counts as free (replacements preempt them), which keeps the answer
     independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
@@ -62,8 +75,9 @@ def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[s
     plan asks for keep them.
     """
     free: dict[str, list[int]] = {}
+    pools: dict[str, Pool | None] = {}
     for node in nodes:
-        if _takes_placeholders(node):
+        if _takes_replacements(node):
             allocatable = node_allocatable(node)
             name = str((node.get("metadata") or {}).get("name"))
             free[name] = [
@@ -71,6 +85,7 @@ def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[s
                 allocatable.get("memory", 0),
                 allocatable.get("pods", 110),
             ]
+            pools[name] = node_pool(node)
     held: set[str] = set()
     for pod in pods:
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -86,16 +101,18 @@ def on_demand_spare(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[s
         slot[1] -= memory
         slot[2] -= 1
     return [
-        slot for name, slot in free.items() if name in held and slot[0] > 0 and slot[1] > 0 and slot[2] > 0
+        Room(pools[name], *slot)
+        for name, slot in free.items()
+        if name in held and slot[0] > 0 and slot[1] > 0 and slot[2] > 0
     ]
 
 
-def _not_fitting(lost: Sequence[PodState], spare: Sequence[Sequence[int]]) -> list[PodState]:
-    """The lost pods that first-fit decreasing (by cpu, then memory) cannot place in the spare room."""
-    room = [list(slot) for slot in spare]
+def _not_fitting(lost: Sequence[PodState], rooms: Iterable[Room]) -> list[PodState]:
+    """The lost pods that first-fit decreasing (by cpu, then memory) cannot place in the rooms."""
+    left_in = [[room.cpu_millis, room.memory_bytes, room.pods] for room in rooms]
     left: list[PodState] = []
     for pod in sorted(lost, key=lambda p: (p.cpu_millis, p.memory_bytes, p.name), reverse=True):
-        for slot in room:
+        for slot in left_in:
             if slot[0] >= pod.cpu_millis and slot[1] >= pod.memory_bytes and slot[2] >= 1:
                 slot[0] -= pod.cpu_millis
                 slot[1] -= pod.memory_bytes
@@ -106,17 +123,18 @@ def _not_fitting(lost: Sequence[PodState], spare: Sequence[Sequence[int]]) -> li
     return left
 
 
-def uncovered_plan(
-    pods_by_pool: Mapping[Pool, Sequence[PodState]], spare: Sequence[Sequence[int]]
-) -> HeadroomPlan:
+def uncovered_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], rooms: Sequence[Room]) -> HeadroomPlan:
     """Placeholders for the largest set of pods one spot pool could lose that would not already fit
-    in the spare on-demand room (`on_demand_spare`).
+    in the room left on the nodes outside that pool (`spare_room`): on-demand nodes and the other spot
+    pools' nodes, where the replacements, steered off the doomed pool, go.
 
     Sizing them for every pod of the pool keeps on-demand nodes that hold nothing but placeholders
-    while the on-demand pools (at their minimum size, or half empty) already have room for the
-    replacements.
+    while the cluster already has room for the replacements.
     """
-    uncovered = {pool: _not_fitting(pods, spare) for pool, pods in pods_by_pool.items()}
+    uncovered = {
+        pool: _not_fitting(pods, (room for room in rooms if room.pool != pool))
+        for pool, pods in pods_by_pool.items()
+    }
     return headroom_plan({pool: pods for pool, pods in uncovered.items() if pods})
 
 

@@ -1,5 +1,5 @@
 """Headroom: placeholder pods on on-demand capacity, sized from the largest set of pods one spot pool
-could lose that the free on-demand room would not take, below every workload's priority; resized (or
+could lose that the room on other nodes would not take, below every workload's priority; resized (or
 removed) when the room changes."""
 
 from __future__ import annotations
@@ -36,22 +36,24 @@ def largest_spot_pool(cluster: ServedCluster) -> int:
     return max(pools.values(), default=0)
 
 
-BALLAST = """
+def ballast(capacity: str, cpu: str) -> str:
+    """A DaemonSet taking `cpu` on every node of a capacity type (DaemonSet pods hold no node)."""
+    return f"""
 apiVersion: apps/v1
-kind: Deployment
-metadata: {name: ballast}
+kind: DaemonSet
+metadata: {{name: ballast-{capacity}}}
 spec:
-  replicas: 2
-  selector: {matchLabels: {app: ballast}}
+  selector: {{matchLabels: {{app: ballast-{capacity}}}}}
   template:
-    metadata: {labels: {app: ballast}}
+    metadata: {{labels: {{app: ballast-{capacity}}}}}
     spec:
-      nodeSelector: {node.kubernetes.io/capacity: on-demand}
+      nodeSelector: {{node.kubernetes.io/capacity: {capacity}}}
+      tolerations: [{{operator: Exists}}]
       terminationGracePeriodSeconds: 0
       containers:
       - name: pause
         image: busybox:1.36
-        resources: {requests: {cpu: 3800m, memory: 64Mi}}
+        resources: {{requests: {{cpu: {cpu}, memory: 64Mi}}}}
 """
 
 
@@ -69,17 +71,19 @@ def placeholders_wanted(cluster: ServedCluster) -> int | None:
     return None if dep is None else int(dep["spec"]["replicas"])
 
 
-def test_placeholders_cover_what_the_on_demand_room_cannot_take(tmp_path: Path) -> None:
+def test_placeholders_cover_what_the_room_outside_a_pool_cannot_take(tmp_path: Path) -> None:
     loops = LoopSettings(headroom_enabled=True, headroom_interval_seconds=10)
     with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "c", loops=loops):
-        # Each on-demand node (3920m allocatable) keeps 120m once a ballast pod takes 3800m: room for
-        # the web pods that go on-demand, none for the ones a spot pool could lose.
-        cluster.kubectl("apply", "-f", "-", stdin=BALLAST)
-        cluster.wait("ballast ready", lambda: len(ready_pods(cluster.pods(app="ballast"))) == 2, 120)
+        # On-demand nodes (3920m allocatable) keep 120m: room for their two web pods (50m), none for
+        # more. Spot nodes (1930m) keep 100m: a pool's three web pods land two and one, so the other
+        # pool has room for one of the three pods a pool could lose.
+        cluster.kubectl("apply", "-f", "-", stdin=ballast("on-demand", "3800m"))
+        cluster.kubectl("apply", "-f", "-", stdin=ballast("spot", "1830m"))
+        cluster.wait("ballast ready", lambda: len(ready_pods(cluster.objects(PODS, "default"))) == 6, 120)
         cluster.kubectl("apply", "-f", "-", stdin=WEB)
         cluster.wait("10 ready replicas", lambda: len(ready_pods(cluster.pods(app="web"))) == 10, 120)
-        expected = largest_spot_pool(cluster)
-        assert expected == 3  # 6 spot replicas over two pools
+        assert largest_spot_pool(cluster) == 3  # 6 spot replicas over two pools
+        expected = 2  # one of the three fits in the other pool
         cluster.wait(
             "placeholders for the largest pool", lambda: placeholders_wanted(cluster) == expected, 120
         )
@@ -90,7 +94,7 @@ def test_placeholders_cover_what_the_on_demand_room_cannot_take(tmp_path: Path) 
             assert pod["spec"]["priority"] == -1000
             assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
 
-        # The ballast gone, the on-demand room takes a whole pool's pods: no placeholders are kept.
-        cluster.kubectl("scale", "deployment/ballast", "--replicas=0")
+        # The on-demand ballast gone, the on-demand room takes a whole pool's pods: no placeholders.
+        cluster.kubectl("delete", "daemonset/ballast-on-demand")
         cluster.wait("placeholders removed", lambda: placeholders_wanted(cluster) is None, 120)
         cluster.wait("placeholder pods gone", lambda: not placeholder_pods(cluster), 60)

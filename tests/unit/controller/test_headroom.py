@@ -9,8 +9,9 @@ from typing import Any
 from shipshape.controller.decisions import PodState
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
-    on_demand_spare,
+    Room,
     placeholder_deployments,
+    spare_room,
     uncovered_plan,
 )
 from shipshape.controller.loops.headroom import _same
@@ -56,14 +57,14 @@ def spot_pod(name: str, pool: Pool, cpu_millis: int, memory_bytes: int) -> PodSt
     return PodState(name, CapacityType.SPOT, pool, f"{pool.zone}-node", True, None, cpu_millis, memory_bytes)
 
 
-def test_spare_is_the_room_workload_pods_leave_on_schedulable_on_demand_nodes_they_hold() -> None:
+def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() -> None:
     cordoned = ready_node("od-cordoned", "on-demand")
     cordoned["spec"]["unschedulable"] = True
     not_ready = ready_node("od-booting", "on-demand")
     not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     nodes = [
         ready_node("od-1", "on-demand"),
-        ready_node("spot-1", "spot"),
+        ready_node("spot-1", "spot", zone="us-east-1b"),
         ready_node("gpu-1", "on-demand", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
         cordoned,
         not_ready,
@@ -84,7 +85,7 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_on_demand_nodes_th
         lone_daemon,
         placeholder("od-placeholders-only"),  # a node the autoscaler may remove: no spare
     ]
-    assert on_demand_spare(nodes, pods) == [[3400, 14 * GIB, 108]]
+    assert spare_room(nodes, pods) == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:
@@ -93,22 +94,26 @@ def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:
         POOL_B: [spot_pod("b-0", POOL_B, 2000, 4 * GIB)],
     }
     # 1.5 cores take one pod of pool a (two left: 2.5 weighed) but not pool b's (2 cores + 4 GiB: 3).
-    plan = uncovered_plan(pods_by_pool, [[1500, 8 * GIB, 10]])
+    plan = uncovered_plan(pods_by_pool, [Room(None, 1500, 8 * GIB, 10)])
     assert plan.pool == POOL_B
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(2000, 4 * GIB, 1)]
     # Two cores: pool b's pod fits, and two of pool a's; pool a's third pod is the largest loss.
-    plan = uncovered_plan(pods_by_pool, [[2000, 8 * GIB, 10]])
+    plan = uncovered_plan(pods_by_pool, [Room(None, 2000, 8 * GIB, 10)])
     assert plan.pool == POOL_A
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(1000, GIB, 1)]
 
 
-def test_no_placeholders_when_the_on_demand_room_takes_any_pool_whole() -> None:
+def test_no_placeholders_when_the_room_outside_a_pool_takes_its_pods_whole() -> None:
     pods_by_pool = {POOL_A: [spot_pod(f"a-{i}", POOL_A, 500, GIB) for i in range(4)]}
-    plan = uncovered_plan(pods_by_pool, [[1000, 2 * GIB, 10], [1000, 2 * GIB, 10]])
+    plan = uncovered_plan(pods_by_pool, [Room(None, 1000, 2 * GIB, 10), Room(POOL_B, 1000, 2 * GIB, 10)])
     assert plan.pool is None and plan.placeholders == ()
     # One pod slot short on the second node: one placeholder of that pod's shape.
-    plan = uncovered_plan(pods_by_pool, [[1000, 2 * GIB, 10], [1000, 2 * GIB, 1]])
+    plan = uncovered_plan(pods_by_pool, [Room(None, 1000, 2 * GIB, 10), Room(POOL_B, 1000, 2 * GIB, 1)])
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 1)]
+    # The room on the pool's own nodes goes with them: it takes none of its pods.
+    plan = uncovered_plan(pods_by_pool, [Room(None, 1000, 2 * GIB, 10), Room(POOL_A, 1000, 2 * GIB, 10)])
+    assert plan.pool == POOL_A
+    assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 2)]
 
 
 def test_placeholders_prefer_nodes_that_hold_placeholders_and_an_older_template_is_replaced() -> None:

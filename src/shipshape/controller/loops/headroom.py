@@ -1,5 +1,5 @@
 """Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
-pods one spot pool could lose that the free on-demand room would not already take (`uncovered_plan`),
+pods one spot pool could lose that the room left on other nodes would not already take (`uncovered_plan`),
 so that replacements after a notice preempt placeholders or land in free room and start at once. Keeps
 the PriorityClass, creates/updates the placeholders and removes the ones no longer needed.
 """
@@ -13,9 +13,9 @@ from typing import Any
 from shipshape.controller.decisions import spot_pods_by_pool
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
-    on_demand_spare,
     placeholder_deployments,
     priority_class,
+    spare_room,
     uncovered_plan,
 )
 from shipshape.controller.loops.base import Reconciler
@@ -55,8 +55,8 @@ class HeadroomKeeper(Reconciler):
             return
         namespace = self.config.namespace
         with self.reading():
-            spare = on_demand_spare(self.cache.objects("Node"), self.cache.objects("Pod"))
-            plan = uncovered_plan(spot_pods_by_pool(m.state for m in self.managed()), spare)
+            rooms = spare_room(self.cache.objects("Node"), self.cache.objects("Pod"))
+            plan = uncovered_plan(spot_pods_by_pool(m.state for m in self.managed()), rooms)
             wanted = placeholder_deployments(plan, namespace)
             existing = {
                 d["metadata"]["name"]: d
