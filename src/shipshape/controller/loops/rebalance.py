@@ -3,7 +3,9 @@
 Moves go through the Eviction API (PodDisruptionBudgets apply); a single-replica Deployment is moved
 by a surge restart instead. A workload being surged for a notice is left to the interruption
 responder. The pace is rate-limited cluster-wide (`rebalance_moves_per_minute`), and a pod already
-evicted is not evicted again while the cache still shows it.
+evicted is not evicted again while the cache still shows it. A workload found balanced is not looked
+at again while its state (`decisions.workload_state` keeps one object per change of its inputs) and
+the placement view stay the same.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Move, MoveKind, next_move
+from shipshape.controller.decisions import Move, MoveKind, WorkloadState, next_move
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Managed, Reconciler
 from shipshape.controller.loops.interruptions import restart_patch, surging
 from shipshape.controller.ops import EvictionOutcome, OpsError
+from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
 
 LOG = logging.getLogger("shipshape.controller.loops.rebalance")
@@ -31,6 +34,8 @@ class Rebalancer(Reconciler):
         self._tokens = 1.0
         self._last = float("nan")
         self._recent: dict[str, float] = {}
+        # Workloads with no move to make: the state and view that said so.
+        self._balanced: dict[str, tuple[WorkloadState, PlacementView]] = {}
 
     @property
     def interval(self) -> float:
@@ -50,12 +55,21 @@ class Rebalancer(Reconciler):
         with self.reading():
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
+            balanced: dict[str, tuple[WorkloadState, PlacementView]] = {}
             for workload in self.managed():
                 if surging(workload.ref.obj) or _rolling_out(workload.ref.obj):
                     continue
+                key = workload.state.key
+                seen = self._balanced.get(key)
+                if seen is not None and seen[0] is workload.state and seen[1] == view:
+                    balanced[key] = seen
+                    continue
                 move = next_move(workload.state, view)
-                if move is not None and f"{workload.ref.namespace}/{move.pod}" not in self._recent:
+                if move is None:
+                    balanced[key] = (workload.state, view)
+                elif f"{workload.ref.namespace}/{move.pod}" not in self._recent:
                     moves.append((workload, move))
+            self._balanced = balanced
         for workload, move in moves:
             if self._tokens < 1.0:
                 break
