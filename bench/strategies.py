@@ -74,10 +74,13 @@ def main() -> None:
             "value": ours.below_min_available_minutes,
             "met": ours.below_min_available_minutes == 0,
         },
-        "wallSecondsPerStrategy": {
+        # The target is for 7 emulated days; shorter runs are scaled to a week (the first day,
+        # with the cluster's ramp-up, is the slowest, so the scaled figure is pessimistic).
+        "wallSecondsPerStrategyFor7Days": {
             "target": TARGET_WALL_SECONDS,
-            "value": round(max(res.wall_seconds for res in results), 1),
-            "met": all(res.wall_seconds < TARGET_WALL_SECONDS for res in results),
+            "value": round(max(res.wall_seconds for res in results) * 7.0 / args.days, 1),
+            "measuredOver7Days": args.days >= 7.0,
+            "met": all(res.wall_seconds * 7.0 / args.days < TARGET_WALL_SECONDS for res in results),
         },
     }
     body["emulatedDays"] = args.days
