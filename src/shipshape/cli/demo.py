@@ -269,8 +269,12 @@ class Show:
         )
         rows = pool_rows(self.cloud.pools_view(), store.list(NODES))
         table = Table(title="Nodes by pool", title_justify="left")
-        for column in ("pool", "capacity", "instance type", "zone", "ready/nodes", "$/hour"):
-            table.add_column(column, justify="right" if column in ("ready/nodes", "$/hour") else "left")
+        for column in ("pool", "capacity", "instance type", "zone", "ready", "$/hour"):
+            table.add_column(
+                column,
+                justify="right" if column in ("ready", "$/hour") else "left",
+                no_wrap=column == "pool",  # pool names are what the user types next: never cut them
+            )
         for row in rows:
             colour = "yellow" if row.capacity_type == "spot" else "cyan"
             table.add_row(
