@@ -16,7 +16,14 @@ import httpx
 import urllib3
 from kubernetes import client as k8s
 
-from shipshape.controller.ops import ApplyResult, EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.ops import (
+    ApplyResult,
+    EvictionOutcome,
+    ObjectRef,
+    OpsError,
+    delete_through,
+    evict_through,
+)
 from shipshape.controller.policy import WorkloadKind
 
 Obj = dict[str, Any]
@@ -75,29 +82,12 @@ class KubeOps:
         self._metadata.close()
 
     def evict(self, namespace: str, pod: str) -> EvictionOutcome:
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod, "namespace": namespace},
-        }
-        try:
-            call(self.core.create_namespaced_pod_eviction, pod, namespace, body)
-        except OpsError as error:
-            if error.status == 429:
-                return EvictionOutcome.BLOCKED
-            if error.status == 404:
-                return EvictionOutcome.GONE
-            raise
-        return EvictionOutcome.EVICTED
+        return evict_through(
+            lambda body: call(self.core.create_namespaced_pod_eviction, pod, namespace, body), namespace, pod
+        )
 
     def delete_pod(self, namespace: str, pod: str) -> bool:
-        try:
-            call(self.core.delete_namespaced_pod, pod, namespace)
-        except OpsError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        return delete_through(lambda: call(self.core.delete_namespaced_pod, pod, namespace))
 
     def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
@@ -166,13 +156,7 @@ class KubeOps:
     def delete(self, ref: ObjectRef) -> bool:
         if ref.kind != "Deployment":
             raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
-        try:
-            call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace)
-        except OpsError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        return delete_through(lambda: call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace))
 
     def read_secret(self, namespace: str, name: str) -> Obj | None:
         """The webhook's serving certificate is shared by the replicas through a Secret."""

@@ -59,6 +59,39 @@ class ObjectRef:
         )
 
 
+def eviction_body(namespace: str, pod: str) -> Obj:
+    """The policy/v1 Eviction a loop posts to a pod's `eviction` subresource."""
+    return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+
+
+def evict_through(post: Callable[[Obj], object], namespace: str, pod: str) -> EvictionOutcome:
+    """Post an Eviction with `post` and translate the API's answer into an `EvictionOutcome`.
+
+    Every `ClusterOps` implementation shares this: 429 means a PDB blocks it now, 404 that the pod
+    is already gone; any other `OpsError` propagates.
+    """
+    try:
+        post(eviction_body(namespace, pod))
+    except OpsError as error:
+        if error.status == 429:
+            return EvictionOutcome.BLOCKED
+        if error.status == 404:
+            return EvictionOutcome.GONE
+        raise
+    return EvictionOutcome.EVICTED
+
+
+def delete_through(send: Callable[[], object]) -> bool:
+    """Run a delete; True when it deleted something, False when the object was already gone (404)."""
+    try:
+        send()
+    except OpsError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
 class ClusterOps(Protocol):
     """The writes (and the one outside read) the loops make; everything else they read from the cache."""
 

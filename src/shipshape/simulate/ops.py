@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from shipshape.controller.ops import ApplyResult, EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.ops import (
+    ApplyResult,
+    EvictionOutcome,
+    ObjectRef,
+    OpsError,
+    delete_through,
+    evict_through,
+)
 from shipshape.controller.policy import WorkloadKind
 from shipshape.emulator import resources as r
 from shipshape.emulator.api import Api, DeleteOptions
@@ -57,29 +64,14 @@ class ApiOps:
             raise _ops_error(error) from error
 
     def evict(self, namespace: str, pod: str) -> EvictionOutcome:
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod, "namespace": namespace},
-        }
-        try:
-            self._call(self.api.create_subresource(r.PODS, namespace, pod, "eviction", body))
-        except OpsError as error:
-            if error.status == 429:
-                return EvictionOutcome.BLOCKED
-            if error.status == 404:
-                return EvictionOutcome.GONE
-            raise
-        return EvictionOutcome.EVICTED
+        return evict_through(
+            lambda body: self._call(self.api.create_subresource(r.PODS, namespace, pod, "eviction", body)),
+            namespace,
+            pod,
+        )
 
     def delete_pod(self, namespace: str, pod: str) -> bool:
-        try:
-            self._call(self.api.delete(r.PODS, namespace, pod, DeleteOptions()))
-        except OpsError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        return delete_through(lambda: self._call(self.api.delete(r.PODS, namespace, pod, DeleteOptions())))
 
     def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
         patch = {"metadata": {"annotations": dict(annotations)}}
@@ -115,13 +107,8 @@ class ApiOps:
         rt = _OWNED.get(ref.kind)
         if rt is None:
             raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
-        try:
-            self._call(self.api.delete(rt, ref.namespace if rt.namespaced else "", ref.name, DeleteOptions()))
-        except OpsError as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
+        namespace = ref.namespace if rt.namespaced else ""
+        return delete_through(lambda: self._call(self.api.delete(rt, namespace, ref.name, DeleteOptions())))
 
     def post_event(self, body: Obj) -> None:
         namespace = str((body.get("metadata") or {}).get("namespace") or "default")
