@@ -21,8 +21,11 @@ from shipshape.kube.scheduling import node_allocatable
 
 Obj = dict[str, Any]
 PRIORITY_CLASS = "shipshape-headroom"
-# Below the default priority (0) of every workload without a PriorityClass.
-PRIORITY_VALUE = -1000
+# Below the default priority (0) of every workload without a PriorityClass, and above
+# cluster-autoscaler's expendable cutoff (`--expendable-pods-priority-cutoff`, default -10): pods
+# below the cutoff neither trigger a scale-up nor keep a node from being scaled down, so placeholders
+# there would hold no capacity at all (the overprovisioning pattern of cluster-autoscaler's FAQ uses -1).
+PRIORITY_VALUE = -1
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 HEADROOM_LABEL = "spot.shipshape.dev/headroom"
 

@@ -88,10 +88,10 @@ def test_placeholders_cover_what_the_room_outside_a_pool_cannot_take(tmp_path: P
             "placeholders for the largest pool", lambda: placeholders_wanted(cluster) == expected, 120
         )
         priority = cluster.get(PRIORITYCLASSES, "", "shipshape-headroom")
-        assert priority is not None and priority["value"] == -1000 and priority["preemptionPolicy"] == "Never"
+        assert priority is not None and -10 < priority["value"] < 0 and priority["preemptionPolicy"] == "Never"
         cluster.wait("placeholder pods", lambda: len(placeholder_pods(cluster)) == expected, 60)
         for pod in placeholder_pods(cluster):
-            assert pod["spec"]["priority"] == -1000
+            assert pod["spec"]["priority"] == priority["value"]
             assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
 
         # The on-demand ballast gone, the on-demand room takes a whole pool's pods: no placeholders.
