@@ -4,6 +4,7 @@ room would not already take."""
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from shipshape.controller.decisions import PodState
@@ -114,6 +115,37 @@ def test_no_placeholders_when_the_room_outside_a_pool_takes_its_pods_whole() -> 
     plan = uncovered_plan(pods_by_pool, [Room(None, 1000, 2 * GIB, 10), Room(POOL_A, 1000, 2 * GIB, 10)])
     assert plan.pool == POOL_A
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 2)]
+
+
+def _first_fit_one_by_one(lost: list[PodState], rooms: list[Room]) -> list[tuple[int, int]]:
+    """First-fit decreasing, one pod at a time: what the grouped placement must equal."""
+    left_in = [[room.cpu_millis, room.memory_bytes, room.pods] for room in rooms]
+    left = []
+    for pod in sorted(lost, key=lambda p: (p.cpu_millis, p.memory_bytes, p.name), reverse=True):
+        for slot in left_in:
+            if slot[0] >= pod.cpu_millis and slot[1] >= pod.memory_bytes and slot[2] >= 1:
+                slot[0] -= pod.cpu_millis
+                slot[1] -= pod.memory_bytes
+                slot[2] -= 1
+                break
+        else:
+            left.append((pod.cpu_millis, pod.memory_bytes))
+    return sorted(left)
+
+
+def test_pods_of_one_shape_placed_together_leave_what_one_by_one_placement_leaves() -> None:
+    rng = random.Random(7)
+    shapes = [(0, GIB), (250, 0), (500, GIB), (1000, 2 * GIB), (2000, 8 * GIB), (1500, 512 * 2**20)]
+    for _ in range(300):
+        lost = [spot_pod(f"p-{i}", POOL_A, *rng.choice(shapes)) for i in range(rng.randint(0, 40))]
+        rooms = [
+            Room(None, rng.randint(0, 8000), rng.randint(0, 32) * GIB // 2, rng.randint(0, 12))
+            for _ in range(rng.randint(0, 12))
+        ]
+        expected = _first_fit_one_by_one(lost, rooms)
+        plan = uncovered_plan({POOL_A: lost}, rooms)
+        got = sorted((s.cpu_millis, s.memory_bytes) for s in plan.placeholders for _ in range(s.count))
+        assert got == expected
 
 
 def test_placeholders_prefer_nodes_that_hold_placeholders_and_an_older_template_is_replaced() -> None:
