@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import (
     NOTICE_TAINTS,
     ClusterCache,
@@ -37,6 +38,9 @@ from shipshape.controller.placement import (
     desired_split,
     ordinal_capacity,
     pool_cap,
+    spot_limit,
+    statefulset_split,
+    zone_counts,
 )
 from shipshape.controller.policy import (
     CAPACITY_LABEL,
@@ -89,6 +93,11 @@ class WorkloadState:
         return sum(1 for pod in self.pods if pod.ready)
 
     @property
+    def allowance(self) -> int:
+        """Replicas that may be unavailable at once (spec.replicas minus the floor)."""
+        return disruption_allowance(self.replicas, self.floor)
+
+    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.kind.value}/{self.name}"
 
@@ -112,55 +121,6 @@ def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     cpu = max(sum(c for c, _ in regular), max((c for c, _ in init), default=0))
     memory = max(sum(m for _, m in regular), max((m for _, m in init), default=0))
     return cpu, memory
-
-
-def scaled(value: int | str | None, total: int, *, round_up: bool, default: int) -> int:
-    """An IntOrString (`3` or `"25%"`) against `total`, rounded as Kubernetes rounds it."""
-    if value is None:
-        return default
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text.endswith("%"):
-        share = int(text[:-1]) * total / 100
-        return math.ceil(share) if round_up else math.floor(share)
-    return int(text)
-
-
-def deployment_max_unavailable(deployment: Mapping[str, Any]) -> int:
-    """maxUnavailable of a Deployment's rolling update (default 25 %, rounded down; 1 when surge is 0 too)."""
-    spec = deployment.get("spec") or {}
-    replicas = int(spec.get("replicas", 1))
-    strategy = spec.get("strategy") or {}
-    if strategy.get("type") == "Recreate":
-        return replicas
-    rolling = strategy.get("rollingUpdate") or {}
-    unavailable = scaled(rolling.get("maxUnavailable", "25%"), replicas, round_up=False, default=0)
-    surge = scaled(rolling.get("maxSurge", "25%"), replicas, round_up=True, default=0)
-    if unavailable == 0 and surge == 0:
-        return 1
-    return unavailable
-
-
-def pdb_floor(pdb: Mapping[str, Any], expected: int) -> int:
-    """Desired healthy pods of a PodDisruptionBudget, as the disruption controller computes it."""
-    spec = pdb.get("spec") or {}
-    if spec.get("minAvailable") is not None:
-        return scaled(spec["minAvailable"], expected, round_up=True, default=0)
-    if spec.get("maxUnavailable") is not None:
-        return max(0, expected - scaled(spec["maxUnavailable"], expected, round_up=True, default=0))
-    return 0
-
-
-def availability_floor(workload: WorkloadRef, pdbs: Sequence[Mapping[str, Any]]) -> int:
-    replicas = workload.replicas
-    floors = [pdb_floor(pdb, replicas) for pdb in pdbs]
-    if not floors:
-        if workload.kind is WorkloadKind.DEPLOYMENT:
-            floors.append(replicas - deployment_max_unavailable(workload.obj))
-        else:
-            floors.append(replicas - 1)  # a StatefulSet's default maxUnavailable is 1
-    return max(0, min(replicas, max(floors)))
 
 
 def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
@@ -461,19 +421,33 @@ def _single_replica_move(state: WorkloadState, view: PlacementView) -> Move | No
 
 
 def _ordinal_move(state: WorkloadState, view: PlacementView) -> Move | None:
+    """A StatefulSet pod whose ordinal's capacity type (`ordinal_capacity` under the spot limit) differs
+    from where it runs, or a spot pod in a zone holding more than the disruption allowance.
+
+    Moves toward safety first (out of a crowded zone, spot to on-demand), then back to spot; the
+    highest ordinal first within each.
+    """
+    limit = spot_limit(state.allowance, len(view.zones))
+    spot_target = statefulset_split(state.replicas, state.policy, limit).spot
+    counts = _counts(state.pods)
+    per_zone = zone_counts(counts)
+    to_spot: Move | None = None
     for pod in sorted(state.pods, key=lambda p: -(p.ordinal or 0)):
         if pod.ordinal is None:
             continue
-        want, _ = ordinal_capacity(pod.ordinal, state.replicas, state.policy)
+        want, _ = ordinal_capacity(pod.ordinal, state.replicas, state.policy, limit)
         if pod.capacity is want:
-            continue
-        if want is CapacityType.SPOT and not _spot_available(
-            desired_split(state.replicas, state.policy).spot, _counts(state.pods), view, state.policy
+            crowded = pod.pool is not None and per_zone[pod.pool.zone] > state.allowance
+            if want is CapacityType.SPOT and crowded:
+                return Move(state.key, pod.name, MoveKind.EVICT, Direction.ACROSS_POOLS)
+        elif want is CapacityType.ON_DEMAND:
+            return Move(state.key, pod.name, MoveKind.EVICT, Direction.TO_ON_DEMAND)
+        elif (
+            to_spot is None
+            and choose_pool(spot_target, counts, view, state.policy, state.allowance)[2] is None
         ):
-            continue
-        direction = Direction.TO_SPOT if want is CapacityType.SPOT else Direction.TO_ON_DEMAND
-        return Move(state.key, pod.name, MoveKind.EVICT, direction)
-    return None
+            to_spot = Move(state.key, pod.name, MoveKind.EVICT, Direction.TO_SPOT)
+    return to_spot
 
 
 # --- spot fallback --------------------------------------------------------------------------------
@@ -597,7 +571,10 @@ class Notice:
 class ActionKind(StrEnum):
     SURGE_RESTART = "surge-restart"  # single replica: start the replacement first (rollout restart)
     SURGE = "surge"  # bring up replacements for the doomed pods before the node goes
-    RESCHEDULE = "reschedule"  # cannot surge (StatefulSet, lone on-demand-mode pod): only steer the new pods
+    # Cannot surge (a StatefulSet): evict the doomed pods one at a time, each once the previous
+    # replacement is Ready, so the replacements start before the nodes go and the floor holds.
+    REPLACE = "replace"
+    RESCHEDULE = "reschedule"  # a lone on-demand-mode pod (or StatefulSet pod): only steer the new pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,6 +603,8 @@ class InterruptionPlan:
     # Every spot node no replacement may land on: all nodes of the reclaimed pools and zones.
     avoid_nodes: frozenset[str]
     actions: tuple[WorkloadAction, ...]
+    # The earliest deadline of each noticed node.
+    deadlines: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def replacement_requests(self) -> tuple[int, int]:
@@ -675,6 +654,8 @@ def plan_interruptions(
             )
         elif state.kind is WorkloadKind.DEPLOYMENT:
             kind = ActionKind.SURGE
+        elif state.replicas > 1:
+            kind = ActionKind.REPLACE
         else:
             kind = ActionKind.RESCHEDULE
         actions.append(
@@ -698,7 +679,30 @@ def plan_interruptions(
         reclaimed_zones=zones,
         avoid_nodes=frozenset(avoid),
         actions=tuple(actions),
+        deadlines=deadlines,
     )
+
+
+def next_replacement(state: WorkloadState, deadlines: Mapping[str, float]) -> str | None:
+    """The doomed pod of a workload that cannot surge to evict now, or None (wait).
+
+    One at a time: only while every other pod exists and is Ready (the previous replacement is up),
+    and only if evicting a Ready pod leaves at least the floor ready. Earliest deadline first, then
+    pods not Ready (evicting those costs nothing), then the highest ordinal.
+    """
+    doomed = [pod for pod in state.pods if pod.node is not None and pod.node in deadlines]
+    if not doomed or len(state.pods) < state.replicas:
+        return None
+    doomed_names = {pod.name for pod in doomed}
+    if any(not pod.ready for pod in state.pods if pod.name not in doomed_names):
+        return None
+    victim = min(
+        doomed,
+        key=lambda p: (deadlines.get(p.node or "", math.inf), p.ready, -(p.ordinal or 0), p.name),
+    )
+    if victim.ready and state.ready - 1 < state.floor:
+        return None
+    return victim.name
 
 
 # --- headroom -------------------------------------------------------------------------------------

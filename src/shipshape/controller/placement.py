@@ -13,6 +13,13 @@ The decision for a new pod counts the pods of its group (a ReplicaSet, or a Stat
 are in flight, fills the base first, then the spot share, then the on-demand share. StatefulSet pods are
 decided by ordinal alone, so the same ordinal always gets the same capacity type and the split is exact
 for every replica count (a StatefulSet scales down from the highest ordinal).
+
+A StatefulSet cannot surge: a replacement starts only once the old pod is gone, so a reclaim takes its
+doomed replicas away together. Its spot replicas are therefore also bounded by its **disruption
+allowance** (replicas minus the PDB's minAvailable, else its rolling update's maxUnavailable): at most
+that many in any one zone (a zone, and so any pool, can be reclaimed at once), and so at most
+allowance x zones in all. The spot ordinals beyond that limit are on-demand, by ordinal, so the
+webhook, the rebalancer and a restarted controller all agree (`spot_limit`, `ordinal_capacity`).
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ class Reason(StrEnum):
     ORDINAL_SPOT = "ordinal-spot-share"
     ORDINAL_ON_DEMAND = "ordinal-on-demand-share"
     POOL_SHARE_REACHED = "max-pool-share-reached"
+    # A StatefulSet's spot ordinals beyond its disruption allowance x zones.
+    ORDINAL_ALLOWANCE = "ordinal-beyond-disruption-allowance"
+    # Every usable zone already holds a StatefulSet's disruption allowance of spot replicas.
+    ZONE_ALLOWANCE_REACHED = "zone-disruption-allowance-reached"
     NO_SPOT_POOL = "no-safe-spot-pool"
     SPOT_FALLBACK = "spot-fallback"
 
@@ -93,11 +104,32 @@ def desired_split(replicas: int, policy: WorkloadPolicy) -> Split:
     return _multi_replica_split(replicas, policy)
 
 
-def ordinal_capacity(ordinal: int, replicas: int, policy: WorkloadPolicy) -> tuple[CapacityType, Reason]:
+def spot_limit(allowance: int | None, zones: int) -> int | None:
+    """Most spot replicas of a workload that cannot surge: its disruption allowance in each zone.
+
+    None (no limit) for workloads that surge; an unknown zone count counts as one zone.
+    """
+    if allowance is None:
+        return None
+    return max(0, allowance) * max(1, zones)
+
+
+def statefulset_split(replicas: int, policy: WorkloadPolicy, limit: int | None) -> Split:
+    """`desired_split` with the spot replicas capped at `limit` (see `spot_limit`)."""
+    split = desired_split(replicas, policy)
+    if limit is None or split.spot <= limit:
+        return split
+    return Split(on_demand=replicas - limit, spot=limit)
+
+
+def ordinal_capacity(
+    ordinal: int, replicas: int, policy: WorkloadPolicy, limit: int | None = None
+) -> tuple[CapacityType, Reason]:
     """Capacity type of a StatefulSet ordinal: a pure function of the ordinal (and the one-replica case).
 
     Ordinals below the base are on-demand; above it, ordinal `i` is spot exactly when adding it raises
-    the spot count of the split, so the first `n` ordinals always form `desired_split(n)`.
+    the spot count of the split, so the first `n` ordinals always form `desired_split(n)`. With a spot
+    `limit`, only the first `limit` such ordinals are spot; the later ones are on-demand.
     """
     if replicas == 1 and ordinal == 0:
         single = desired_split(1, policy)
@@ -109,6 +141,8 @@ def ordinal_capacity(ordinal: int, replicas: int, policy: WorkloadPolicy) -> tup
     before = _multi_replica_split(ordinal, policy).spot
     after = _multi_replica_split(ordinal + 1, policy).spot
     if after > before:
+        if limit is not None and before >= limit:
+            return CapacityType.ON_DEMAND, Reason.ORDINAL_ALLOWANCE
         return CapacityType.SPOT, Reason.ORDINAL_SPOT
     return CapacityType.ON_DEMAND, Reason.ORDINAL_ON_DEMAND
 
@@ -166,6 +200,11 @@ class PlacementView:
     avoided_nodes: frozenset[str] = frozenset()
     default_pool_share: float = 0.5
 
+    @property
+    def zones(self) -> frozenset[str]:
+        """Zones with a known spot pool: the failure domains a reclaim can take at once."""
+        return frozenset(pool.zone for pool in self.pool_risk)
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -185,16 +224,35 @@ class PodRequest:
     policy: WorkloadPolicy
     replicas: int
     ordinal: int | None = None
+    # For a workload that cannot surge (StatefulSet): replicas that may be unavailable at once, which
+    # bounds its spot replicas per zone. None: no such bound.
+    allowance: int | None = None
+
+
+def zone_counts(counts: GroupCounts) -> dict[str, int]:
+    """A group's spot pods per zone (pods whose pool is not known yet count nowhere)."""
+    zones: dict[str, int] = {}
+    for pool, count in counts.spot_by_pool.items():
+        zones[pool.zone] = zones.get(pool.zone, 0) + count
+    return zones
 
 
 def choose_pool(
-    spot_target: int, counts: GroupCounts, view: PlacementView, policy: WorkloadPolicy
+    spot_target: int,
+    counts: GroupCounts,
+    view: PlacementView,
+    policy: WorkloadPolicy,
+    zone_cap: int | None = None,
 ) -> tuple[Pool | None, tuple[Pool, ...], Reason | None]:
-    """Pick a spot pool: below the pool cap, not excluded; fewest of this group's pods, then lowest risk.
+    """Pick a spot pool: below the pool cap (and the zone cap), not excluded; fewest of this group's
+    pods, then lowest risk.
 
     Returns (preferred pool, allowed pools, None) or (None, (), reason) when no spot pool may take the pod.
-    With no spot pool known at all, spot is unconstrained (pool None, allowed empty, no reason).
+    With no spot pool known at all, spot is unconstrained (pool None, allowed empty, no reason), unless a
+    zone cap of 0 forbids spot altogether.
     """
+    if zone_cap is not None and zone_cap <= 0:
+        return None, (), Reason.ZONE_ALLOWANCE_REACHED
     known = sorted(view.pool_risk)
     if not known:
         return None, (), None
@@ -208,6 +266,11 @@ def choose_pool(
     below_cap = [pool for pool in usable if counts.spot_by_pool.get(pool, 0) < cap]
     if not below_cap:
         return None, (), Reason.POOL_SHARE_REACHED
+    if zone_cap is not None:
+        per_zone = zone_counts(counts)
+        below_cap = [pool for pool in below_cap if per_zone.get(pool.zone, 0) < zone_cap]
+        if not below_cap:
+            return None, (), Reason.ZONE_ALLOWANCE_REACHED
     preferred = min(
         below_cap, key=lambda pool: (counts.spot_by_pool.get(pool, 0), view.pool_risk[pool], pool)
     )
@@ -217,9 +280,14 @@ def choose_pool(
 def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Decision:
     """Capacity type (and spot pool) for one new pod, given its group's current and in-flight pods."""
     policy = request.policy
+    zone_cap: int | None = None
     if request.ordinal is not None:
-        capacity, reason = ordinal_capacity(request.ordinal, request.replicas, policy)
+        limit = spot_limit(request.allowance, len(view.zones))
+        capacity, reason = ordinal_capacity(request.ordinal, request.replicas, policy, limit)
         spot_target = _multi_replica_split(max(request.replicas, request.ordinal + 1), policy).spot
+        if limit is not None:
+            spot_target = min(spot_target, limit)
+            zone_cap = request.allowance
     elif request.replicas == 1:
         capacity, reason = (
             (CapacityType.SPOT, Reason.SINGLE_SURGE)
@@ -238,7 +306,7 @@ def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Dec
             capacity, reason = CapacityType.ON_DEMAND, Reason.ON_DEMAND_SHARE
     if capacity is CapacityType.ON_DEMAND:
         return Decision(CapacityType.ON_DEMAND, reason)
-    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy)
+    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy, zone_cap)
     if refusal is not None:
         return Decision(CapacityType.ON_DEMAND, refusal)
     return Decision(

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from shipshape.controller.availability import availability_floor, pdb_floor
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import (
     ActionKind,
@@ -14,7 +15,6 @@ from shipshape.controller.decisions import (
     ShortageTracker,
     WorkloadState,
     allowed_pools_of,
-    availability_floor,
     deletion_cost_updates,
     deletion_costs,
     fallback_candidates,
@@ -23,7 +23,6 @@ from shipshape.controller.decisions import (
     nodes_by_name,
     notice_from_instance_action,
     notices_from_taints,
-    pdb_floor,
     plan_interruptions,
     removal_order,
     spot_pods_by_pool,
@@ -168,8 +167,12 @@ def test_statefulset_ordinal_on_the_wrong_capacity_is_moved() -> None:
         PodState(f"db-{i}", OD, None, f"n{i}", True, i) for i in range(3)
     )  # all on-demand after fallback
     sts = WorkloadState(WorkloadKind.STATEFULSET, "shop", "db", 3, policy, members, floor=2)
-    move = next_move(sts, PlacementView(pool_risk={A: 1.0}))
+    # Two zones: its allowance (1) in each, so ordinals 1 and 2 are spot; the highest moves first.
+    move = next_move(sts, PlacementView(pool_risk={A: 1.0, B: 1.0}))
     assert move is not None and move.pod == "db-2" and move.direction is Direction.TO_SPOT
+    # One zone: only ordinal 1 may be on spot, so ordinal 2 stays on-demand.
+    move = next_move(sts, PlacementView(pool_risk={A: 1.0}))
+    assert move is not None and move.pod == "db-1" and move.direction is Direction.TO_SPOT
 
 
 def unschedulable(pod: dict[str, Any], since: float, pools: list[Pool] | None) -> dict[str, Any]:
@@ -296,9 +299,10 @@ def test_pool_wide_reclaim_plan() -> None:
     web = by_workload["shop/Deployment/web"]
     assert (web.kind, web.replacements, web.ready_after_loss, web.floor) == (ActionKind.SURGE, 2, 2, 3)
     assert web.below_floor_without_action and web.deadline == 990.0  # duplicate notices: the earliest counts
-    assert by_workload["shop/StatefulSet/db"].kind is ActionKind.RESCHEDULE
+    assert by_workload["shop/StatefulSet/db"].kind is ActionKind.REPLACE  # one at a time, no surge
     assert "shop/Deployment/lone" not in by_workload  # its pool is not reclaimed
-    assert plan.replacement_requests == (1000, 2**30)
+    assert plan.replacement_requests == (2000, 2**31)
+    assert plan.deadlines == {"a1": 990.0, "a2": 1010.0}
 
 
 def test_zone_wide_reclaim_plan_avoids_every_spot_node_of_the_zone() -> None:

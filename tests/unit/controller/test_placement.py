@@ -151,7 +151,10 @@ def test_statefulset_ordinals_are_deterministic_and_exact_for_every_size() -> No
         10,
         {**ENABLED, "spot.shipshape.dev/on-demand-base": "2", "spot.shipshape.dev/spot-percentage": "75"},
     )
-    h.add(namespace("shop"), sts, node("spot-0", "spot"))
+    # Allowance 2 (rolling update maxUnavailable) in each of three zones: room for all 6 spot ordinals.
+    sts["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}
+    zones = [node(f"spot-{z}", "spot", zone=f"us-east-1{z}") for z in "abc"]
+    h.add(namespace("shop"), sts, *zones)
     first = [decision_of(admit(h, pod_of(sts, f"db-{i}")))["capacityType"] for i in range(10)]
     h.clock.advance(h.config.assume_ttl_seconds + 1)  # the first pods are gone again
     again = [decision_of(admit(h, pod_of(sts, f"db-{i}")))["capacityType"] for i in range(10)]

@@ -10,7 +10,11 @@ Every notice at hand (interruption handlers' taints, the instance-metadata endpo
 - a multi-replica Deployment is surged: `spec.replicas` grows by the number of doomed pods, whose
   pod-deletion-cost drops to the lowest value; once the replacements are Ready (or the doomed pods
   are gone) the replicas go back and the ReplicaSet removes the doomed pods first;
-- StatefulSets cannot surge: they are only steered (their new pods avoid the reclaimed pools).
+- a StatefulSet cannot surge: its doomed pods are evicted one at a time through the Eviction API
+  (PDBs apply), each once the previous replacement is Ready off the reclaimed pools, so the
+  replacements start before the nodes go (`decisions.next_replacement`); placement keeps at most its
+  disruption allowance of spot replicas in any one zone, so even a zone reclaim with no time to spare
+  takes it at most to its floor.
 
 What was done is written on the Deployment (annotations below), so a restarted controller neither
 repeats a restart nor surges twice, and finishes a surge another replica started.
@@ -24,13 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.controller.availability import deployment_max_unavailable
 from shipshape.controller.cache import node_capacity, node_pool
 from shipshape.controller.decisions import (
     ActionKind,
     InterruptionPlan,
     Notice,
     WorkloadAction,
-    deployment_max_unavailable,
+    next_replacement,
     nodes_by_name,
     notice_from_instance_action,
     notices_from_taints,
@@ -38,7 +43,7 @@ from shipshape.controller.decisions import (
 )
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Managed, Reconciler
-from shipshape.controller.ops import OpsError
+from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
 from shipshape.kube.clock import rfc3339
 
@@ -175,6 +180,8 @@ class InterruptionResponder(Reconciler):
         self._deadlines: dict[str, float] = {}
         # Single-replica restarts waiting for their replacement: workload key -> (notice time, nodes).
         self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
+        # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> (node, until when).
+        self._evicted: dict[str, tuple[str | None, float]] = {}
 
     @property
     def interval(self) -> float:
@@ -249,6 +256,7 @@ class InterruptionResponder(Reconciler):
                 LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
         self._observe_restarts(managed, now)
         self._pending = {k: v for k, v in self._pending.items() if now < v[1]}
+        self._evicted = {k: v for k, v in self._evicted.items() if now < v[1]}
 
     def _poll_metadata(self, now: float) -> None:
         if not self.settings.poll_instance_metadata or now - self._last_poll < 5.0:
@@ -273,6 +281,8 @@ class InterruptionResponder(Reconciler):
         )
         """Start what the action needs; True when a write was made now or is still in flight."""
         obj = workload.ref.obj
+        if action.kind is ActionKind.REPLACE:
+            return self._replace(workload, action, plan, now)
         if action.kind is ActionKind.SURGE_RESTART:
             note = read_note(obj, RESTART_NOTE) or {}
             done = doomed_nodes <= set(note.get("nodes") or ())
@@ -347,6 +357,33 @@ class InterruptionResponder(Reconciler):
             f"surging {len(new)} replacement(s) before node(s) {_names(doomed_nodes)} go",
             now,
         )
+        return True
+
+    def _replace(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
+        """Evict the next doomed pod of a workload that cannot surge, once the previous one is replaced.
+
+        The Eviction API applies the PDB; the StatefulSet re-creates the ordinal, which the webhook
+        keeps off the reclaimed pools. State comes from the cluster (which pods exist and are Ready), so
+        a restarted controller carries on; an eviction already sent is not sent again while the cache
+        still shows the pod on its doomed node.
+        """
+        victim = next_replacement(workload.state, plan.deadlines)
+        if victim is None:
+            return False
+        node = next((pod.node for pod in workload.state.pods if pod.name == victim), None)
+        key = f"{workload.ref.namespace}/{victim}"
+        sent = self._evicted.get(key)
+        if sent is not None and sent[0] == node:
+            return True
+        self._evicted[key] = (node, action.deadline + SURGE_GRACE_SECONDS)
+        outcome = self.ops.evict(workload.ref.namespace, victim)
+        if outcome is EvictionOutcome.BLOCKED:
+            del self._evicted[key]
+            LOG.info("eviction of doomed pod %s blocked by its disruption budget; retrying", key)
+            return False
+        if outcome is EvictionOutcome.EVICTED:
+            what = f"evicted pod {victim} so that it restarts before node {node} goes"
+            self._event(workload, action, plan, what, now)
         return True
 
     def _finish_surge(self, workload: Managed, now: float) -> None:

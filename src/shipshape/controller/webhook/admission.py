@@ -7,6 +7,7 @@ policy admits the pod unmodified with a warning. Pod creation never fails becaus
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -15,9 +16,10 @@ from typing import Any
 
 import orjson
 
+from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
-from shipshape.controller.placement import Decision, PodRequest, Pool, decide
+from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
 from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff, pins_capacity
@@ -74,6 +76,7 @@ class PodPlacer:
         clock: Clock,
         metrics: ControllerMetrics,
         shortages: Callable[[float], Iterable[Pool]] | None = None,
+        avoided: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -81,6 +84,7 @@ class PodPlacer:
         self.clock = clock
         self.metrics = metrics
         self._shortages = shortages
+        self._avoided = avoided
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         """Answer one AdmissionReview; raises `BadReview` only for a body that is not one."""
@@ -139,11 +143,15 @@ class PodPlacer:
         if pins_capacity(pod):
             return self._skip("capacity-pinned")
         now = self.clock.now()
-        ordinal = statefulset_ordinal(pod) if workload.kind is WorkloadKind.STATEFULSET else None
+        ordinal, allowance = None, None
+        if workload.kind is WorkloadKind.STATEFULSET:
+            ordinal, allowance = statefulset_ordinal(pod), self.allowance(workload)
         counts = self.cache.group_counts(workload.group, now)
         shortages = self._shortages(now) if self._shortages is not None else ()
         view = self.cache.placement_view(now, self.risk, shortages)
-        decision = decide(PodRequest(policy_result.policy, workload.replicas, ordinal), counts, view)
+        view = self._with_avoided(view)
+        pod_request = PodRequest(policy_result.policy, workload.replicas, ordinal, allowance)
+        decision = decide(pod_request, counts, view)
         patch = self._mutate(pod, workload, decision, str(request["uid"]))
         if patch is None:
             return Outcome(patch=[], decision=decision, skipped="error")
@@ -153,6 +161,19 @@ class PodPlacer:
             capacity_type=decision.capacity_type.value, reason=decision.reason.value
         ).inc()
         return Outcome(patch=patch, decision=decision)
+
+    def allowance(self, workload: WorkloadRef) -> int:
+        """A StatefulSet's disruption allowance: replicas minus the PDB's (or rolling update's) floor."""
+        labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        pdbs = self.cache.pdbs_matching(workload.namespace, labels)
+        return disruption_allowance(workload.replicas, availability_floor(workload, pdbs))
+
+    def _with_avoided(self, view: PlacementView) -> PlacementView:
+        """Nodes avoided for reasons the cache does not hold (e.g. metadata rebalance recommendations)."""
+        extra = self._avoided() if self._avoided is not None else frozenset()
+        if not extra or extra <= view.avoided_nodes:
+            return view
+        return dataclasses.replace(view, avoided_nodes=view.avoided_nodes | extra)
 
     def _mutate(
         self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
