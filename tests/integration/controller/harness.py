@@ -26,7 +26,7 @@ from shipshape.controller.loops import LoopSettings
 from shipshape.controller.loops.interruptions import RESTARTED_AT
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
-from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS
+from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.store import WatchEvent
 from shipshape.kube.labels import from_label_selector
 from tests.integration.emulator.served_cluster import ServedCluster
@@ -132,7 +132,8 @@ class Breach:
 
 @dataclass
 class AvailabilityWatcher:
-    """Ready replicas per watched Deployment after every event of the emulator's watch stream."""
+    """Ready replicas per watched Deployment or StatefulSet after every event of the emulator's watch
+    stream; the floor is the PDB's (minAvailable, or replicas - maxUnavailable), at least one."""
 
     cluster: ServedCluster
     namespace: str
@@ -150,8 +151,9 @@ class AvailabilityWatcher:
         def begin() -> None:
             for pod in store.list(PODS, self.namespace):
                 self.pods[pod["metadata"]["name"]] = pod
-            for dep in store.list(DEPLOYMENTS, self.namespace):
-                self._deployments[dep["metadata"]["name"]] = dep
+            for rt in (DEPLOYMENTS, STATEFULSETS):
+                for dep in store.list(rt, self.namespace):
+                    self._deployments[dep["metadata"]["name"]] = dep
             for pdb in store.list(PDBS, self.namespace):
                 self._pdbs[pdb["metadata"]["name"]] = pdb
             self._unsubscribe = store.subscribe(self._on_event)
@@ -163,9 +165,12 @@ class AvailabilityWatcher:
         obj = event.object
         if obj.get("metadata", {}).get("namespace") != self.namespace:
             return
-        table = {PODS.kind: self.pods, DEPLOYMENTS.kind: self._deployments, PDBS.kind: self._pdbs}.get(
-            event.resource.kind
-        )
+        table = {
+            PODS.kind: self.pods,
+            DEPLOYMENTS.kind: self._deployments,
+            STATEFULSETS.kind: self._deployments,
+            PDBS.kind: self._pdbs,
+        }.get(event.resource.kind)
         if table is None:
             return
         if event.type == "DELETED":
@@ -185,10 +190,15 @@ class AvailabilityWatcher:
             if from_label_selector(pdb["spec"].get("selector") or {}).matches(labels):
                 expected = int(dep["spec"].get("replicas", 1))
                 minimum = pdb["spec"].get("minAvailable")
+                maximum = pdb["spec"].get("maxUnavailable")
                 if isinstance(minimum, int):
                     floors.append(minimum)
                 elif isinstance(minimum, str) and minimum.endswith("%"):
                     floors.append(math.ceil(int(minimum[:-1]) * expected / 100))
+                elif isinstance(maximum, int):
+                    floors.append(expected - maximum)
+                elif isinstance(maximum, str) and maximum.endswith("%"):
+                    floors.append(expected - math.ceil(int(maximum[:-1]) * expected / 100))
         return max(floors)
 
     def ready(self, name: str) -> int:
