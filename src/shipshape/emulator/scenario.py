@@ -110,9 +110,39 @@ class Kubelet(Strict):
 
 
 class Autoscaler(Strict):
+    """cluster-autoscaler's settings (its flags' defaults); see docs/emulator-cloud.md."""
+
     enabled: bool = True
-    scale_up_after: Seconds = Field(default=10.0, alias="scaleUpAfter")
-    scale_down_unneeded: Seconds = Field(default=600.0, alias="scaleDownUnneeded")
+    scale_up_after: Seconds = Field(default=10.0, ge=0, alias="scaleUpAfter")
+    scale_down_unneeded: Seconds = Field(default=600.0, ge=0, alias="scaleDownUnneeded")
+    scale_down_empty_only: bool = Field(
+        default=False,
+        alias="scaleDownEmptyOnly",
+        description="remove only nodes running nothing but DaemonSet/mirror pods (no drains)",
+    )
+    scale_down_utilization_threshold: float = Field(
+        default=0.5, gt=0, le=1, alias="scaleDownUtilizationThreshold"
+    )
+    scale_down_gpu_utilization_threshold: float = Field(
+        default=0.5, gt=0, le=1, alias="scaleDownGpuUtilizationThreshold"
+    )
+    scale_down_delay_after_add: Seconds = Field(default=600.0, ge=0, alias="scaleDownDelayAfterAdd")
+    scale_down_delay_after_failure: Seconds = Field(default=180.0, ge=0, alias="scaleDownDelayAfterFailure")
+    scale_down_non_empty_candidates_count: int = Field(
+        default=30, ge=1, alias="scaleDownNonEmptyCandidatesCount"
+    )
+    max_scale_down_parallelism: int = Field(default=10, ge=1, alias="maxScaleDownParallelism")
+    max_drain_parallelism: int = Field(default=1, ge=1, alias="maxDrainParallelism")
+    expendable_pods_priority_cutoff: int = Field(default=-10, alias="expendablePodsPriorityCutoff")
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> Autoscaler:
+        if self.max_drain_parallelism > self.max_scale_down_parallelism:
+            raise ValueError(
+                f"maxDrainParallelism {self.max_drain_parallelism} is above maxScaleDownParallelism "
+                f"{self.max_scale_down_parallelism}"
+            )
+        return self
 
 
 class SchedulerSettings(Strict):

@@ -5,10 +5,17 @@ Every scan (10 s, as cluster-autoscaler's default `--scan-interval`):
   for longer than `scaleUpAfter` that would not fit on nodes still booting are bin-packed onto
   template nodes of each pool that may grow (below maxSize, not in a capacity shortage); the pool
   that helps the most pods wins (ties: the cheapest scale-up). Pods get `TriggeredScaleUp` /
-  `NotTriggerScaleUp` events with cluster-autoscaler's messages.
-- scale-down: a Ready node running nothing but DaemonSet/mirror pods for longer than
-  `scaleDownUnneeded` is tainted `ToBeDeletedByClusterAutoscaler`, gets a `ScaleDown` event and
-  is terminated, down to the pool's minSize. No scale-down while a scale-up is still booting.
+  `NotTriggerScaleUp` events with cluster-autoscaler's messages. Expendable pods (priority below
+  `expendablePodsPriorityCutoff`) are not considered.
+- scale-down (`scaledown.py` plans it, `drain.py` drains): a Ready node whose utilization is below
+  the threshold and whose pods can all go elsewhere is *unneeded*; once unneeded for
+  `scaleDownUnneeded` it is tainted `ToBeDeletedByClusterAutoscaler`, drained through the eviction
+  API (empty nodes are not drained) and terminated, down to the pool's minSize; no scale-down within
+  `scaleDownDelayAfterAdd` of a scale-up. The plan is kept from scan to scan and made again only when
+  pods, nodes or PodDisruptionBudgets changed in a way that matters (at most every
+  `PLAN_INTERVAL`, and always before a node is removed).
+  With `scaleDownEmptyOnly` the older behaviour: only nodes running nothing but DaemonSet/mirror
+  pods go, and not while a scale-up is still booting.
 """
 
 from __future__ import annotations
@@ -21,8 +28,20 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from shipshape.emulator.cloud import fit, nodes
-from shipshape.emulator.resources import CONFIGMAPS, NODES, PODS
+from shipshape.emulator.cloud import fit, nodes, scaledown
+from shipshape.emulator.cloud.drain import NodeDrain
+from shipshape.emulator.cloud.scaledown import PodFacts, needs_other_pods, signature
+from shipshape.emulator.resources import (
+    CONFIGMAPS,
+    JOBS,
+    NODES,
+    PDBS,
+    PODS,
+    PRIORITYCLASSES,
+    REPLICASETS,
+    STATEFULSETS,
+    ResourceType,
+)
 from shipshape.emulator.store import Obj, WatchEvent
 from shipshape.kube.clock import parse_time
 from shipshape.kube.quantity import resource_amount
@@ -35,6 +54,7 @@ log = logging.getLogger(__name__)
 SCAN_INTERVAL = 10.0
 NOT_TRIGGERED_EVENT_INTERVAL = 60.0  # at most one NotTriggerScaleUp event per pod per minute
 RECENTLY_READY = 30.0  # a node Ready for less than this is still "upcoming" (the scheduler may lag)
+PLAN_INTERVAL = 30.0  # the scale-down plan is made again at most this often (unless a removal needs it)
 COMPONENT = "cluster-autoscaler"
 STATUS_NAMESPACE, STATUS_CONFIGMAP = "kube-system", "cluster-autoscaler-status"
 
@@ -71,33 +91,6 @@ class SimNode:
         return str(self.node["metadata"]["name"])
 
 
-def _needs_other_pods(pod: Obj) -> bool:
-    """Whether the pod's fit depends on the pods already on a node beyond their resources."""
-    spec = pod.get("spec", {})
-    affinity = spec.get("affinity") or {}
-    if affinity.get("podAffinity") or affinity.get("podAntiAffinity"):
-        return True
-    if any(
-        c.get("whenUnsatisfiable") == "DoNotSchedule" for c in spec.get("topologySpreadConstraints") or []
-    ):
-        return True
-    return any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or [])
-
-
-def _signature(pod: Obj) -> bytes:
-    """What a node's filters look at, for pods that do not depend on other pods."""
-    spec = pod.get("spec", {})
-    shape = {
-        "requests": [(c.get("resources") or {}).get("requests") for c in spec.get("containers") or []],
-        "init": [(c.get("resources") or {}).get("requests") for c in spec.get("initContainers") or []],
-        "overhead": spec.get("overhead"),
-        "nodeSelector": spec.get("nodeSelector"),
-        "affinity": spec.get("affinity"),
-        "tolerations": spec.get("tolerations"),
-    }
-    return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
-
-
 class Packer:
     """First-fit bin packing with the scheduler's filters, cached for pods of the same shape.
 
@@ -130,7 +123,7 @@ class Packer:
 
     def static_reasons(self, pod: Obj, sim: SimNode) -> list[str]:
         """Why the pod cannot run on the node even when it is empty (cached per pod shape)."""
-        key = (_signature(pod), sim.key)
+        key = (signature(pod), sim.key)
         reasons = self._static.get(key)
         if reasons is None:
             reasons = self._static[key] = self.fits(pod, sim.node, [])
@@ -153,7 +146,7 @@ class Packer:
         for name, amount in requests.items():
             if amount and sim.used[name] + amount > allocatable.get(name, 0):
                 return False
-        if _needs_other_pods(pod) and self.fits(pod, sim.node, sim.pods):
+        if needs_other_pods(pod) and self.fits(pod, sim.node, sim.pods):
             return False
         sim.pods.append(pod)
         sim.used.update(requests)
@@ -198,6 +191,43 @@ def _size_by_resources(pods: list[Obj], template: SimNode, packer: Packer) -> in
     return bound
 
 
+@dataclass(slots=True)
+class NodeFacts:
+    """What scale-down needs of a Node, and a key of what the scheduler's filters look at."""
+
+    obj: Obj
+    allocatable: dict[str, int]
+    static_key: bytes
+    ready: bool
+    to_be_deleted: bool
+    unschedulable: bool
+    disabled: bool
+
+
+def node_facts(node: Obj) -> NodeFacts:
+    md, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    raw = status.get("allocatable") or {}
+    allocatable = {name: resource_amount(name, value) for name, value in raw.items()}
+    taints = spec.get("taints") or []
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    annotations = md.get("annotations") or {}
+    static = (md.get("labels"), taints, spec.get("unschedulable"), raw)
+    return NodeFacts(
+        obj=node,
+        allocatable=allocatable,
+        static_key=orjson.dumps(static, option=orjson.OPT_SORT_KEYS),
+        ready=ready,
+        to_be_deleted=any(t.get("key") == nodes.TO_BE_DELETED_TAINT for t in taints),
+        unschedulable=bool(spec.get("unschedulable")),
+        disabled=annotations.get(scaledown.SCALE_DOWN_DISABLED) == "true",
+    )
+
+
+_CONTROLLERS: dict[str, ResourceType] = {"ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS, "Job": JOBS}
+
+
 class ClusterAutoscaler:
     def __init__(self, cloud: CloudModel) -> None:
         self.cloud = cloud
@@ -206,39 +236,144 @@ class ClusterAutoscaler:
         self._templates: dict[str, Obj] = {}
         self._unschedulable: dict[tuple[str, str], Obj] = {}
         self._failure_reported: dict[str, float] = {}  # pool -> end of the shortage reported
-        self._blocking: dict[str, set[tuple[str, str]]] = {}  # node -> pods that keep it
-        self._blocking_node: dict[tuple[str, str], str] = {}
+        # Indexes kept from the watch: bound pods per node, their requests summed, pending pods.
+        self._pods: dict[tuple[str, str], PodFacts] = {}
+        self._pending: dict[tuple[str, str], PodFacts] = {}
+        self._on_node: dict[str, dict[tuple[str, str], PodFacts]] = {}
+        self._used: dict[str, Counter[str]] = {}
+        self._workload_pods: Counter[str] = Counter()  # pods that keep a node in empty-only mode
+        self._nodes: dict[str, NodeFacts] = {}
+        self._static: dict[str, dict[bytes, bool]] = {}  # node -> pod shape -> passes the filters
+        self._pdb_allowed: dict[tuple[str, str], int] = {}
+        # Scale-down state.
+        self._dirty = True
+        self._last_plan = float("-inf")
+        self.plan = scaledown.Plan()
+        self._unneeded_since: dict[str, float] = {}
+        self._last_scale_up = float("-inf")
+        self._last_failure = float("-inf")
+        self._drains: dict[str, NodeDrain] = {}
+        self.plans_made = 0
 
     def start(self) -> None:
         store = self.cloud.c.store
+        for node in store.iter(NODES):
+            self._index_node(node, deleted=False)
         for pod in store.iter(PODS):
             self._index(pod, deleted=False)
-        store.subscribe(self._on_change, kinds=(PODS,))
+        store.subscribe(self._on_change, kinds=(PODS, NODES, PDBS))
         self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
 
     # ---- indexes kept from the watch, so a scan does not walk every pod -------------------------
     def _on_change(self, event: WatchEvent) -> None:
+        deleted = event.type == "DELETED"
         if event.resource is PODS:
-            self._index(event.object, deleted=event.type == "DELETED")
+            self._index(event.object, deleted=deleted)
+        elif event.resource is NODES:
+            self._index_node(event.object, deleted=deleted)
+        elif event.resource is PDBS:
+            md = event.object["metadata"]
+            key = (md.get("namespace", ""), md["name"])
+            allowed = (
+                -1 if deleted else int((event.object.get("status") or {}).get("disruptionsAllowed") or 0)
+            )
+            if self._pdb_allowed.get(key) != allowed:
+                self._pdb_allowed[key] = allowed
+                self._dirty = True
+
+    def _index_node(self, node: Obj, *, deleted: bool) -> None:
+        name = node["metadata"]["name"]
+        old = self._nodes.pop(name, None)
+        if deleted:
+            self._static.pop(name, None)
+            self._dirty = True
+            return
+        new = self._nodes[name] = node_facts(node)
+        if old is None or old.static_key != new.static_key:
+            self._static.pop(name, None)
+            self._dirty = True
+        elif (old.ready, old.disabled) != (new.ready, new.disabled):
+            self._dirty = True
 
     def _index(self, pod: Obj, *, deleted: bool) -> None:
         key = _pod_key(pod)
-        if not deleted and unschedulable_since(pod) is not None:
+        if not deleted and unschedulable_since(pod) is not None and not self._expendable(pod):
             self._unschedulable[key] = pod
         else:
             self._unschedulable.pop(key, None)
             self._last_not_triggered.pop(key, None)
-        old_node = self._blocking_node.pop(key, None)
-        if old_node is not None:
-            blocking = self._blocking.get(old_node)
-            if blocking is not None:
-                blocking.discard(key)
-                if not blocking:
-                    del self._blocking[old_node]
-        node = pod.get("spec", {}).get("nodeName")
-        if not deleted and node and _blocks_scale_down(pod):
-            self._blocking.setdefault(node, set()).add(key)
-            self._blocking_node[key] = node
+        old = self._pods.pop(key, None) or self._pending.pop(key, None)
+        if old is not None and old.node:
+            self._unplace(old)
+        if deleted:
+            if old is not None:
+                self._dirty = True
+            return
+        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
+        requests = old.requests if old is not None and old.uid == uid else fit.pod_requests(pod)
+        new = scaledown.pod_facts(pod, requests, old)
+        new.expendable = self.priority(new) < self.cloud.autoscaler_settings.expendable_pods_priority_cutoff
+        if new.node:
+            self._pods[key] = new
+            self._place(new)
+        elif not (new.finished or new.terminating):
+            self._pending[key] = new
+        elif old is None:
+            return
+        if old is None or old.relevance() != new.relevance():
+            self._dirty = True
+
+    def _place(self, facts: PodFacts) -> None:
+        self._on_node.setdefault(facts.node, {})[facts.key] = facts
+        if facts.counted:
+            used = self._used.setdefault(facts.node, Counter())
+            used.update(facts.requests)
+            used["pods"] += 1
+        if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
+            self._workload_pods[facts.node] += 1
+
+    def _unplace(self, facts: PodFacts) -> None:
+        on_node = self._on_node.get(facts.node)
+        if on_node is not None:
+            on_node.pop(facts.key, None)
+            if not on_node:
+                del self._on_node[facts.node]
+        if facts.counted:
+            used = self._used.get(facts.node)
+            if used is not None:
+                used.subtract(facts.requests)
+                used["pods"] -= 1
+                if used["pods"] <= 0:
+                    del self._used[facts.node]
+        if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
+            self._workload_pods[facts.node] -= 1
+            if self._workload_pods[facts.node] <= 0:
+                del self._workload_pods[facts.node]
+
+    def _priority_of_class(self, class_name: str) -> int:
+        store = self.cloud.c.store
+        if class_name:
+            pc = store.get(PRIORITYCLASSES, "", class_name)
+            if pc is not None:
+                return int(pc.get("value") or 0)
+        for pc in store.iter(PRIORITYCLASSES):
+            if pc.get("globalDefault"):
+                return int(pc.get("value") or 0)
+        return 0
+
+    def priority(self, facts: PodFacts) -> int:
+        """The pod's priority: spec.priority as admission set it, else its PriorityClass's value."""
+        if facts.priority is not None:
+            return facts.priority
+        return self._priority_of_class(facts.priority_class)
+
+    def _expendable(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        given = spec.get("priority")
+        value = (
+            given if isinstance(given, int) else self._priority_of_class(spec.get("priorityClassName") or "")
+        )
+        return value < self.cloud.autoscaler_settings.expendable_pods_priority_cutoff
 
     # ---- helpers ---------------------------------------------------------------------------
     def _fits(self) -> FitFn:
@@ -264,11 +399,26 @@ class ClusterAutoscaler:
 
     def run_once(self) -> None:
         scaled_up = self.scale_up()
-        if not scaled_up and not self._booting():
+        if scaled_up:
+            self._last_scale_up = self.cloud.c.now()
+        if self.cloud.autoscaler_settings.scale_down_empty_only:
+            if not scaled_up and not self._booting():
+                self.scale_down_empty()
+            return
+        self.update_unneeded()
+        if not scaled_up and not self._in_cooldown():
             self.scale_down()
 
     def _booting(self) -> bool:
         return any(not i.ready and i.notice is None for i in self.cloud.active_instances())
+
+    def _in_cooldown(self) -> bool:
+        settings = self.cloud.autoscaler_settings
+        now = self.cloud.c.now()
+        return (
+            now - self._last_scale_up < settings.scale_down_delay_after_add
+            or now - self._last_failure < settings.scale_down_delay_after_failure
+        )
 
     def scale_up(self) -> bool:
         cloud = self.cloud
@@ -408,36 +558,132 @@ class ClusterAutoscaler:
                 component=COMPONENT,
             )
 
-    def scale_down(self) -> list[str]:
+    # ---- scale-down -------------------------------------------------------------------------
+    def _views(self) -> list[scaledown.NodeView]:
+        """Nodes scale-down may remove or move pods to: Ready, not being deleted, no notice, not cordoned."""
         cloud = self.cloud
-        now = cloud.c.now()
-        unneeded_for = cloud.autoscaler_settings.scale_down_unneeded
-        seen: set[str] = set()
-        removed: list[str] = []
-        for inst in sorted(cloud.active_instances(), key=lambda i: i.node_name):
-            if not inst.ready or inst.notice is not None:
-                continue
+        out = []
+        for inst in cloud.active_instances():
             name = inst.node_name
-            if not self._empty(inst):
+            if not inst.ready or inst.notice is not None or name in self._drains:
                 continue
-            seen.add(name)
-            since = self._empty_since.setdefault(name, now)
+            facts = self._nodes.get(name)
+            if facts is None or not facts.ready or facts.to_be_deleted or facts.unschedulable:
+                continue
+            spec = cloud.pools[inst.pool].spec
+            out.append(
+                scaledown.NodeView(
+                    name=name,
+                    pool=inst.pool,
+                    obj=facts.obj,
+                    allocatable=facts.allocatable,
+                    used=self._used.get(name) or Counter(),
+                    pods=list((self._on_node.get(name) or {}).values()),
+                    gpu_resource=spec.gpu_resource if spec.gpus else None,
+                    disabled=facts.disabled,
+                )
+            )
+        return out
+
+    def _static_ok(self, pod: PodFacts, view: scaledown.NodeView) -> bool:
+        per_node = self._static.setdefault(view.name, {})
+        ok = per_node.get(pod.shape)
+        if ok is None:
+            ok = per_node[pod.shape] = not self._fits()(pod.unbound, view.obj, [])
+        return ok
+
+    def _fits_with_pods(self, pod: PodFacts, view: scaledown.NodeView, others: list[Obj]) -> bool:
+        return not self._fits()(pod.unbound, view.obj, others)
+
+    def _controller_exists(self, pod: PodFacts) -> bool:
+        rt = _CONTROLLERS.get(pod.controller_kind or "")
+        if rt is None:
+            return True
+        return self.cloud.c.store.get(rt, pod.namespace, pod.controller_name) is not None
+
+    def update_unneeded(self, *, force: bool = False) -> scaledown.Plan:
+        """Make the scale-down plan again if something it depends on changed (and it is time to)."""
+        now = self.cloud.c.now()
+        if not self._dirty or (not force and now - self._last_plan < PLAN_INTERVAL):
+            return self.plan
+        settings = self.cloud.autoscaler_settings
+        rules = scaledown.Rules(
+            threshold=settings.scale_down_utilization_threshold,
+            gpu_threshold=settings.scale_down_gpu_utilization_threshold,
+            cutoff=settings.expendable_pods_priority_cutoff,
+            non_empty_candidates=settings.scale_down_non_empty_candidates_count,
+        )
+        self._dirty = False
+        self._last_plan = now
+        self.plans_made += 1
+        self.plan = scaledown.plan(
+            self._views(),
+            list(self._pending.values()),
+            rules=rules,
+            budgets=scaledown.Budgets(self.cloud.c.store.iter(PDBS)),
+            static_ok=self._static_ok,
+            fits_with_pods=self._fits_with_pods,
+            priority_of=self.priority,
+            controller_exists=self._controller_exists,
+            previously_unneeded=self._unneeded_since,
+        )
+        since = {name: self._unneeded_since.get(name, now) for name in self.plan.unneeded}
+        self._unneeded_since = since
+        return self.plan
+
+    def unneeded_for(self, node: str) -> float | None:
+        """How long the node has been unneeded (None: it is not)."""
+        since = self._unneeded_since.get(node)
+        return None if since is None else self.cloud.c.now() - since
+
+    def _ripe(self) -> list[scaledown.Unneeded]:
+        now = self.cloud.c.now()
+        wait = self.cloud.autoscaler_settings.scale_down_unneeded
+        return [
+            u
+            for name, u in self.plan.unneeded.items()
+            if now - self._unneeded_since[name] >= wait and name not in self._drains
+        ]
+
+    def scale_down(self) -> list[str]:
+        """Remove the nodes unneeded for long enough: empty ones at once, others drained one at a time."""
+        settings = self.cloud.autoscaler_settings
+        if not self._ripe():
+            return []
+        if self._dirty:
+            self.update_unneeded(force=True)
+        ripe = self._ripe()
+        cloud = self.cloud
+        room = settings.max_scale_down_parallelism - len(self._drains)
+        drains = settings.max_drain_parallelism - len(self._drains)
+        leaving: Counter[str] = Counter(cloud.instance_for(name).pool for name in self._drains)  # type: ignore[union-attr]
+        started: list[str] = []
+        for unneeded in sorted(ripe, key=lambda u: not u.empty):
+            if room <= 0:
+                break
+            inst = cloud.instance_for(unneeded.node)
+            if inst is None or not inst.active or inst.notice is not None:
+                continue
             state = cloud.pools[inst.pool]
-            if now - since < unneeded_for or state.desired <= state.spec.min_size:
+            if state.desired - leaving[inst.pool] <= state.spec.min_size:
                 continue
-            self._remove(inst)
-            removed.append(name)
-        for name in list(self._empty_since):
-            if name not in seen:
-                del self._empty_since[name]
-        return removed
+            if unneeded.empty:
+                self._remove_empty(inst)
+            elif drains > 0:
+                self._start_drain(inst, unneeded)
+                drains -= 1
+            else:
+                continue
+            leaving[inst.pool] += 1
+            room -= 1
+            started.append(unneeded.node)
+            self._unneeded_since.pop(unneeded.node, None)
+            self.plan.unneeded.pop(unneeded.node, None)
+        if started:
+            self._dirty = True
+        return started
 
-    def _empty(self, inst: Instance) -> bool:
-        if inst.node_name in self._blocking:
-            return False
-        return self.cloud.c.store.get(NODES, "", inst.node_name) is not None
-
-    def _remove(self, inst: Instance) -> None:
+    def _mark(self, inst: Instance) -> None:
         cloud = self.cloud
         taint = {"key": nodes.TO_BE_DELETED_TAINT, "value": str(int(cloud.c.now())), "effect": "NoSchedule"}
 
@@ -449,16 +695,83 @@ class ClusterAutoscaler:
             cloud.c.recorder.record(
                 node, "ScaleDown", "marked the node as toBeDeleted/unschedulable", component=COMPONENT
             )
-        log.info("scale-down: removing empty node %s", inst.node_name)
-        self._status_event("ScaleDownEmpty", f"Scale-down: removing empty node {inst.node_name}")
-        self._empty_since.pop(inst.node_name, None)
-        cloud.remove_node(inst.node_name, "scale-down")
 
+    def _remove_empty(self, inst: Instance) -> None:
+        self._mark(inst)
+        name = inst.node_name
+        log.info("scale-down: removing empty node %s", name)
+        self._status_event("ScaleDownEmpty", f"Scale-down: removing empty node {name}")
+        self._empty_since.pop(name, None)
+        self.cloud.remove_node(name, "scale-down")
+        self._status_event("ScaleDownEmpty", f"Scale-down: empty node {name} removed")
 
-def _blocks_scale_down(pod: Obj) -> bool:
-    md = pod["metadata"]
-    if md.get("deletionTimestamp") or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-        return False
-    if "kubernetes.io/config.mirror" in (md.get("annotations") or {}):
-        return False
-    return not any(ref.get("kind") == "DaemonSet" for ref in md.get("ownerReferences") or [])
+    def _start_drain(self, inst: Instance, unneeded: scaledown.Unneeded) -> None:
+        self._mark(inst)
+        name = inst.node_name
+        moving = ",".join(f"{p.namespace}/{p.name}" for p in unneeded.to_move)
+        log.info(
+            "scale-down: removing node %s, utilization: %s, pods to reschedule: %s",
+            name,
+            unneeded.utilization,
+            moving,
+        )
+        self._status_event(
+            "ScaleDown",
+            f"Scale-down: removing node {name}, utilization: {unneeded.utilization}, "
+            f"pods to reschedule: {moving}",
+        )
+        drain = NodeDrain(self.cloud, inst, self._drained)
+        self._drains[name] = drain
+        drain.start()
+
+    def _drained(self, drain: NodeDrain, ok: bool, why: str) -> None:
+        cloud = self.cloud
+        name = drain.node
+        self._drains.pop(name, None)
+        self._dirty = True
+        if ok and drain.inst.active:
+            cloud.remove_node(name, "scale-down")
+            self._status_event("ScaleDown", f"Scale-down: node {name} removed with drain")
+            return
+        self._last_failure = cloud.c.now()
+        log.warning("scale-down of node %s failed: %s", name, why)
+
+        def unmark(node: Obj) -> None:
+            node["spec"]["taints"] = [
+                t for t in node["spec"].get("taints") or [] if t.get("key") != nodes.TO_BE_DELETED_TAINT
+            ]
+
+        node = cloud.c.store.mutate(NODES, "", name, unmark) if drain.inst.active else None
+        if node is not None:
+            cloud.c.recorder.record(
+                node,
+                "ScaleDownFailed",
+                "failed to drain the node, aborting ScaleDown",
+                type="Warning",
+                component=COMPONENT,
+            )
+
+    # ---- the older behaviour: empty nodes only ---------------------------------------------------
+    def scale_down_empty(self) -> list[str]:
+        cloud = self.cloud
+        now = cloud.c.now()
+        unneeded_for = cloud.autoscaler_settings.scale_down_unneeded
+        seen: set[str] = set()
+        removed: list[str] = []
+        for inst in sorted(cloud.active_instances(), key=lambda i: i.node_name):
+            if not inst.ready or inst.notice is not None:
+                continue
+            name = inst.node_name
+            if name in self._workload_pods or name not in self._nodes:
+                continue
+            seen.add(name)
+            since = self._empty_since.setdefault(name, now)
+            state = cloud.pools[inst.pool]
+            if now - since < unneeded_for or state.desired <= state.spec.min_size:
+                continue
+            self._remove_empty(inst)
+            removed.append(name)
+        for name in list(self._empty_since):
+            if name not in seen:
+                del self._empty_since[name]
+        return removed

@@ -1,0 +1,532 @@
+"""Scale-down planning as cluster-autoscaler does it, pure (no store, no clock).
+
+A node is *unneeded* when its utilization (requests of its pods over allocatable, cpu and memory
+each, the larger one; GPU nodes by their GPUs alone) is below the threshold and every pod on it
+that must move can be placed on another node. What must move, what is left and what blocks the
+node follows cluster-autoscaler's drainability rules:
+
+- mirror pods, DaemonSet pods, finished pods and pods already terminating are left alone;
+- pods with a priority below the expendable cutoff are dropped (they neither block nor move);
+- `cluster-autoscaler.kubernetes.io/safe-to-evict: "true"` makes a pod movable, whatever else;
+- pods without a controller (or with one cluster-autoscaler does not know) block;
+- kube-system pods without a PodDisruptionBudget block;
+- `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` blocks;
+- a pod whose PodDisruptionBudget allows no (more) disruption blocks.
+
+The placement simulation runs the pods to move through the scheduler's filters (`static_ok`, the
+caller's per pod shape and node verdict) and resource arithmetic on the other nodes, first fit, as
+cluster-autoscaler's simulator does with its hints: for pods of one shape the search resumes where
+the previous one fitted, since within one plan the free room of a node only shrinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shipshape.kube import labels as labelsel
+
+Obj = dict[str, Any]
+
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# Controllers cluster-autoscaler knows will recreate a pod elsewhere (DaemonSet pods are left).
+REPLICATING_KINDS = frozenset({"ReplicaSet", "ReplicationController", "StatefulSet", "Job"})
+
+LEAVE, DROP, MOVE, BLOCK = "leave", "drop", "move", "block"
+
+
+def needs_other_pods(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's fit depends on the pods already on a node beyond their resources."""
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if affinity.get("podAffinity") or affinity.get("podAntiAffinity"):
+        return True
+    if any(
+        c.get("whenUnsatisfiable") == "DoNotSchedule" for c in spec.get("topologySpreadConstraints") or []
+    ):
+        return True
+    return any(port.get("hostPort") for c in spec.get("containers") or [] for port in c.get("ports") or [])
+
+
+def signature(pod: Mapping[str, Any]) -> bytes:
+    """What a node's filters look at, for pods that do not depend on other pods."""
+    spec = pod.get("spec") or {}
+    shape = {
+        "requests": [(c.get("resources") or {}).get("requests") for c in spec.get("containers") or []],
+        "init": [(c.get("resources") or {}).get("requests") for c in spec.get("initContainers") or []],
+        "overhead": spec.get("overhead"),
+        "nodeSelector": spec.get("nodeSelector"),
+        "affinity": spec.get("affinity"),
+        "tolerations": spec.get("tolerations"),
+    }
+    return orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+
+
+@dataclass(slots=True)
+class PodFacts:
+    """What scale-down needs to know of a pod, taken once per change of the pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    obj: Obj
+    requests: Mapping[str, int]
+    labels: Mapping[str, str]
+    daemon: bool
+    mirror: bool
+    finished: bool
+    terminating: bool
+    priority: int | None
+    priority_class: str
+    safe_to_evict: str | None
+    controller_kind: str | None
+    controller_name: str
+    expendable: bool = False  # priority below the cutoff: not counted, never blocks, not moved
+    _shape: bytes | None = None
+    _needs_others: bool | None = None
+    _unbound: Obj | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def counted(self) -> bool:
+        """Counted in its node's utilization: cluster-autoscaler counts DaemonSet and mirror pods, and
+        leaves expendable pods out of its cluster snapshot."""
+        return not self.finished and not self.expendable
+
+    @property
+    def shape(self) -> bytes:
+        if self._shape is None:
+            self._shape = signature(self.obj)
+        return self._shape
+
+    @property
+    def unbound(self) -> Obj:
+        """The pod as the scheduler would see it again once evicted: without its nodeName."""
+        if self._unbound is None:
+            spec = {k: v for k, v in (self.obj.get("spec") or {}).items() if k != "nodeName"}
+            self._unbound = {**self.obj, "spec": spec}
+        return self._unbound
+
+    @property
+    def needs_others(self) -> bool:
+        if self._needs_others is None:
+            self._needs_others = needs_other_pods(self.obj)
+        return self._needs_others
+
+    def relevance(self) -> tuple[Any, ...]:
+        """What scale-down decisions depend on; a change of anything else is not a reason to re-plan."""
+        return (
+            self.node,
+            self.daemon,
+            self.mirror,
+            self.finished,
+            self.terminating,
+            self.priority,
+            self.safe_to_evict,
+            self.controller_kind,
+            self.expendable,
+            self.uid,
+        )
+
+
+def pod_facts(pod: Obj, requests: Mapping[str, int], previous: PodFacts | None = None) -> PodFacts:
+    md = pod["metadata"]
+    spec = pod.get("spec") or {}
+    annotations = md.get("annotations") or {}
+    controller = next((ref for ref in md.get("ownerReferences") or [] if ref.get("controller")), None)
+    owners = md.get("ownerReferences") or []
+    priority = spec.get("priority")
+    facts = PodFacts(
+        namespace=md.get("namespace", ""),
+        name=md["name"],
+        uid=md.get("uid") or md["name"],
+        node=spec.get("nodeName") or "",
+        obj=pod,
+        requests=requests,
+        labels=md.get("labels") or {},
+        daemon=any(ref.get("kind") == "DaemonSet" for ref in owners),
+        mirror=MIRROR_ANNOTATION in annotations,
+        finished=(pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        terminating=bool(md.get("deletionTimestamp")),
+        priority=priority if isinstance(priority, int) else None,
+        priority_class=spec.get("priorityClassName") or "",
+        safe_to_evict=annotations.get(SAFE_TO_EVICT),
+        controller_kind=controller.get("kind") if controller else None,
+        controller_name=controller.get("name", "") if controller else "",
+    )
+    if previous is not None and previous.uid == facts.uid:
+        facts._shape, facts._needs_others = previous._shape, previous._needs_others
+    return facts
+
+
+# ---- utilization ----------------------------------------------------------------------------------
+def _go_float(x: float) -> str:
+    text = repr(x)
+    return text[:-2] if text.endswith(".0") else text
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    cpu: float
+    memory: float
+    gpu: float
+    resource: str
+    value: float
+
+    def __str__(self) -> str:
+        """As cluster-autoscaler prints its UtilizationInfo (`%v`) in its status events."""
+        parts = (self.cpu, self.memory, self.gpu)
+        return "{" + " ".join(_go_float(x) for x in parts) + f" {self.resource} {_go_float(self.value)}}}"
+
+
+def utilization(
+    allocatable: Mapping[str, int], used: Mapping[str, int], gpu_resource: str | None
+) -> Utilization:
+    """cluster-autoscaler's node utilization: max(cpu, memory) requested share; GPUs alone on GPU nodes."""
+
+    def share(name: str) -> float:
+        capacity = allocatable.get(name, 0)
+        return used.get(name, 0) / capacity if capacity > 0 else 0.0
+
+    cpu, memory = share("cpu"), share("memory")
+    if gpu_resource is not None and allocatable.get(gpu_resource, 0) > 0:
+        gpu = share(gpu_resource)
+        return Utilization(cpu, memory, gpu, gpu_resource, gpu)
+    if cpu > memory:
+        return Utilization(cpu, memory, 0.0, "cpu", cpu)
+    return Utilization(cpu, memory, 0.0, "memory", memory)
+
+
+# ---- PodDisruptionBudgets --------------------------------------------------------------------------
+@dataclass(slots=True)
+class Budget:
+    namespace: str
+    name: str
+    selector: labelsel.Selector
+    allowed: int
+
+
+class Budgets:
+    """The disruptions each PodDisruptionBudget still allows, spent as the plan removes nodes."""
+
+    def __init__(self, pdbs: Iterable[Mapping[str, Any]]) -> None:
+        self._by_namespace: dict[str, list[Budget]] = {}
+        self._matched: dict[str, list[Budget]] = {}
+        for pdb in pdbs:
+            selector = (pdb.get("spec") or {}).get("selector")
+            if selector is None:
+                continue
+            md = pdb["metadata"]
+            allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+            compiled = labelsel.from_label_selector(selector)
+            budget = Budget(md.get("namespace", ""), md["name"], compiled, allowed)
+            self._by_namespace.setdefault(budget.namespace, []).append(budget)
+
+    def matching(self, pod: PodFacts) -> list[Budget]:
+        found = self._matched.get(pod.uid)
+        if found is None:
+            found = self._matched[pod.uid] = [
+                b for b in self._by_namespace.get(pod.namespace, ()) if b.selector.matches(pod.labels)
+            ]
+        return found
+
+    def can_move(self, pods: Sequence[PodFacts]) -> PodFacts | None:
+        """The first pod whose budget cannot take the moves of all `pods`, or None when all can go."""
+        spent: dict[int, int] = {}
+        for pod in pods:
+            for budget in self.matching(pod):
+                spent[id(budget)] = spent.get(id(budget), 0) + 1
+                if spent[id(budget)] > budget.allowed:
+                    return pod
+        return None
+
+    def spend(self, pods: Sequence[PodFacts]) -> None:
+        for pod in pods:
+            for budget in self.matching(pod):
+                budget.allowed -= 1
+
+
+# ---- drainability ----------------------------------------------------------------------------------
+def classify(
+    pod: PodFacts,
+    *,
+    priority: int,
+    cutoff: int,
+    budgets: Sequence[Budget],
+    controller_exists: bool = True,
+) -> tuple[str, str]:
+    """What scale-down does with a pod on a node it removes: LEAVE, DROP, MOVE or BLOCK, and why.
+
+    The reasons of BLOCK are cluster-autoscaler's drain messages.
+    """
+    if pod.mirror:
+        return LEAVE, "mirror pod"
+    if pod.terminating:
+        return LEAVE, "terminating"
+    if pod.daemon:
+        return LEAVE, "DaemonSet pod"
+    if pod.finished:
+        return LEAVE, "finished"
+    if priority < cutoff:
+        return DROP, "expendable"
+    if pod.safe_to_evict == "true":
+        return MOVE, ""
+    ref = f"{pod.namespace}/{pod.name}"
+    if pod.controller_kind not in REPLICATING_KINDS:
+        return BLOCK, f"{ref} is not replicated"
+    if not controller_exists:
+        return BLOCK, f"replication controller for {ref} is not available"
+    if pod.namespace == "kube-system" and not budgets:
+        return BLOCK, f"non-daemonset, non-mirrored, non-pdb-assigned kube-system pod present: {pod.name}"
+    if pod.safe_to_evict == "false":
+        return BLOCK, f"pod annotated as not safe to evict present: {pod.name}"
+    if len(budgets) > 1:
+        return BLOCK, f"{ref} has more than one PodDisruptionBudget"
+    if budgets and budgets[0].allowed < 1:
+        return BLOCK, f"not enough pod disruption budget to move {ref}"
+    return MOVE, ""
+
+
+# ---- the placement simulation ------------------------------------------------------------------------
+@dataclass(slots=True)
+class NodeView:
+    """A Ready node scale-down may remove or move pods to."""
+
+    name: str
+    pool: str
+    obj: Obj
+    allocatable: Mapping[str, int]
+    used: Mapping[str, int]
+    pods: list[PodFacts]
+    gpu_resource: str | None = None
+    disabled: bool = False  # annotated scale-down-disabled
+
+    def utilization(self) -> Utilization:
+        return utilization(self.allocatable, self.used, self.gpu_resource)
+
+
+StaticOk = Callable[[PodFacts, NodeView], bool]
+FitsWithPods = Callable[[PodFacts, NodeView, list[Obj]], bool]
+
+
+class Placer:
+    """First-fit placement of pods onto destination nodes, with rollback for one node's pods."""
+
+    def __init__(self, dests: Sequence[NodeView], static_ok: StaticOk, fits_with_pods: FitsWithPods) -> None:
+        self.dests = list(dests)
+        self.index = {d.name: i for i, d in enumerate(self.dests)}
+        self.static_ok = static_ok
+        self.fits_with_pods = fits_with_pods
+        self.free: list[dict[str, int]] = []
+        for d in self.dests:
+            free = {name: amount - d.used.get(name, 0) for name, amount in d.allocatable.items()}
+            free["pods"] = d.allocatable.get("pods", 110) - d.used.get("pods", 0)
+            self.free.append(free)
+        self.excluded: set[int] = set()
+        self.received: set[str] = set()  # nodes that took a pod in this plan
+        self.added: dict[int, list[Obj]] = {}
+        self.cursor: dict[bytes, int] = {}
+        self._journal: list[tuple[int, PodFacts]] | None = None
+        self._saved_cursor: dict[bytes, int] = {}
+        self._saved_received: set[str] = set()
+
+    def _room(self, i: int, pod: PodFacts) -> bool:
+        free = self.free[i]
+        if free.get("pods", 0) < 1:
+            return False
+        return all(not amount or free.get(name, 0) >= amount for name, amount in pod.requests.items())
+
+    def _take(self, i: int, pod: PodFacts) -> None:
+        free = self.free[i]
+        free["pods"] = free.get("pods", 0) - 1
+        for name, amount in pod.requests.items():
+            free[name] = free.get(name, 0) - amount
+        self.received.add(self.dests[i].name)
+        if pod.needs_others:
+            self.added.setdefault(i, []).append(pod.obj)
+        if self._journal is not None:
+            self._journal.append((i, pod))
+
+    def place(self, pod: PodFacts) -> str | None:
+        """Put the pod on the first node that takes it; the node's name, or None."""
+        if pod.needs_others:
+            for i, dest in enumerate(self.dests):
+                if i in self.excluded or not self._room(i, pod) or not self.static_ok(pod, dest):
+                    continue
+                if not self.fits_with_pods(pod, dest, [p.obj for p in dest.pods] + self.added.get(i, [])):
+                    continue
+                self._take(i, pod)
+                return dest.name
+            return None
+        shape = pod.shape
+        start = self.cursor.get(shape, 0)
+        for i in range(start, len(self.dests)):
+            if i in self.excluded or not self._room(i, pod) or not self.static_ok(pod, self.dests[i]):
+                continue
+            self.cursor[shape] = i
+            self._take(i, pod)
+            return self.dests[i].name
+        self.cursor[shape] = len(self.dests)
+        return None
+
+    def begin(self) -> None:
+        self._journal = []
+        self._saved_cursor = dict(self.cursor)
+        self._saved_received = set(self.received)
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self) -> None:
+        for i, pod in reversed(self._journal or []):
+            free = self.free[i]
+            free["pods"] += 1
+            for name, amount in pod.requests.items():
+                free[name] += amount
+            if pod.needs_others:
+                self.added[i].remove(pod.obj)
+        self._journal = None
+        self.cursor = self._saved_cursor
+        self.received = self._saved_received
+
+    def exclude(self, name: str) -> None:
+        i = self.index.get(name)
+        if i is not None:
+            self.excluded.add(i)
+
+    def include(self, name: str) -> None:
+        i = self.index.get(name)
+        if i is not None:
+            self.excluded.discard(i)
+
+
+@dataclass(slots=True)
+class Rules:
+    threshold: float = 0.5
+    gpu_threshold: float = 0.5
+    cutoff: int = -10
+    non_empty_candidates: int = 30
+
+
+@dataclass(slots=True)
+class Unneeded:
+    node: str
+    pool: str
+    utilization: Utilization
+    to_move: list[PodFacts]
+    dropped: list[PodFacts]
+
+    @property
+    def empty(self) -> bool:
+        return not self.to_move
+
+
+@dataclass(slots=True)
+class Plan:
+    unneeded: dict[str, Unneeded] = field(default_factory=dict)
+    unremovable: dict[str, str] = field(default_factory=dict)  # node -> why
+
+
+def plan(
+    nodes: Sequence[NodeView],
+    pending: Sequence[PodFacts],
+    *,
+    rules: Rules,
+    budgets: Budgets,
+    static_ok: StaticOk,
+    fits_with_pods: FitsWithPods,
+    priority_of: Callable[[PodFacts], int],
+    controller_exists: Callable[[PodFacts], bool] = lambda _: True,
+    previously_unneeded: Iterable[str] = (),
+) -> Plan:
+    """Which of `nodes` are unneeded now, and why the other candidates are not.
+
+    Pending pods are placed first (they will take room the scheduler gives them). Candidates are
+    tried nodes that were already unneeded first (their timers keep running), then the least
+    utilized; at most `rules.non_empty_candidates` nodes that need pods moved are simulated.
+    Pods of a removable node stay placed for the next candidates, as cluster-autoscaler's simulation
+    does, and a node that took moved pods is no longer a candidate.
+    """
+    out = Plan()
+    util = {n.name: n.utilization() for n in nodes}
+
+    def below(n: NodeView) -> bool:
+        threshold = rules.gpu_threshold if util[n.name].resource == n.gpu_resource else rules.threshold
+        return util[n.name].value < threshold
+
+    candidates = []
+    for n in nodes:
+        if n.disabled:
+            out.unremovable[n.name] = "scale-down disabled by annotation"
+        elif not below(n):
+            out.unremovable[n.name] = "not underutilized"
+        else:
+            candidates.append(n)
+    before = set(previously_unneeded)
+    candidates.sort(key=lambda n: (n.name not in before, util[n.name].value, n.name))
+    # Destinations: the fullest first, so moved pods fill busy nodes rather than other candidates.
+    dests = sorted(nodes, key=lambda n: (-util[n.name].value, n.name))
+    placer = Placer(dests, static_ok, fits_with_pods)
+    for pod in pending:
+        if priority_of(pod) >= rules.cutoff:
+            placer.place(pod)
+    simulated = 0
+    for node in candidates:
+        if node.name in placer.received:
+            out.unremovable[node.name] = "took pods of another node"
+            continue
+        to_move: list[PodFacts] = []
+        dropped: list[PodFacts] = []
+        blocked = ""
+        for pod in node.pods:
+            action, why = classify(
+                pod,
+                priority=priority_of(pod),
+                cutoff=rules.cutoff,
+                budgets=budgets.matching(pod),
+                controller_exists=controller_exists(pod),
+            )
+            if action == BLOCK:
+                blocked = why
+                break
+            if action == MOVE:
+                to_move.append(pod)
+            elif action == DROP:
+                dropped.append(pod)
+        if blocked:
+            out.unremovable[node.name] = blocked
+            continue
+        if to_move:
+            if simulated >= rules.non_empty_candidates:
+                out.unremovable[node.name] = "not simulated (candidate limit)"
+                continue
+            simulated += 1
+            over = budgets.can_move(to_move)
+            if over is not None:
+                out.unremovable[node.name] = (
+                    f"not enough pod disruption budget to move {over.namespace}/{over.name}"
+                )
+                continue
+            placer.exclude(node.name)
+            placer.begin()
+            stuck = next((pod for pod in to_move if placer.place(pod) is None), None)
+            if stuck is not None:
+                placer.rollback()
+                placer.include(node.name)
+                out.unremovable[node.name] = f"no place to move {stuck.namespace}/{stuck.name}"
+                continue
+            placer.commit()
+            budgets.spend(to_move)
+        else:
+            placer.exclude(node.name)
+        out.unneeded[node.name] = Unneeded(node.name, node.pool, util[node.name], to_move, dropped)
+    return out
