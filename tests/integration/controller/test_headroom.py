@@ -88,7 +88,9 @@ def test_placeholders_cover_what_the_room_outside_a_pool_cannot_take(tmp_path: P
             "placeholders for the largest pool", lambda: placeholders_wanted(cluster) == expected, 120
         )
         priority = cluster.get(PRIORITYCLASSES, "", "shipshape-headroom")
-        assert priority is not None and -10 < priority["value"] < 0 and priority["preemptionPolicy"] == "Never"
+        assert (
+            priority is not None and -10 < priority["value"] < 0 and priority["preemptionPolicy"] == "Never"
+        )
         cluster.wait("placeholder pods", lambda: len(placeholder_pods(cluster)) == expected, 60)
         for pod in placeholder_pods(cluster):
             assert pod["spec"]["priority"] == priority["value"]
