@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.cache import node_pool
-from shipshape.controller.decisions import HeadroomPlan, PodState, headroom_plan, pod_requests
+from shipshape.controller.decisions import (
+    HeadroomPlan,
+    PodState,
+    WorkloadState,
+    headroom_plan,
+    pod_requests,
+    spot_pods_by_pool,
+)
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CAPACITY_LABEL, CapacityType
 from shipshape.kube.quantity import format_bytes, format_cpu
@@ -141,6 +148,30 @@ def _not_fitting(lost: Sequence[PodState], rooms: Iterable[Room]) -> list[PodSta
             placed += fits
         left.extend(pods[placed:])
     return left
+
+
+def pods_to_cover(states: Iterable[WorkloadState], covers: str = "floor") -> dict[Pool, list[PodState]]:
+    """Per spot pool, the pods whose replacements headroom should hold room for if that pool is lost.
+
+    "pool": every spot pod. "floor": only the pods a workload cannot lose without going below its
+    floor — for each pool, its ready pods there beyond the workload's slack (ready replicas above the
+    floor now); the others' replacements may wait for a new node, the workload stays at its floor.
+    A workload mid-rollout has less slack, so it asks for more.
+    """
+    if covers == "pool":
+        return spot_pods_by_pool(states)
+    grouped: dict[Pool, list[PodState]] = {}
+    for state in states:
+        by_pool: dict[Pool, list[PodState]] = {}
+        for pod in state.pods:
+            if pod.capacity is CapacityType.SPOT and pod.pool is not None and pod.ready:
+                by_pool.setdefault(pod.pool, []).append(pod)
+        slack = max(0, state.ready - state.floor)
+        for pool, pods in by_pool.items():
+            short = len(pods) - slack
+            if short > 0:
+                grouped.setdefault(pool, []).extend(pods[:short])
+    return grouped
 
 
 def uncovered_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], rooms: Sequence[Room]) -> HeadroomPlan:

@@ -72,7 +72,7 @@ def placeholders_wanted(cluster: ServedCluster) -> int | None:
 
 
 def test_placeholders_cover_what_the_room_outside_a_pool_cannot_take(tmp_path: Path) -> None:
-    loops = LoopSettings(headroom_enabled=True, headroom_interval_seconds=10)
+    loops = LoopSettings(headroom_enabled=True, headroom_interval_seconds=10, headroom_covers="pool")
     with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "c", loops=loops):
         # On-demand nodes (3920m allocatable) keep 120m: room for their two web pods (50m), none for
         # more. Spot nodes (1930m) keep 100m: a pool's three web pods land two and one, so the other

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 from typing import Any
 
-from shipshape.controller.decisions import PodState
+from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     Room,
     placeholder_deployments,
+    pods_to_cover,
     spare_room,
     uncovered_plan,
 )
 from shipshape.controller.loops.headroom import _same
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import CapacityType
+from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
 
 from .builders import node
 
@@ -115,6 +117,40 @@ def test_no_placeholders_when_the_room_outside_a_pool_takes_its_pods_whole() -> 
     plan = uncovered_plan(pods_by_pool, [Room(None, 1000, 2 * GIB, 10), Room(POOL_A, 1000, 2 * GIB, 10)])
     assert plan.pool == POOL_A
     assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [(500, GIB, 2)]
+
+
+def workload(name: str, floor: int, pods: list[PodState], replicas: int | None = None) -> WorkloadState:
+    return WorkloadState(
+        kind=WorkloadKind.DEPLOYMENT,
+        namespace="shop",
+        name=name,
+        replicas=len(pods) if replicas is None else replicas,
+        policy=WorkloadPolicy(kind=WorkloadKind.DEPLOYMENT),
+        pods=tuple(pods),
+        floor=floor,
+    )
+
+
+def test_floor_cover_holds_room_only_for_pods_a_workload_cannot_lose() -> None:
+    web = [spot_pod(f"web-{i}", POOL_A if i < 4 else POOL_B, 500, GIB) for i in range(6)]
+    on_demand = PodState("web-od", CapacityType.ON_DEMAND, None, "od-node", True, None, 500, GIB)
+    # 7 ready, floor 5: two may go; pool a holds four of them, pool b two.
+    states = [workload("web", 5, [*web, on_demand])]
+    covered = pods_to_cover(states, "floor")
+    assert {pool: len(pods) for pool, pods in covered.items()} == {POOL_A: 2}
+    # "pool" covers every spot pod, as before.
+    everything = pods_to_cover(states, "pool")
+    assert {pool: len(pods) for pool, pods in everything.items()} == {POOL_A: 4, POOL_B: 2}
+    # A replica not ready (a rollout under way) leaves less slack: more to cover.
+    not_ready = [replace(web[5], ready=False), *web[:5], on_demand]
+    covered = pods_to_cover([workload("web", 5, not_ready)], "floor")
+    assert {pool: len(pods) for pool, pods in covered.items()} == {POOL_A: 3}
+    # A single replica on spot with floor 1 (no slack): its pod is covered.
+    (single,) = [spot_pod("checkout-0", POOL_B, 1000, GIB)]
+    covered = pods_to_cover([workload("checkout", 1, [single])], "floor")
+    assert covered == {POOL_B: [single]}
+    # A generous budget: nothing to cover, no placeholders.
+    assert uncovered_plan(pods_to_cover([workload("batch", 2, web)], "floor"), []).placeholders == ()
 
 
 def _first_fit_one_by_one(lost: list[PodState], rooms: list[Room]) -> list[tuple[int, int]]:

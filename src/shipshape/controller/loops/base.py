@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +53,10 @@ class LoopSettings(BaseModel):
     fallback_interval_seconds: float = Field(default=10.0, gt=0)
     headroom_interval_seconds: float = Field(default=30.0, gt=0)
     headroom_enabled: bool = True
+    # What placeholders cover when one spot pool is lost: "floor" — the pods whose loss would take a
+    # workload below its floor (PDB, or replicas - maxUnavailable; the rest wait for new nodes);
+    # "pool" — every pod of the pool (replacements all start at once, at the price of more on-demand).
+    headroom_covers: Literal["floor", "pool"] = "floor"
     # Ask each spot node's instance-metadata endpoint for a notice (where the controller can reach it).
     poll_instance_metadata: bool = True
 

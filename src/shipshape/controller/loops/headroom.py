@@ -1,8 +1,8 @@
 """Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
-pods one spot pool could lose that the room left on other nodes would not already take (`uncovered_plan`),
-so that replacements after a notice preempt placeholders or land in free room and start at once. Keeps
-the PriorityClass, creates/updates the placeholders and removes the ones no longer needed.
-"""
+pods one spot pool could lose (by default only those whose loss would take a workload below its floor,
+`pods_to_cover`) that the room left on other nodes would not already take (`uncovered_plan`), so that
+those replacements after a notice preempt placeholders or land in free room and start at once. Keeps
+the PriorityClass, creates/updates the placeholders and removes the ones no longer needed."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import spot_pods_by_pool
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     placeholder_deployments,
+    pods_to_cover,
     priority_class,
     spare_room,
     uncovered_plan,
@@ -56,7 +56,8 @@ class HeadroomKeeper(Reconciler):
         namespace = self.config.namespace
         with self.reading():
             rooms = spare_room(self.cache.objects("Node"), self.cache.objects("Pod"))
-            plan = uncovered_plan(spot_pods_by_pool(m.state for m in self.managed()), rooms)
+            covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
+            plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
             existing = {
                 d["metadata"]["name"]: d

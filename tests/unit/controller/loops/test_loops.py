@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+import pytest
 
 from shipshape.controller.loops import LoopSettings, SharedState
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
@@ -308,14 +310,23 @@ def test_fallback_deletes_a_stuck_spot_pod_and_marks_its_pools() -> None:
     assert Pool("m5.large", "us-east-1a") not in w.shared.shortages.shortages(w.h.clock.now())
 
 
-def test_headroom_keeps_the_priority_class_and_one_placeholder_per_shape() -> None:
-    w = World()
+@pytest.mark.parametrize(
+    ("covers", "expected"),
+    [
+        ("pool", 2),  # pool a holds two pods of 500m / 512Mi
+        ("floor", 1),  # four ready, floor 3 (maxUnavailable 25 %): one of pool a's two may go uncovered
+    ],
+)
+def test_headroom_keeps_the_priority_class_and_one_placeholder_per_shape(
+    covers: Literal["floor", "pool"], expected: int
+) -> None:
+    w = World(LoopSettings(poll_instance_metadata=False, headroom_covers=covers))
     w.workload("web", 4, ["od-1", "a-1", "a-1", "b-1"])
     w.loop(HeadroomKeeper).reconcile(w.h.clock.now())
     applied = [args[0] for args in w.ops.of("apply")]
     assert applied[0]["kind"] == "PriorityClass"
     (placeholder,) = applied[1:]
-    assert placeholder["spec"]["replicas"] == 2  # pool a holds two pods of 500m / 512Mi
+    assert placeholder["spec"]["replicas"] == expected
     assert placeholder["metadata"]["namespace"] == w.h.config.namespace
 
 
