@@ -76,6 +76,7 @@ class KubeOps:
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.scheduling = k8s.SchedulingV1Api(api_client)
+        self.policy = k8s.PolicyV1Api(api_client)
         self._metadata = httpx.Client(timeout=metadata_timeout)
 
     def close(self) -> None:
@@ -110,6 +111,14 @@ class KubeOps:
                 lambda: call(self.apps.read_namespaced_deployment, ref.name, ref.namespace),
                 lambda body: call(self.apps.create_namespaced_deployment, ref.namespace, body),
                 lambda body: call(self.apps.replace_namespaced_deployment, ref.name, ref.namespace, body),
+            )
+        if ref.kind == "PodDisruptionBudget":
+            return (
+                lambda: call(self.policy.read_namespaced_pod_disruption_budget, ref.name, ref.namespace),
+                lambda body: call(self.policy.create_namespaced_pod_disruption_budget, ref.namespace, body),
+                lambda body: call(
+                    self.policy.replace_namespaced_pod_disruption_budget, ref.name, ref.namespace, body
+                ),
             )
         if ref.kind == "PriorityClass":
             return (
@@ -154,6 +163,10 @@ class KubeOps:
         return "updated"
 
     def delete(self, ref: ObjectRef) -> bool:
+        if ref.kind == "PodDisruptionBudget":
+            return delete_through(
+                lambda: call(self.policy.delete_namespaced_pod_disruption_budget, ref.name, ref.namespace)
+            )
         if ref.kind != "Deployment":
             raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
         return delete_through(lambda: call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace))

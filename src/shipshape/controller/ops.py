@@ -41,7 +41,8 @@ class OpsError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """An object the loops create or delete by name (placeholder Deployments, the PriorityClass)."""
+    """An object the loops create or delete by name (placeholder Deployments, the PriorityClass, the
+    single-replica guard PodDisruptionBudgets)."""
 
     api_version: str
     kind: str

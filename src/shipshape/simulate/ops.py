@@ -31,6 +31,7 @@ _OWNED: Mapping[str, ResourceType] = {
     "Deployment": r.DEPLOYMENTS,
     "PriorityClass": r.PRIORITYCLASSES,
     "Namespace": r.NAMESPACES,
+    "PodDisruptionBudget": r.PDBS,
 }
 
 

@@ -18,10 +18,20 @@ Every notice at hand (interruption handlers' taints, the instance-metadata endpo
 
 What was done is written on the Deployment (annotations below), so a restarted controller neither
 repeats a restart nor surges twice, and finishes a surge another replica started.
+
+A single-replica `surge` Deployment that no PodDisruptionBudget selects gets a **guard PDB**
+(`minAvailable: 1`, owned by the Deployment so that it is garbage-collected with it, labelled
+`spot.shipshape.dev/guard`): an interruption handler that drains at the notice evicts at once, before
+any controller can react, and the guard makes that eviction wait until the surged replacement is
+Ready. It is removed when the Deployment no longer needs it (more replicas, another mode, a PDB of
+its own). So that the guard does not hold up a drain for good, a cordoned node holding the guarded
+pod gets the same surge restart as a notice. The guards live in the cluster, so a restarted
+controller finds them there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -43,7 +53,8 @@ from shipshape.controller.decisions import (
 )
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Managed, Reconciler
-from shipshape.controller.ops import EvictionOutcome, OpsError
+from shipshape.controller.ops import EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.placement import desired_split
 from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
 from shipshape.kube.clock import rfc3339
 
@@ -59,6 +70,10 @@ RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 DOOMED_COST = "-1000000"
 # A surge whose deadline passed this long ago ends whatever the pods look like.
 SURGE_GRACE_SECONDS = 300.0
+# Label on the guard PDBs the responder keeps for single-replica `surge` Deployments (value: its name).
+GUARD_LABEL = PREFIX + "guard"
+# Guard PDBs (and cordoned nodes under guarded pods) are looked at this often.
+GUARD_INTERVAL_SECONDS = 10.0
 
 
 def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
@@ -150,6 +165,43 @@ def surge_end_patch(replicas: int, note: SurgeNote) -> Obj:
     return {"metadata": {"annotations": {SURGE_NOTE: done.dump()}}, "spec": {"replicas": max(0, replicas)}}
 
 
+def guard_name(deployment: str) -> str:
+    name = f"{deployment}-surge-guard"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(deployment.encode()).hexdigest()[:10]
+    return f"{deployment[:200]}-{digest}-surge-guard"
+
+
+def guard_pdb(deployment: Mapping[str, Any]) -> Obj:
+    """minAvailable 1 over a single-replica Deployment's pods, owned by the Deployment."""
+    metadata = deployment.get("metadata") or {}
+    name = str(metadata.get("name"))
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": guard_name(name),
+            "namespace": metadata.get("namespace"),
+            "labels": {GUARD_LABEL: name if len(name) <= 63 else name[:63].rstrip("-._")},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": metadata.get("uid")}
+            ],
+        },
+        "spec": {"minAvailable": 1, "selector": (deployment.get("spec") or {}).get("selector") or {}},
+    }
+
+
+def needs_guard(workload: Managed, other_pdbs: Sequence[Mapping[str, Any]]) -> bool:
+    """A single-replica Deployment in `surge` mode (on spot) that no other PDB protects."""
+    return (
+        workload.ref.kind is WorkloadKind.DEPLOYMENT
+        and workload.ref.replicas == 1
+        and desired_split(1, workload.state.policy).spot == 1
+        and not other_pdbs
+    )
+
+
 def surging(deployment: Mapping[str, Any]) -> bool:
     """A surge is under way (other loops leave the Deployment alone meanwhile)."""
     note = SurgeNote.read(deployment)
@@ -182,6 +234,7 @@ class InterruptionResponder(Reconciler):
         self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
         # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> (node, until when).
         self._evicted: dict[str, tuple[str | None, float]] = {}
+        self._last_guard_sync = float("-inf")
 
     @property
     def interval(self) -> float:
@@ -255,6 +308,9 @@ class InterruptionResponder(Reconciler):
             except OpsError as error:
                 LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
         self._observe_restarts(managed, now)
+        if now - self._last_guard_sync >= GUARD_INTERVAL_SECONDS:
+            self._last_guard_sync = now
+            self._sync_guards(managed, now)
         self._pending = {k: v for k, v in self._pending.items() if now < v[1]}
         self._evicted = {k: v for k, v in self._evicted.items() if now < v[1]}
 
@@ -385,6 +441,73 @@ class InterruptionResponder(Reconciler):
             what = f"evicted pod {victim} so that it restarts before node {node} goes"
             self._event(workload, action, plan, what, now)
         return True
+
+    def _sync_guards(self, managed: Sequence[Managed], now: float) -> None:
+        """Keep a guard PDB exactly for the single-replica `surge` Deployments without a PDB of their own,
+        and restart such a Deployment with a surge when its pod's node is cordoned (a drain)."""
+        wanted: dict[tuple[str, str], Obj] = {}
+        cordoned: list[tuple[Managed, str]] = []
+        with self.reading():
+            existing = {
+                (str(pdb["metadata"].get("namespace")), str(pdb["metadata"].get("name"))): pdb
+                for pdb in self.cache.objects("PodDisruptionBudget")
+                if GUARD_LABEL in ((pdb.get("metadata") or {}).get("labels") or {})
+            }
+            for workload in managed:
+                if workload.ref.kind is not WorkloadKind.DEPLOYMENT or workload.ref.replicas != 1:
+                    continue
+                selector = (workload.ref.obj.get("spec") or {}).get("selector") or {}
+                matching = self.cache.pdbs_matching(workload.ref.namespace, selector.get("matchLabels") or {})
+                others = [p for p in matching if GUARD_LABEL not in (p["metadata"].get("labels") or {})]
+                if not needs_guard(workload, others):
+                    continue
+                body = guard_pdb(workload.ref.obj)
+                wanted[(workload.ref.namespace, body["metadata"]["name"])] = body
+                for pod in workload.state.pods:
+                    node = self.cache.get("Node", "", pod.node) if pod.node else None
+                    if node is not None and (node.get("spec") or {}).get("unschedulable"):
+                        cordoned.append((workload, str(pod.node)))
+        for key, body in wanted.items():
+            have = existing.get(key)
+            if have is not None and (have.get("spec") or {}).get("minAvailable") == 1:
+                continue
+            try:
+                if self.ops.apply(body) != "unchanged":
+                    LOG.info("guard PodDisruptionBudget %s/%s kept for a single replica", *key)
+            except OpsError as error:
+                LOG.warning("cannot keep guard PodDisruptionBudget %s/%s: %s", *key, error)
+        for key in existing.keys() - wanted.keys():
+            try:
+                self.ops.delete(ObjectRef("policy/v1", "PodDisruptionBudget", *key))
+            except OpsError as error:
+                LOG.warning("cannot remove guard PodDisruptionBudget %s/%s: %s", *key, error)
+        for workload, node_name in cordoned:
+            self._restart_for_drain(workload, node_name, now)
+
+    def _restart_for_drain(self, workload: Managed, node: str, now: float) -> None:
+        """A guarded single replica on a cordoned node: start its replacement so the drain can go on."""
+        obj = workload.ref.obj
+        note = read_note(obj, RESTART_NOTE) or {}
+        key = workload.state.key
+        pending = self._pending.get(key)
+        if node in (note.get("nodes") or ()) or (pending is not None and node in pending[0]):
+            return
+        if len(workload.state.pods) > 1:
+            return  # a rollout is under way: its new pod is the replacement
+        try:
+            self.ops.patch_workload(
+                WorkloadKind.DEPLOYMENT,
+                workload.ref.namespace,
+                workload.ref.name,
+                restart_patch(obj, [node], now),
+            )
+        except OpsError as error:
+            LOG.warning("restart of %s off cordoned node %s failed, retrying: %s", key, node, error)
+            return
+        self._pending[key] = (frozenset({node}), now + SURGE_GRACE_SECONDS)
+        self._awaiting_ready[key] = (now, frozenset({node}))
+        message = f"node {node} is cordoned: restarting with a surge so that its drain can go on"
+        self.post_event(obj, workload.ref.kind.value, INTERRUPTION_RESPONSE, message, now)
 
     def _finish_surge(self, workload: Managed, now: float) -> None:
         if workload.ref.kind is not WorkloadKind.DEPLOYMENT:

@@ -1,0 +1,92 @@
+"""The guard PodDisruptionBudget the responder keeps for single-replica `surge` Deployments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shipshape.controller.loops.base import SharedState
+from shipshape.controller.loops.interruptions import (
+    GUARD_INTERVAL_SECONDS,
+    GUARD_LABEL,
+    RESTART_NOTE,
+    InterruptionResponder,
+    guard_name,
+    guard_pdb,
+)
+from shipshape.controller.ops import ObjectRef, RecordingOps
+
+from .builders import Harness, deployment, namespace, node, pod_of, replicaset
+
+ENABLED = {"spot.shipshape.dev/enabled": "true"}
+
+
+def responder(h: Harness, ops: RecordingOps) -> InterruptionResponder:
+    shared = SharedState.for_config(h.config, risk=h.risk)
+    return InterruptionResponder(h.clock, h.cache, ops, h.config, h.metrics, shared)
+
+
+def setup(replicas: int = 1, annotations: dict[str, str] | None = None) -> tuple[Harness, dict[str, Any]]:
+    h = Harness()
+    dep = deployment("solo", replicas, {**ENABLED, **(annotations or {})})
+    rs = replicaset(dep)
+    h.add(namespace("shop"), dep, rs, node("spot-0", "spot"), node("spot-1", "spot"))
+    h.add(pod_of(rs, "solo-abc12-x", node="spot-0"))
+    return h, dep
+
+
+def test_guard_body_is_owned_by_the_deployment() -> None:
+    _, dep = setup()
+    body = guard_pdb(dep)
+    assert body["metadata"]["name"] == guard_name("solo") == "solo-surge-guard"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == dep["metadata"]["uid"]
+    assert body["metadata"]["labels"] == {GUARD_LABEL: "solo"}
+    assert body["spec"] == {"minAvailable": 1, "selector": dep["spec"]["selector"]}
+    long = guard_name("x" * 250)
+    assert len(long) <= 253 and long != guard_name("x" * 249 + "y")
+
+
+def test_a_single_surge_replica_without_pdb_gets_a_guard_and_loses_it_when_not_needed() -> None:
+    h, dep = setup()
+    ops = RecordingOps()
+    loop = responder(h, ops)
+    loop.reconcile(h.clock.now())
+    (applied,) = ops.of("apply")
+    assert applied[0]["metadata"]["name"] == "solo-surge-guard"
+    h.cache.apply({"type": "ADDED", "object": applied[0]}, "PodDisruptionBudget")
+    loop.reconcile(h.clock.now() + 1)  # within the interval: nothing looked at
+    loop.reconcile(h.clock.now() + GUARD_INTERVAL_SECONDS + 1)
+    assert len(ops.of("apply")) == 1 and not ops.of("delete")  # present: not written again
+    # The user adds a PDB of their own: the guard goes.
+    user_pdb = {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "mine", "namespace": "shop"},
+        "spec": {"maxUnavailable": 0, "selector": dep["spec"]["selector"]},
+    }
+    h.cache.apply({"type": "ADDED", "object": user_pdb}, "PodDisruptionBudget")
+    loop.reconcile(h.clock.now() + 2 * GUARD_INTERVAL_SECONDS + 2)
+    assert ops.of("delete") == [(ObjectRef("policy/v1", "PodDisruptionBudget", "shop", "solo-surge-guard"),)]
+
+
+def test_no_guard_for_more_replicas_or_the_on_demand_mode() -> None:
+    for replicas, extra in ((2, {}), (1, {"spot.shipshape.dev/single-replica": "on-demand"})):
+        h, _ = setup(replicas, extra)
+        ops = RecordingOps()
+        responder(h, ops).reconcile(h.clock.now())
+        assert ops.of("apply") == []
+
+
+def test_a_cordoned_node_under_a_guarded_replica_restarts_it_once() -> None:
+    h, _ = setup()
+    cordoned = node("spot-0", "spot")
+    cordoned["spec"]["unschedulable"] = True
+    h.cache.apply({"type": "MODIFIED", "object": cordoned}, "Node")
+    ops = RecordingOps()
+    loop = responder(h, ops)
+    loop.reconcile(h.clock.now())
+    ((_, ns, name, patch),) = ops.of("patch_workload")
+    assert (ns, name) == ("shop", "solo")
+    assert '"spot-0"' in patch["metadata"]["annotations"][RESTART_NOTE]
+    assert patch["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+    assert "strategy" not in patch["spec"]  # the default 25 % already surges one replica
+    loop.reconcile(h.clock.now() + GUARD_INTERVAL_SECONDS + 1)  # written, not yet seen: not again
+    assert len(ops.of("patch_workload")) == 1
