@@ -236,3 +236,51 @@ def test_scale_up_uses_the_scheduler_filters_when_registered() -> None:
         add_unschedulable(packed, f"web-{i}", cpu="100m", labels={"app": "web"})
     packed.run(SCAN_INTERVAL * 2)
     assert packed.cloud.pools["spot-a"].desired == 1
+
+
+def test_scale_down_settings_are_validated_with_clear_errors() -> None:
+    import pytest
+
+    from shipshape.emulator.scenario import ScenarioError, parse
+
+    def load(**autoscaler: object) -> Scenario:
+        return parse({"name": "t", "pools": [SPOT_A], "autoscaler": autoscaler}, "s.yaml")
+
+    defaults = load().autoscaler
+    assert (defaults.scale_down_utilization_threshold, defaults.scale_down_delay_after_add) == (0.5, 600.0)
+    assert (defaults.expendable_pods_priority_cutoff, defaults.max_drain_parallelism) == (-10, 1)
+    assert not defaults.scale_down_empty_only
+    tuned = load(
+        scaleDownUtilizationThreshold=0.7, scaleDownDelayAfterAdd="2m", expendablePodsPriorityCutoff=-5
+    )
+    assert tuned.autoscaler.scale_down_delay_after_add == 120.0
+    with pytest.raises(ScenarioError, match=r"autoscaler.scaleDownUtilizationThreshold: .*greater than 0"):
+        load(scaleDownUtilizationThreshold=0)
+    with pytest.raises(
+        ScenarioError, match=r"autoscaler.scaleDownUtilizationThreshold: .*less than or equal to 1"
+    ):
+        load(scaleDownUtilizationThreshold=1.5)
+    with pytest.raises(ScenarioError, match=r"maxDrainParallelism 3 is above maxScaleDownParallelism 2"):
+        load(maxDrainParallelism=3, maxScaleDownParallelism=2)
+    with pytest.raises(ScenarioError, match=r"autoscaler.scaleDownDelayAfterAdd"):
+        load(scaleDownDelayAfterAdd="soon")
+    with pytest.raises(
+        ScenarioError, match=r"autoscaler.scaleDownUtilisation: Extra inputs are not permitted"
+    ):
+        load(scaleDownUtilisation=0.5)
+
+
+def test_expendable_pods_do_not_trigger_a_scale_up() -> None:
+    env = start(_quiet([{**SPOT_A, "initialSize": 0}]))
+    filler = add_unschedulable(env, "filler", cpu="1")
+
+    def lowest(p: dict[str, Any]) -> None:
+        p["spec"]["priority"] = -100
+
+    env.cluster.store.mutate(PODS, "default", filler["metadata"]["name"], lowest)
+    env.run(SCAN_INTERVAL * 3)
+    assert env.cloud.pools["spot-a"].desired == 0
+    assert env.events("TriggeredScaleUp") == [] and env.events("NotTriggerScaleUp") == []
+    add_unschedulable(env, "edge", cpu="1")  # priority 0, at or above the cutoff: it counts
+    env.run(SCAN_INTERVAL * 2)
+    assert env.cloud.pools["spot-a"].desired == 1

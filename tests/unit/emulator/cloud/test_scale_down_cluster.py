@@ -32,13 +32,13 @@ def _complete(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 class Env:
-    def __init__(self, **autoscaler: Any) -> None:
+    def __init__(self, pool: dict[str, Any] | None = None, **autoscaler: Any) -> None:
         settings = {"scaleDownUnneeded": "1m", "scaleDownDelayAfterAdd": "0s", **autoscaler}
         doc = {
             "name": "scale-down",
             "seed": 3,
             # Two m5.large nodes (1930m allocatable cpu each), nothing else.
-            "pools": [{**SPOT_A, "initialSize": 2, "minSize": 0, "interruptionRate": 0}],
+            "pools": [{**SPOT_A, "initialSize": 2, "minSize": 0, "interruptionRate": 0, **(pool or {})}],
             "interruptions": {"enabled": False},
             "autoscaler": settings,
             "kubelet": {"preloadedImages": ["app:1", "registry.k8s.io/pause:3.10"]},
@@ -214,3 +214,118 @@ def test_empty_only_keeps_the_older_behaviour() -> None:
     before = env.nodes()
     env.run(600)
     assert env.nodes() == before
+
+
+def _taint_and_removal_times(env: Env) -> tuple[dict[str, float], dict[str, float]]:
+    tainted: dict[str, float] = {}
+    removed: dict[str, float] = {}
+
+    def seen(event: Any) -> None:
+        if event.resource is not NODES:
+            return
+        name = event.object["metadata"]["name"]
+        if event.type == "DELETED":
+            removed[name] = env.clock.now()
+        elif any(
+            t["key"] == "ToBeDeletedByClusterAutoscaler" for t in event.object["spec"].get("taints") or []
+        ):
+            tainted.setdefault(name, env.clock.now())
+
+    env.cluster.store.subscribe(seen)
+    return tainted, removed
+
+
+def test_non_empty_nodes_are_drained_one_at_a_time() -> None:
+    env = Env(pool={"initialSize": 3})
+    tainted, removed = _taint_and_removal_times(env)
+    env.create(DEPLOYMENTS, deployment("web", 3, "300m"))
+    env.run(30)
+    assert len({p["spec"]["nodeName"] for p in env.ready("web")}) == 3
+    env.run(400)
+    assert len(env.nodes()) == 1
+    assert len(tainted) == 2 and set(removed) == set(tainted)
+    first, second = sorted(tainted, key=tainted.__getitem__)
+    assert tainted[second] >= removed[first]  # the second drain began after the first node was gone
+    assert len(env.ready("web")) == 3
+
+
+def test_a_drain_refused_by_the_budget_is_aborted_and_the_node_kept() -> None:
+    env = Env()
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    env.create(PDBS, budget)
+    tainted, removed = _taint_and_removal_times(env)
+    closed = False
+
+    def close_budget(event: Any) -> None:
+        # Once the drain has begun (the node tainted, no eviction sent yet), the budget is
+        # tightened: every eviction is refused from then on.
+        nonlocal closed
+        if event.resource is NODES and tainted and not closed:
+            closed = True
+
+            def tighten(pdb: Obj) -> None:
+                pdb["spec"]["minAvailable"] = 2
+
+            def refuse(pdb: Obj) -> None:
+                pdb["status"]["disruptionsAllowed"] = 0
+
+            env.cluster.store.mutate(PDBS, "default", "web", tighten)
+            env.cluster.store.mutate(PDBS, "default", "web", refuse, subresource="status")
+
+    env.cluster.store.subscribe(close_budget)
+    # Spread web with the budget closed only after the drain starts: at planning one disruption
+    # is allowed.
+    env.create(DEPLOYMENTS, deployment("web", 2, "400m"))
+    env.run(60)
+    before = env.nodes()
+    env.run(120)
+    assert len(tainted) == 1 and removed == {}
+    env.run(180)
+    assert env.nodes() == before
+    (node,) = tainted
+    taints = [t["key"] for t in (env.cluster.store.get(NODES, "", node) or {})["spec"].get("taints") or []]
+    assert "ToBeDeletedByClusterAutoscaler" not in taints
+    (failed,) = env.events("ScaleDownFailed")
+    assert failed["type"] == "Warning" and failed["involvedObject"]["name"] == node
+    assert failed["message"] == "failed to drain the node, aborting ScaleDown"
+    assert len(env.ready("web")) == 2
+
+
+def test_no_scale_down_within_the_delay_after_a_scale_up() -> None:
+    env = Env(scaleDownDelayAfterAdd="5m")
+    tainted, _ = _taint_and_removal_times(env)
+    start = env.clock.now()
+    env.create(DEPLOYMENTS, deployment("web", 3, "1500m"))  # one pod per node: a third node is needed
+    env.run(15)
+    (scaled,) = env.events("ScaledUpGroup")
+    assert scaled["message"] == "Scale-up: setting group spot-a size to 3 instead of 2 (max: 6)"
+    scaled_at = start + 10  # the first scan
+
+    def scale(d: Obj) -> None:
+        d["spec"]["replicas"] = 1
+
+    env.cluster.store.mutate(DEPLOYMENTS, "default", "web", scale)
+    env.run(420)
+    # Two of the three nodes were unneeded a minute later, but went only once the delay was over.
+    assert len(env.nodes()) == 1
+    assert len(tainted) == 2
+    assert min(tainted.values()) >= scaled_at + 300
+
+
+def test_the_scale_down_disabled_annotation_keeps_a_node() -> None:
+    env = Env()
+    first = env.nodes()[0]
+
+    def disable(node: Obj) -> None:
+        node["metadata"].setdefault("annotations", {})[
+            "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+        ] = "true"
+
+    env.cluster.store.mutate(NODES, "", first, disable)
+    env.run(300)
+    assert env.nodes() == [first]
