@@ -795,3 +795,9 @@ def notice_from_instance_action(node: str, body: Mapping[str, Any] | None) -> No
     except ValueError:
         return None
     return Notice(node, deadline, "instance-metadata")
+
+
+def rebalance_from_metadata(body: Mapping[str, Any] | None) -> bool:
+    """Whether the metadata endpoint's `events/recommendations/rebalance` answer
+    (`{"noticeTime": "<RFC 3339>"}`) is a recommendation."""
+    return bool(body) and isinstance((body or {}).get("noticeTime"), str)

@@ -195,11 +195,17 @@ class KubeOps:
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
         """Only nodes that publish a reachable metadata endpoint (the emulator's) answer; others: None."""
+        return self._metadata_json(node, "spot/instance-action")
+
+    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
+        return self._metadata_json(node, "events/recommendations/rebalance")
+
+    def _metadata_json(self, node: Mapping[str, Any], path: str) -> Obj | None:
         base = ((node.get("metadata") or {}).get("annotations") or {}).get(METADATA_URL_ANNOTATION)
         if not base:
             return None
         try:
-            response = self._metadata.get(f"{base.rstrip('/')}/latest/meta-data/spot/instance-action")
+            response = self._metadata.get(f"{base.rstrip('/')}/latest/meta-data/{path}")
         except httpx.HTTPError as error:
             raise OpsError(f"instance metadata of {base} unreachable: {error}") from error
         if response.status_code != 200:

@@ -128,6 +128,10 @@ class ClusterOps(Protocol):
         """The node's instance-metadata `spot/instance-action` answer, or None (no notice, unreachable)."""
         ...
 
+    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
+        """The node's instance-metadata `events/recommendations/rebalance` answer, or None."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -141,12 +145,14 @@ class Call:
 class RecordingOps:
     """A `ClusterOps` that records calls and changes nothing; answers come from the fields below.
 
-    `evictions` maps "namespace/pod" to the outcome (default EVICTED); `instance_actions` maps a node
-    name to its metadata answer; `fail` maps an operation name to the error it raises.
+    `evictions` maps "namespace/pod" to the outcome (default EVICTED); `instance_actions` and
+    `rebalance_recommendations` map a node name to its metadata answers; `fail` maps an operation name
+    to the error it raises.
     """
 
     evictions: dict[str, EvictionOutcome] = field(default_factory=dict)
     instance_actions: dict[str, Obj] = field(default_factory=dict)
+    rebalance_recommendations: dict[str, Obj] = field(default_factory=dict)
     fail: dict[str, OpsError] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     on_call: Callable[[Call], None] | None = None
@@ -193,3 +199,8 @@ class RecordingOps:
         name = str((node.get("metadata") or {}).get("name"))
         self._record("instance_action", name)
         return self.instance_actions.get(name)
+
+    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
+        name = str((node.get("metadata") or {}).get("name"))
+        self._record("rebalance_recommendation", name)
+        return self.rebalance_recommendations.get(name)

@@ -29,6 +29,7 @@ from shipshape.controller.informers import Informers
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
+from shipshape.controller.loops.interruptions import InterruptionResponder
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
@@ -175,6 +176,9 @@ class ControllerProcess:
         self.loops = all_reconcilers(
             clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
         )
+        for loop in self.loops:
+            if isinstance(loop, InterruptionResponder):
+                self.placer.use_recommendations(loop.recommended)
         self.scheduler = LoopScheduler(self.loops, clock, lambda: self.elector.is_leader)
         self._tmp = tempfile.TemporaryDirectory(prefix="shipshape-webhook-") if workdir is None else None
         self.workdir = workdir or Path(self._tmp.name if self._tmp else ".")

@@ -120,3 +120,9 @@ class ApiOps:
             return None
         answer = self.cloud.instance_action(str((node.get("metadata") or {}).get("name")))
         return answer if isinstance(answer, dict) else None
+
+    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
+        if self.cloud is None:
+            return None
+        answer = self.cloud.rebalance_recommendation(str((node.get("metadata") or {}).get("name")))
+        return answer if isinstance(answer, dict) else None

@@ -1,9 +1,11 @@
-"""The guard PodDisruptionBudget the responder keeps for single-replica `surge` Deployments."""
+"""The guard PodDisruptionBudget the responder keeps for single-replica `surge` Deployments, and the
+metadata endpoint's rebalance recommendations."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from shipshape.controller.decisions import rebalance_from_metadata
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.loops.interruptions import (
     GUARD_INTERVAL_SECONDS,
@@ -14,8 +16,10 @@ from shipshape.controller.loops.interruptions import (
     guard_pdb,
 )
 from shipshape.controller.ops import ObjectRef, RecordingOps
+from shipshape.controller.placement import Pool
 
 from .builders import Harness, deployment, namespace, node, pod_of, replicaset
+from .test_placement import admit, decision_of
 
 ENABLED = {"spot.shipshape.dev/enabled": "true"}
 
@@ -90,3 +94,38 @@ def test_a_cordoned_node_under_a_guarded_replica_restarts_it_once() -> None:
     assert "strategy" not in patch["spec"]  # the default 25 % already surges one replica
     loop.reconcile(h.clock.now() + GUARD_INTERVAL_SECONDS + 1)  # written, not yet seen: not again
     assert len(ops.of("patch_workload")) == 1
+
+
+def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining() -> None:
+    h = Harness()
+    dep = deployment("web", 4, {**ENABLED, "spot.shipshape.dev/on-demand-base": "0"})
+    rs = replicaset(dep)
+    spot_a = node("spot-a", "spot", zone="us-east-1a")
+    spot_b = node("spot-b", "spot", zone="us-east-1b")
+    h.add(namespace("shop"), dep, rs, spot_a, spot_b)
+    ops = RecordingOps(rebalance_recommendations={"spot-a": {"noticeTime": "2026-01-01T00:00:00Z"}})
+    loop = responder(h, ops)
+    h.placer.use_recommendations(loop.recommended)
+    loop.observe(h.clock.now())
+    assert [args[0] for args in ops.of("rebalance_recommendation")] == ["spot-a", "spot-b"]
+    assert dict(loop.recommended()) == {"spot-a": Pool("m5.large", "us-east-1a")}
+    loop.observe(h.clock.now() + 1)  # polled every 5 s, not every round
+    assert len(ops.of("rebalance_recommendation")) == 2
+    decision = decision_of(admit(h, pod_of(rs)))
+    # The recommended node's pool is riskier: the other pool is preferred, and the node is avoided.
+    assert decision["pool"] == "m5.large/us-east-1b"
+    pod = admit(h, pod_of(rs))
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    avoided = [
+        e["values"]
+        for t in terms["nodeSelectorTerms"]
+        for e in t["matchExpressions"]
+        if e["operator"] == "NotIn"
+    ]
+    assert avoided and all(values == ["spot-a"] for values in avoided)
+    assert not ops.of("evict") and not ops.of("delete_pod")  # not drained
+    ops.rebalance_recommendations.clear()
+    loop.observe(h.clock.now() + 10)
+    assert dict(loop.recommended()) == {}
+    assert rebalance_from_metadata(None) is False
+    assert rebalance_from_metadata({"noticeTime": "2026-01-01T00:00:00Z"}) is True

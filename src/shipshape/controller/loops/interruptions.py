@@ -50,11 +50,12 @@ from shipshape.controller.decisions import (
     notice_from_instance_action,
     notices_from_taints,
     plan_interruptions,
+    rebalance_from_metadata,
 )
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Managed, Reconciler
 from shipshape.controller.ops import EvictionOutcome, ObjectRef, OpsError
-from shipshape.controller.placement import desired_split
+from shipshape.controller.placement import Pool, desired_split
 from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
 from shipshape.kube.clock import rfc3339
 
@@ -74,6 +75,8 @@ SURGE_GRACE_SECONDS = 300.0
 GUARD_LABEL = PREFIX + "guard"
 # Guard PDBs (and cordoned nodes under guarded pods) are looked at this often.
 GUARD_INTERVAL_SECONDS = 10.0
+# The instance-metadata endpoints (notices, rebalance recommendations) are asked this often.
+METADATA_POLL_SECONDS = 5.0
 
 
 def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
@@ -235,6 +238,8 @@ class InterruptionResponder(Reconciler):
         # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> (node, until when).
         self._evicted: dict[str, tuple[str | None, float]] = {}
         self._last_guard_sync = float("-inf")
+        # Metadata rebalance recommendations: node -> its pool.
+        self._recommended: Mapping[str, Pool | None] = {}
 
     @property
     def interval(self) -> float:
@@ -243,11 +248,13 @@ class InterruptionResponder(Reconciler):
     # --- every replica ----------------------------------------------------------------------------
 
     def observe(self, now: float) -> None:
+        self._poll_metadata(now)
         with self.reading():
             nodes = nodes_by_name(self.cache.objects("Node"))
             notices = self._stable(
                 notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
             )
+            notices += [n for name, n in self._metadata_notices.items() if name in nodes]
         self._record(notices, nodes, now)
 
     def _stable(self, notices: Sequence[Notice], nodes: Mapping[str, Any]) -> list[Notice]:
@@ -281,7 +288,7 @@ class InterruptionResponder(Reconciler):
     # --- leader -----------------------------------------------------------------------------------
 
     def reconcile(self, now: float) -> None:
-        self._poll_metadata(now)
+        self._poll_metadata(now)  # already done by `observe` in this round, unless called alone
         with self.reading():
             nodes = nodes_by_name(self.cache.objects("Node"))
             notices = self._stable(
@@ -315,12 +322,15 @@ class InterruptionResponder(Reconciler):
         self._evicted = {k: v for k, v in self._evicted.items() if now < v[1]}
 
     def _poll_metadata(self, now: float) -> None:
-        if not self.settings.poll_instance_metadata or now - self._last_poll < 5.0:
+        """Ask each spot node's metadata endpoint for a notice and a rebalance recommendation (every
+        replica: the recommendations steer every replica's webhook)."""
+        if not self.settings.poll_instance_metadata or now - self._last_poll < METADATA_POLL_SECONDS:
             return
         self._last_poll = now
         with self.reading():
             spot = [n for n in self.cache.objects("Node") if node_capacity(n) is CapacityType.SPOT]
         found: dict[str, Notice] = {}
+        recommended: dict[str, Pool | None] = {}
         for node in spot:
             name = str((node.get("metadata") or {}).get("name"))
             try:
@@ -329,7 +339,22 @@ class InterruptionResponder(Reconciler):
                 notice = self._metadata_notices.get(name)
             if notice is not None:
                 found[name] = notice
+            try:
+                recommendation = rebalance_from_metadata(self.ops.rebalance_recommendation(node))
+            except OpsError:
+                recommendation = name in self._recommended
+            if recommendation:
+                recommended[name] = node_pool(node)
+                if name not in self._recommended:
+                    LOG.info("rebalance recommendation for node %s (pool %s)", name, node_pool(node))
         self._metadata_notices = found
+        with self.reading():  # the webhook reads them under the same lock
+            self._recommended = recommended
+
+    def recommended(self) -> Mapping[str, Pool | None]:
+        """Spot nodes with a rebalance recommendation from the metadata endpoint, and their pools: no new
+        pods there, and their pools count as riskier (the webhook reads this)."""
+        return self._recommended
 
     def _act(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
         doomed_nodes = frozenset(

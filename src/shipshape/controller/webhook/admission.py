@@ -30,6 +30,8 @@ LOG = logging.getLogger("shipshape.controller.webhook")
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 _ORDINAL = re.compile(r"-(\d+)$")
+# Risk added to a pool with a node under a rebalance recommendation (one advisor band).
+RECOMMENDATION_RISK = 1.0
 
 
 class BadReview(ValueError):
@@ -76,7 +78,7 @@ class PodPlacer:
         clock: Clock,
         metrics: ControllerMetrics,
         shortages: Callable[[float], Iterable[Pool]] | None = None,
-        avoided: Callable[[], frozenset[str]] | None = None,
+        recommendations: Callable[[], Mapping[str, Pool | None]] | None = None,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -84,7 +86,7 @@ class PodPlacer:
         self.clock = clock
         self.metrics = metrics
         self._shortages = shortages
-        self._avoided = avoided
+        self._recommendations = recommendations
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         """Answer one AdmissionReview; raises `BadReview` only for a body that is not one."""
@@ -168,12 +170,22 @@ class PodPlacer:
         pdbs = self.cache.pdbs_matching(workload.namespace, labels)
         return disruption_allowance(workload.replicas, availability_floor(workload, pdbs))
 
+    def use_recommendations(self, source: Callable[[], Mapping[str, Pool | None]]) -> None:
+        """Read rebalance recommendations the cache does not hold (the metadata endpoint's) from `source`."""
+        self._recommendations = source
+
     def _with_avoided(self, view: PlacementView) -> PlacementView:
-        """Nodes avoided for reasons the cache does not hold (e.g. metadata rebalance recommendations)."""
-        extra = self._avoided() if self._avoided is not None else frozenset()
-        if not extra or extra <= view.avoided_nodes:
+        """Nodes with a rebalance recommendation from the metadata endpoint take no new pods, and their
+        pools count one band riskier (a recommendation is an elevated risk, not a notice)."""
+        recommended = self._recommendations() if self._recommendations is not None else {}
+        if not recommended:
             return view
-        return dataclasses.replace(view, avoided_nodes=view.avoided_nodes | extra)
+        risk = dict(view.pool_risk)
+        for pool in {pool for pool in recommended.values() if pool is not None and pool in risk}:
+            risk[pool] += RECOMMENDATION_RISK
+        return dataclasses.replace(
+            view, pool_risk=risk, avoided_nodes=view.avoided_nodes | frozenset(recommended)
+        )
 
     def _mutate(
         self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str

@@ -1,0 +1,90 @@
+"""A rebalance recommendation served by a node's instance-metadata endpoint
+(`/latest/meta-data/events/recommendations/rebalance`): the controller stops placing new pods on that
+node without draining it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shipshape.controller.cache import read_decision
+from shipshape.emulator.resources import NODES
+from tests.integration.emulator.served_cluster import SPOT_A, ServedCluster, ready_pods, serve_cluster
+
+from .harness import controller
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+]
+
+WEB = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations:
+    spot.shipshape.dev/enabled: "true"
+    spot.shipshape.dev/on-demand-base: "0"
+    spot.shipshape.dev/max-pool-share: "1"
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
+"""
+
+
+def all_ready(cluster: ServedCluster, replicas: int) -> bool:
+    pods = cluster.pods(app="web")
+    return len(pods) == replicas and len(ready_pods(pods)) == replicas
+
+
+def avoided_in(pod: dict[str, object]) -> set[str]:
+    spec = pod["spec"]
+    assert isinstance(spec, dict)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return {
+        value
+        for term in terms["nodeSelectorTerms"]
+        for expr in term["matchExpressions"]
+        if expr["key"] == "kubernetes.io/hostname" and expr["operator"] == "NotIn"
+        for value in expr["values"]
+    }
+
+
+def test_metadata_rebalance_recommendation_stops_new_placements_without_draining(tmp_path: Path) -> None:
+    with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "controller"):
+        cluster.kubectl("apply", "-f", "-", stdin=WEB)
+        cluster.wait("every replica ready", lambda: all_ready(cluster, 4), 120)
+        node = cluster.nodes_of(SPOT_A)[0]
+        found = cluster.get(NODES, "", node)
+        assert found is not None and "emulator.shipshape.dev/metadata-url" in found["metadata"]["annotations"]
+        on_node = {p["metadata"]["name"] for p in cluster.pods(app="web") if p["spec"]["nodeName"] == node}
+        cloud = cluster.served.cluster.services["cloud"]
+        assert cluster.call(lambda: cloud.rebalance(node=node)) == [node]
+        # No taint: only the metadata endpoint knows. The controller polls it every 5 s.
+        assert not (found["spec"].get("taints") or [])
+        before = {p["metadata"]["name"] for p in cluster.pods(app="web")}
+        # Wait (emulated time) for a metadata poll before scaling up.
+        start = cluster.now()
+        cluster.wait("a metadata poll", lambda: cluster.now() - start > 12, 30)
+        cluster.kubectl("scale", "deployment/web", "--replicas=8")
+        cluster.wait("the new pods placed", lambda: all_ready(cluster, 8), 120)
+        new = [p for p in cluster.pods(app="web") if p["metadata"]["name"] not in before]
+        assert len(new) == 4
+        for pod in new:
+            decision = read_decision(pod)
+            assert decision is not None
+            if decision["capacityType"] == "spot":
+                assert node in avoided_in(pod)
+            assert pod["spec"]["nodeName"] != node
+        # Not drained: the pods already on the node are still there.
+        still = {p["metadata"]["name"] for p in cluster.pods(app="web") if p["spec"]["nodeName"] == node}
+        assert on_node <= still
