@@ -626,10 +626,18 @@ class ClusterAutoscaler:
             priority_of=self.priority,
             controller_exists=self._controller_exists,
             previously_unneeded=self._unneeded_since,
+            pool_room=self._pool_room(),
         )
         since = {name: self._unneeded_since.get(name, now) for name in self.plan.unneeded}
         self._unneeded_since = since
         return self.plan
+
+    def _pool_room(self) -> dict[str, int]:
+        """How many nodes each pool may still lose: its desired size above minSize, less drains under way."""
+        room = {name: state.desired - state.spec.min_size for name, state in self.cloud.pools.items()}
+        for drain in self._drains.values():
+            room[drain.inst.pool] = room.get(drain.inst.pool, 0) - 1
+        return room
 
     def unneeded_for(self, node: str) -> float | None:
         """How long the node has been unneeded (None: it is not)."""
@@ -645,37 +653,42 @@ class ClusterAutoscaler:
             if now - self._unneeded_since[name] >= wait and name not in self._drains
         ]
 
+    def _actionable(self) -> list[scaledown.Unneeded]:
+        """Nodes unneeded for long enough that may go now (parallelism, drains and minSize allowing)."""
+        settings = self.cloud.autoscaler_settings
+        room = settings.max_scale_down_parallelism - len(self._drains)
+        drains = settings.max_drain_parallelism - len(self._drains)
+        pool_room = self._pool_room()
+        out: list[scaledown.Unneeded] = []
+        for unneeded in sorted(self._ripe(), key=lambda u: not u.empty):
+            if room <= 0:
+                break
+            inst = self.cloud.instance_for(unneeded.node)
+            if inst is None or not inst.active or inst.notice is not None or pool_room.get(inst.pool, 0) <= 0:
+                continue
+            if not unneeded.empty:
+                if drains <= 0:
+                    continue
+                drains -= 1
+            pool_room[inst.pool] -= 1
+            room -= 1
+            out.append(unneeded)
+        return out
+
     def scale_down(self) -> list[str]:
         """Remove the nodes unneeded for long enough: empty ones at once, others drained one at a time."""
-        settings = self.cloud.autoscaler_settings
-        if not self._ripe():
+        if not self._actionable():
             return []
         if self._dirty:
             self.update_unneeded(force=True)
-        ripe = self._ripe()
-        cloud = self.cloud
-        room = settings.max_scale_down_parallelism - len(self._drains)
-        drains = settings.max_drain_parallelism - len(self._drains)
-        leaving: Counter[str] = Counter(cloud.instance_for(name).pool for name in self._drains)  # type: ignore[union-attr]
         started: list[str] = []
-        for unneeded in sorted(ripe, key=lambda u: not u.empty):
-            if room <= 0:
-                break
-            inst = cloud.instance_for(unneeded.node)
-            if inst is None or not inst.active or inst.notice is not None:
-                continue
-            state = cloud.pools[inst.pool]
-            if state.desired - leaving[inst.pool] <= state.spec.min_size:
-                continue
+        for unneeded in self._actionable():
+            inst = self.cloud.instance_for(unneeded.node)
+            assert inst is not None
             if unneeded.empty:
                 self._remove_empty(inst)
-            elif drains > 0:
-                self._start_drain(inst, unneeded)
-                drains -= 1
             else:
-                continue
-            leaving[inst.pool] += 1
-            room -= 1
+                self._start_drain(inst, unneeded)
             started.append(unneeded.node)
             self._unneeded_since.pop(unneeded.node, None)
             self.plan.unneeded.pop(unneeded.node, None)
@@ -729,7 +742,9 @@ class ClusterAutoscaler:
         name = drain.node
         self._drains.pop(name, None)
         self._dirty = True
-        if ok and drain.inst.active:
+        if not drain.inst.active:  # reclaimed meanwhile: nothing left to remove, nothing failed
+            return
+        if ok:
             cloud.remove_node(name, "scale-down")
             self._status_event("ScaleDown", f"Scale-down: node {name} removed with drain")
             return
@@ -741,7 +756,7 @@ class ClusterAutoscaler:
                 t for t in node["spec"].get("taints") or [] if t.get("key") != nodes.TO_BE_DELETED_TAINT
             ]
 
-        node = cloud.c.store.mutate(NODES, "", name, unmark) if drain.inst.active else None
+        node = cloud.c.store.mutate(NODES, "", name, unmark)
         if node is not None:
             cloud.c.recorder.record(
                 node,

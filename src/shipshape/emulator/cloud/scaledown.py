@@ -447,6 +447,7 @@ def plan(
     priority_of: Callable[[PodFacts], int],
     controller_exists: Callable[[PodFacts], bool] = lambda _: True,
     previously_unneeded: Iterable[str] = (),
+    pool_room: Mapping[str, int] | None = None,
 ) -> Plan:
     """Which of `nodes` are unneeded now, and why the other candidates are not.
 
@@ -454,7 +455,8 @@ def plan(
     tried nodes that were already unneeded first (their timers keep running), then the least
     utilized; at most `rules.non_empty_candidates` nodes that need pods moved are simulated.
     Pods of a removable node stay placed for the next candidates, as cluster-autoscaler's simulation
-    does, and a node that took moved pods is no longer a candidate.
+    does, and a node that took moved pods is no longer a candidate. `pool_room` caps how many
+    nodes of each pool may be unneeded (its size above minSize); the others stay destinations.
     """
     out = Plan()
     util = {n.name: n.utilization() for n in nodes}
@@ -480,7 +482,11 @@ def plan(
         if priority_of(pod) >= rules.cutoff:
             placer.place(pod)
     simulated = 0
+    room = dict(pool_room) if pool_room is not None else None
     for node in candidates:
+        if room is not None and room.get(node.pool, 0) <= 0:
+            out.unremovable[node.name] = "node group min size reached"
+            continue
         if node.name in placer.received:
             out.unremovable[node.name] = "took pods of another node"
             continue
@@ -529,4 +535,6 @@ def plan(
         else:
             placer.exclude(node.name)
         out.unneeded[node.name] = Unneeded(node.name, node.pool, util[node.name], to_move, dropped)
+        if room is not None:
+            room[node.pool] = room.get(node.pool, 0) - 1
     return out

@@ -306,3 +306,24 @@ def test_pods_that_depend_on_other_pods_are_checked_against_them() -> None:
     )
     assert out.unneeded == {}
     assert all(why.startswith("no place to move") for why in out.unremovable.values())
+
+
+def test_a_pool_at_its_minimum_size_keeps_its_nodes_as_destinations() -> None:
+    a = view("a", [facts("web-1", cpu="300m")])
+    b = view("b", [])
+    c = view("c", [])
+    out = scaledown.plan(
+        [a, b, c],
+        [],
+        rules=Rules(),
+        budgets=Budgets([]),
+        static_ok=static_ok,
+        fits_with_pods=fits_with_pods,
+        priority_of=lambda p: 0,
+        pool_room={POOL.name: 1},
+    )
+    # One node may go (an empty one, the least utilized first); the others stay, and web-1 is not
+    # moved onto a node that is about to go.
+    assert list(out.unneeded) == ["b"]
+    assert out.unremovable["c"] == "node group min size reached"
+    assert out.unremovable["a"] == "node group min size reached"
