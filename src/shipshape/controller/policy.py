@@ -92,6 +92,11 @@ class ControllerConfig(BaseModel):
     fallback_retry_seconds: float = Field(default=300.0, gt=0)
     fallback_retry_max_seconds: float = Field(default=3600.0, gt=0)
     region: str | None = None
+    # A cloud event queue (SQS JSON protocol) of EventBridge EC2 events as a notice source. A path
+    # ("/emulator/v1/queue") is reached through the API server with the kubeconfig's credentials.
+    notice_queue_url: str | None = None
+    # How long a received message stays hidden from other consumers before it is delivered again.
+    notice_queue_visibility_seconds: float = Field(default=30.0, gt=0, le=43200)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

@@ -31,8 +31,10 @@ from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
 from shipshape.controller.loops.interruptions import InterruptionResponder
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.queue_client import queue_for
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.registration import (
@@ -176,9 +178,18 @@ class ControllerProcess:
         self.loops = all_reconcilers(
             clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
         )
+        self.queue = (
+            queue_for(api_client, config.notice_queue_url) if config.notice_queue_url is not None else None
+        )
         for loop in self.loops:
             if isinstance(loop, InterruptionResponder):
                 self.placer.use_recommendations(loop.recommended)
+                if self.queue is not None:
+                    loop.use_notice_source(
+                        QueueNoticeSource(
+                            self.queue, config.notice_lead_seconds, config.notice_queue_visibility_seconds
+                        )
+                    )
         self.scheduler = LoopScheduler(self.loops, clock, lambda: self.elector.is_leader)
         self._tmp = tempfile.TemporaryDirectory(prefix="shipshape-webhook-") if workdir is None else None
         self.workdir = workdir or Path(self._tmp.name if self._tmp else ".")
@@ -330,5 +341,7 @@ class ControllerProcess:
             self._metrics_server.server_close()
         self.informers.stop()
         self.ops.close()
+        if self.queue is not None:
+            self.queue.close()
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -54,6 +54,7 @@ from shipshape.controller.decisions import (
 )
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Managed, Reconciler
+from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import EvictionOutcome, ObjectRef, OpsError
 from shipshape.controller.placement import Pool, desired_split
 from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
@@ -240,6 +241,9 @@ class InterruptionResponder(Reconciler):
         self._last_guard_sync = float("-inf")
         # Metadata rebalance recommendations: node -> its pool.
         self._recommended: Mapping[str, Pool | None] = {}
+        # A cloud event queue (leader only: its messages go to one consumer).
+        self._queue: QueueNoticeSource | None = None
+        self._queue_recommended: Mapping[str, Pool | None] = {}
 
     @property
     def interval(self) -> float:
@@ -289,12 +293,15 @@ class InterruptionResponder(Reconciler):
 
     def reconcile(self, now: float) -> None:
         self._poll_metadata(now)  # already done by `observe` in this round, unless called alone
+        self._poll_queue(now)
         with self.reading():
             nodes = nodes_by_name(self.cache.objects("Node"))
             notices = self._stable(
                 notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
             )
             notices += [n for name, n in self._metadata_notices.items() if name in nodes]
+            if self._queue is not None:
+                notices += self._queue.notices(nodes)
             managed = self.managed()
             plan = plan_interruptions(notices, nodes, [m.state for m in managed])
         self._record(notices, nodes, now)
@@ -352,9 +359,25 @@ class InterruptionResponder(Reconciler):
             self._recommended = recommended
 
     def recommended(self) -> Mapping[str, Pool | None]:
-        """Spot nodes with a rebalance recommendation from the metadata endpoint, and their pools: no new
-        pods there, and their pools count as riskier (the webhook reads this)."""
-        return self._recommended
+        """Spot nodes with a rebalance recommendation (metadata endpoint, event queue), and their pools:
+        no new pods there, and their pools count as riskier (the webhook reads this)."""
+        if not self._queue_recommended:
+            return self._recommended
+        return {**self._recommended, **self._queue_recommended}
+
+    def use_notice_source(self, source: QueueNoticeSource) -> None:
+        """Consume a cloud event queue too (on the leader, every round)."""
+        self._queue = source
+
+    def _poll_queue(self, now: float) -> None:
+        if self._queue is None:
+            return
+        with self.reading():
+            nodes = nodes_by_name(self.cache.objects("Node"))
+        for notice in self._queue.poll(nodes, now):
+            LOG.info("event queue: interruption warning for node %s", notice.node)
+        with self.reading():
+            self._queue_recommended = self._queue.recommended()
 
     def _act(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
         doomed_nodes = frozenset(

@@ -3,11 +3,13 @@
 `metadata_app(cluster)` answers like EC2's IMDS under a per-node prefix
 (`/<node>/latest/meta-data/spot/instance-action`, ...), plain HTTP with no auth, with IMDS's 404
 page where there is nothing to say. `control_routes(cluster)` are Starlette routes under
-`/emulator/v1/` (interrupt, shortage, cost, pools) that the API server mounts behind its auth.
+`/emulator/v1/` (interrupt, shortage, cost, pools, and the event queue, which speaks SQS's JSON
+protocol) that the API server mounts behind its auth.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from shipshape.emulator.cloud import queue as event_queue
 from shipshape.emulator.cloud.errors import CloudError, UnknownTarget
 from shipshape.emulator.runtime import Cluster
 from shipshape.kube import errors
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from shipshape.emulator.cloud.model import CloudModel
 
 CONTROL_PREFIX = "/emulator/v1"
+QUEUE_PATH = CONTROL_PREFIX + "/queue"
+SQS_TARGET = "AmazonSQS."
 MAX_BODY = 64 * 1024
 
 # What EC2's metadata service answers for a path it has nothing under.
@@ -52,6 +57,15 @@ def _cloud(cluster: Cluster) -> CloudModel:
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _sqs(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/x-amz-json-1.0")
+
+
+def _sqs_error(code: str, message: str) -> Response:
+    body = {"__type": f"com.amazonaws.sqs#{code}", "message": message}
+    return Response(orjson.dumps(body), status_code=400, media_type="application/x-amz-json-1.0")
 
 
 def _not_found() -> Response:
@@ -176,9 +190,55 @@ def control_routes(cluster: Cluster) -> list[Route]:
     async def pools(request: Request) -> Response:
         return _json({"pools": _cloud(cluster).pools_view()})
 
+    queue = event_queue.attach(_cloud(cluster))
+    cluster.services["event_queue"] = queue
+
+    async def sqs(request: Request) -> Response:
+        """SQS's JSON protocol (`X-Amz-Target: AmazonSQS.ReceiveMessage | DeleteMessage`)."""
+        target = request.headers.get("x-amz-target", "")
+        action = target[len(SQS_TARGET) :] if target.startswith(SQS_TARGET) else ""
+        raw = await request.body()
+        try:
+            data = orjson.loads(raw or b"{}")
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            return _sqs_error("InvalidParameterValue", "the body must be a JSON object")
+        try:
+            if action == "ReceiveMessage":
+                messages = queue.receive(
+                    int(data.get("MaxNumberOfMessages", 1)), float(data.get("VisibilityTimeout", 30))
+                )
+                return _sqs(
+                    {
+                        "Messages": [
+                            {
+                                "MessageId": m.message_id,
+                                "ReceiptHandle": m.receipt,
+                                "MD5OfBody": hashlib.md5(m.body.encode()).hexdigest(),
+                                "Body": m.body,
+                                "Attributes": {
+                                    "ApproximateReceiveCount": str(m.receives),
+                                    "SentTimestamp": str(int(m.sent * 1000)),
+                                },
+                            }
+                            for m in messages
+                        ]
+                    }
+                )
+            if action == "DeleteMessage":
+                queue.delete(str(data.get("ReceiptHandle", "")))
+                return _sqs({})
+        except event_queue.InvalidReceipt as exc:
+            return _sqs_error("ReceiptHandleIsInvalid", str(exc))
+        except (CloudError, TypeError, ValueError) as exc:
+            return _sqs_error("InvalidParameterValue", str(exc))
+        return _sqs_error("UnsupportedOperation", f"unsupported X-Amz-Target {target!r}")
+
     return [
         Route(f"{CONTROL_PREFIX}/interrupt", _guarded(interrupt), methods=["POST"]),
         Route(f"{CONTROL_PREFIX}/shortage", _guarded(shortage), methods=["POST"]),
         Route(f"{CONTROL_PREFIX}/cost", _guarded(cost), methods=["GET"]),
         Route(f"{CONTROL_PREFIX}/pools", _guarded(pools), methods=["GET"]),
+        Route(QUEUE_PATH, sqs, methods=["POST"]),
     ]

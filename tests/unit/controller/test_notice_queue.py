@@ -1,0 +1,155 @@
+"""The cloud event queue as a notice source: parsing, instance -> node mapping, at-least-once delivery."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shipshape.controller.loops.base import SharedState
+from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
+from shipshape.controller.notices import (
+    INTERRUPTION,
+    REBALANCE,
+    QueueMessage,
+    QueueNoticeSource,
+    instance_id,
+    parse_event,
+)
+from shipshape.controller.ops import OpsError, RecordingOps
+from shipshape.controller.placement import Pool
+from shipshape.emulator.cloud.queue import EventQueue, InvalidReceipt
+from shipshape.kube.clock import rfc3339
+
+from .builders import Harness, deployment, namespace, node, pod_of, replicaset
+
+NOW = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = NOW
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Adapter:
+    """The emulator's queue model behind the controller's `EventQueue` protocol."""
+
+    def __init__(self, queue: EventQueue) -> None:
+        self.queue = queue
+
+    def receive(self, max_messages: int, visibility_timeout: float) -> list[QueueMessage]:
+        return [
+            QueueMessage(m.message_id, str(m.receipt), m.body)
+            for m in self.queue.receive(max_messages, visibility_timeout)
+        ]
+
+    def delete(self, receipt: str) -> None:
+        try:
+            self.queue.delete(receipt)
+        except InvalidReceipt as error:
+            raise OpsError(str(error), status=400, retryable=False) from error
+
+
+def spot_node(name: str, iid: str, zone: str = "us-east-1a") -> dict[str, Any]:
+    found = node(name, "spot", zone=zone)
+    found["spec"]["providerID"] = f"aws:///{zone}/{iid}"
+    return found
+
+
+def warning(queue: EventQueue, iid: str, at: float) -> str:
+    return queue.send(queue.event(INTERRUPTION, iid, at, {"instance-action": "terminate"}))
+
+
+def test_events_parse_and_instances_map_to_nodes() -> None:
+    queue = EventQueue(now=Clock())
+    body = json.dumps(queue.event(INTERRUPTION, "i-0abc", NOW, {"instance-action": "terminate"}))
+    event = parse_event(body)
+    assert event is not None and (event.detail_type, event.instance_id, event.time) == (
+        INTERRUPTION,
+        "i-0abc",
+        NOW,
+    )
+    assert parse_event(json.dumps(queue.event(REBALANCE, "i-0abc", NOW, {}))) is not None
+    assert parse_event("not json") is None
+    assert parse_event(json.dumps({"detail-type": "EC2 Instance State-change Notification"})) is None
+    assert parse_event(json.dumps({"detail-type": INTERRUPTION, "detail": {}, "time": rfc3339(NOW)})) is None
+    assert instance_id(spot_node("n1", "i-0abc")) == "i-0abc"
+    assert instance_id(node("n2", "spot")) is None
+
+
+def test_notices_are_deduplicated_and_deleted_once_the_node_is_gone() -> None:
+    clock = Clock()
+    queue = EventQueue(now=clock)
+    source = QueueNoticeSource(Adapter(queue), lead_seconds=120.0, visibility_seconds=30.0)
+    nodes = {"n1": spot_node("n1", "i-1"), "n2": spot_node("n2", "i-2")}
+    first = warning(queue, "i-1", NOW)
+    warning(queue, "i-1", NOW)  # the same event sent twice (same id)
+    warning(queue, "i-9", NOW)  # another cluster's instance
+    fresh = source.poll(nodes, NOW)
+    assert [(n.node, n.deadline, n.source) for n in fresh] == [("n1", NOW + 120.0, "event-queue")]
+    assert source.duplicates == 1
+    assert [n.node for n in source.notices(nodes)] == ["n1"]
+    # Not deleted while the node lives: it comes back after the visibility timeout, and is recognised.
+    assert len(queue.messages) == 2  # both copies of the warning; the stranger's was deleted
+    clock.t += 31
+    assert source.poll(nodes, clock.t) == []
+    assert source.duplicates == 3  # both copies came back
+    queue.redeliver(first)  # SQS delivering again at once
+    assert source.poll(nodes, clock.t) == []
+    # The node is gone: its messages are deleted, the notice forgotten.
+    del nodes["n1"]
+    source.poll(nodes, clock.t)
+    assert queue.messages == {}
+    assert source.notices(nodes) == []
+
+
+def test_a_restarted_consumer_receives_an_undeleted_warning_again() -> None:
+    clock = Clock()
+    queue = EventQueue(now=clock)
+    nodes = {"n1": spot_node("n1", "i-1")}
+    warning(queue, "i-1", NOW)
+    QueueNoticeSource(Adapter(queue), 120.0, 30.0).poll(nodes, NOW)
+    restarted = QueueNoticeSource(Adapter(queue), 120.0, 30.0)
+    assert restarted.poll(nodes, NOW + 1) == []  # still hidden
+    clock.t += 31
+    assert [n.node for n in restarted.poll(nodes, clock.t)] == ["n1"]
+
+
+def test_rebalance_recommendations_are_kept_and_deleted() -> None:
+    queue = EventQueue(now=Clock())
+    source = QueueNoticeSource(Adapter(queue), 120.0)
+    nodes = {"n1": spot_node("n1", "i-1", "us-east-1b")}
+    queue.send(queue.event(REBALANCE, "i-1", NOW, {}))
+    assert source.poll(nodes, NOW) == []
+    assert source.recommended() == {"n1": Pool("m5.large", "us-east-1b")}
+    assert queue.messages == {}
+    source.poll({}, NOW + 1)
+    assert source.recommended() == {}
+
+
+def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:
+    h = Harness()
+    dep = deployment("web", 3, {"spot.shipshape.dev/enabled": "true"})
+    rs = replicaset(dep)
+    h.add(namespace("shop"), dep, rs, spot_node("spot-0", "i-1"), spot_node("spot-1", "i-2", "us-east-1b"))
+    h.add(node("od-0", "on-demand"))
+    h.add(
+        pod_of(rs, "web-0", node="od-0"),
+        pod_of(rs, "web-1", node="spot-0"),
+        pod_of(rs, "web-2", node="spot-1"),
+    )
+    queue = EventQueue(now=h.clock.now)
+    warning(queue, "i-1", h.clock.now())
+    ops = RecordingOps()
+    loop = InterruptionResponder(
+        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+    )
+    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop.reconcile(h.clock.now())
+    patches = [p for (_, _, name, p) in ops.of("patch_workload") if name == "web"]
+    assert patches and json.loads(patches[0]["metadata"]["annotations"][SURGE_NOTE])["pods"] == ["web-1"]
+    assert patches[0]["spec"]["replicas"] == 4
+    assert Pool("m5.large", "us-east-1a") in h.risk.at_risk(h.clock.now())
+    assert h.metric("shipshape_interruption_notices_total", {"source": "event-queue"}) == 1.0
