@@ -37,8 +37,8 @@ from shipshape.controller.placement import (
     choose_pool,
     desired_split,
     ordinal_capacity,
-    pool_cap,
     spot_limit,
+    spread_cap,
     statefulset_split,
     zone_counts,
 )
@@ -375,12 +375,15 @@ def next_move(state: WorkloadState, view: PlacementView) -> Move | None:
     if counts.spot > desired.spot:
         victim = _riskiest(spot, view)
         return Move(state.key, victim.name, MoveKind.EVICT, Direction.TO_ON_DEMAND)
-    cap = pool_cap(desired.spot, state.policy.pool_share(len(view.pool_risk), view.default_pool_share))
+    usable = sum(1 for pool in view.pool_risk if pool not in view.excluded)
+    share = state.policy.pool_share(len(view.pool_risk), view.default_pool_share)
+    loss_allowance = state.allowance if state.policy.max_pool_share is None else None
+    cap = spread_cap(desired.spot, share, usable, loss_allowance)
     crowded = [pod for pod in spot if pod.pool is not None and counts.spot_by_pool.get(pod.pool, 0) > cap]
     if crowded:
         victim = _riskiest(crowded, view)
         without = _counts(p for p in state.pods if p.name != victim.name)
-        destination = choose_pool(desired.spot, without, view, state.policy)[0]
+        destination = choose_pool(desired.spot, without, view, state.policy, None, loss_allowance)[0]
         if destination is not None and destination != victim.pool:
             return Move(state.key, victim.name, MoveKind.EVICT, Direction.ACROSS_POOLS)
     if counts.on_demand > desired.on_demand and _spot_available(desired.spot, counts, view, state.policy):

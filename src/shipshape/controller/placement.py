@@ -227,6 +227,9 @@ class PodRequest:
     # For a workload that cannot surge (StatefulSet): replicas that may be unavailable at once, which
     # bounds its spot replicas per zone. None: no such bound.
     allowance: int | None = None
+    # For a Deployment: replicas it may lose at once without going below its floor, which bounds its
+    # spot replicas per pool (`spread_cap`). None: only max-pool-share bounds them.
+    loss_allowance: int | None = None
 
 
 def zone_counts(counts: GroupCounts) -> dict[str, int]:
@@ -237,15 +240,32 @@ def zone_counts(counts: GroupCounts) -> dict[str, int]:
     return zones
 
 
+def spread_cap(spot_target: int, share: float, usable_pools: int, loss_allowance: int | None = None) -> int:
+    """Most spot replicas of one workload allowed in one pool.
+
+    `pool_cap` (max-pool-share), and, given the workload's loss allowance (passed only when the
+    workload does not set max-pool-share itself), no more than the larger of that allowance and an
+    even share of the usable pools: losing any one pool then costs the workload no more than it can
+    lose without going below its floor (so no headroom has to be held for it), unless the pools are
+    too few for that, in which case the pods are spread evenly.
+    """
+    cap = pool_cap(spot_target, share)
+    if loss_allowance is None or usable_pools <= 1:
+        return cap
+    even = math.ceil(spot_target / usable_pools)
+    return min(cap, max(loss_allowance, even, 1))
+
+
 def choose_pool(
     spot_target: int,
     counts: GroupCounts,
     view: PlacementView,
     policy: WorkloadPolicy,
     zone_cap: int | None = None,
+    loss_allowance: int | None = None,
 ) -> tuple[Pool | None, tuple[Pool, ...], Reason | None]:
-    """Pick a spot pool: below the pool cap (and the zone cap), not excluded; fewest of this group's
-    pods, then lowest risk.
+    """Pick a spot pool: below the pool cap (`spread_cap`; and the zone cap), not excluded; fewest of
+    this group's pods, then lowest risk.
 
     Returns (preferred pool, allowed pools, None) or (None, (), reason) when no spot pool may take the pod.
     With no spot pool known at all, spot is unconstrained (pool None, allowed empty, no reason), unless a
@@ -262,7 +282,9 @@ def choose_pool(
             return None, (), Reason.SPOT_FALLBACK
         return None, (), Reason.NO_SPOT_POOL
     share = policy.pool_share(len(known), view.default_pool_share)
-    cap = pool_cap(spot_target, share)
+    cap = spread_cap(
+        spot_target, share, len(usable), loss_allowance if policy.max_pool_share is None else None
+    )
     below_cap = [pool for pool in usable if counts.spot_by_pool.get(pool, 0) < cap]
     if not below_cap:
         return None, (), Reason.POOL_SHARE_REACHED
@@ -306,7 +328,7 @@ def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Dec
             capacity, reason = CapacityType.ON_DEMAND, Reason.ON_DEMAND_SHARE
     if capacity is CapacityType.ON_DEMAND:
         return Decision(CapacityType.ON_DEMAND, reason)
-    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy, zone_cap)
+    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy, zone_cap, request.loss_allowance)
     if refusal is not None:
         return Decision(CapacityType.ON_DEMAND, refusal)
     return Decision(

@@ -149,6 +149,22 @@ def test_rebalance_spreads_a_crowded_pool() -> None:
     assert move.pod in {f"spot-{i}" for i in range(5)}
 
 
+def test_rebalance_spreads_a_pool_holding_more_than_the_workload_may_lose() -> None:
+    default = WorkloadPolicy(WorkloadKind.DEPLOYMENT, on_demand_base=1)
+    view = PlacementView(pool_risk={A: 1.0, B: 1.0, C: 1.0})
+    # 9 replicas, 8 spot, one may go at a time: an even share (3) per pool; pool A holds 6.
+    move = next_move(state(pods(1, [A, A, A, A, A, A, B, C]), policy=default), view)
+    assert move is not None and move.direction is Direction.ACROSS_POOLS
+    assert move.pod in {f"spot-{i}" for i in range(6)}
+    # Four in pool A (max-pool-share's 0.5 of 8): crowded for a budget of one, not for a budget of six.
+    four = pods(1, [A, A, A, A, B, B, C, C])
+    assert next_move(state(four, policy=default), view) is not None
+    assert next_move(state(four, floor=3, policy=default), view) is None
+    # An explicit max-pool-share is the workload's own choice: only it applies.
+    explicit = WorkloadPolicy(WorkloadKind.DEPLOYMENT, on_demand_base=1, max_pool_share=1.0)
+    assert next_move(state(pods(1, [A, A, A, A, A, A, B, C]), policy=explicit), view) is None
+
+
 def test_single_replica_moves_by_surge_restart_and_statefulsets_never_lose_their_only_pod() -> None:
     view = PlacementView(pool_risk={A: 1.0})
     lone = state(pods(1, []), floor=0, policy=WorkloadPolicy(WorkloadKind.DEPLOYMENT))

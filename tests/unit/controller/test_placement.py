@@ -20,6 +20,7 @@ from shipshape.controller.placement import (
     desired_split,
     ordinal_capacity,
     pool_cap,
+    spread_cap,
 )
 from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
 from shipshape.controller.risk import RiskModel, SpotAdvisor
@@ -222,6 +223,63 @@ def test_max_pool_share_sends_the_excess_on_demand_when_pools_are_too_few() -> N
         "on-demand": 3,
     }  # only half of the 4 spot replicas in the one pool
     assert reasons["max-pool-share-reached"] == 2
+
+
+def test_spread_cap_keeps_a_pool_loss_within_the_loss_allowance_or_an_even_share() -> None:
+    assert spread_cap(40, 0.5, 4, None) == pool_cap(40, 0.5) == 20
+    assert spread_cap(40, 0.5, 4, 1) == 10  # an even share of four pools
+    assert spread_cap(40, 0.5, 4, 15) == 15  # the workload may lose 15 at once
+    assert spread_cap(40, 0.5, 4, 30) == 20  # never above max-pool-share
+    assert spread_cap(40, 1.0, 1, 1) == 40  # one usable pool: nothing to spread over
+    assert spread_cap(1, 0.5, 3, 0) == 1
+
+
+def test_a_pool_takes_no_more_than_the_loss_allowance_unless_max_pool_share_is_set() -> None:
+    pools = [Pool("m5.large", f"us-east-1{z}") for z in "abcd"]
+    view = PlacementView(pool_risk={pool: 1.0 for pool in pools})
+    counts = GroupCounts(on_demand=1, spot_by_pool={pools[0]: 10, pools[1]: 3, pools[2]: 3, pools[3]: 3})
+    default = WorkloadPolicy(WorkloadKind.DEPLOYMENT)
+    # 41 replicas, base 1: 40 spot; a PDB lets one go at a time -> an even share (10) per pool.
+    decision = decide(PodRequest(default, 41, loss_allowance=1), counts, view)
+    assert decision.capacity_type is CapacityType.SPOT
+    assert pools[0] not in decision.allowed_pools and len(decision.allowed_pools) == 3
+    # Without the allowance (or with max-pool-share set) only max-pool-share (20 per pool) bounds them.
+    assert pools[0] in decide(PodRequest(default, 41), counts, view).allowed_pools
+    explicit = WorkloadPolicy(WorkloadKind.DEPLOYMENT, max_pool_share=0.5)
+    assert pools[0] in decide(PodRequest(explicit, 41, loss_allowance=1), counts, view).allowed_pools
+
+
+def test_the_webhook_spreads_a_deployment_by_its_disruption_budget() -> None:
+    pools = [Pool("m5.large", f"us-east-1{z}") for z in "abcd"]
+    h, rs = deployment_harness(41, {}, pools)
+    h.add(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
+    admitted = [admit(h, pod_of(rs)) for _ in range(41)]
+    spot = [pod for pod in admitted if decision_of(pod)["capacityType"] == "spot"]
+    assert len(spot) == 40
+    # Each pod may only land in pools below an even share (10 of the 40) at its admission, so the
+    # scheduler cannot pile more into one pool: the last pod is allowed only the one pool left at 9.
+    zones_allowed = [
+        [
+            zone
+            for term in pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"]
+            for expr in term["matchExpressions"]
+            if expr["key"] == "topology.kubernetes.io/zone"
+            for zone in expr["values"]
+        ]
+        for pod in spot
+    ]
+    assert all(zones for zones in zones_allowed)
+    assert len(zones_allowed[-1]) == 1
+    assert max(Counter(decision_of(pod)["pool"] for pod in spot).values()) == 10
 
 
 def test_one_pool_has_no_default_cap() -> None:

@@ -145,14 +145,16 @@ class PodPlacer:
         if pins_capacity(pod):
             return self._skip("capacity-pinned")
         now = self.clock.now()
-        ordinal, allowance = None, None
+        ordinal, allowance, loss_allowance = None, None, None
         if workload.kind is WorkloadKind.STATEFULSET:
             ordinal, allowance = statefulset_ordinal(pod), self.allowance(workload)
+        else:
+            loss_allowance = self.allowance(workload)
         counts = self.cache.group_counts(workload.group, now)
         shortages = self._shortages(now) if self._shortages is not None else ()
         view = self.cache.placement_view(now, self.risk, shortages)
         view = self._with_avoided(view)
-        pod_request = PodRequest(policy_result.policy, workload.replicas, ordinal, allowance)
+        pod_request = PodRequest(policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance)
         decision = decide(pod_request, counts, view)
         patch = self._mutate(pod, workload, decision, str(request["uid"]))
         if patch is None:
@@ -165,7 +167,7 @@ class PodPlacer:
         return Outcome(patch=patch, decision=decision)
 
     def allowance(self, workload: WorkloadRef) -> int:
-        """A StatefulSet's disruption allowance: replicas minus the PDB's (or rolling update's) floor."""
+        """A workload's disruption allowance: replicas minus the PDB's (or rolling update's) floor."""
         labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         pdbs = self.cache.pdbs_matching(workload.namespace, labels)
         return disruption_allowance(workload.replicas, availability_floor(workload, pdbs))
