@@ -12,6 +12,7 @@ deletionTimestamp, graceful pod deletion, and a bounded history of changes for w
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import random
 import string
@@ -75,6 +76,8 @@ class Store:
         # Indexes the models need on hot paths.
         self._pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
         self._by_owner: dict[str, dict[tuple[str, str, str], Obj]] = {}  # owner uid -> dependents
+        # Each type's keys in list order, dropped when a key comes or goes (not on updates).
+        self._sorted_keys: dict[str, builtins.list[tuple[str, str]]] = {}
 
     # ---- reading -----------------------------------------------------------------------
     @property
@@ -99,10 +102,17 @@ class Store:
     ) -> list[Obj]:
         """Objects sorted by namespace then name, as etcd returns them."""
         bucket = self._objects.get(rt.key, {})
+        keys = self._sorted_keys.get(rt.key)
+        if keys is None:
+            keys = self._sorted_keys[rt.key] = sorted(bucket)
+        start, stop = 0, len(keys)
+        if namespace and rt.namespaced:
+            # (namespace,) sorts before every (namespace, name): the namespace's keys are one run.
+            start = bisect.bisect_left(keys, (namespace,))
+            stop = bisect.bisect_left(keys, (namespace + "\x00",), lo=start)
         out = []
-        for (ns, _), obj in sorted(bucket.items(), key=lambda kv: kv[0]):
-            if namespace and rt.namespaced and ns != namespace:
-                continue
+        for i in range(start, stop):
+            obj = bucket[keys[i]]
             if selector is not None and not selector.matches(obj["metadata"].get("labels")):
                 continue
             if predicate is not None and not predicate(obj):
@@ -250,6 +260,7 @@ class Store:
             return obj
         md["resourceVersion"] = self._next_rv()
         bucket[key] = obj
+        self._sorted_keys.pop(rt.key, None)
         self._index(rt, None, obj)
         self._emit(ADDED, rt, obj)
         return obj
@@ -401,6 +412,7 @@ class Store:
     def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
         key = self._key(rt, obj)
         current = self._objects[rt.key].pop(key)
+        self._sorted_keys.pop(rt.key, None)
         self._index(rt, current, None)
         gone = clone(obj)
         gone["metadata"]["resourceVersion"] = self._next_rv()

@@ -49,17 +49,40 @@ class PatchFailed(errors.ApiError):
 # ---- JSON merge patch ----------------------------------------------------------------------------
 
 
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts and lists copied, scalars shared), much cheaper than
+    `copy.deepcopy`; anything else is deep-copied as usual."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return copy.deepcopy(value)
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, `null` removes a key, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_json(patch)
+    result: dict[str, Any] = copy_json(target) if isinstance(target, dict) else {}
+    _merge_into(result, patch)
+    return result
+
+
+def _merge_into(result: dict[str, Any], patch: dict[str, Any]) -> None:
+    """Merge `patch` into `result`, a copy nobody else holds (so its nested objects may change)."""
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
+        elif isinstance(value, dict):
+            current = result.get(key)
+            if not isinstance(current, dict):
+                current = {}
+            _merge_into(current, value)
+            result[key] = current
         else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+            result[key] = copy_json(value)
 
 
 # ---- JSON patch ----------------------------------------------------------------------------------
@@ -76,10 +99,12 @@ def json_patch(target: Any, operations: Any) -> Any:
     for index, op in enumerate(operations):
         if not isinstance(op, dict) or "op" not in op:
             raise errors.BadRequest(f"invalid JSON patch: operation {index} has no 'op'")
-    document = target
+    # One copy of the document, then every operation in place (the library's own copy per
+    # operation costs a deep copy of the whole object each time).
+    document = copy_json(target)
     for op in operations:
         try:
-            document = jsonpatch.JsonPatch([op]).apply(document, in_place=False)
+            document = jsonpatch.JsonPatch([op]).apply(document, in_place=True)
         except jsonpatch.JsonPatchTestFailed as exc:
             raise PatchFailed(f"testing value {op.get('path')} failed: test failed") from exc
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:

@@ -149,3 +149,36 @@ def test_watch_history_and_gone(store: Store) -> None:
     assert len(seen) == 2
     with pytest.raises(errors.Gone):
         store.events_since(start)
+
+
+def test_list_order_and_namespace_runs_follow_creations_and_removals(store: Store) -> None:
+    """Lists come from a kept key order: it must always be what sorting every object gives."""
+    for ns in ("kube-system", "default", "b", "default-2"):
+        if store.get(NAMESPACES, "", ns) is None:
+            store.create(NAMESPACES, {"metadata": {"name": ns}})
+
+    def named(namespace: str | None) -> list[tuple[str, str]]:
+        return [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in store.list(PODS, namespace)]
+
+    def scanned(namespace: str | None) -> list[tuple[str, str]]:
+        keys = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in store.iter(PODS)]
+        return sorted(k for k in keys if not namespace or k[0] == namespace)
+
+    for i, (ns, name) in enumerate(
+        [("default", "m"), ("b", "z"), ("default-2", "a"), ("default", "a"), ("kube-system", "x")]
+    ):
+        store.create(PODS, pod(name) | {"metadata": {"name": name, "namespace": ns, "labels": {"i": str(i)}}})
+        for namespace in (None, "default", "b", "default-2", "kube-system", "absent"):
+            assert named(namespace) == scanned(namespace)
+    store.update(
+        PODS,
+        {
+            **store.must_get(PODS, "default", "m"),
+            "metadata": {"name": "m", "namespace": "default", "labels": {"i": "9"}},
+        },
+    )
+    store.delete(PODS, "default", "a")
+    store.create(PODS, pod("b"))
+    for namespace in (None, "default", "b", "default-2", "kube-system"):
+        assert named(namespace) == scanned(namespace)
+    assert [p["metadata"]["labels"]["i"] for p in store.list(PODS, "default", selector=parse("i=9"))] == ["9"]

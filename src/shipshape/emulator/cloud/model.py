@@ -147,7 +147,11 @@ class CloudModel:
         self._catalog = cat
         self.cluster: Cluster | None = None
         self.pools: dict[str, PoolState] = {}
-        self.instances: dict[str, Instance] = {}  # by instance id
+        self.instances: dict[str, Instance] = {}  # by instance id, every instance ever launched
+        # The pending and running ones per pool, in launch order (`instances` keeps the terminated
+        # ones too, for the bill; scans of the live ones must not grow with the run's churn).
+        self._active: dict[str, dict[str, Instance]] = {}
+        self._active_all: dict[str, Instance] = {}
         self._by_node: dict[str, Instance] = {}
         self._ips: set[str] = set()  # addresses of running instances
         self._retired_ips: set[str] = set()  # addresses of terminated ones
@@ -210,7 +214,10 @@ class CloudModel:
         return self._by_node.get(node)
 
     def active_instances(self, pool: str | None = None) -> list[Instance]:
-        return [i for i in self.instances.values() if i.active and (pool is None or i.pool == pool)]
+        """Pending and running instances (of one pool, or all), in launch order."""
+        if pool is not None:
+            return list(self._active.get(pool, {}).values())
+        return list(self._active_all.values())
 
     def instance_action(self, node: str) -> dict[str, str] | None:
         """The body of /latest/meta-data/spot/instance-action, or None (404) without a notice."""
@@ -534,6 +541,8 @@ class CloudModel:
         )
         state.launched_total += 1
         self.instances[instance_id] = inst
+        self._active.setdefault(state.name, {})[instance_id] = inst
+        self._active_all[instance_id] = inst
         self._by_node[node_name] = inst
         engine = self.c.engine
         if initial:
@@ -681,6 +690,8 @@ class CloudModel:
             return
         inst.cancel_timers()
         inst.state = TERMINATED
+        self._active.get(inst.pool, {}).pop(inst.id, None)
+        self._active_all.pop(inst.id, None)
         inst.terminated_at = self.c.now()
         inst.termination_reason = reason
         self._ips.discard(inst.ip)

@@ -101,6 +101,10 @@ class NodeLifecycleController(Controller):
         self._zone_states: dict[str, str] = {}
         self._next_token: dict[str, float] = {}
         self._pass_timer: Timer | None = None
+        # Kept from the watch events so that the pod GC's periodic passes do not walk every pod
+        # and node: finished (not terminating) pods, and nodes carrying the out-of-service taint.
+        self._finished: dict[tuple[str, str], None] = {}
+        self._out_of_service: set[str] = set()
 
     def start(self, cluster: Cluster) -> None:
         super().start(cluster)
@@ -115,6 +119,7 @@ class NodeLifecycleController(Controller):
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
+        self._index(event, ns, name)
         if event.resource is NODES:
             if event.type == DELETED:
                 self._health.pop(name, None)
@@ -131,6 +136,24 @@ class NodeLifecycleController(Controller):
         if self.store.get(NODES, "", node) is None:
             return [("podgc", node)]
         return [("evict-pod", ns, name)]
+
+    def _index(self, event: WatchEvent, ns: str, name: str) -> None:
+        obj = event.object
+        if event.resource is PODS:
+            finished = (
+                event.type != DELETED
+                and podutil.phase(obj) in podutil.TERMINAL_PHASES
+                and not podutil.is_terminating(obj)
+            )
+            if finished:
+                self._finished[(ns, name)] = None
+            else:
+                self._finished.pop((ns, name), None)
+        elif event.resource is NODES:
+            if event.type != DELETED and _out_of_service(obj):
+                self._out_of_service.add(name)
+            else:
+                self._out_of_service.discard(name)
 
     def reconcile(self, key: Any) -> None:
         kind = key[0]
@@ -456,14 +479,10 @@ class NodeLifecycleController(Controller):
         """Upstream `gcTerminated`: beyond the threshold, the oldest finished pods are deleted."""
         if self.terminated_pod_gc_threshold <= 0:
             return
-        finished = [
-            p
-            for p in self.store.iter(PODS)
-            if podutil.phase(p) in podutil.TERMINAL_PHASES and not podutil.is_terminating(p)
-        ]
-        excess = len(finished) - self.terminated_pod_gc_threshold
+        excess = len(self._finished) - self.terminated_pod_gc_threshold
         if excess <= 0:
             return
+        finished = [p for key in self._finished if (p := self.store.get(PODS, *key)) is not None]
         finished.sort(key=lambda p: (podutil.creation_time(p), p["metadata"]["name"]))
         for pod in finished[:excess]:
             ns, name = podutil.key_of(pod)
@@ -474,9 +493,9 @@ class NodeLifecycleController(Controller):
 
     def _collect_out_of_service(self) -> None:
         """Upstream `gcTerminating`: terminating pods of a not-ready, out-of-service node go at once."""
-        for node in self.store.list(NODES):
-            taints = (node.get("spec") or {}).get("taints") or []
-            if not any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints):
+        for node_name in sorted(self._out_of_service):
+            node = self.store.get(NODES, "", node_name)
+            if node is None or not _out_of_service(node):
                 continue
             if (podutil.condition(node, "Ready") or {}).get("status") == "True":
                 continue
@@ -505,6 +524,11 @@ class NodeLifecycleController(Controller):
                 self.store.delete(PODS, ns, name, grace_seconds=0)
             except errors.NotFound:
                 continue
+
+
+def _out_of_service(node: Mapping[str, Any]) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints)
 
 
 _MANAGED_NO_SCHEDULE = frozenset(

@@ -25,6 +25,7 @@ from shipshape.emulator.scheduler.snapshot import (
     NodeInfo,
     PodInfo,
     SpreadConstraint,
+    affinity_matches,
 )
 from shipshape.kube import scheduling
 from shipshape.kube.labels import Selector
@@ -82,6 +83,7 @@ class Cycle:
         self.snapshot = snapshot
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
+        self._affinity_answers = snapshot.affinity_answers(pod.node_affinity)
         self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
         # Only what the pod asks for is checked (a node over-committed on memory still takes a
         # pod that requests none).
@@ -105,9 +107,12 @@ class Cycle:
         if self._check_interpod:
             self._prefilter_interpod()
 
+    def _affinity_matches(self, node: NodeInfo) -> bool:
+        return affinity_matches(self.pod.node_affinity, self._affinity_answers, node)
+
     # ---- PreFilter ------------------------------------------------------------------------
     def _spread_eligible(self, c: SpreadConstraint, node: NodeInfo) -> bool:
-        if c.honor_node_affinity and not self.pod.node_affinity.matches(node.labels, node.name):
+        if c.honor_node_affinity and not self._affinity_matches(node):
             return False
         return not (c.honor_node_taints and _untolerated(node.taints, self.pod.tolerations))
 
@@ -179,7 +184,7 @@ class Cycle:
                     "TaintToleration",
                     msg.untolerated_taint(str(taint.get("key", "")), str(taint.get("value") or "")),
                 )
-        if not pod.node_affinity.matches(node.labels, node.name):
+        if not self._affinity_matches(node):
             return Status.unresolvable("NodeAffinity", msg.NODE_AFFINITY)
         status = self._fit(node, removed, added)
         if status is not None:

@@ -261,6 +261,20 @@ def _zone_of(node: NodeInfo) -> str:
     )
 
 
+def affinity_matches(
+    affinity: scheduling.RequiredNodeAffinity,
+    answers: dict[str, tuple[Mapping[str, str], bool]],
+    node: NodeInfo,
+) -> bool:
+    """`affinity.matches` for the node, remembered while the node keeps the same labels object."""
+    seen = answers.get(node.name)
+    if seen is not None and seen[0] is node.labels:
+        return seen[1]
+    ok = affinity.matches(node.labels, node.name)
+    answers[node.name] = (node.labels, ok)
+    return ok
+
+
 class ClusterSnapshot:
     """Nodes and the pods assigned to them, updated incrementally."""
 
@@ -279,6 +293,11 @@ class ClusterSnapshot:
         self._match_counts: dict[str, dict[Selector, dict[str, int]]] = {}
         self._match_count_entries = 0
         self.image_nodes: dict[str, int] = {}  # normalized image -> number of nodes that have it
+        # Required node affinity answers per affinity and node, with the node's labels they were
+        # computed for (a node's labels object is replaced, never changed, when the node changes).
+        self._affinity_answers: dict[
+            scheduling.RequiredNodeAffinity, dict[str, tuple[Mapping[str, str], bool]]
+        ] = {}
         self._order: list[NodeInfo] | None = None
         self.next_start_index = 0
 
@@ -325,6 +344,17 @@ class ClusterSnapshot:
             self.image_nodes[image] = self.image_nodes.get(image, 0) + sign
             if self.image_nodes[image] <= 0:
                 del self.image_nodes[image]
+
+    def affinity_answers(
+        self, affinity: scheduling.RequiredNodeAffinity
+    ) -> dict[str, tuple[Mapping[str, str], bool]]:
+        """The remembered answers of `affinity` per node name (see `affinity_matches`)."""
+        answers = self._affinity_answers.get(affinity)
+        if answers is None:
+            if len(self._affinity_answers) > 10_000:
+                self._affinity_answers.clear()
+            answers = self._affinity_answers[affinity] = {}
+        return answers
 
     def node_list(self) -> list[NodeInfo]:
         """Real nodes, interleaved by zone as upstream's node tree lists them."""

@@ -395,3 +395,22 @@ def test_one_interruption_request_gives_its_instances_one_notice_time() -> None:
     assert len(noticed) == 2
     actions = [cloud.instance_action(name) for name in noticed]
     assert actions[0] is not None and actions[0] == actions[1]
+
+
+def test_active_instances_agree_with_a_scan_of_every_instance_through_reclaims() -> None:
+    env = start(scenario(interruptions={"enabled": False}))
+
+    def check() -> None:
+        every = list(env.cloud.instances.values())
+        assert env.cloud.active_instances() == [i for i in every if i.active]
+        for pool in env.cloud.pools:
+            assert env.cloud.active_instances(pool) == [i for i in every if i.active and i.pool == pool]
+
+    check()
+    env.cloud.interrupt(pool="spot-a", notice=120)
+    check()
+    env.run(121)  # reclaimed, replacements launched
+    check()
+    assert any(not i.active for i in env.cloud.instances.values())
+    env.run(600)
+    check()

@@ -234,3 +234,69 @@ def test_terminating_pods_of_an_out_of_service_node_are_removed() -> None:
     update(cluster, NODES, "node-a", out_of_service, ns="")
     run(cluster, 21)
     assert cluster.store.get(PODS, "default", "stuck") is None
+
+
+def test_pod_gc_indexes_agree_with_a_full_scan() -> None:
+    """The finished pods and out-of-service nodes the GC keeps from events match a scan of the store."""
+    from shipshape.emulator.api import Api
+    from shipshape.emulator.controllers import podutil
+    from shipshape.emulator.controllers.nodelifecycle import NodeLifecycleController
+    from shipshape.kube.clock import VirtualClock
+
+    cluster = Cluster(VirtualClock())
+    Api(cluster)
+    store = cluster.store
+    spec = pod_template({})["spec"]
+    store.create(
+        PODS,
+        {"metadata": {"name": "early", "namespace": "default"}, "spec": spec, "status": {"phase": "Failed"}},
+    )
+    store.create(NODES, {"metadata": {"name": "n1"}, "spec": {}})
+    controller = NodeLifecycleController()
+    cluster.add(controller)
+
+    def phase(name: str, value: str) -> None:
+        def change(pod: Obj) -> None:
+            pod.setdefault("status", {})["phase"] = value
+
+        store.mutate(PODS, "default", name, change)
+
+    def check() -> None:
+        finished = {
+            podutil.key_of(p)
+            for p in store.iter(PODS)
+            if podutil.phase(p) in podutil.TERMINAL_PHASES and not podutil.is_terminating(p)
+        }
+        assert set(controller._finished) == finished
+        out = {
+            n["metadata"]["name"]
+            for n in store.iter(NODES)
+            if any(t.get("key") == "node.kubernetes.io/out-of-service" for t in n["spec"].get("taints") or [])
+        }
+        assert controller._out_of_service == out
+
+    check()
+    for i in range(4):
+        store.create(
+            PODS, {"metadata": {"name": f"p{i}", "namespace": "default"}, "spec": {**spec, "nodeName": "n1"}}
+        )
+    phase("p0", "Succeeded")
+    phase("p1", "Failed")
+    check()
+    store.delete(PODS, "default", "p1", grace_seconds=0)
+    phase("p2", "Running")
+    store.delete(PODS, "default", "p3")  # terminating (graceful), not finished
+    phase("p3", "Succeeded")
+    check()
+
+    def taint(node: Obj) -> None:
+        node["spec"]["taints"] = [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]
+
+    store.mutate(NODES, "", "n1", taint)
+    store.create(NODES, {"metadata": {"name": "n2"}, "spec": {}})
+    check()
+    store.mutate(NODES, "", "n1", lambda node: node["spec"].pop("taints"))
+    check()
+    store.mutate(NODES, "", "n1", taint)
+    store.delete(NODES, "", "n1")
+    check()

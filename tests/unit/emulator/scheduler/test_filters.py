@@ -206,3 +206,14 @@ def test_filters_do_not_depend_on_scoring(profile: Profile) -> None:
     decision = schedule_one(pod("a", cpu="2"), ClusterSnapshot.of([node("n1", cpu="1")]), profile=profile)
     assert not decision.scheduled
     assert decision.message.startswith("0/1 nodes are available: 1 Insufficient cpu.")
+
+
+def test_node_affinity_answers_follow_a_node_relabelled_in_the_same_snapshot() -> None:
+    """Answers are remembered per node while its labels stay; a relabelled node is asked again."""
+    snapshot = ClusterSnapshot.of([node("n1", labels={"node.kubernetes.io/capacity": "spot"})])
+    wants_od = pod("a", spec={"nodeSelector": {"node.kubernetes.io/capacity": "on-demand"}})
+    assert schedule_one(wants_od, snapshot).node == ""
+    snapshot.set_node(node("n1", labels={"node.kubernetes.io/capacity": "on-demand"}))
+    assert schedule_one(pod("b", spec=wants_od["spec"]), snapshot).node == "n1"
+    snapshot.set_node(node("n1", labels={"node.kubernetes.io/capacity": "spot"}))
+    assert schedule_one(pod("c", spec=wants_od["spec"]), snapshot).node == ""
