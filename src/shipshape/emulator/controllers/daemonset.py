@@ -149,8 +149,8 @@ class DaemonSetController(PodOwnerController):
     def __init__(self) -> None:
         super().__init__()
         self._node_fingerprints: dict[str, Any] = {}
-        self._pod_version: tuple[str, Any] | None = None
-        self._pod: Obj = {}
+        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
+        self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -160,6 +160,7 @@ class DaemonSetController(PodOwnerController):
         if event.resource is DAEMONSETS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
+                self._answers.pop(str(podutil.meta(obj).get("uid", "")), None)
             return [(ns, name)]
         if event.resource is NODES:
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
@@ -168,6 +169,8 @@ class DaemonSetController(PodOwnerController):
                 return []
             if event.type == DELETED:
                 self._node_fingerprints.pop(name, None)
+                for _, _, by_node in self._answers.values():
+                    by_node.pop(name, None)
             else:
                 self._node_fingerprints[name] = fingerprint
             return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
@@ -320,11 +323,21 @@ class DaemonSetController(PodOwnerController):
             to_kill -= 1
 
     def _should_run(self, ds: Obj, node: Obj) -> tuple[bool, bool]:
-        """`should_run` with the daemon pod built once per DaemonSet version."""
-        version = (ds["metadata"]["uid"], ds["metadata"].get("resourceVersion"))
-        if self._pod_version != version:
-            self._pod_version, self._pod = version, daemon_pod(ds)
-        return should_run(ds, node, self._pod)
+        """`should_run` with the daemon pod built once per DaemonSet version, and each node's answer
+        remembered for that version while the node object stays the same (stored objects are
+        replaced, never changed, so a changed node is a new object)."""
+        uid, version = ds["metadata"]["uid"], ds["metadata"].get("resourceVersion")
+        entry = self._answers.get(uid)
+        if entry is None or entry[0] != version:
+            entry = self._answers[uid] = (version, daemon_pod(ds), {})
+        _, pod, by_node = entry
+        name = str(podutil.meta(node).get("name", ""))
+        seen = by_node.get(name)
+        if seen is not None and seen[0] is node:
+            return seen[1]
+        answer = should_run(ds, node, pod)
+        by_node[name] = (node, answer)
+        return answer
 
     # ---- manage -------------------------------------------------------------------------------
     def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:

@@ -15,7 +15,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 from shipshape.emulator.scheduler import messages as msg
 from shipshape.emulator.scheduler.messages import Status
@@ -75,6 +77,18 @@ def _untolerated(taints: Iterable[Mapping[str, object]], tolerations: Sequence[M
     )
 
 
+def _static_verdicts(
+    pod: PodInfo, snapshot: ClusterSnapshot
+) -> dict[str, tuple[dict[str, Any], Status | None]]:
+    """The snapshot's remembered node-only verdicts for pods shaped as this one (same tolerations,
+    nodeName and required node affinity); a fresh dict when the tolerations cannot be keyed."""
+    try:
+        tolerations = orjson.dumps(pod.tolerations)
+    except TypeError:
+        return {}
+    return snapshot.static_verdicts((tolerations, pod.node_name, pod.node_affinity))
+
+
 class Cycle:
     """One pod's scheduling cycle over a snapshot."""
 
@@ -84,6 +98,7 @@ class Cycle:
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
         self._affinity_answers = snapshot.affinity_answers(pod.node_affinity)
+        self._static_verdicts = _static_verdicts(pod, snapshot)
         self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
         # Only what the pod asks for is checked (a node over-committed on memory still takes a
         # pod that requests none).
@@ -171,6 +186,31 @@ class Cycle:
         self, node: NodeInfo, removed: Sequence[PodInfo] = (), added: Sequence[PodInfo] = ()
     ) -> Status | None:
         """None when the pod fits the node; else the first rejecting plugin's status."""
+        if node.obj is None:
+            status = self._static_filter(node)
+        else:
+            seen = self._static_verdicts.get(node.name)
+            if seen is not None and seen[0] is node.obj:
+                status = seen[1]
+            else:
+                status = self._static_filter(node)
+                self._static_verdicts[node.name] = (node.obj, status)
+        if status is not None:
+            return status
+        status = self._fit(node, removed, added)
+        if status is not None:
+            return status
+        if self._hard_spread:
+            status = self._spread_filter(node, removed, added)
+            if status is not None:
+                return status
+        if self._check_interpod:
+            return self._interpod_filter(node, removed, added)
+        return None
+
+    def _static_filter(self, node: NodeInfo) -> Status | None:
+        """The filters that depend on the node object and the pod's shape only, in upstream order:
+        NodeUnschedulable, NodeName, TaintToleration, NodeAffinity."""
         pod = self.pod
         if node.unschedulable and not scheduling.tolerates(pod.tolerations, UNSCHEDULABLE_TAINT):
             return Status.unresolvable("NodeUnschedulable", msg.NODE_UNSCHEDULABLE)
@@ -186,15 +226,6 @@ class Cycle:
                 )
         if not self._affinity_matches(node):
             return Status.unresolvable("NodeAffinity", msg.NODE_AFFINITY)
-        status = self._fit(node, removed, added)
-        if status is not None:
-            return status
-        if self._hard_spread:
-            status = self._spread_filter(node, removed, added)
-            if status is not None:
-                return status
-        if self._check_interpod:
-            return self._interpod_filter(node, removed, added)
         return None
 
     def _fit(self, node: NodeInfo, removed: Sequence[PodInfo], added: Sequence[PodInfo]) -> Status | None:

@@ -298,6 +298,9 @@ class ClusterSnapshot:
         self._affinity_answers: dict[
             scheduling.RequiredNodeAffinity, dict[str, tuple[Mapping[str, str], bool]]
         ] = {}
+        # The node-only filters' verdicts (unschedulable, node name, taints, node affinity) per pod
+        # shape and node, with the node object they were computed for (see `Cycle.filter`).
+        self._static_verdicts: dict[Any, dict[str, tuple[Obj, Any]]] = {}
         self._order: list[NodeInfo] | None = None
         self.next_start_index = 0
 
@@ -355,6 +358,15 @@ class ClusterSnapshot:
                 self._affinity_answers.clear()
             answers = self._affinity_answers[affinity] = {}
         return answers
+
+    def static_verdicts(self, shape: Any) -> dict[str, tuple[Obj, Any]]:
+        """The remembered node-only filter verdicts for pods of one shape, per node name."""
+        verdicts = self._static_verdicts.get(shape)
+        if verdicts is None:
+            if len(self._static_verdicts) > 10_000:
+                self._static_verdicts.clear()
+            verdicts = self._static_verdicts[shape] = {}
+        return verdicts
 
     def node_list(self) -> list[NodeInfo]:
         """Real nodes, interleaved by zone as upstream's node tree lists them."""

@@ -217,3 +217,16 @@ def test_node_affinity_answers_follow_a_node_relabelled_in_the_same_snapshot() -
     assert schedule_one(pod("b", spec=wants_od["spec"]), snapshot).node == "n1"
     snapshot.set_node(node("n1", labels={"node.kubernetes.io/capacity": "spot"}))
     assert schedule_one(pod("c", spec=wants_od["spec"]), snapshot).node == ""
+
+
+def test_taint_verdicts_follow_a_node_tainted_and_untainted_in_the_same_snapshot() -> None:
+    snapshot = ClusterSnapshot.of([node("n1")])
+    assert schedule_one(pod("a"), snapshot).node == "n1"
+    snapshot.set_node(node("n1", taints=[taint("dedicated", "gpu")]))
+    decision = schedule_one(pod("b"), snapshot)
+    assert decision.node == ""
+    assert "untolerated taint {dedicated: gpu}" in decision.message
+    tolerant = pod("c", spec={"tolerations": [toleration("dedicated")]})
+    assert schedule_one(tolerant, snapshot).node == "n1"
+    snapshot.set_node(node("n1"))
+    assert schedule_one(pod("d"), snapshot).node == "n1"
