@@ -85,6 +85,7 @@ class SimNode:
     node: Obj
     pods: list[Obj] = field(default_factory=list)
     used: Counter[str] = field(default_factory=Counter)
+    template: bool = False  # a pool's template node (immutable): its filter verdicts are kept
 
     @property
     def key(self) -> str:
@@ -99,9 +100,16 @@ class Packer:
     affinity, hard topology spread, host ports) get the full filter check against the placed pods.
     """
 
-    def __init__(self, fits: FitFn) -> None:
+    def __init__(
+        self,
+        fits: FitFn,
+        shape_of: Callable[[Obj], bytes] = signature,
+        template_verdicts: dict[tuple[bytes, str], list[str]] | None = None,
+    ) -> None:
         self.fits = fits
+        self.shape_of = shape_of
         self._static: dict[tuple[bytes, str], list[str]] = {}
+        self._template_static = template_verdicts if template_verdicts is not None else {}
         self._requests: dict[str, dict[str, int]] = {}
         self._allocatable: dict[str, dict[str, int]] = {}
 
@@ -123,10 +131,11 @@ class Packer:
 
     def static_reasons(self, pod: Obj, sim: SimNode) -> list[str]:
         """Why the pod cannot run on the node even when it is empty (cached per pod shape)."""
-        key = (signature(pod), sim.key)
-        reasons = self._static.get(key)
+        cache = self._template_static if sim.template else self._static
+        key = (self.shape_of(pod), sim.key)
+        reasons = cache.get(key)
         if reasons is None:
-            reasons = self._static[key] = self.fits(pod, sim.node, [])
+            reasons = cache[key] = self.fits(pod, sim.node, [])
         return reasons
 
     def add_existing(self, sim: SimNode) -> SimNode:
@@ -234,6 +243,7 @@ class ClusterAutoscaler:
         self._empty_since: dict[str, float] = {}
         self._last_not_triggered: dict[tuple[str, str], float] = {}
         self._templates: dict[str, Obj] = {}
+        self._template_verdicts: dict[tuple[bytes, str], list[str]] = {}  # (pod shape, template) -> why not
         self._unschedulable: dict[tuple[str, str], Obj] = {}
         self._failure_reported: dict[str, float] = {}  # pool -> end of the shortage reported
         # Indexes kept from the watch: bound pods per node, their requests summed, pending pods.
@@ -350,6 +360,13 @@ class ClusterAutoscaler:
             if self._workload_pods[facts.node] <= 0:
                 del self._workload_pods[facts.node]
 
+    def _shape_of(self, pod: Obj) -> bytes:
+        """The pod's filter signature, kept with the pending pod's facts so it is computed once."""
+        facts = self._pending.get(_pod_key(pod))
+        if facts is not None and facts.obj is pod:
+            return facts.shape
+        return signature(pod)
+
     def _priority_of_class(self, class_name: str) -> int:
         store = self.cloud.c.store
         if class_name:
@@ -432,7 +449,7 @@ class ClusterAutoscaler:
         if not pending:
             return False
         pending.sort(key=_pod_key)
-        packer = Packer(self._fits())
+        packer = Packer(self._fits(), self._shape_of, self._template_verdicts)
         remaining = packer.pack(pending, [packer.add_existing(sim) for sim in self._upcoming()])
         if not remaining:
             return False
@@ -449,7 +466,7 @@ class ClusterAutoscaler:
                 for pod in remaining:
                     reasons[_pod_key(pod)]["max node group size reached"] += 1
                 continue
-            template = SimNode(self.template(state))
+            template = SimNode(self.template(state), template=True)
             helped = []
             for pod in remaining:
                 why = packer.static_reasons(pod, template)
@@ -461,10 +478,10 @@ class ClusterAutoscaler:
             if not helped:
                 continue
             first = min(headroom, _size_by_resources(helped, template, packer))
-            bins = [SimNode(template.node) for _ in range(first)]
+            bins = [SimNode(template.node, template=True) for _ in range(first)]
             left = packer.pack(helped, bins)
             while left and len(bins) < headroom:
-                bins.append(SimNode(template.node))
+                bins.append(SimNode(template.node, template=True))
                 left = packer.pack(left, bins[-1:])
             placed = [p for sim in bins for p in sim.pods]
             used = sum(1 for sim in bins if sim.pods)
@@ -500,7 +517,7 @@ class ClusterAutoscaler:
         until = state.shortage_until
         if self._failure_reported.get(state.name) == until:
             return
-        template = SimNode(self.template(state))
+        template = SimNode(self.template(state), template=True)
         if not any(not packer.static_reasons(pod, template) for pod in pods):
             return
         self._failure_reported[state.name] = until
@@ -533,9 +550,11 @@ class ClusterAutoscaler:
             if inst.notice is not None or (inst.ready and inst.timeline.ready < now - RECENTLY_READY):
                 continue
             node = cloud.c.store.get(NODES, "", inst.node_name) if inst.registered else None
-            if node is None or not inst.ready:
+            template = node is None or not inst.ready
+            if template:
                 node = self.template(cloud.pools[inst.pool])
-            out.append(SimNode(node, list(cloud.c.store.pods_on_node(inst.node_name))))
+            assert node is not None
+            out.append(SimNode(node, list(cloud.c.store.pods_on_node(inst.node_name)), template=template))
         return out
 
     def _not_triggered(
