@@ -70,7 +70,16 @@ class VirtualClock:
 
 def rfc3339(ts: float) -> str:
     """Kubernetes' metav1.Time format: second resolution, UTC, `Z` suffix."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = _RFC3339.get(ts)
+    if text is None:
+        if len(_RFC3339) >= 4096:
+            _RFC3339.clear()
+        text = _RFC3339[ts] = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return text
+
+
+# Recent answers by the exact instant: an emulated instant stamps many objects with one time.
+_RFC3339: dict[float, str] = {}
 
 
 def rfc3339_micro(ts: float) -> str:

@@ -199,6 +199,20 @@ class RequiredNodeAffinity:
     @classmethod
     def of(cls, pod: Body) -> RequiredNodeAffinity:
         spec = pod.get("spec") or {}
+        node_selector, affinity = spec.get("nodeSelector"), spec.get("affinity")
+        # Pods of one workload carry the same fields: compiled once per distinct text. repr of
+        # JSON data (dicts, lists, strings, numbers) is exact, so equal text is an equal value.
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity
+        text = repr((node_selector, node_affinity))
+        compiled = _COMPILED.get(text)
+        if compiled is None:
+            if len(_COMPILED) >= 4096:
+                _COMPILED.clear()
+            compiled = _COMPILED[text] = cls._compile(spec)
+        return compiled
+
+    @classmethod
+    def _compile(cls, spec: Body) -> RequiredNodeAffinity:
         selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
         required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
@@ -219,6 +233,9 @@ class RequiredNodeAffinity:
         if self.terms is None:
             return True
         return any(term.matches(node_labels, node_name) for term in self.terms)
+
+
+_COMPILED: dict[str, RequiredNodeAffinity] = {}
 
 
 def _node_labels(node: Body) -> Mapping[str, str]:

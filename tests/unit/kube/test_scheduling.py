@@ -173,3 +173,21 @@ def test_preferred_affinity_score_sums_matching_weights() -> None:
 )
 def test_qos_class(containers: list[Obj], expected: str) -> None:
     assert scheduling.qos_class(_pod(containers)) == expected
+
+
+def test_required_node_affinity_compiled_once_per_distinct_fields_and_never_confused() -> None:
+    from shipshape.kube.scheduling import RequiredNodeAffinity
+
+    def affinity_pod(values: list[str], selector: dict[str, str] | None = None) -> dict[str, object]:
+        term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": values}]}
+        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        return {"spec": {"nodeSelector": selector or {}, "affinity": {"nodeAffinity": required}}}
+
+    a1, a2 = RequiredNodeAffinity.of(affinity_pod(["a"])), RequiredNodeAffinity.of(affinity_pod(["a"]))
+    assert a1 is a2
+    b = RequiredNodeAffinity.of(affinity_pod(["b"]))
+    assert a1.matches({"zone": "a"}, "n") and not b.matches({"zone": "a"}, "n")
+    with_selector = RequiredNodeAffinity.of(affinity_pod(["a"], {"disk": "ssd"}))
+    assert not with_selector.matches({"zone": "a"}, "n")
+    assert with_selector.matches({"zone": "a", "disk": "ssd"}, "n")
+    assert RequiredNodeAffinity.of({"spec": {}}).empty

@@ -151,6 +151,7 @@ class DaemonSetController(PodOwnerController):
         self._node_fingerprints: dict[str, Any] = {}
         # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
         self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
+        self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -234,6 +235,18 @@ class DaemonSetController(PodOwnerController):
         return claim(self.store, PODS, ds, self._orphans.candidates(self.store, ds), selector)
 
     def _node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
+        """The DaemonSet's pods by node. A sync asks three times; while the store has not changed
+        (same resourceVersion, no write made while claiming) the last answer is reused."""
+        uid, version = ds["metadata"]["uid"], self.store.resource_version
+        kept = self._kept_node_to_pods
+        if kept is not None and kept[0] == (uid, version):
+            return {node: list(pods) for node, pods in kept[1].items()}
+        out = self._scan_node_to_pods(ds)
+        if self.store.resource_version == version:
+            self._kept_node_to_pods = ((uid, version), {node: list(pods) for node, pods in out.items()})
+        return out
+
+    def _scan_node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = {}
         for pod in self._daemon_pods(ds):
             if podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod):
