@@ -313,16 +313,22 @@ class ClusterAutoscaler:
             self._unschedulable.pop(key, None)
             self._last_not_triggered.pop(key, None)
         old = self._pods.pop(key, None) or self._pending.pop(key, None)
-        if old is not None and old.node:
-            self._unplace(old)
         if deleted:
             if old is not None:
+                if old.node:
+                    self._unplace(old)
                 self._dirty = True
             return
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         requests = old.requests if old is not None and old.uid == uid else fit.pod_requests(pod)
         new = scaledown.pod_facts(pod, requests, old)
         new.expendable = self.priority(new) < self.cloud.autoscaler_settings.expendable_pods_priority_cutoff
+        if old is not None and old.node and old.relevance() == new.relevance():
+            # A status change (phase, readiness): the same place, the same sums.
+            self._pods[key] = self._on_node[new.node][key] = new
+            return
+        if old is not None and old.node:
+            self._unplace(old)
         if new.node:
             self._pods[key] = new
             self._place(new)
@@ -597,7 +603,7 @@ class ClusterAutoscaler:
                     obj=facts.obj,
                     allocatable=facts.allocatable,
                     used=self._used.get(name) or Counter(),
-                    pods=list((self._on_node.get(name) or {}).values()),
+                    pods=(self._on_node.get(name) or {}).values(),
                     gpu_resource=spec.gpu_resource if spec.gpus else None,
                     disabled=facts.disabled,
                 )

@@ -21,7 +21,7 @@ the previous one fitted, since within one plan the free room of a node only shri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,7 +306,7 @@ class NodeView:
     obj: Obj
     allocatable: Mapping[str, int]
     used: Mapping[str, int]
-    pods: list[PodFacts]
+    pods: Collection[PodFacts]
     gpu_resource: str | None = None
     disabled: bool = False  # annotated scale-down-disabled
 
@@ -475,19 +475,38 @@ def plan(
             candidates.append(n)
     before = set(previously_unneeded)
     candidates.sort(key=lambda n: (n.name not in before, util[n.name].value, n.name))
-    # Destinations: the fullest first, so moved pods fill busy nodes rather than other candidates.
-    dests = sorted(nodes, key=lambda n: (-util[n.name].value, n.name))
-    placer = Placer(dests, static_ok, fits_with_pods)
-    for pod in pending:
-        if priority_of(pod) >= rules.cutoff:
-            placer.place(pod)
-    simulated = 0
     room = dict(pool_room) if pool_room is not None else None
+    if room is not None:
+        for n in [n for n in candidates if room.get(n.pool, 0) <= 0]:
+            out.unremovable[n.name] = "node group min size reached"
+            candidates.remove(n)
+    if not candidates:
+        return out
+    waiting = [pod for pod in pending if priority_of(pod) >= rules.cutoff]
+    placer: Placer | None = None
+    excluded: list[str] = []
+
+    def simulation() -> Placer:
+        """The placement simulation, made when first needed (most plans find no candidate to try)."""
+        nonlocal placer
+        if placer is None:
+            # Destinations: the fullest first, so moved pods fill busy nodes, not other candidates.
+            dests = sorted(nodes, key=lambda n: (-util[n.name].value, n.name))
+            placer = Placer(dests, static_ok, fits_with_pods)
+            for pod in waiting:
+                placer.place(pod)
+            for name in excluded:
+                placer.exclude(name)
+        return placer
+
+    if waiting:
+        simulation()  # pending pods take their room before any node is found unneeded
+    simulated = 0
     for node in candidates:
         if room is not None and room.get(node.pool, 0) <= 0:
             out.unremovable[node.name] = "node group min size reached"
             continue
-        if node.name in placer.received:
+        if placer is not None and node.name in placer.received:
             out.unremovable[node.name] = "took pods of another node"
             continue
         to_move: list[PodFacts] = []
@@ -522,18 +541,21 @@ def plan(
                     f"not enough pod disruption budget to move {over.namespace}/{over.name}"
                 )
                 continue
-            placer.exclude(node.name)
-            placer.begin()
-            stuck = next((pod for pod in to_move if placer.place(pod) is None), None)
+            sim = simulation()
+            sim.exclude(node.name)
+            sim.begin()
+            stuck = next((pod for pod in to_move if sim.place(pod) is None), None)
             if stuck is not None:
-                placer.rollback()
-                placer.include(node.name)
+                sim.rollback()
+                sim.include(node.name)
                 out.unremovable[node.name] = f"no place to move {stuck.namespace}/{stuck.name}"
                 continue
-            placer.commit()
+            sim.commit()
             budgets.spend(to_move)
-        else:
+        elif placer is not None:
             placer.exclude(node.name)
+        else:
+            excluded.append(node.name)
         out.unneeded[node.name] = Unneeded(node.name, node.pool, util[node.name], to_move, dropped)
         if room is not None:
             room[node.pool] = room.get(node.pool, 0) - 1
