@@ -97,6 +97,10 @@ class InProcessController:
         )
         self.ops = ApiOps(cluster.services["api"], cluster.services.get("cloud"))
         self.loops = all_reconcilers(cluster.clock, self.cache, self.ops, config, self.metrics, self.shared)
+        for loop in self.loops:
+            if isinstance(loop, InterruptionResponder):
+                # Metadata rebalance recommendations steer the webhook, as in a cluster.
+                self.placer.use_recommendations(loop.recommended)
         # In the registry's order, so that a run replays identically.
         self._cached = tuple(rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io")
         self._dirty: dict[str, bool] = {loop.name: True for loop in self.loops}
