@@ -254,6 +254,7 @@ class ClusterAutoscaler:
         self._workload_pods: Counter[str] = Counter()  # pods that keep a node in empty-only mode
         self._nodes: dict[str, NodeFacts] = {}
         self._static: dict[str, dict[bytes, bool]] = {}  # node -> pod shape -> passes the filters
+        self._view_cache: dict[str, tuple[NodeFacts, scaledown.NodeView]] = {}
         self._pdb_allowed: dict[tuple[str, str], int] = {}
         # Scale-down state.
         self._dirty = True
@@ -296,6 +297,10 @@ class ClusterAutoscaler:
         old = self._nodes.pop(name, None)
         if deleted:
             self._static.pop(name, None)
+            self._view_cache.pop(name, None)
+            if not self._on_node.get(name):
+                self._on_node.pop(name, None)
+                self._used.pop(name, None)
             self._dirty = True
             return
         new = self._nodes[name] = node_facts(node)
@@ -349,17 +354,19 @@ class ClusterAutoscaler:
             self._workload_pods[facts.node] += 1
 
     def _unplace(self, facts: PodFacts) -> None:
+        # The per-node dicts of a known node stay (node views hold them); a gone node's go when empty.
+        known = facts.node in self._nodes
         on_node = self._on_node.get(facts.node)
         if on_node is not None:
             on_node.pop(facts.key, None)
-            if not on_node:
+            if not on_node and not known:
                 del self._on_node[facts.node]
         if facts.counted:
             used = self._used.get(facts.node)
             if used is not None:
                 used.subtract(facts.requests)
                 used["pods"] -= 1
-                if used["pods"] <= 0:
+                if used["pods"] <= 0 and not known:
                     del self._used[facts.node]
         if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
             self._workload_pods[facts.node] -= 1
@@ -595,19 +602,23 @@ class ClusterAutoscaler:
             facts = self._nodes.get(name)
             if facts is None or not facts.ready or facts.to_be_deleted or facts.unschedulable:
                 continue
+            cached = self._view_cache.get(name)
+            if cached is not None and cached[0] is facts:
+                out.append(cached[1])  # its used sums and pods are the live ones
+                continue
             spec = cloud.pools[inst.pool].spec
-            out.append(
-                scaledown.NodeView(
-                    name=name,
-                    pool=inst.pool,
-                    obj=facts.obj,
-                    allocatable=facts.allocatable,
-                    used=self._used.get(name) or Counter(),
-                    pods=(self._on_node.get(name) or {}).values(),
-                    gpu_resource=spec.gpu_resource if spec.gpus else None,
-                    disabled=facts.disabled,
-                )
+            view = scaledown.NodeView(
+                name=name,
+                pool=inst.pool,
+                obj=facts.obj,
+                allocatable=facts.allocatable,
+                used=self._used.setdefault(name, Counter()),
+                pods=self._on_node.setdefault(name, {}).values(),
+                gpu_resource=spec.gpu_resource if spec.gpus else None,
+                disabled=facts.disabled,
             )
+            self._view_cache[name] = (facts, view)
+            out.append(view)
         return out
 
     def _static_ok(self, pod: PodFacts, view: scaledown.NodeView) -> bool:
@@ -643,7 +654,9 @@ class ClusterAutoscaler:
         self.plans_made += 1
         self.plan = scaledown.plan(
             self._views(),
-            list(self._pending.values()),
+            # Pending pods the scheduler has not (yet) found unschedulable will take room soon;
+            # those it has fit nowhere, and placing them would only cost time.
+            [facts for key, facts in self._pending.items() if key not in self._unschedulable],
             rules=rules,
             budgets=scaledown.Budgets(self.cloud.c.store.iter(PDBS)),
             static_ok=self._static_ok,
