@@ -61,7 +61,14 @@ def small_scenario(*, reclaim_at: str | None = "20m", seed: int = 7) -> Scenario
             },
         ],
         "nodeBoot": {"jitter": 0.1},
-        "autoscaler": {"enabled": True, "scaleUpAfter": "10s", "scaleDownUnneeded": "10m"},
+        # Empty nodes only: a consolidation drain during the reclaim would create pods of the same
+        # workloads after the notice, which the observer counts as replacements.
+        "autoscaler": {
+            "enabled": True,
+            "scaleUpAfter": "10s",
+            "scaleDownUnneeded": "10m",
+            "scaleDownEmptyOnly": True,
+        },
         "interruptions": {"enabled": True, "notice": "2m", "rateMultiplier": 0.0},
         "namespaces": ["shop"],
         "objects": [
