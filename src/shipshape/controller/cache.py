@@ -207,6 +207,7 @@ class ClusterCache:
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
         self._pdb_versions: dict[str, int] = {}
+        self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         self._node_version = 0
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
@@ -262,6 +263,7 @@ class ClusterCache:
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
+            self._pdb_answers.clear()
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
@@ -278,6 +280,7 @@ class ClusterCache:
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
+            self._pdb_answers.clear()
         elif kind in ("Deployment", "StatefulSet"):
             self._derived.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
@@ -534,6 +537,15 @@ class ClusterCache:
         return [dict(toleration) for toleration in self._nodes().tolerations]
 
     def pdbs_matching(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        """The namespace's PDBs whose selector matches `labels`; remembered until a PDB changes
+        (the webhook asks for every pod it admits)."""
+        key = (namespace, tuple(sorted(labels.items())))
+        kept = self._pdb_answers.get(key)
+        if kept is None:
+            kept = self._pdb_answers[key] = tuple(self._match_pdbs(namespace, labels))
+        return list(kept)
+
+    def _match_pdbs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         matches: list[Obj] = []
         for pdb in self._objects["PodDisruptionBudget"].values():
             if _key(pdb)[0] != namespace:

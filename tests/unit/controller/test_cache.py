@@ -73,3 +73,31 @@ def test_workload_lookup_needs_the_whole_owner_chain() -> None:
     orphan_rs = {**rs, "metadata": {**rs["metadata"], "name": "bare", "ownerReferences": []}}
     cache.apply(added(orphan_rs))
     assert cache.workload_of(pod_of(orphan_rs, "bare-1")) is None
+
+
+def pdb(name: str, namespace: str, match: dict[str, str], max_unavailable: int = 1) -> dict[str, object]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": match}},
+    }
+
+
+def test_matching_pdbs_follow_every_pdb_change() -> None:
+    cache = ClusterCache(ControllerConfig())
+    labels = {"app": "web"}
+    assert cache.pdbs_matching("shop", labels) == []
+    cache.apply(added(pdb("web", "shop", labels)))
+    cache.apply(added(pdb("other-ns", "data", labels)))
+    cache.apply(added(pdb("other-app", "shop", {"app": "api"})))
+    assert [p["metadata"]["name"] for p in cache.pdbs_matching("shop", labels)] == ["web"]
+    cache.apply({"type": "MODIFIED", "object": pdb("web", "shop", labels, max_unavailable=3)})
+    (changed,) = cache.pdbs_matching("shop", labels)
+    assert changed["spec"]["maxUnavailable"] == 3
+    cache.apply({"type": "DELETED", "object": changed})
+    assert cache.pdbs_matching("shop", labels) == []
+    # What the caller does with the answer does not change the next one.
+    cache.apply(added(pdb("web", "shop", labels)))
+    cache.pdbs_matching("shop", labels).clear()
+    assert len(cache.pdbs_matching("shop", labels)) == 1
