@@ -104,13 +104,17 @@ class DisruptionController(Controller):
     def _expected_scale(self, pods: list[Obj]) -> tuple[int, list[str]]:
         scales: dict[str, int] = {}
         unmanaged: list[str] = []
+        # The controller refs already resolved: a Deployment's pods point at its ReplicaSets, whose
+        # uids are not the keys of `scales` (the Deployment's is), so each would be looked up again.
+        resolved: set[Any] = set()
         for pod in pods:
             ref = podutil.controller_ref(pod)
             if ref is None:
                 unmanaged.append(pod["metadata"]["name"])
                 continue
-            if ref.get("uid") in scales:
+            if ref.get("uid") in scales or ref.get("uid") in resolved:
                 continue
+            resolved.add(ref.get("uid"))
             found = self._controller_scale(ref, pod["metadata"].get("namespace", ""))
             if found is None:
                 raise ExpectedCountError(f'found no controllers for pod "{pod["metadata"]["name"]}"')
