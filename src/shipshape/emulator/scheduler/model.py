@@ -228,16 +228,20 @@ class SchedulerModel:
         freed_node: str | None = None,
         changed_node: str | None = None,
     ) -> None:
-        fits = None if changed_node is None else (lambda entry: self._passes_filters(entry, changed_node))
-        self._backoff_timers(self.queue.move(self._now(), plugins, freed_node, fits))
+        rejected = (
+            None if changed_node is None else (lambda entry: self._rejecting_plugin(entry, changed_node))
+        )
+        self._backoff_timers(self.queue.move(self._now(), plugins, freed_node, rejected, changed_node))
         self._kick()
 
-    def _passes_filters(self, entry: QueuedPod, node_name: str) -> bool:
-        """Whether a queued pod passes the filters on one node as the snapshot has it now."""
+    def _rejecting_plugin(self, entry: QueuedPod, node_name: str) -> str | None:
+        """The filter plugin that rejects a queued pod on one node as the snapshot has it now; None
+        when it passes them all."""
         node = self.snapshot.nodes.get(node_name)
         if node is None or node.obj is None:
-            return False
-        return Cycle(entry.info, self.snapshot, self.profile).filter(node) is None
+            return "NodeName"
+        status = Cycle(entry.info, self.snapshot, self.profile).filter(node)
+        return None if status is None else (status.plugin or "NodeResourcesFit")
 
     def _backoff_timers(self, entries: list[QueuedPod]) -> None:
         for entry in entries:

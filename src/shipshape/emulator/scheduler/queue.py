@@ -175,13 +175,17 @@ class SchedulingQueue:
         now: float,
         plugins: Iterable[str] | None = None,
         freed_node: str | None = None,
-        fits_changed_node: Callable[[QueuedPod], bool] | None = None,
+        rejected_on_changed_node: Callable[[QueuedPod], str | None] | None = None,
+        changed_node: str | None = None,
     ) -> list[QueuedPod]:
         """A cluster event: move unschedulable pods that one of `plugins` (None: any) rejected.
 
         `freed_node`: the event freed resources on that node only (an assigned pod's deletion).
-        `fits_changed_node`: the event changed one node only; whether a pod passes the filters there
-        (asked only of pods that node-local filters alone rejected).
+        `rejected_on_changed_node`: the event changed one node only (`changed_node`); the plugin that
+        rejects a pod there now, or None when the pod passes (asked only of pods that node-local
+        filters alone rejected). A pod left where it is takes that plugin into its rejecting plugins,
+        as the attempt it is spared would have: a later event for that plugin on that node (a
+        not-ready taint removed from a new node, say) moves it.
         Returns the entries that went to backoffQ (their owner sets a timer for `expire`).
         """
         interested = None if plugins is None else frozenset(plugins)
@@ -199,12 +203,16 @@ class SchedulingQueue:
                 ):
                     continue
             if (
-                fits_changed_node is not None
+                rejected_on_changed_node is not None
                 and entry.unschedulable_plugins
                 and entry.unschedulable_plugins <= NODE_LOCAL_PLUGINS
-                and not fits_changed_node(entry)
             ):
-                continue
+                rejecting = rejected_on_changed_node(entry)
+                if rejecting is not None:
+                    entry.unschedulable_plugins = entry.unschedulable_plugins | {rejecting}
+                    if rejecting in _RESOURCES and entry.short_of_resources is not None and changed_node:
+                        entry.short_of_resources = entry.short_of_resources | {changed_node}
+                    continue
             if self._move(entry, now) == "backoff":
                 backing_off.append(entry)
         return backing_off

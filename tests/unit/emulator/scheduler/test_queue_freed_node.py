@@ -48,19 +48,29 @@ def test_a_node_event_moves_a_node_locally_rejected_pod_only_if_it_fits_there() 
     queue = parked({"NodeAffinity", "TaintToleration"}, [])
     asked: list[str] = []
 
-    def fits(entry: object) -> bool:
+    def rejected_by(entry: object) -> str | None:
         asked.append("asked")
-        return False
+        return "NodeAffinity"
 
-    queue.move(5.0, None, fits_changed_node=fits)
+    queue.move(5.0, None, rejected_on_changed_node=rejected_by, changed_node="n")
     assert asked and queue.where(("default", "p")) == "unschedulable"
-    queue.move(6.0, None, fits_changed_node=lambda entry: True)
+    queue.move(6.0, None, rejected_on_changed_node=lambda entry: None, changed_node="n")
+    assert queue.where(("default", "p")) == "active"
+
+
+def test_a_pod_spared_an_attempt_takes_what_rejected_it_on_the_changed_node() -> None:
+    # Rejected for resources; a new node joins with the not-ready taint: it stays parked, but the
+    # taint's removal from that node (an event for TaintToleration only) must move it.
+    queue = parked({"NodeResourcesFit"}, ["full-1"])
+    queue.move(5.0, None, rejected_on_changed_node=lambda entry: "TaintToleration", changed_node="new-1")
+    assert queue.where(("default", "p")) == "unschedulable"
+    queue.move(6.0, {"TaintToleration"})
     assert queue.where(("default", "p")) == "active"
 
 
 def test_a_pod_rejected_by_spreading_moves_without_asking_the_node() -> None:
     queue = parked({"NodeAffinity", "PodTopologySpread"}, [])
-    queue.move(5.0, None, fits_changed_node=lambda entry: False)
+    queue.move(5.0, None, rejected_on_changed_node=lambda entry: "NodeAffinity", changed_node="n")
     assert queue.where(("default", "p")) == "active"
 
 
@@ -84,3 +94,33 @@ def test_in_a_cluster_only_events_that_can_help_bring_a_pinned_pod_back() -> Non
     c.engine.run_until(c.clock.now() + 30)
     found = c.store.get(PODS, "default", "pinned")
     assert found is not None and found["spec"].get("nodeName") == "pool-a"
+
+
+def bound_to(c: Cluster, name: str) -> str | None:
+    found = c.store.get(PODS, "default", name)
+    assert found is not None
+    name_of_node: str | None = found["spec"].get("nodeName")
+    return name_of_node
+
+
+def test_a_pod_waiting_for_room_lands_on_a_new_node_once_its_not_ready_taint_goes() -> None:
+    c = Cluster(VirtualClock())
+    scheduler = SchedulerModel()
+    c.add(scheduler)
+    c.store.create(NODES, node("full", cpu="1"))
+    c.store.create(PODS, pod("filler", cpu="800m", node_name="full"))
+    c.store.create(PODS, pod("waiting", cpu="500m"))
+    c.engine.run_until(c.clock.now() + 30)
+    assert scheduler.queue.where(("default", "waiting")) == "unschedulable"
+    booting = node("new", cpu="2")
+    booting["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    c.store.create(NODES, booting)
+    c.engine.run_until(c.clock.now() + 30)
+    assert bound_to(c, "waiting") is None
+
+    def ready(obj: dict[str, object]) -> None:
+        obj["spec"] = {**obj["spec"], "taints": []}  # type: ignore[dict-item]
+
+    c.store.mutate(NODES, "", "new", ready)
+    c.engine.run_until(c.clock.now() + 15)  # well before the 5-minute flush of unschedulable pods
+    assert bound_to(c, "waiting") == "new"
