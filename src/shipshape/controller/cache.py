@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
@@ -151,10 +151,29 @@ class NodeSummary:
     # Nodes that take no new pods: a termination notice or a rebalance recommendation.
     avoided: frozenset[str]
     tolerations: tuple[Obj, ...]
+    # The names of each spot pool's nodes.
+    pool_nodes: Mapping[Pool, frozenset[str]] = field(default_factory=dict)
+
+
+def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What `summarize_nodes` reads of a node: a change elsewhere (status, heartbeats) keeps the summary."""
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    taints = tuple(
+        (t.get("key"), t.get("value"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []
+    )
+    return (
+        labels.get(CAPACITY_LABEL),
+        labels.get(INSTANCE_TYPE_LABEL),
+        labels.get(ZONE_LABEL),
+        labels.get(REGION_LABEL),
+        taints,
+    )
 
 
 def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig) -> NodeSummary:
     pools: dict[Pool, str | None] = {}
+    pool_nodes: dict[Pool, set[str]] = {}
     noticed: set[Pool] = set()
     avoided: set[str] = set()
     found: dict[tuple[str, str | None, str | None], Obj] = {}
@@ -165,6 +184,7 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
         pool = node_pool(node)
         if pool is not None:
             pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
+            pool_nodes.setdefault(pool, set()).add(str(metadata.get("name")))
         keys = taint_keys(node)
         if keys & (NOTICE_TAINTS | REBALANCE_TAINTS):
             avoided.add(str(metadata.get("name")))
@@ -183,7 +203,13 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
                     toleration["value"] = taint["value"]
                 found[ident] = toleration
     ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
-    return NodeSummary(pools, frozenset(noticed), frozenset(avoided), tuple(found[i] for i in ordered))
+    return NodeSummary(
+        pools,
+        frozenset(noticed),
+        frozenset(avoided),
+        tuple(found[i] for i in ordered),
+        {pool: frozenset(names) for pool, names in pool_nodes.items()},
+    )
 
 
 class ClusterCache:
@@ -237,8 +263,9 @@ class ClusterCache:
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind == "Node":
-            self._node_summary = None
             old = self._objects["Node"].get(key)
+            if old is None or _summary_facts(old) != _summary_facts(obj):
+                self._node_summary = None
             if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):
                 self._nodes_moved()
         elif kind == "Pod":
@@ -509,6 +536,10 @@ class ClusterCache:
     def spot_pools(self) -> dict[Pool, str | None]:
         """Known spot pools and their region."""
         return dict(self._nodes().spot_pools)
+
+    def pool_nodes(self) -> Mapping[Pool, frozenset[str]]:
+        """The names of each spot pool's nodes (read-only)."""
+        return self._nodes().pool_nodes
 
     def nodes_with_taints(self, keys: frozenset[str]) -> list[Obj]:
         return [node for node in self._objects["Node"].values() if taint_keys(node) & keys]

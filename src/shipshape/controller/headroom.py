@@ -8,7 +8,7 @@ capacity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,13 +76,17 @@ class Room:
     pods: int
 
 
-def spare_room(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[Room]:
+def spare_room(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    requests: Callable[[Mapping[str, Any]], tuple[int, int]] = pod_requests,
+) -> list[Room]:
     """The room left on each on-demand or spot node that runs workload pods.
 
     The room placeholders hold counts as free (replacements preempt them), which keeps the answer
     independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
     and placeholders) count for nothing: the autoscaler may remove them, unless the placeholders this
-    plan asks for keep them.
+    plan asks for keep them. `requests` gives a pod's (cpu millicores, memory bytes) requests.
     """
     free: dict[str, list[int]] = {}
     pools: dict[str, Pool | None] = {}
@@ -106,7 +110,7 @@ def spare_room(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
             continue
         if not _is_daemon(pod):
             held.add(node_name)
-        cpu, memory = pod_requests(pod)
+        cpu, memory = requests(pod)
         slot[0] -= cpu
         slot[1] -= memory
         slot[2] -= 1

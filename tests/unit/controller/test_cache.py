@@ -3,6 +3,7 @@ from __future__ import annotations
 from shipshape.controller.cache import ClusterCache, GroupKey
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig
+from shipshape.controller.risk import RiskModel
 
 from .builders import added, deployment, node, pod_of, replicaset, statefulset
 
@@ -101,3 +102,25 @@ def test_matching_pdbs_follow_every_pdb_change() -> None:
     cache.apply(added(pdb("web", "shop", labels)))
     cache.pdbs_matching("shop", labels).clear()
     assert len(cache.pdbs_matching("shop", labels)) == 1
+
+
+def test_node_summary_follows_pools_and_taints_but_not_status_updates() -> None:
+    cache = ClusterCache(ControllerConfig())
+    a = Pool("m5.large", "us-east-1a")
+    cache.apply(added(node("a-1", "spot")))
+    cache.apply(added(node("od-1", "on-demand")))
+    assert cache.pool_nodes() == {a: frozenset({"a-1"})}
+    summary = cache._nodes()
+    heartbeat = {**node("a-1", "spot"), "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    cache.apply({"type": "MODIFIED", "object": heartbeat})
+    assert cache._nodes() is summary  # nothing the summary reads changed
+    noticed = node(
+        "a-1", "spot", taints=[{"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule"}]
+    )
+    cache.apply({"type": "MODIFIED", "object": noticed})
+    assert cache.placement_view(0.0, RiskModel()).avoided_nodes == frozenset({"a-1"})
+    cache.apply(added(node("a-2", "spot")))
+    assert cache.pool_nodes() == {a: frozenset({"a-1", "a-2"})}
+    cache.apply({"type": "DELETED", "object": noticed})
+    assert cache.pool_nodes() == {a: frozenset({"a-2"})}
+    assert cache.placement_view(0.0, RiskModel()).avoided_nodes == frozenset()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.cache import node_pool
 from shipshape.controller.decisions import Fallback, fallback_candidates
 from shipshape.controller.events import FALLBACK
 from shipshape.controller.loops.base import Reconciler
@@ -40,23 +39,19 @@ class SpotFallback(Reconciler):
             candidates = fallback_candidates(
                 self.cache.unbound_pods(), now, self.config.fallback_after_seconds, self.cache.spot_pools()
             )
-            nodes_by_pool: dict[Pool, set[str]] = {}
-            for node in self.cache.objects("Node"):
-                pool = node_pool(node)
-                if pool is not None:
-                    nodes_by_pool.setdefault(pool, set()).add(str(node["metadata"]["name"]))
+            nodes_by_pool = self.cache.pool_nodes()
         # The webhook reads the tracker under the same lock.
         with self.reading():
             tracker = self.shared.shortages
             for pool in tracker.shortages(now):
                 marked = self._nodes_when_marked.get(pool)
-                if marked is not None and nodes_by_pool.get(pool, set()) - marked:
+                if marked is not None and nodes_by_pool.get(pool, frozenset()) - marked:
                     tracker.capacity_seen(pool)
                     self._nodes_when_marked.pop(pool, None)
                     LOG.info("spot pool %s has new capacity; spot placements resume", pool)
             for candidate in candidates:
                 for pool in tracker.mark(candidate.pools, now):
-                    self._nodes_when_marked[pool] = frozenset(nodes_by_pool.get(pool, set()))
+                    self._nodes_when_marked[pool] = nodes_by_pool.get(pool, frozenset())
                     LOG.info("spot pool %s short of capacity; new pods go elsewhere", pool)
         return candidates
 

@@ -284,6 +284,8 @@ class InterruptionResponder(Reconciler):
                 LOG.info("termination notice for node %s (pool %s) from %s", notice.node, pool, notice.source)
         pools = {pool for n in notices if n.node in nodes and (pool := node_pool(nodes[n.node])) is not None}
         zones = {pool.zone for pool in pools if sum(1 for other in pools if other.zone == pool.zone) >= 2}
+        if not zones:
+            return
         for node in nodes.values():
             pool = node_pool(node)
             if pool is not None and pool.zone in zones and pool not in pools:
