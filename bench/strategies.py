@@ -53,6 +53,7 @@ def main() -> None:
             "zeroReadyMinutes": round(res.zero_ready_minutes, 2),
             "belowMinAvailableMinutes": round(res.below_min_available_minutes, 2),
             "wallSeconds": round(res.wall_seconds, 1),
+            "cpuSeconds": None if res.cpu_seconds is None else round(res.cpu_seconds, 1),
         }
         for res in results
     }
@@ -81,6 +82,7 @@ def main() -> None:
             "value": round(max(res.wall_seconds for res in results) * 7.0 / args.days, 1),
             "measuredOver7Days": args.days >= 7.0,
             "met": all(res.wall_seconds * 7.0 / args.days < TARGET_WALL_SECONDS for res in results),
+            "cpuSecondsShipshape": None if ours.cpu_seconds is None else round(ours.cpu_seconds, 1),
         },
     }
     body["emulatedDays"] = args.days

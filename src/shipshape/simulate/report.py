@@ -40,6 +40,7 @@ def result_json(result: StrategyResult) -> dict[str, Any]:
         "seed": result.seed,
         "durationSeconds": result.duration_seconds,
         "wallSeconds": _round(result.wall_seconds, 2),
+        "cpuSeconds": None if result.cpu_seconds is None else _round(result.cpu_seconds, 2),
         "cost": {
             "total": _round(result.total_cost, 4),
             "nodeHours": _round(float(result.cost.get("nodeHours", 0.0)), 2),

@@ -53,6 +53,7 @@ def test_json_report_schema() -> None:
         "seed",
         "durationSeconds",
         "wallSeconds",
+        "cpuSeconds",
         "cost",
         "availability",
         "replacementLatency",
