@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from shipshape.emulator.cloud.handler import drainable, evict_in_store
+from shipshape.emulator.cloud.handler import drainable, drive, evict_in_store
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
@@ -32,8 +32,6 @@ MAX_GRACEFUL_TERMINATION = 600.0  # --max-graceful-termination-sec
 POD_EVICTION_HEADROOM = 30.0  # PodEvictionHeadroom: extra wait for evicted pods to be gone
 CHECK_INTERVAL = 5.0
 
-Done = Callable[[errors.ApiError | None], None]
-
 
 def must_leave(pod: Obj) -> bool:
     """A pod that has to be gone before the node may go: not DaemonSet, not mirror, not finished."""
@@ -43,38 +41,6 @@ def must_leave(pod: Obj) -> bool:
     if any(ref.get("kind") == "DaemonSet" for ref in md.get("ownerReferences") or []):
         return False
     return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def drive(coro: Coroutine[Any, Any, Any], done: Done, tasks: set[asyncio.Task[None]]) -> None:
-    """Run an Api coroutine: on the running loop in server mode, to its end in discrete-event mode."""
-    try:
-        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    if loop is None:
-        try:
-            coro.send(None)
-        except StopIteration:
-            done(None)
-            return
-        except errors.ApiError as exc:
-            done(exc)
-            return
-        coro.close()
-        log.warning("an eviction waited on I/O outside an event loop; it was abandoned")
-        return
-
-    async def runner() -> None:
-        try:
-            await coro
-        except errors.ApiError as exc:
-            done(exc)
-        else:
-            done(None)
-
-    task = loop.create_task(runner())
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
 
 
 class NodeDrain:

@@ -42,6 +42,39 @@ def drainable(pod: Obj) -> bool:
     return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
+def drive(coro: Coroutine[Any, Any, Any], done: Done, tasks: set[asyncio.Task[None]]) -> None:
+    """Run an Api coroutine: on the running loop in server mode (the task kept in `tasks` until it
+    ends), to its end in discrete-event mode."""
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        try:
+            coro.send(None)
+        except StopIteration:
+            done(None)
+            return
+        except errors.ApiError as exc:
+            done(exc)
+            return
+        coro.close()
+        log.warning("an eviction waited on I/O outside an event loop; it was abandoned")
+        return
+
+    async def runner() -> None:
+        try:
+            await coro
+        except errors.ApiError as exc:
+            done(exc)
+        else:
+            done(None)
+
+    task = loop.create_task(runner())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
 class InterruptionHandler:
     def __init__(self, cloud: CloudModel) -> None:
         self.cloud = cloud
@@ -93,40 +126,9 @@ class InterruptionHandler:
                 "kind": "Eviction",
                 "metadata": {"name": name, "namespace": namespace},
             }
-            self._drive(api.create_subresource(PODS, namespace, name, "eviction", body), done)
+            drive(api.create_subresource(PODS, namespace, name, "eviction", body), done, self._tasks)
         else:
             done(evict_in_store(cloud.c.store, namespace, name))
-
-    def _drive(self, coro: Coroutine[Any, Any, Any], done: Done) -> None:
-        """Run an Api coroutine: on the running loop in server mode, to its end in discrete-event mode."""
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            try:
-                coro.send(None)
-            except StopIteration:
-                done(None)
-                return
-            except errors.ApiError as exc:
-                done(exc)
-                return
-            coro.close()
-            log.warning("an eviction waited on I/O outside an event loop; it was abandoned")
-            return
-
-        async def runner() -> None:
-            try:
-                await coro
-            except errors.ApiError as exc:
-                done(exc)
-            else:
-                done(None)
-
-        task = loop.create_task(runner())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 def evict_in_store(store: Store, namespace: str, name: str) -> errors.ApiError | None:
