@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from shipshape.cli.controller import load_settings
+from shipshape.controller.headroom import priority_class
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
 from shipshape.emulator.resources import RESOURCES
 from tests.emulator_fixtures import ServedEmulator
@@ -111,6 +112,16 @@ def test_every_manifest_matches_the_openapi_schema() -> None:
             obj, {"$ref": "#/definitions/" + definition_for(obj["apiVersion"], obj["kind"])}, name, problems
         )
     assert problems == []
+
+
+def test_the_shipped_priority_class_is_the_one_the_controller_applies() -> None:
+    shipped = next(o for o in manifests() if o["kind"] == "PriorityClass")
+    applied = priority_class()
+    assert shipped["metadata"]["name"] == applied["metadata"]["name"]
+    for field in ("value", "preemptionPolicy", "globalDefault"):
+        assert shipped[field] == applied[field], field
+    # Below every workload (priority 0), above cluster-autoscaler's expendable cutoff (-10).
+    assert -10 < shipped["value"] < 0
 
 
 def test_schema_check_catches_mistakes() -> None:
