@@ -234,6 +234,7 @@ class ClusterCache:
         self._group_versions: dict[GroupKey, int] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
+        self._pod_derived: dict[tuple[str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
         self._node_version = 0
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
@@ -300,6 +301,7 @@ class ClusterCache:
                 self._nodes_moved()
         elif kind == "Pod":
             self._placements.pop(key, None)
+            self._pod_derived.pop(key, None)
             self._unindex_pod(key)
             self._unbound.pop(key, None)
         elif kind == "ReplicaSet":
@@ -450,6 +452,19 @@ class ClusterCache:
             inputs,
             value,
         )
+
+    def pod_derived(self, pod: Mapping[str, Any], inputs: Hashable) -> object | None:
+        """The value kept by `keep_pod_derived` for this pod object, if `inputs` are equal: a change
+        of one pod rebuilds its workload's state from the others' kept values."""
+        found = self._pod_derived.get(_key(pod))
+        if found is None or found[0] is not pod or found[1] != inputs:
+            return None
+        return found[2]
+
+    def keep_pod_derived(self, pod: Mapping[str, Any], inputs: Hashable, value: object) -> None:
+        key = _key(pod)
+        if self._objects["Pod"].get(key) is pod:
+            self._pod_derived[key] = (pod, inputs, value)
 
     def placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
         """Where a pod runs (its node's labels) or, while unbound, where its decision sends it."""

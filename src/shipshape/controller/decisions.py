@@ -147,22 +147,15 @@ def _build_workload_state(
     groups = {str((controller_ref(pod) or {}).get("name")) for pod in active}
     pods: list[PodState] = []
     for pod in active:
-        capacity, pool = cache.placement_of(pod)
-        cpu, memory = pod_requests(pod)
-        metadata = pod.get("metadata") or {}
-        pods.append(
-            PodState(
-                name=str(metadata.get("name")),
-                capacity=capacity,
-                pool=pool,
-                node=(pod.get("spec") or {}).get("nodeName"),
-                ready=pod_ready(pod),
-                ordinal=statefulset_ordinal(pod) if workload.kind is WorkloadKind.STATEFULSET else None,
-                cpu_millis=cpu,
-                memory_bytes=memory,
-                deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
-            )
-        )
+        placement = cache.placement_of(pod)
+        inputs = (placement, workload.kind)
+        kept = cache.pod_derived(pod, inputs)
+        if isinstance(kept, PodState):
+            pods.append(kept)
+            continue
+        state = _pod_state(pod, placement, workload.kind)
+        cache.keep_pod_derived(pod, inputs, state)
+        pods.append(state)
     labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     pdbs = cache.pdbs_matching(workload.namespace, labels)
     return WorkloadState(
@@ -174,6 +167,25 @@ def _build_workload_state(
         pods=tuple(sorted(pods, key=lambda p: p.name)),
         floor=availability_floor(workload, pdbs),
         settling=len(groups) > 1 or len(active) != len(all_pods),
+    )
+
+
+def _pod_state(
+    pod: Mapping[str, Any], placement: tuple[CapacityType | None, Pool | None], kind: WorkloadKind
+) -> PodState:
+    capacity, pool = placement
+    cpu, memory = pod_requests(pod)
+    metadata = pod.get("metadata") or {}
+    return PodState(
+        name=str(metadata.get("name")),
+        capacity=capacity,
+        pool=pool,
+        node=(pod.get("spec") or {}).get("nodeName"),
+        ready=pod_ready(pod),
+        ordinal=statefulset_ordinal(pod) if kind is WorkloadKind.STATEFULSET else None,
+        cpu_millis=cpu,
+        memory_bytes=memory,
+        deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
     )
 
 

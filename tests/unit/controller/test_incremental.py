@@ -147,3 +147,21 @@ def test_unbound_pods_are_indexed_until_bound_or_gone() -> None:
     cache.apply(added(pod_of(rs, "web-8")))  # type: ignore[arg-type]
     cache.apply({"type": "DELETED", "object": pod_of(rs, "web-8")})  # type: ignore[arg-type]
     assert cache.unbound_pods() == []
+
+
+def test_a_rebuild_reuses_the_pod_states_of_unchanged_pods() -> None:
+    cache, objs = cluster()
+    first = state_of(cache)
+    by_name = {pod.name: pod for pod in first.pods}
+    changed = pod_of(objs["rs"], "web-2", node="a-1")  # type: ignore[arg-type]
+    changed["metadata"]["annotations"] = {"controller.kubernetes.io/pod-deletion-cost": "7"}
+    cache.apply({"type": "MODIFIED", "object": changed})
+    second = state_of(cache)
+    assert second is not first
+    again = {pod.name: pod for pod in second.pods}
+    assert again["web-0"] is by_name["web-0"] and again["web-1"] is by_name["web-1"]
+    assert again["web-2"].deletion_cost == "7" and by_name["web-2"].deletion_cost is None
+    # A node that changes capacity type moves its pods: their states are built again.
+    cache.apply({"type": "MODIFIED", "object": node("a-1", "on-demand")})
+    third = {pod.name: pod for pod in state_of(cache).pods}
+    assert third["web-1"].capacity is OD and third["web-0"] is by_name["web-0"]
