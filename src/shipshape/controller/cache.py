@@ -143,6 +143,11 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
     return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
 
 
+# What the loops keep per pod object (`ClusterCache.pod_derived`).
+POD_STATE, POD_REQUESTS = "state", "requests"
+POD_SLOTS = (POD_STATE, POD_REQUESTS)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     spot_pools: Mapping[Pool, str | None]
@@ -234,7 +239,7 @@ class ClusterCache:
         self._group_versions: dict[GroupKey, int] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
-        self._pod_derived: dict[tuple[str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
+        self._pod_derived: dict[tuple[str, str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
         self._node_version = 0
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
@@ -301,7 +306,8 @@ class ClusterCache:
                 self._nodes_moved()
         elif kind == "Pod":
             self._placements.pop(key, None)
-            self._pod_derived.pop(key, None)
+            for slot in POD_SLOTS:
+                self._pod_derived.pop((*key, slot), None)
             self._unindex_pod(key)
             self._unbound.pop(key, None)
         elif kind == "ReplicaSet":
@@ -453,18 +459,21 @@ class ClusterCache:
             value,
         )
 
-    def pod_derived(self, pod: Mapping[str, Any], inputs: Hashable) -> object | None:
-        """The value kept by `keep_pod_derived` for this pod object, if `inputs` are equal: a change
-        of one pod rebuilds its workload's state from the others' kept values."""
-        found = self._pod_derived.get(_key(pod))
+    def pod_derived(self, pod: Mapping[str, Any], slot: str, inputs: Hashable = None) -> object | None:
+        """The value kept in `slot` by `keep_pod_derived` for this pod object, if `inputs` are equal
+        (a pod's state, its requests): what a round reads of every pod is worked out once per object."""
+        found = self._pod_derived.get((*_key(pod), slot))
         if found is None or found[0] is not pod or found[1] != inputs:
             return None
         return found[2]
 
-    def keep_pod_derived(self, pod: Mapping[str, Any], inputs: Hashable, value: object) -> None:
+    def keep_pod_derived(
+        self, pod: Mapping[str, Any], slot: str, value: object, inputs: Hashable = None
+    ) -> None:
+        """Keep `value` for a pod object the cache holds (until the pod changes or goes)."""
         key = _key(pod)
         if self._objects["Pod"].get(key) is pod:
-            self._pod_derived[key] = (pod, inputs, value)
+            self._pod_derived[(*key, slot)] = (pod, inputs, value)
 
     def placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
         """Where a pod runs (its node's labels) or, while unbound, where its decision sends it."""

@@ -23,6 +23,7 @@ from typing import Any
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import (
     NOTICE_TAINTS,
+    POD_STATE,
     ClusterCache,
     WorkloadRef,
     controller_ref,
@@ -149,12 +150,12 @@ def _build_workload_state(
     for pod in active:
         placement = cache.placement_of(pod)
         inputs = (placement, workload.kind)
-        kept = cache.pod_derived(pod, inputs)
+        kept = cache.pod_derived(pod, POD_STATE, inputs)
         if isinstance(kept, PodState):
             pods.append(kept)
             continue
         state = _pod_state(pod, placement, workload.kind)
-        cache.keep_pod_derived(pod, inputs, state)
+        cache.keep_pod_derived(pod, POD_STATE, state, inputs)
         pods.append(state)
     labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     pdbs = cache.pdbs_matching(workload.namespace, labels)

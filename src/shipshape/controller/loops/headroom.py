@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from shipshape.controller.cache import POD_REQUESTS
 from shipshape.controller.decisions import pod_requests
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
@@ -46,17 +47,15 @@ class HeadroomKeeper(Reconciler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._priority_class_applied = False
-        # Requests per pod object (a pod's requests never change; the cache replaces the object on
-        # every update): a round reads every pod, and parsing quantities was most of its work.
-        self._requests: dict[int, tuple[Mapping[str, Any], tuple[int, int]]] = {}
-        self._requests_seen: dict[int, tuple[Mapping[str, Any], tuple[int, int]]] = {}
 
     def _requests_of(self, pod: Mapping[str, Any]) -> tuple[int, int]:
-        kept = self._requests.get(id(pod))
-        if kept is None or kept[0] is not pod:
-            kept = (pod, pod_requests(pod))
-        self._requests_seen[id(pod)] = kept
-        return kept[1]
+        """A pod's requests, parsed once per pod object: a round reads every pod of the cluster."""
+        kept = self.cache.pod_derived(pod, POD_REQUESTS)
+        if isinstance(kept, tuple):
+            return kept
+        requests = pod_requests(pod)
+        self.cache.keep_pod_derived(pod, POD_REQUESTS, requests)
+        return requests
 
     @property
     def interval(self) -> float:
@@ -68,8 +67,6 @@ class HeadroomKeeper(Reconciler):
         namespace = self.config.namespace
         with self.reading():
             rooms = spare_room(self.cache.objects("Node"), self.cache.objects("Pod"), self._requests_of)
-            # Only the pods of this round are kept (the entries hold their objects, so ids stay theirs).
-            self._requests, self._requests_seen = self._requests_seen, {}
             covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
             plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
