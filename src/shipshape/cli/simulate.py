@@ -9,12 +9,14 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from shipshape.cli.controller import load_settings
+from shipshape.controller.policy import ConfigError
 from shipshape.emulator import scenario as scenario_file
 from shipshape.kube.duration import parse_duration
 from shipshape.simulate import report
 from shipshape.simulate.run import SimulationSettings, StrategyResult, compare
 from shipshape.simulate.steering import StrategyError
-from shipshape.simulate.strategies import STRATEGIES, Strategy, strategy_named
+from shipshape.simulate.strategies import STRATEGIES, Shipshape, Strategy, strategy_named
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
@@ -43,6 +45,11 @@ def simulate(
     chart: Path | None = typer.Option(None, "--chart", help="Write a chart (.png or .svg)."),
     compare_all: bool = typer.Option(False, "--compare", help="Run every strategy with the same seed."),
     warmup: str = typer.Option("10m", "--warmup", help="Start-up time not counted in availability."),
+    controller_config: Path | None = typer.Option(
+        None,
+        "--controller-config",
+        help="Config file of the placement controller (as for `shipshape controller --config`).",
+    ),
 ) -> None:
     """Simulate a scenario for days of spot interruptions: cost, savings, availability, churn."""
     console = Console(stderr=json_output)
@@ -56,7 +63,12 @@ def simulate(
     try:
         chosen: list[Strategy] = list(STRATEGIES.values()) if compare_all else [strategy_named(strategy)]
         loaded = scenario_file.load(scenario)
-    except (StrategyError, scenario_file.ScenarioError) as error:
+        if controller_config is not None:
+            config, loops = load_settings(controller_config)
+            chosen = [
+                Shipshape(config=config, loops=loops) if isinstance(s, Shipshape) else s for s in chosen
+            ]
+    except (StrategyError, scenario_file.ScenarioError, ConfigError) as error:
         raise _fail(console, str(error)) from error
     settings = SimulationSettings(duration=seconds, seed=seed, warmup=min(warmup_seconds, seconds))
     with Progress(

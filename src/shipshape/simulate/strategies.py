@@ -20,13 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shipshape.controller.loops import LoopSettings
 from shipshape.controller.policy import ENABLED, ControllerConfig
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, Attributes
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Scenario
 from shipshape.simulate import steering
-from shipshape.simulate.controller import InProcessController
+from shipshape.simulate.controller import SIMULATION_LOOPS, InProcessController
 
 Obj = dict[str, Any]
 
@@ -127,14 +128,25 @@ class CapacityTypePreference:
 class Shipshape:
     name: str = "shipshape"
     description: str = "the placement controller: its webhook and loops, in process"
+    # The controller's configuration (its config file's fields); the scenario's region when it sets none.
+    config: ControllerConfig | None = None
+    # Loop settings given in that file; the fields it sets replace the simulation's (`SIMULATION_LOOPS`).
+    loops: LoopSettings | None = None
 
     def prepare(self, scenario: Scenario) -> Scenario:
         return steering.opt_in_workloads(scenario, {ENABLED: "true"})
 
     def install(self, cluster: Cluster) -> None:
         scenario = cluster.scenario
-        config = ControllerConfig(region=scenario.region if scenario else None)
-        controller = InProcessController(cluster, config)
+        config = self.config or ControllerConfig()
+        if config.region is None and scenario is not None:
+            config = config.model_copy(update={"region": scenario.region})
+        settings = SIMULATION_LOOPS
+        if self.loops is not None:
+            settings = SIMULATION_LOOPS.model_copy(
+                update={name: getattr(self.loops, name) for name in self.loops.model_fields_set}
+            )
+        controller = InProcessController(cluster, config, settings)
         controller.start()
         cluster.services["placement-controller"] = controller
 

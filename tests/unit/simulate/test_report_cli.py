@@ -166,3 +166,30 @@ def test_cli_compare_prints_every_strategy(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     for name in ("on-demand", "spot-naive", "capacity-type", "shipshape", "Strategies side by side"):
         assert name in result.output
+
+
+def test_cli_runs_shipshape_with_a_controller_config(tmp_path: Path) -> None:
+    args = ["simulate", "--scenario", str(_scenario_file(tmp_path)), "--duration", "40m", "--json"]
+    default = RUNNER.invoke(app, [*args, "--strategy", "shipshape"])
+    assert default.exit_code == 0, default.output
+    # By default spot pods sit on the pool reclaimed at 20 minutes and are replaced.
+    assert json.loads(default.stdout)["strategies"][0]["replacementLatency"]["count"] > 0
+    on_demand_only = tmp_path / "controller.yaml"
+    on_demand_only.write_text(
+        "spot_percentage: 0\nsingle_replica_deployment: on-demand\nloops: {headroom_enabled: false}\n"
+    )
+    configured = RUNNER.invoke(
+        app, [*args, "--strategy", "shipshape", "--controller-config", str(on_demand_only)]
+    )
+    assert configured.exit_code == 0, configured.output
+    body = json.loads(configured.stdout)["strategies"][0]
+    assert body["replacementLatency"]["count"] == 0  # nothing of the workloads' ran on spot
+    assert body["availability"]["zeroReadyMinutes"] == 0
+
+
+def test_cli_refuses_a_bad_controller_config(tmp_path: Path) -> None:
+    bad = tmp_path / "controller.yaml"
+    bad.write_text("spot_percentage: 150\n")
+    args = ["simulate", "--scenario", str(_scenario_file(tmp_path)), "--controller-config", str(bad)]
+    result = RUNNER.invoke(app, args)
+    assert result.exit_code == 2 and "spot_percentage" in result.output
