@@ -126,6 +126,17 @@ def priority(store: Store, attrs: Attributes) -> None:
     spec["preemptionPolicy"] = preemption or spec.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY
 
 
+def class_priority(store: Store, class_name: str | None) -> int:
+    """The priority a pod of this PriorityClass gets: the class's value; without a class (or one not
+    found) the globalDefault class's, else 0."""
+    if class_name:
+        pc = store.get(r.PRIORITYCLASSES, "", class_name)
+        if pc is not None:
+            return int(pc.get("value") or 0)
+    default = _global_default(store)
+    return 0 if default is None else int(default.get("value") or 0)
+
+
 def _global_default(store: Store) -> Obj | None:
     """The globalDefault PriorityClass (the lowest value if several claim it, as upstream)."""
     defaults = [pc for pc in store.iter(r.PRIORITYCLASSES) if pc.get("globalDefault")]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from shipshape.emulator.admission.builtin import class_priority
 from shipshape.emulator.cloud import fit, nodes, scaledown
 from shipshape.emulator.cloud.drain import NodeDrain
 from shipshape.emulator.cloud.scaledown import PodFacts, needs_other_pods, signature
@@ -37,7 +38,6 @@ from shipshape.emulator.resources import (
     NODES,
     PDBS,
     PODS,
-    PRIORITYCLASSES,
     REPLICASETS,
     STATEFULSETS,
     ResourceType,
@@ -380,28 +380,19 @@ class ClusterAutoscaler:
             return facts.shape
         return signature(pod)
 
-    def _priority_of_class(self, class_name: str) -> int:
-        store = self.cloud.c.store
-        if class_name:
-            pc = store.get(PRIORITYCLASSES, "", class_name)
-            if pc is not None:
-                return int(pc.get("value") or 0)
-        for pc in store.iter(PRIORITYCLASSES):
-            if pc.get("globalDefault"):
-                return int(pc.get("value") or 0)
-        return 0
-
     def priority(self, facts: PodFacts) -> int:
         """The pod's priority: spec.priority as admission set it, else its PriorityClass's value."""
         if facts.priority is not None:
             return facts.priority
-        return self._priority_of_class(facts.priority_class)
+        return class_priority(self.cloud.c.store, facts.priority_class)
 
     def _expendable(self, pod: Obj) -> bool:
         spec = pod.get("spec") or {}
         given = spec.get("priority")
         value = (
-            given if isinstance(given, int) else self._priority_of_class(spec.get("priorityClassName") or "")
+            given
+            if isinstance(given, int)
+            else class_priority(self.cloud.c.store, spec.get("priorityClassName"))
         )
         return value < self.cloud.autoscaler_settings.expendable_pods_priority_cutoff
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from shipshape.emulator.cloud.handler import drainable, drive, evict_in_store
+from shipshape.emulator.cloud.handler import drainable, request_eviction
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
@@ -96,16 +96,7 @@ class NodeDrain:
                     False, f"failed to evict pod {namespace}/{name} within allowed timeout: {error.message}"
                 )
 
-        api = c.services.get("api")
-        if api is not None and hasattr(api, "create_subresource"):
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace},
-            }
-            drive(api.create_subresource(PODS, namespace, name, "eviction", body), done, self._tasks)
-        else:
-            done(evict_in_store(c.store, namespace, name))
+        request_eviction(c, namespace, name, done, self._tasks)
 
     def _evicted(self, key: tuple[str, str], pod: Obj | None) -> None:
         self.outstanding.discard(key)

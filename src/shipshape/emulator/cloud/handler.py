@@ -21,6 +21,7 @@ from shipshape.kube import errors, labels
 
 if TYPE_CHECKING:
     from shipshape.emulator.cloud.model import CloudModel, Instance
+    from shipshape.emulator.runtime import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,23 @@ def drive(coro: Coroutine[Any, Any, Any], done: Done, tasks: set[asyncio.Task[No
     task.add_done_callback(tasks.discard)
 
 
+def request_eviction(
+    c: Cluster, namespace: str, name: str, done: Done, tasks: set[asyncio.Task[None]]
+) -> None:
+    """Evict a pod through the API's eviction subresource (PodDisruptionBudgets apply), or with the
+    same PDB check on the store when no API serves evictions; `done` gets the outcome."""
+    api = c.services.get("api")
+    if api is not None and hasattr(api, "create_subresource"):
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        drive(api.create_subresource(PODS, namespace, name, "eviction", body), done, tasks)
+    else:
+        done(evict_in_store(c.store, namespace, name))
+
+
 class InterruptionHandler:
     def __init__(self, cloud: CloudModel) -> None:
         self.cloud = cloud
@@ -119,16 +137,7 @@ class InterruptionHandler:
                     "evicting %s/%s from %s failed: %s", namespace, name, inst.node_name, error.message
                 )
 
-        api = cloud.c.services.get("api")
-        if api is not None and hasattr(api, "create_subresource"):
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace},
-            }
-            drive(api.create_subresource(PODS, namespace, name, "eviction", body), done, self._tasks)
-        else:
-            done(evict_in_store(cloud.c.store, namespace, name))
+        request_eviction(cloud.c, namespace, name, done, self._tasks)
 
 
 def evict_in_store(store: Store, namespace: str, name: str) -> errors.ApiError | None:

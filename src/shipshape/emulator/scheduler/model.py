@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from shipshape.emulator.admission.builtin import class_priority
 from shipshape.emulator.resources import (
     NAMESPACES,
     NODES,
     PDBS,
     PODS,
-    PRIORITYCLASSES,
     REPLICASETS,
     SERVICES,
     STATEFULSETS,
@@ -259,16 +259,7 @@ class SchedulerModel:
         spec = pod.get("spec") or {}
         if isinstance(spec.get("priority"), int):
             return int(spec["priority"])
-        class_name = spec.get("priorityClassName")
-        store = self.c.store
-        if class_name:
-            pc = store.get(PRIORITYCLASSES, "", class_name)
-            if pc is not None:
-                return int(pc.get("value") or 0)
-        for pc in store.iter(PRIORITYCLASSES):
-            if pc.get("globalDefault"):
-                return int(pc.get("value") or 0)
-        return 0
+        return class_priority(self.c.store, spec.get("priorityClassName"))
 
     def _default_spread_selector(self, pod: Obj) -> labelsel.Selector | None:
         """The selector system-default spreading uses: the pod's services' and controller's."""
