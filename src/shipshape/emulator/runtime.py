@@ -150,6 +150,9 @@ class Reconciler:
 
     name = "reconciler"
     watches: tuple[ResourceType, ...] = ()
+    # Seconds a batch of dirty keys waits before it is reconciled (0: at once, after the current
+    # event); a longer wait coalesces bursts of changes into one sync per key.
+    drain_delay: float = 0.0
 
     def __init__(self) -> None:
         self._dirty: dict[Any, None] = {}
@@ -186,7 +189,10 @@ class Reconciler:
         self._dirty[key] = None
         if not self._scheduled:
             self._scheduled = True
-            self.c.engine.call_soon(self._drain)
+            if self.drain_delay > 0:
+                self.c.engine.call_later(self.drain_delay, self._drain)
+            else:
+                self.c.engine.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._scheduled = False

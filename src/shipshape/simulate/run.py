@@ -137,16 +137,7 @@ class CoalescedDaemonSetController(DaemonSetController):
 
     def __init__(self, window: float) -> None:
         super().__init__()
-        self.window = window
-
-    def enqueue(self, key: Any, after: float = 0.0) -> None:
-        if after > 0:
-            self.c.engine.call_later(after, lambda: self.enqueue(key))
-            return
-        self._dirty[key] = None
-        if not self._scheduled:
-            self._scheduled = True
-            self.c.engine.call_later(self.window, self._drain)
+        self.drain_delay = window
 
 
 def build_cluster(scenario: Scenario, clock: VirtualClock, settings: SimulationSettings) -> Cluster:
