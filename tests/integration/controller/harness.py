@@ -85,6 +85,37 @@ class DeploymentHistory:
             self.cluster.call(self._unsubscribe)
 
 
+def managed_deployment(name: str, replicas: int, annotations: dict[str, str] | None = None) -> str:
+    """A Deployment opted in to the controller (plus `annotations`) as YAML for `kubectl apply`: small
+    nginx pods (50m, 64Mi) that terminate within 2 s, labelled `app: <name>`."""
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "annotations": {"spot.shipshape.dev/enabled": "true", **(annotations or {})},
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "nginx",
+                            "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    return yaml.safe_dump(body, sort_keys=False)
+
+
 @contextlib.contextmanager
 def controller(
     cluster: ServedCluster,

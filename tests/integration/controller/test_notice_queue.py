@@ -17,29 +17,14 @@ from shipshape.emulator.cloud.queue import INTERRUPTION, REBALANCE, EventQueue
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
 from tests.integration.emulator.served_cluster import SPOT_A, ServedCluster, ready_pods, serve_cluster
 
-from .harness import controller
+from .harness import controller, managed_deployment
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
-WEB = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  annotations: {spot.shipshape.dev/enabled: "true"}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
-"""
+WEB = managed_deployment("web", 4)
 
 
 def instance_of(cluster: ServedCluster, node: str) -> str:

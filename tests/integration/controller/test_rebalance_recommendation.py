@@ -13,32 +13,16 @@ from shipshape.controller.cache import read_decision
 from shipshape.emulator.resources import NODES
 from tests.integration.emulator.served_cluster import SPOT_A, ServedCluster, ready_pods, serve_cluster
 
-from .harness import controller
+from .harness import controller, managed_deployment
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
-WEB = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  annotations:
-    spot.shipshape.dev/enabled: "true"
-    spot.shipshape.dev/on-demand-base: "0"
-    spot.shipshape.dev/max-pool-share: "1"
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
-"""
+WEB = managed_deployment(
+    "web", 4, {"spot.shipshape.dev/on-demand-base": "0", "spot.shipshape.dev/max-pool-share": "1"}
+)
 
 
 def all_ready(cluster: ServedCluster, replicas: int) -> bool:

@@ -24,71 +24,31 @@ from tests.integration.emulator.served_cluster import (
     serve_cluster,
 )
 
-from .harness import AvailabilityWatcher, controller
+from .harness import AvailabilityWatcher, controller, managed_deployment
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
-MANIFESTS = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  annotations:
-    spot.shipshape.dev/enabled: "true"
-    spot.shipshape.dev/on-demand-base: "2"
-    spot.shipshape.dev/spot-percentage: "75"
-spec:
-  replicas: 6
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
----
+WEB_PDB = """
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: web}
 spec:
   minAvailable: 5
   selector: {matchLabels: {app: web}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: api
-  annotations: {spot.shipshape.dev/enabled: "true"}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: api}}
-  template:
-    metadata: {labels: {app: api}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: solo
-  annotations:
-    spot.shipshape.dev/enabled: "true"
-    spot.shipshape.dev/single-replica: surge
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: solo}}
-  template:
-    metadata: {labels: {app: solo}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
 """
+MANIFESTS = "---\n".join(
+    [
+        managed_deployment(
+            "web", 6, {"spot.shipshape.dev/on-demand-base": "2", "spot.shipshape.dev/spot-percentage": "75"}
+        ),
+        WEB_PDB,
+        managed_deployment("api", 4),
+        managed_deployment("solo", 1, {"spot.shipshape.dev/single-replica": "surge"}),
+    ]
+)
 REPLICAS = {"web": 6, "api": 4, "solo": 1}
 
 

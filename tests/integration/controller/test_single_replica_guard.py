@@ -16,31 +16,14 @@ from shipshape.controller.loops.interruptions import GUARD_LABEL, guard_name
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS
 from tests.integration.emulator.served_cluster import ServedCluster, ready_pods, scenario, serve_cluster
 
-from .harness import AvailabilityWatcher, controller
+from .harness import AvailabilityWatcher, controller, managed_deployment
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
-SOLO = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: solo
-  annotations:
-    spot.shipshape.dev/enabled: "true"
-    spot.shipshape.dev/single-replica: surge
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: solo}}
-  template:
-    metadata: {labels: {app: solo}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - {name: nginx, image: "nginx:1.27", resources: {requests: {cpu: 50m, memory: 64Mi}}}
-"""
+SOLO = managed_deployment("solo", 1, {"spot.shipshape.dev/single-replica": "surge"})
 
 
 def guard(cluster: ServedCluster) -> dict[str, object] | None:
