@@ -17,10 +17,12 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shipshape.controller.packing import NodeRoom, pod_requests
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
 from shipshape.controller.policy import (
     CAPACITY_LABEL,
     DECISION,
+    HOSTNAME_LABEL,
     INSTANCE_TYPE_LABEL,
     REGION_LABEL,
     ZONE_LABEL,
@@ -30,6 +32,12 @@ from shipshape.controller.policy import (
 )
 from shipshape.controller.risk import RiskModel
 from shipshape.kube.labels import from_label_selector
+from shipshape.kube.scheduling import (
+    DO_NOT_SCHEDULE_EFFECTS,
+    RequiredNodeAffinity,
+    node_allocatable,
+    tolerates,
+)
 
 Obj = dict[str, Any]
 
@@ -139,6 +147,15 @@ def node_capacity(node: Mapping[str, Any]) -> CapacityType | None:
         return None
 
 
+def _takes_pods(node: Mapping[str, Any]) -> bool:
+    """Ready, not cordoned and not being deleted."""
+    metadata, spec = node.get("metadata") or {}, node.get("spec") or {}
+    if spec.get("unschedulable") or metadata.get("deletionTimestamp"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def taint_keys(node: Mapping[str, Any]) -> set[str]:
     return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
 
@@ -158,6 +175,7 @@ class NodeSummary:
     tolerations: tuple[Obj, ...]
     # The names of each spot pool's nodes.
     pool_nodes: Mapping[Pool, frozenset[str]] = field(default_factory=dict)
+    on_demand_nodes: frozenset[str] = frozenset()
 
 
 def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -179,6 +197,7 @@ def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
 def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig) -> NodeSummary:
     pools: dict[Pool, str | None] = {}
     pool_nodes: dict[Pool, set[str]] = {}
+    on_demand: set[str] = set()
     noticed: set[Pool] = set()
     avoided: set[str] = set()
     found: dict[tuple[str, str | None, str | None], Obj] = {}
@@ -195,7 +214,10 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
             avoided.add(str(metadata.get("name")))
         if pool is not None and keys & SPOT_NOTICE_TAINTS:
             noticed.add(pool)
-        if node_capacity(node) is not CapacityType.SPOT:
+        capacity = node_capacity(node)
+        if capacity is CapacityType.ON_DEMAND:
+            on_demand.add(str(metadata.get("name")))
+        if capacity is not CapacityType.SPOT:
             continue
         for taint in (node.get("spec") or {}).get("taints") or []:
             key = str(taint.get("key"))
@@ -214,6 +236,7 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
         frozenset(avoided),
         tuple(found[i] for i in ordered),
         {pool: frozenset(names) for pool, names in pool_nodes.items()},
+        frozenset(on_demand),
     )
 
 
@@ -245,6 +268,11 @@ class ClusterCache:
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
+        # What the pods bound to each node request (cpu, memory, pods), kept per pod event, and each
+        # node's allocatable (cpu, memory, pods): the rooms the webhook packs pods into.
+        self._pod_usage: dict[tuple[str, str], tuple[str, int, int]] = {}
+        self._node_usage: dict[str, list[int]] = {}
+        self._allocatable: dict[str, tuple[int, int, int]] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -274,9 +302,16 @@ class ClusterCache:
                 self._node_summary = None
             if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):
                 self._nodes_moved()
+            allocatable = node_allocatable(obj)
+            self._allocatable[key[1]] = (
+                allocatable.get("cpu", 0),
+                allocatable.get("memory", 0),
+                allocatable.get("pods", 0),
+            )
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
+            self._account(key, obj)
             if (obj.get("spec") or {}).get("nodeName"):
                 self._unbound.pop(key, None)
             else:
@@ -302,6 +337,7 @@ class ClusterCache:
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind == "Node":
             self._node_summary = None
+            self._allocatable.pop(key[1], None)
             if key in self._objects["Node"]:
                 self._nodes_moved()
         elif kind == "Pod":
@@ -309,6 +345,7 @@ class ClusterCache:
             for slot in POD_SLOTS:
                 self._pod_derived.pop((*key, slot), None)
             self._unindex_pod(key)
+            self._account(key, None)
             self._unbound.pop(key, None)
         elif kind == "ReplicaSet":
             self._unindex_replicaset(key)
@@ -319,6 +356,78 @@ class ClusterCache:
         elif kind in ("Deployment", "StatefulSet"):
             self._derived.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
+
+    def _account(self, key: tuple[str, str], pod: Mapping[str, Any] | None) -> None:
+        """Move the pod's requests to the node it is bound to now (none once it is gone or finished).
+
+        A pod's requests do not change while it stays on one node, so they are parsed only when it is
+        bound (or rebound)."""
+        node = ""
+        if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+        old = self._pod_usage.get(key)
+        if old is not None and old[0] == node:
+            return
+        if old is not None:
+            used = self._node_usage[old[0]]
+            used[0] -= old[1]
+            used[1] -= old[2]
+            used[2] -= 1
+            if used[2] <= 0:
+                del self._node_usage[old[0]]
+            del self._pod_usage[key]
+        if pod is not None and node:
+            cpu, memory = pod_requests(pod)
+            used = self._node_usage.setdefault(node, [0, 0, 0])
+            used[0] += cpu
+            used[1] += memory
+            used[2] += 1
+            self._pod_usage[key] = (node, cpu, memory)
+
+    def requested_on(self, node: str) -> tuple[int, int, int]:
+        """What the pods bound to a node request: cpu millicores, memory bytes, pods."""
+        used = self._node_usage.get(node)
+        return (used[0], used[1], used[2]) if used is not None else (0, 0, 0)
+
+    def packing_rooms(
+        self,
+        pod: Mapping[str, Any],
+        capacity: CapacityType,
+        pool: Pool | None = None,
+        tolerations: Iterable[Mapping[str, Any]] = (),
+        avoided: Iterable[str] = (),
+    ) -> list[NodeRoom]:
+        """The nodes of `capacity` (of `pool`, for spot) a new pod could be scheduled on, with their room.
+
+        Ready, schedulable nodes not being deleted, not `avoided`, whose NoSchedule/NoExecute taints the
+        pod (with the extra `tolerations`) tolerates and that pass its nodeSelector and required node
+        affinity.
+        """
+        summary = self._nodes()
+        if capacity is CapacityType.ON_DEMAND:
+            names: Iterable[str] = summary.on_demand_nodes
+        elif pool is not None:
+            names = summary.pool_nodes.get(pool, frozenset())
+        else:
+            return []
+        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
+        affinity = RequiredNodeAffinity.of(pod)
+        skipped = set(avoided)
+        rooms: list[NodeRoom] = []
+        for name in sorted(names):
+            node = self._objects["Node"].get(("", name))
+            allocatable = self._allocatable.get(name)
+            if node is None or allocatable is None or name in skipped or not _takes_pods(node):
+                continue
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if not affinity.matches(labels, name) or any(
+                taint.get("effect") in DO_NOT_SCHEDULE_EFFECTS and not tolerates(own, taint)
+                for taint in (node.get("spec") or {}).get("taints") or []
+            ):
+                continue
+            cpu, memory, pods = self.requested_on(name)
+            rooms.append(NodeRoom(str(labels.get(HOSTNAME_LABEL, name)), *allocatable, cpu, memory, pods))
+        return rooms
 
     def _nodes_moved(self) -> None:
         """A node came, went or changed capacity type or pool: every placement is read again."""

@@ -31,6 +31,7 @@ from shipshape.controller.cache import (
     node_pool,
     read_decision,
 )
+from shipshape.controller.packing import pod_requests
 from shipshape.controller.placement import (
     GroupCounts,
     PlacementView,
@@ -55,7 +56,6 @@ from shipshape.controller.policy import (
 )
 from shipshape.controller.webhook.admission import statefulset_ordinal
 from shipshape.kube.clock import parse_time
-from shipshape.kube.quantity import cpu_millis, to_int
 
 Obj = dict[str, Any]
 
@@ -106,22 +106,6 @@ class WorkloadState:
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """Effective cpu (millicores) and memory (bytes) requests: the larger of the containers' sum
-    and the largest init container, as the scheduler counts them."""
-    spec = pod.get("spec") or {}
-
-    def of(container: Mapping[str, Any]) -> tuple[int, int]:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        return cpu_millis(requests.get("cpu", 0)), to_int(requests.get("memory", 0))
-
-    regular = [of(c) for c in spec.get("containers") or []]
-    init = [of(c) for c in spec.get("initContainers") or []]
-    cpu = max(sum(c for c, _ in regular), max((c for c, _ in init), default=0))
-    memory = max(sum(m for _, m in regular), max((m for _, m in init), default=0))
-    return cpu, memory
 
 
 def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:

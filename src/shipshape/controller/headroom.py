@@ -18,9 +18,9 @@ from shipshape.controller.decisions import (
     PodState,
     WorkloadState,
     headroom_plan,
-    pod_requests,
     spot_pods_by_pool,
 )
+from shipshape.controller.packing import pod_requests
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CAPACITY_LABEL, CapacityType
 from shipshape.kube.quantity import format_bytes, format_cpu

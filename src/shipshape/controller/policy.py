@@ -43,6 +43,17 @@ class SingleReplicaMode(StrEnum):
     SURGE = "surge"
 
 
+class Packing(StrEnum):
+    """Which pods the webhook steers onto the fullest nodes that fit them (see `packing.py`)."""
+
+    OFF = "off"
+    ON_DEMAND = "on-demand"
+    ALL = "all"
+
+    def covers(self, capacity: CapacityType) -> bool:
+        return self is Packing.ALL or (self is Packing.ON_DEMAND and capacity is CapacityType.ON_DEMAND)
+
+
 class WorkloadKind(StrEnum):
     DEPLOYMENT = "Deployment"
     STATEFULSET = "StatefulSet"
@@ -92,6 +103,9 @@ class ControllerConfig(BaseModel):
     fallback_retry_seconds: float = Field(default=300.0, gt=0)
     fallback_retry_max_seconds: float = Field(default=3600.0, gt=0)
     region: str | None = None
+    # Pods whose placement prefers the fullest nodes that fit them, so that emptier nodes can be
+    # scaled down: on-demand ones (default), all, or none.
+    packing: Packing = Packing.ON_DEMAND
     # A cloud event queue (SQS JSON protocol) of EventBridge EC2 events as a notice source. A path
     # ("/emulator/v1/queue") is reached through the API server with the kubeconfig's credentials.
     notice_queue_url: str | None = None

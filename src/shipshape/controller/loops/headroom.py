@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from shipshape.controller.cache import POD_REQUESTS
-from shipshape.controller.decisions import pod_requests
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     placeholder_deployments,
@@ -22,6 +21,7 @@ from shipshape.controller.headroom import (
 )
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
+from shipshape.controller.packing import pod_requests
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
 

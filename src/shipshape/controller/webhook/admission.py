@@ -10,7 +10,7 @@ import base64
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +19,9 @@ import orjson
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.packing import fullest_fitting, pod_requests
 from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
-from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
+from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff, pins_capacity
 from shipshape.kube.clock import Clock
@@ -192,11 +193,13 @@ class PodPlacer:
     def _mutate(
         self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
     ) -> list[Obj] | None:
+        tolerations = self.cache.spot_tolerations()
         data = MutationInput(
             decision=decision,
             decision_id=decision_id,
             selector=(workload.obj.get("spec") or {}).get("selector"),
-            spot_tolerations=self.cache.spot_tolerations(),
+            spot_tolerations=tolerations,
+            packing_hosts=self._packing_hosts(pod, decision, tolerations),
         )
         mutated = copy_pod(pod)
         for name, mutator in CHAIN:
@@ -207,6 +210,22 @@ class PodPlacer:
                 self.metrics.webhook_errors.labels(stage=name).inc()
                 return None
         return diff(pod, mutated)
+
+    def _packing_hosts(self, pod: Obj, decision: Decision, tolerations: Sequence[Obj]) -> tuple[str, ...]:
+        """The fullest nodes the pod fits on, for the capacity types `config.packing` covers."""
+        capacity = decision.capacity_type
+        if not self.config.packing.covers(capacity):
+            return ()
+        if capacity is CapacityType.SPOT and decision.pool is None:
+            return ()
+        rooms = self.cache.packing_rooms(
+            pod,
+            capacity,
+            decision.pool,
+            tolerations if capacity is CapacityType.SPOT else (),
+            decision.avoided_nodes,
+        )
+        return fullest_fitting(pod_requests(pod), rooms)
 
     def _skip(self, cause: str) -> Outcome:
         self.metrics.skipped.labels(cause=cause).inc()

@@ -12,6 +12,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from shipshape.controller.packing import packing_preferences
 from shipshape.controller.placement import Decision, Pool
 from shipshape.controller.policy import (
     CAPACITY_LABEL,
@@ -34,6 +35,8 @@ class MutationInput:
     # The workload's `spec.selector` (a LabelSelector), used for the topology spread.
     selector: Mapping[str, Any] | None
     spot_tolerations: Sequence[Obj] = ()
+    # Hosts of the fullest nodes that fit the pod, fullest first (`packing.fullest_fitting`).
+    packing_hosts: Sequence[str] = ()
 
 
 Mutator = Callable[[MutationInput, Obj], None]
@@ -79,7 +82,8 @@ def placement_terms(decision: Decision) -> list[list[Obj]]:
 
 
 def inject_node_affinity(data: MutationInput, pod: Obj) -> None:
-    """Require the decided capacity type (and allowed pools); prefer the chosen pool.
+    """Require the decided capacity type (and allowed pools); prefer the chosen pool, and the fullest
+    nodes that fit the pod.
 
     Existing required terms are kept: our expressions are added to each of them (terms are ORed,
     so adding to every term is how an extra requirement is ANDed).
@@ -98,6 +102,9 @@ def inject_node_affinity(data: MutationInput, pod: Obj) -> None:
     if data.decision.pool is not None and len(data.decision.allowed_pools) > 1:
         preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
         preferred.append(_pool_preference(data.decision.pool))
+    if data.packing_hosts:
+        preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+        preferred.extend(packing_preferences(data.packing_hosts))
 
 
 def _pool_preference(pool: Pool) -> Obj:

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from shipshape.controller.packing import NodeRoom, fullest_fitting, packing_preferences, pod_requests
+from shipshape.controller.placement import Pool
+from shipshape.controller.policy import CapacityType, ControllerConfig, Packing
+
+from .builders import Harness, added, deployment, namespace, node, pod_of, replicaset, review
+from .test_webhook import ENABLED, patch_of
+
+Obj = dict[str, Any]
+GI = 2**30
+
+
+def room(host: str, cpu: int, memory_gi: int, used_cpu: int = 0, used_gi: int = 0, pods: int = 0) -> NodeRoom:
+    return NodeRoom(host, cpu, memory_gi * GI, 110, used_cpu, used_gi * GI, pods)
+
+
+def ready_node(name: str, capacity: str, cpu: str = "8", memory: str = "32Gi", **kwargs: Any) -> Obj:
+    body = node(name, capacity, **kwargs)
+    body["status"] = {
+        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return body
+
+
+def sized(pod: Obj, cpu: str, memory: str) -> Obj:
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": memory}}
+    return pod
+
+
+def test_fullest_fitting_ranks_by_fill_after_placement_and_skips_what_does_not_fit() -> None:
+    rooms = [
+        room("empty", 8000, 32),
+        room("half", 8000, 32, used_cpu=4000, used_gi=16),
+        room("almost", 8000, 32, used_cpu=7000, used_gi=8),  # 1 cpu free: a 2-cpu pod does not fit
+        room("memory-full", 8000, 32, used_cpu=1000, used_gi=31),
+        room("three-quarters", 8000, 32, used_cpu=6000, used_gi=24),
+    ]
+    assert fullest_fitting((2000, 4 * GI), rooms) == ("three-quarters", "half", "empty")
+    assert fullest_fitting((2000, 4 * GI), rooms, limit=1) == ("three-quarters",)
+    assert fullest_fitting((500, GI), rooms) == ("three-quarters", "almost", "memory-full")
+    assert fullest_fitting((9000, GI), rooms) == ()
+
+
+def test_fullest_fitting_counts_pod_slots_and_breaks_ties_by_host() -> None:
+    full_slots = NodeRoom("slots", 8000, 32 * GI, 2, 0, 0, 2)
+    assert fullest_fitting((100, GI), [full_slots]) == ()
+    assert fullest_fitting((100, GI), [room("b", 4000, 16), room("a", 4000, 16)]) == ("a", "b")
+
+
+def test_preferences_weigh_the_fullest_host_most() -> None:
+    terms = packing_preferences(["n3", "n1", "n2", "n4"])
+    assert [t["weight"] for t in terms] == [100, 50, 25]
+    assert [t["preference"]["matchExpressions"][0]["values"] for t in terms] == [["n3"], ["n1"], ["n2"]]
+    assert terms[0]["preference"]["matchExpressions"][0]["key"] == "kubernetes.io/hostname"
+
+
+def test_pod_requests_take_the_larger_of_containers_and_init_containers() -> None:
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}},
+                {"resources": {"requests": {"cpu": "250m"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "512Mi"}}}],
+        }
+    }
+    assert pod_requests(pod) == (2000, GI)
+
+
+def test_cache_keeps_requests_per_node_across_binding_rebinding_finishing_and_deletion() -> None:
+    h = Harness()
+    dep = deployment("api", 2, ENABLED)
+    rs = replicaset(dep)
+    h.add(dep, rs, ready_node("od-1", "on-demand"), ready_node("od-2", "on-demand"))
+    pod = sized(pod_of(rs, "api-1"), "1500m", "2Gi")
+    h.cache.apply(added(pod))
+    assert h.cache.requested_on("od-1") == (0, 0, 0)  # not bound yet
+    bound = sized(pod_of(rs, "api-1", node="od-1"), "1500m", "2Gi")
+    h.cache.apply({"type": "MODIFIED", "object": bound})
+    h.cache.apply({"type": "MODIFIED", "object": bound})  # a status update counts once
+    assert h.cache.requested_on("od-1") == (1500, 2 * GI, 1)
+    moved = sized(pod_of(rs, "api-1", node="od-2"), "1500m", "2Gi")
+    h.cache.apply({"type": "MODIFIED", "object": moved})
+    assert h.cache.requested_on("od-1") == (0, 0, 0)
+    assert h.cache.requested_on("od-2") == (1500, 2 * GI, 1)
+    finished = {**moved, "status": {"phase": "Succeeded"}}
+    h.cache.apply({"type": "MODIFIED", "object": finished})
+    assert h.cache.requested_on("od-2") == (0, 0, 0)
+    other = sized(pod_of(rs, "api-2", node="od-2"), "1", "1Gi")
+    h.cache.apply(added(other))
+    h.cache.apply({"type": "DELETED", "object": other})
+    assert h.cache.requested_on("od-2") == (0, 0, 0)
+    h.cache.replace("Pod", [bound])
+    assert h.cache.requested_on("od-1") == (1500, 2 * GI, 1)
+
+
+def test_rooms_are_the_nodes_a_pod_could_be_scheduled_on() -> None:
+    h = Harness()
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    cordoned = ready_node("od-cordoned", "on-demand")
+    cordoned["spec"]["unschedulable"] = True
+    not_ready = ready_node("od-not-ready", "on-demand")
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    h.add(
+        ready_node("od-1", "on-demand", zone="us-east-1a"),
+        ready_node("od-2", "on-demand", zone="us-east-1b"),
+        ready_node("od-gpu", "on-demand", taints=[gpu_taint]),
+        cordoned,
+        not_ready,
+        ready_node("spot-1", "spot", instance_type="c5.large"),
+        ready_node("spot-2", "spot", instance_type="m5.large"),
+    )
+    pod: Obj = {"spec": {"containers": [{"name": "app"}]}}
+    hosts = {r.host for r in h.cache.packing_rooms(pod, CapacityType.ON_DEMAND)}
+    assert hosts == {"od-1", "od-2"}
+    assert {r.host for r in h.cache.packing_rooms(pod, CapacityType.ON_DEMAND, avoided=["od-2"])} == {"od-1"}
+    zone_b = {
+        "spec": {
+            "containers": [{"name": "app"}],
+            "nodeSelector": {"topology.kubernetes.io/zone": "us-east-1b"},
+        }
+    }
+    assert {r.host for r in h.cache.packing_rooms(zone_b, CapacityType.ON_DEMAND)} == {"od-2"}
+    tolerant = {"spec": {"containers": [{"name": "app"}], "tolerations": [{"operator": "Exists"}]}}
+    assert {r.host for r in h.cache.packing_rooms(tolerant, CapacityType.ON_DEMAND)} == {
+        "od-1",
+        "od-2",
+        "od-gpu",
+    }
+    spot = h.cache.packing_rooms(pod, CapacityType.SPOT, Pool("c5.large", "us-east-1a"))
+    assert [r.host for r in spot] == ["spot-1"]
+    assert h.cache.packing_rooms(pod, CapacityType.SPOT, None) == []
+
+
+def _admit_base_pod(h: Harness, rs: Obj) -> Obj:
+    pod = sized(pod_of(rs), "1", "2Gi")
+    mutated: Obj = jsonpatch.apply_patch(pod, patch_of(h.placer.review(review(pod))["response"]))
+    return mutated
+
+
+@pytest.mark.parametrize("packing", [Packing.ON_DEMAND, Packing.ALL])
+def test_on_demand_pod_prefers_the_fullest_on_demand_nodes_that_fit(packing: Packing) -> None:
+    h = Harness(ControllerConfig(packing=packing))
+    dep = deployment("api", 3, ENABLED)
+    rs = replicaset(dep)
+    other = replicaset(deployment("db", 1), "def34")
+    h.add(namespace("shop"), dep, rs, ready_node("od-a", "on-demand"), ready_node("od-b", "on-demand"))
+    h.add(ready_node("od-c", "on-demand"), ready_node("s1", "spot"))
+    h.cache.apply(added(sized(pod_of(other, "db-0", node="od-b"), "6", "8Gi")))
+    h.cache.apply(added(sized(pod_of(other, "db-1", node="od-c"), "7500m", "8Gi")))  # no room for 1 cpu
+    mutated = _admit_base_pod(h, rs)
+    preferred = mutated["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred == packing_preferences(["od-b", "od-a"])
+
+
+def test_packing_off_adds_no_preference_and_spot_packs_only_with_all() -> None:
+    for packing, spot_packed in ((Packing.OFF, False), (Packing.ON_DEMAND, False), (Packing.ALL, True)):
+        h = Harness(ControllerConfig(packing=packing, on_demand_base=0))
+        dep = deployment("api", 3, ENABLED)
+        rs = replicaset(dep)
+        h.add(namespace("shop"), dep, rs, ready_node("s1", "spot"), ready_node("s2", "spot"))
+        h.cache.apply(added(sized(pod_of(rs, "api-x", node="s2"), "2", "2Gi")))
+        mutated = _admit_base_pod(h, rs)
+        affinity = mutated["spec"]["affinity"]["nodeAffinity"]
+        preferred = affinity.get("preferredDuringSchedulingIgnoredDuringExecution", [])
+        hosts = [
+            term["preference"]["matchExpressions"][0]["values"][0]
+            for term in preferred
+            if term["preference"]["matchExpressions"][0]["key"] == "kubernetes.io/hostname"
+        ]
+        assert hosts == (["s2", "s1"] if spot_packed else []), packing
