@@ -311,7 +311,8 @@ class ClusterCache:
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
-            self._account(key, obj)
+            decision = read_decision(obj)
+            self._account(key, obj, decision)
             if (obj.get("spec") or {}).get("nodeName"):
                 self._unbound.pop(key, None)
             else:
@@ -320,7 +321,6 @@ class ClusterCache:
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
                 self._touch(group)
-            decision = read_decision(obj)
             if decision is not None and isinstance(decision.get("id"), str):
                 self._forget(decision["id"])
         elif kind == "ReplicaSet":
@@ -357,14 +357,20 @@ class ClusterCache:
             self._derived.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
 
-    def _account(self, key: tuple[str, str], pod: Mapping[str, Any] | None) -> None:
+    def _account(
+        self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: Mapping[str, Any] | None = None
+    ) -> None:
         """Move the pod's requests to the node it is bound to now (none once it is gone or finished).
 
-        A pod's requests do not change while it stays on one node, so they are parsed only when it is
-        bound (or rebound)."""
+        A pod not bound yet counts on the node its decision packed it onto (the decision's `node`), as
+        kube-scheduler's assumed pods do: a burst of creations then fills one node after another
+        instead of every pod preferring the same node. A pod's requests do not change while it stays on
+        one node, so they are parsed only when it moves."""
         node = ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             node = str((pod.get("spec") or {}).get("nodeName") or "")
+            if not node and decision is not None:
+                node = str(decision.get("node") or "")
         old = self._pod_usage.get(key)
         if old is not None and old[0] == node:
             return
@@ -426,7 +432,9 @@ class ClusterCache:
             ):
                 continue
             cpu, memory, pods = self.requested_on(name)
-            rooms.append(NodeRoom(str(labels.get(HOSTNAME_LABEL, name)), *allocatable, cpu, memory, pods))
+            rooms.append(
+                NodeRoom(name, str(labels.get(HOSTNAME_LABEL, name)), *allocatable, cpu, memory, pods)
+            )
         return rooms
 
     def _nodes_moved(self) -> None:

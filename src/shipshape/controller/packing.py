@@ -48,6 +48,7 @@ class NodeRoom:
     """A node's allocatable resources and what the pods bound to it request (cpu millicores, memory
     bytes, pod slots). `host` is the node's `kubernetes.io/hostname` label, what a preference names."""
 
+    name: str
     host: str
     cpu_allocatable: int
     memory_allocatable: int
@@ -72,17 +73,17 @@ class NodeRoom:
 
 def fullest_fitting(
     requests: tuple[int, int], rooms: Iterable[NodeRoom], limit: int = len(PACKING_WEIGHTS)
-) -> tuple[str, ...]:
-    """The hosts of the `limit` nodes that are fullest once the pod is on them, among those it fits,
-    fullest first (ties by host name, so every replica of the controller answers alike)."""
+) -> tuple[NodeRoom, ...]:
+    """The `limit` nodes that are fullest once the pod is on them, among those it fits, fullest first
+    (ties by name, so every replica of the controller answers alike)."""
     cpu, memory = requests
-    ranked: list[tuple[float, str]] = []
+    ranked: list[tuple[float, str, NodeRoom]] = []
     for room in rooms:
         fill = room.fill_with(cpu, memory)
         if fill is not None:
-            ranked.append((-fill, room.host))
-    ranked.sort()
-    return tuple(host for _, host in ranked[:limit])
+            ranked.append((-fill, room.name, room))
+    ranked.sort(key=lambda item: item[:2])
+    return tuple(room for _, _, room in ranked[:limit])
 
 
 def packing_preferences(hosts: Iterable[str]) -> list[dict[str, Any]]:

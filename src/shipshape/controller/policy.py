@@ -104,8 +104,8 @@ class ControllerConfig(BaseModel):
     fallback_retry_max_seconds: float = Field(default=3600.0, gt=0)
     region: str | None = None
     # Pods whose placement prefers the fullest nodes that fit them, so that emptier nodes can be
-    # scaled down: on-demand ones (default), all, or none.
-    packing: Packing = Packing.ON_DEMAND
+    # scaled down: all (default; spot pods within their chosen pool), on-demand ones only, or none.
+    packing: Packing = Packing.ALL
     # A cloud event queue (SQS JSON protocol) of EventBridge EC2 events as a notice source. A path
     # ("/emulator/v1/queue") is reached through the API server with the kubeconfig's credentials.
     notice_queue_url: str | None = None

@@ -16,8 +16,12 @@ Obj = dict[str, Any]
 GI = 2**30
 
 
-def room(host: str, cpu: int, memory_gi: int, used_cpu: int = 0, used_gi: int = 0, pods: int = 0) -> NodeRoom:
-    return NodeRoom(host, cpu, memory_gi * GI, 110, used_cpu, used_gi * GI, pods)
+def room(name: str, cpu: int, memory_gi: int, used_cpu: int = 0, used_gi: int = 0, pods: int = 0) -> NodeRoom:
+    return NodeRoom(name, f"host-{name}", cpu, memory_gi * GI, 110, used_cpu, used_gi * GI, pods)
+
+
+def names(rooms: tuple[NodeRoom, ...]) -> tuple[str, ...]:
+    return tuple(r.name for r in rooms)
 
 
 def ready_node(name: str, capacity: str, cpu: str = "8", memory: str = "32Gi", **kwargs: Any) -> Obj:
@@ -42,16 +46,16 @@ def test_fullest_fitting_ranks_by_fill_after_placement_and_skips_what_does_not_f
         room("memory-full", 8000, 32, used_cpu=1000, used_gi=31),
         room("three-quarters", 8000, 32, used_cpu=6000, used_gi=24),
     ]
-    assert fullest_fitting((2000, 4 * GI), rooms) == ("three-quarters", "half", "empty")
-    assert fullest_fitting((2000, 4 * GI), rooms, limit=1) == ("three-quarters",)
-    assert fullest_fitting((500, GI), rooms) == ("three-quarters", "almost", "memory-full")
+    assert names(fullest_fitting((2000, 4 * GI), rooms)) == ("three-quarters", "half", "empty")
+    assert names(fullest_fitting((2000, 4 * GI), rooms, limit=1)) == ("three-quarters",)
+    assert names(fullest_fitting((500, GI), rooms)) == ("three-quarters", "almost", "memory-full")
     assert fullest_fitting((9000, GI), rooms) == ()
 
 
 def test_fullest_fitting_counts_pod_slots_and_breaks_ties_by_host() -> None:
-    full_slots = NodeRoom("slots", 8000, 32 * GI, 2, 0, 0, 2)
+    full_slots = NodeRoom("slots", "slots", 8000, 32 * GI, 2, 0, 0, 2)
     assert fullest_fitting((100, GI), [full_slots]) == ()
-    assert fullest_fitting((100, GI), [room("b", 4000, 16), room("a", 4000, 16)]) == ("a", "b")
+    assert names(fullest_fitting((100, GI), [room("b", 4000, 16), room("a", 4000, 16)])) == ("a", "b")
 
 
 def test_preferences_weigh_the_fullest_host_most() -> None:
@@ -176,3 +180,53 @@ def test_packing_off_adds_no_preference_and_spot_packs_only_with_all() -> None:
             if term["preference"]["matchExpressions"][0]["key"] == "kubernetes.io/hostname"
         ]
         assert hosts == (["s2", "s1"] if spot_packed else []), packing
+
+
+def test_a_pending_pod_counts_on_the_node_its_decision_packed_it_onto_until_bound() -> None:
+    h = Harness()
+    dep = deployment("api", 2, ENABLED)
+    rs = replicaset(dep)
+    h.add(dep, rs, ready_node("od-1", "on-demand"), ready_node("od-2", "on-demand"))
+    pod = sized(pod_of(rs, "api-1"), "1", "1Gi")
+    pod["metadata"]["annotations"] = {
+        "spot.shipshape.dev/decision": '{"capacityType": "on-demand", "pool": "", "reason": "on-demand-base",'
+        ' "id": "d-1", "node": "od-1"}'
+    }
+    h.cache.apply(added(pod))
+    assert h.cache.requested_on("od-1") == (1000, GI, 1)
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "od-2"}, "status": {"phase": "Running"}}
+    h.cache.apply({"type": "MODIFIED", "object": bound})
+    assert (h.cache.requested_on("od-1"), h.cache.requested_on("od-2")) == ((0, 0, 0), (1000, GI, 1))
+    h.cache.apply({"type": "DELETED", "object": bound})
+    assert h.cache.requested_on("od-2") == (0, 0, 0)
+
+
+def test_a_burst_fills_one_node_after_another() -> None:
+    """Each admitted pod is seen by the cache (unbound, as the watch delivers it) before the next one is
+    admitted: the pods pending for the fullest node count there, so the burst moves on once it is full."""
+    h = Harness(ControllerConfig(on_demand_base=0, spot_percentage=0))
+    dep = deployment("api", 4, ENABLED)
+    rs = replicaset(dep)
+    other = replicaset(deployment("db", 1), "def34")
+    h.add(
+        namespace("shop"),
+        dep,
+        rs,
+        ready_node("od-a", "on-demand", cpu="4"),
+        ready_node("od-b", "on-demand", cpu="4"),
+    )
+    h.cache.apply(added(sized(pod_of(other, "db-0", node="od-b"), "2", "2Gi")))
+    first_choice = []
+    for index in range(4):
+        pod = sized(pod_of(rs, f"api-{index}"), "1", "1Gi")
+        mutated = jsonpatch.apply_patch(pod, patch_of(h.placer.review(review(pod))["response"]))
+        preferred = mutated["spec"]["affinity"]["nodeAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        first_choice.append(preferred[0]["preference"]["matchExpressions"][0]["values"][0])
+        assert (
+            '"node":"' + first_choice[-1] + '"'
+            in mutated["metadata"]["annotations"]["spot.shipshape.dev/decision"]
+        )
+        h.cache.apply(added(mutated))
+    assert first_choice == ["od-b", "od-b", "od-a", "od-a"]

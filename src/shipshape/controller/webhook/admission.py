@@ -19,7 +19,7 @@ import orjson
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
-from shipshape.controller.packing import fullest_fitting, pod_requests
+from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
 from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
@@ -194,12 +194,14 @@ class PodPlacer:
         self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
     ) -> list[Obj] | None:
         tolerations = self.cache.spot_tolerations()
+        packed = self._packing(pod, decision, tolerations)
         data = MutationInput(
             decision=decision,
             decision_id=decision_id,
             selector=(workload.obj.get("spec") or {}).get("selector"),
             spot_tolerations=tolerations,
-            packing_hosts=self._packing_hosts(pod, decision, tolerations),
+            packing_hosts=tuple(room.host for room in packed),
+            packing_node=packed[0].name if packed else "",
         )
         mutated = copy_pod(pod)
         for name, mutator in CHAIN:
@@ -211,7 +213,7 @@ class PodPlacer:
                 return None
         return diff(pod, mutated)
 
-    def _packing_hosts(self, pod: Obj, decision: Decision, tolerations: Sequence[Obj]) -> tuple[str, ...]:
+    def _packing(self, pod: Obj, decision: Decision, tolerations: Sequence[Obj]) -> tuple[NodeRoom, ...]:
         """The fullest nodes the pod fits on, for the capacity types `config.packing` covers."""
         capacity = decision.capacity_type
         if not self.config.packing.covers(capacity):

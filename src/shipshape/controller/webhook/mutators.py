@@ -35,8 +35,10 @@ class MutationInput:
     # The workload's `spec.selector` (a LabelSelector), used for the topology spread.
     selector: Mapping[str, Any] | None
     spot_tolerations: Sequence[Obj] = ()
-    # Hosts of the fullest nodes that fit the pod, fullest first (`packing.fullest_fitting`).
+    # Hosts of the fullest nodes that fit the pod, fullest first (`packing.fullest_fitting`), and the
+    # name of the first, recorded in the decision annotation (the pod counts there until it is bound).
     packing_hosts: Sequence[str] = ()
+    packing_node: str = ""
 
 
 Mutator = Callable[[MutationInput, Obj], None]
@@ -168,21 +170,24 @@ def inject_topology_spread(data: MutationInput, pod: Obj) -> None:
         spec["topologySpreadConstraints"] = [*constraints, *added]
 
 
-def decision_annotation(decision: Decision, decision_id: str) -> str:
-    return orjson.dumps(
-        {
-            "capacityType": decision.capacity_type.value,
-            "pool": str(decision.pool) if decision.pool is not None else "",
-            "reason": decision.reason.value,
-            "id": decision_id,
-        }
-    ).decode()
+def decision_annotation(decision: Decision, decision_id: str, node: str = "") -> str:
+    """The decision as JSON; `node`, when the pod was packed, names the node it should fill."""
+    body: Obj = {
+        "capacityType": decision.capacity_type.value,
+        "pool": str(decision.pool) if decision.pool is not None else "",
+        "reason": decision.reason.value,
+        "id": decision_id,
+    }
+    if node:
+        body["node"] = node
+    return orjson.dumps(body).decode()
 
 
 def annotate_decision(data: MutationInput, pod: Obj) -> None:
     metadata = pod.setdefault("metadata", {})
     annotations = metadata.get("annotations") or {}
-    metadata["annotations"] = {**annotations, DECISION: decision_annotation(data.decision, data.decision_id)}
+    text = decision_annotation(data.decision, data.decision_id, data.packing_node)
+    metadata["annotations"] = {**annotations, DECISION: text}
 
 
 # Where the chain writes: (top-level key, key under it). `diff` relies on it.
