@@ -41,7 +41,8 @@ SPOT_TYPES = ("m5.large", "m5a.large", "c5.xlarge", "r5.large")
 
 
 def cluster_objects(workloads: int, replicas: int, nodes: int) -> list[dict[str, Any]]:
-    """A namespace opted in, `workloads` Deployments with their ReplicaSets, and a mix of nodes."""
+    """A namespace opted in, `workloads` Deployments with their ReplicaSets, and a mix of Ready nodes
+    (a third on-demand), which the webhook's packing ranks for every pod."""
     objects: list[dict[str, Any]] = [
         {"kind": "Namespace", "metadata": {"name": "shop", "labels": {"spot.shipshape.dev/enabled": "true"}}}
     ]
@@ -85,7 +86,18 @@ def cluster_objects(workloads: int, replicas: int, nodes: int) -> list[dict[str,
             "topology.kubernetes.io/zone": ZONES[n % len(ZONES)],
             "topology.kubernetes.io/region": "us-east-1",
         }
-        objects.append({"kind": "Node", "metadata": {"name": f"node-{n}", "labels": labels}, "spec": {}})
+        status = {
+            "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        objects.append(
+            {
+                "kind": "Node",
+                "metadata": {"name": f"node-{n}", "labels": labels},
+                "spec": {},
+                "status": status,
+            }
+        )
     return objects
 
 
