@@ -68,11 +68,20 @@ def controller(
         Path | None, typer.Option(help="spot advisor feed (spot-advisor-data.json) for pool risk")
     ] = None,
     identity: Annotated[str | None, typer.Option(help="this replica's name in the leader Lease")] = None,
+    notice_queue_url: Annotated[
+        str | None,
+        typer.Option(
+            help="cloud event queue (SQS JSON protocol) of interruption warnings; a path is reached "
+            "through the API server (replaces the config file's notice_queue_url)"
+        ),
+    ] = None,
 ) -> None:
     """Run the placement controller: webhook, informers, leader-elected loops, metrics."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         controller_config, loop_settings = load_settings(config)
+        if notice_queue_url is not None:
+            controller_config = controller_config.model_copy(update={"notice_queue_url": notice_queue_url})
         advisor: SpotAdvisor | None = load_spot_advisor(spot_advisor) if spot_advisor else None
         api_client = load_api_client(kubeconfig)
     except (ConfigError, KubeClientError, OSError, ValueError) as error:
@@ -101,6 +110,11 @@ def controller(
     typer.echo(
         f"shipshape controller {settings.identity}: webhook on port {process.webhook_port}"
         + (f", metrics on port {process.metrics_port}" if process.metrics_port else "")
+        + (
+            f", notices also from {controller_config.notice_queue_url}"
+            if controller_config.notice_queue_url
+            else ""
+        )
     )
     stop.wait()
     typer.echo("stopping: releasing the leader lease and draining the webhook")

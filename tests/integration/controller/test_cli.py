@@ -45,13 +45,14 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
     command = [
         str(Path(sys.executable).parent / "shipshape"), "controller",
         "--kubeconfig", str(served_emulator.kubeconfig), "--config", str(config),
-        "--metrics-port", "0", "--identity", "replica-a",
+        "--metrics-port", "0", "--identity", "replica-a", "--notice-queue-url", "/emulator/v1/queue",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         line = _read_line(process, "webhook on port", 60)
-        metrics_port = int(line.rsplit("metrics on port", 1)[1].strip())
+        assert line.rstrip().endswith(", notices also from /emulator/v1/queue")
+        metrics_port = int(line.split("metrics on port", 1)[1].split(",")[0])
         webhook_port = int(line.split("webhook on port", 1)[1].split(",")[0])
         store = served_emulator.cluster.store
         registered = served_emulator.call(lambda: store.get(MUTATING_WEBHOOKS, "", "shipshape-placement"))
