@@ -41,9 +41,13 @@ from shipshape.kube.scheduling import (
 
 Obj = dict[str, Any]
 
-# Taints that announce a node is going away (interruption handlers, Karpenter, the emulator's cloud).
+# The taint the leader puts on a node whose notice came from the cloud event queue alone, so that every
+# replica's webhook (and kube-scheduler) sees the notice, and a restarted controller reads it again.
+QUEUE_NOTICE_TAINT = "spot.shipshape.dev/interruption-notice"
+# Taints that announce a node is going away (interruption handlers, Karpenter, the emulator's cloud,
+# the leader for queue notices).
 SPOT_NOTICE_TAINTS = frozenset(
-    {"aws-node-termination-handler/spot-itn", "emulator.shipshape.dev/spot-interruption"}
+    {"aws-node-termination-handler/spot-itn", "emulator.shipshape.dev/spot-interruption", QUEUE_NOTICE_TAINT}
 )
 NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted"}
 # Taints that recommend moving off a node without draining it.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -192,6 +192,10 @@ class KubeOps:
 
     def post_event(self, body: Obj) -> None:
         call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)
+
+    def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
+        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": list(taints)}}
+        call(self.core.patch_node, node, body, _content_type=MERGE_PATCH)
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
         """Only nodes that publish a reachable metadata endpoint (the emulator's) answer; others: None."""

@@ -11,7 +11,7 @@ exception leaks into the loops.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -124,6 +124,11 @@ class ClusterOps(Protocol):
         """Record a core/v1 Event (see `events.py` for the bodies)."""
         ...
 
+    def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
+        """Set a node's taints: a merge patch conditional on the node's resourceVersion, so a concurrent
+        change of the node is a 409 conflict (retried from the cache's newer copy), never lost."""
+        ...
+
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
         """The node's instance-metadata `spot/instance-action` answer, or None (no notice, unreachable)."""
         ...
@@ -194,6 +199,9 @@ class RecordingOps:
 
     def post_event(self, body: Obj) -> None:
         self._record("post_event", body)
+
+    def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
+        self._record("taint_node", node, [dict(t) for t in taints], resource_version)
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
         name = str((node.get("metadata") or {}).get("name"))

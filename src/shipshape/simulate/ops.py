@@ -7,7 +7,7 @@ network in between: in discrete-event mode a write completes within the call. AP
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from shipshape.controller.ops import (
@@ -114,6 +114,10 @@ class ApiOps:
     def post_event(self, body: Obj) -> None:
         namespace = str((body.get("metadata") or {}).get("namespace") or "default")
         self._call(self.api.create(r.EVENTS, namespace, body))
+
+    def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
+        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": list(taints)}}
+        self._call(self.api.patch(r.NODES, "", node, MERGE_PATCH, body))
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
         if self.cloud is None:

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from shipshape.controller.cache import QUEUE_NOTICE_TAINT
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.loops.interruptions import SURGE_NOTE
 from shipshape.controller.policy import ControllerConfig
 from shipshape.emulator.cloud.client import ControlClient, ControlError, load_target
 from shipshape.emulator.cloud.queue import INTERRUPTION, REBALANCE, EventQueue
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
+from shipshape.kube.clock import parse_time
 from tests.integration.emulator.served_cluster import SPOT_A, ServedCluster, ready_pods, serve_cluster
 
 from .harness import controller, managed_deployment
@@ -105,8 +107,15 @@ def test_controller_acts_on_a_queue_warning_alone(tmp_path: Path) -> None:
         )
         dep = cluster.get(DEPLOYMENTS, "default", "web")
         assert dep is not None and dep["spec"]["replicas"] == 4 + len(note["pods"])  # surged once
-        found = cluster.get(NODES, "", node)
-        assert found is not None and not found["spec"].get("taints")  # the queue alone told it
+        # The queue alone told it; the leader tainted the node so that every replica's webhook and
+        # kube-scheduler see the notice too, dated at the warning.
+        found = cluster.wait(
+            "the node tainted for the notice",
+            lambda: (cluster.get(NODES, "", node) or {}).get("spec", {}).get("taints"),
+            30,
+        )
+        assert [(t["key"], t["effect"]) for t in found] == [(QUEUE_NOTICE_TAINT, "NoSchedule")]
+        assert abs(parse_time(found[0]["timeAdded"]) - now) <= 1.0
         # The node stays (nothing terminates it here): the warning is kept, not deleted, until its
         # deadline has passed; then the controller deletes it.
         cluster.wait("the warning deleted after its deadline", lambda: not queue.messages, 240)

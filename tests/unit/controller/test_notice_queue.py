@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shipshape.controller.cache import QUEUE_NOTICE_TAINT, ClusterCache
+from shipshape.controller.decisions import notices_from_taints
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
 from shipshape.controller.notices import (
@@ -17,10 +19,11 @@ from shipshape.controller.notices import (
 )
 from shipshape.controller.ops import OpsError, RecordingOps
 from shipshape.controller.placement import Pool
+from shipshape.controller.risk import RiskModel
 from shipshape.emulator.cloud.queue import EventQueue, InvalidReceipt
 from shipshape.kube.clock import rfc3339
 
-from .builders import Harness, deployment, namespace, node, pod_of, replicaset
+from .builders import Harness, added, deployment, namespace, node, pod_of, replicaset
 
 NOW = 1_800_000_000.0
 
@@ -153,3 +156,59 @@ def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:
     assert patches[0]["spec"]["replicas"] == 4
     assert Pool("m5.large", "us-east-1a") in h.risk.at_risk(h.clock.now())
     assert h.metric("shipshape_interruption_notices_total", {"source": "event-queue"}) == 1.0
+
+
+def test_the_leader_taints_a_queue_noticed_node_once_and_every_cache_then_avoids_it() -> None:
+    h = Harness()
+    h.add(namespace("shop"), spot_node("spot-0", "i-1"), spot_node("spot-1", "i-2", "us-east-1b"))
+    tainted = h.cache.get("Node", "", "spot-0")
+    assert tainted is not None
+    tainted["metadata"]["resourceVersion"] = "41"
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]
+    queue = EventQueue(now=h.clock.now)
+    warned = h.clock.now()
+    warning(queue, "i-1", warned)
+    ops = RecordingOps()
+    loop = InterruptionResponder(
+        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+    )
+    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop.reconcile(h.clock.now())
+    loop.reconcile(h.clock.now() + 1)  # the cache has not seen the taint yet: not sent again
+    ((name, taints, version),) = ops.of("taint_node")
+    assert (name, version) == ("spot-0", "41")
+    assert taints == [
+        {"key": "dedicated", "value": "web", "effect": "NoSchedule"},
+        {
+            "key": QUEUE_NOTICE_TAINT,
+            "value": "event-queue",
+            "effect": "NoSchedule",
+            "timeAdded": rfc3339(warned),
+        },
+    ]
+    # What another replica's cache makes of the tainted node: no new pods there, its pool at risk.
+    other = ClusterCache(h.config)
+    other.apply(added({**tainted, "spec": {"taints": taints}}))
+    view = other.placement_view(h.clock.now(), RiskModel())
+    assert view.avoided_nodes == frozenset({"spot-0"})
+    assert Pool("m5.large", "us-east-1a") in view.excluded
+    assert [
+        n.node for n in notices_from_taints([{**tainted, "spec": {"taints": taints}}], warned + 5, 120.0)
+    ] == ["spot-0"]
+
+
+def test_a_failed_taint_is_sent_again_next_round() -> None:
+    h = Harness()
+    h.add(namespace("shop"), spot_node("spot-0", "i-1"))
+    queue = EventQueue(now=h.clock.now)
+    warning(queue, "i-1", h.clock.now())
+    ops = RecordingOps()
+    loop = InterruptionResponder(
+        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+    )
+    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    ops.fail["taint_node"] = OpsError("409 conflict", status=409)
+    loop.reconcile(h.clock.now())
+    del ops.fail["taint_node"]
+    loop.reconcile(h.clock.now() + 1)
+    assert [call[0] for call in ops.of("taint_node")] == ["spot-0", "spot-0"]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.availability import deployment_max_unavailable
-from shipshape.controller.cache import node_capacity, node_pool
+from shipshape.controller.cache import NOTICE_TAINTS, QUEUE_NOTICE_TAINT, node_capacity, node_pool, taint_keys
 from shipshape.controller.decisions import (
     ActionKind,
     InterruptionPlan,
@@ -78,6 +78,8 @@ GUARD_LABEL = PREFIX + "guard"
 GUARD_INTERVAL_SECONDS = 10.0
 # The instance-metadata endpoints (notices, rebalance recommendations) are asked this often.
 METADATA_POLL_SECONDS = 5.0
+# A node tainted for a queue notice is not tainted again for this long while the cache catches up.
+MARKING_SECONDS = 10.0
 
 
 def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
@@ -244,6 +246,8 @@ class InterruptionResponder(Reconciler):
         # A cloud event queue (leader only: its messages go to one consumer).
         self._queue: QueueNoticeSource | None = None
         self._queue_recommended: Mapping[str, Pool | None] = {}
+        # Nodes tainted for a queue notice, not yet seen tainted in the cache: node -> until when.
+        self._marking: dict[str, float] = {}
 
     @property
     def interval(self) -> float:
@@ -302,11 +306,12 @@ class InterruptionResponder(Reconciler):
                 notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
             )
             notices += [n for name, n in self._metadata_notices.items() if name in nodes]
-            if self._queue is not None:
-                notices += self._queue.notices(nodes)
+            queued = self._queue.notices(nodes) if self._queue is not None else []
+            notices += queued
             managed = self.managed()
             plan = plan_interruptions(notices, nodes, [m.state for m in managed])
         self._record(notices, nodes, now)
+        self._mark(queued, nodes, now)
         by_key = {m.state.key: m for m in managed}
         acted: set[str] = set()
         for action in plan.actions:
@@ -380,6 +385,33 @@ class InterruptionResponder(Reconciler):
             LOG.info("event queue: interruption warning for node %s", notice.node)
         with self.reading():
             self._queue_recommended = self._queue.recommended()
+
+    def _mark(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        """Taint the nodes whose notice only the event queue carries (`QUEUE_NOTICE_TAINT`, NoSchedule,
+        timeAdded at the warning's time): the queue's messages reach the leader alone, the taint reaches
+        every replica's cache and kube-scheduler, and it outlives a restart of the controller."""
+        self._marking = {node: until for node, until in self._marking.items() if now < until}
+        lead = self.config.notice_lead_seconds
+        for notice in notices:
+            node = nodes.get(notice.node)
+            if node is None or notice.node in self._marking or taint_keys(node) & NOTICE_TAINTS:
+                continue
+            taints = list((node.get("spec") or {}).get("taints") or [])
+            warned = rfc3339(notice.deadline - lead)
+            taint = {
+                "key": QUEUE_NOTICE_TAINT,
+                "value": "event-queue",
+                "effect": "NoSchedule",
+                "timeAdded": warned,
+            }
+            version = str((node.get("metadata") or {}).get("resourceVersion") or "")
+            try:
+                self.ops.taint_node(notice.node, [*taints, taint], version)
+            except OpsError as error:
+                LOG.warning("tainting node %s for its queue notice failed, retrying: %s", notice.node, error)
+                continue
+            self._marking[notice.node] = now + MARKING_SECONDS
+            LOG.info("node %s tainted %s for its event-queue notice", notice.node, QUEUE_NOTICE_TAINT)
 
     def _act(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
         doomed_nodes = frozenset(
