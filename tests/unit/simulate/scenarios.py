@@ -49,8 +49,24 @@ def small_scenario(*, reclaim_at: str | None = "20m", seed: int = 7) -> Scenario
         "region": "us-east-1",
         "seed": seed,
         "pools": [
-            {**pool, "name": "spot-a", "zone": "us-east-1a", "capacityType": "spot", "initialSize": 2},
-            {**pool, "name": "spot-b", "zone": "us-east-1b", "capacityType": "spot", "initialSize": 2},
+            # Two nodes per spot pool at all times (the webhook packs pods onto fewer nodes, and the
+            # autoscaler would remove the emptied one), so that the pool reclaim takes two nodes.
+            {
+                **pool,
+                "name": "spot-a",
+                "zone": "us-east-1a",
+                "capacityType": "spot",
+                "initialSize": 2,
+                "minSize": 2,
+            },
+            {
+                **pool,
+                "name": "spot-b",
+                "zone": "us-east-1b",
+                "capacityType": "spot",
+                "initialSize": 2,
+                "minSize": 2,
+            },
             {
                 **pool,
                 "name": "od-a",
