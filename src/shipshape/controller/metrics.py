@@ -18,6 +18,13 @@ class ControllerMetrics:
             ["capacity_type", "reason"],
             registry=registry,
         )
+        self.packed = Counter(
+            "shipshape_packing_preferences",
+            "Pods given preferences for the fullest nodes that fit them, by capacity type "
+            "(a pod with no node to fill counts under packed=false).",
+            ["capacity_type", "packed"],
+            registry=registry,
+        )
         self.skipped = Counter(
             "shipshape_webhook_skipped",
             "Pods admitted without a placement decision, by cause.",

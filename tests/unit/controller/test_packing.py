@@ -230,3 +230,25 @@ def test_a_burst_fills_one_node_after_another() -> None:
         )
         h.cache.apply(added(mutated))
     assert first_choice == ["od-b", "od-b", "od-a", "od-a"]
+
+
+def test_packing_is_counted_by_capacity_type_and_outcome() -> None:
+    h = Harness(ControllerConfig(packing=Packing.ON_DEMAND))
+    dep = deployment("api", 3, ENABLED)
+    rs = replicaset(dep)
+    h.add(namespace("shop"), dep, rs, ready_node("od-a", "on-demand", cpu="2"), ready_node("s1", "spot"))
+    _admit_base_pod(h, rs)  # 1 cpu: fits on od-a
+    h.cache.apply(added(sized(pod_of(rs, "api-big", node="od-a"), "1500m", "1Gi")))
+    h.placer.review(review(sized(pod_of(rs), "1", "1Gi")))  # base already met: this one goes to spot
+    db = deployment("db", 1, {**ENABLED, "spot.shipshape.dev/single-replica": "on-demand"})
+    big = replicaset(db, "x1")
+    h.add(db, big)
+    h.placer.review(review(sized(pod_of(big), "1", "1Gi")))  # on-demand, but od-a has no room left
+    assert (
+        h.metric("shipshape_packing_preferences_total", {"capacity_type": "on-demand", "packed": "true"}) == 1
+    )
+    assert (
+        h.metric("shipshape_packing_preferences_total", {"capacity_type": "on-demand", "packed": "false"})
+        == 1
+    )
+    assert h.metric("shipshape_packing_preferences_total", {"capacity_type": "spot", "packed": "true"}) == 0

@@ -227,7 +227,9 @@ class PodPlacer:
             tolerations if capacity is CapacityType.SPOT else (),
             decision.avoided_nodes,
         )
-        return fullest_fitting(pod_requests(pod), rooms)
+        fullest = fullest_fitting(pod_requests(pod), rooms)
+        self.metrics.packed.labels(capacity_type=capacity.value, packed=str(bool(fullest)).lower()).inc()
+        return fullest
 
     def _skip(self, cause: str) -> Outcome:
         self.metrics.skipped.labels(cause=cause).inc()
