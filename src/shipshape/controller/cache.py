@@ -17,7 +17,15 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipshape.controller.packing import NodeRoom, pod_requests
+from shipshape.controller.packing import (
+    NodeRoom,
+    Room,
+    is_daemon,
+    is_placeholder,
+    node_ready,
+    pod_requests,
+    takes_replacements,
+)
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
 from shipshape.controller.policy import (
     CAPACITY_LABEL,
@@ -156,8 +164,7 @@ def _takes_pods(node: Mapping[str, Any]) -> bool:
     metadata, spec = node.get("metadata") or {}, node.get("spec") or {}
     if spec.get("unschedulable") or metadata.get("deletionTimestamp"):
         return False
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return node_ready(node)
 
 
 def taint_keys(node: Mapping[str, Any]) -> set[str]:
@@ -165,8 +172,20 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
 
 
 # What the loops keep per pod object (`ClusterCache.pod_derived`).
-POD_STATE, POD_REQUESTS = "state", "requests"
-POD_SLOTS = (POD_STATE, POD_REQUESTS)
+POD_STATE = "state"
+POD_SLOTS = (POD_STATE,)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """Where a pod's requests count: `packed` (its node, or the node its decision packed it onto while
+    it is pending) and `bound` (its node); its role: workload, daemon or placeholder."""
+
+    packed: str
+    bound: str
+    cpu: int
+    memory: int
+    role: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,9 +293,12 @@ class ClusterCache:
         self._unbound: dict[tuple[str, str], Obj] = {}
         # What the pods bound to each node request (cpu, memory, pods), kept per pod event, and each
         # node's allocatable (cpu, memory, pods): the rooms the webhook packs pods into.
-        self._pod_usage: dict[tuple[str, str], tuple[str, int, int]] = {}
+        self._pod_usage: dict[tuple[str, str], PodUsage] = {}
         self._node_usage: dict[str, list[int]] = {}
         self._allocatable: dict[str, tuple[int, int, int]] = {}
+        # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
+        # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
+        self._bound_usage: dict[str, list[int]] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -364,35 +386,63 @@ class ClusterCache:
     def _account(
         self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: Mapping[str, Any] | None = None
     ) -> None:
-        """Move the pod's requests to the node it is bound to now (none once it is gone or finished).
+        """Move the pod's requests to the nodes it counts on now (none once it is gone or finished).
 
-        A pod not bound yet counts on the node its decision packed it onto (the decision's `node`), as
-        kube-scheduler's assumed pods do: a burst of creations then fills one node after another
-        instead of every pod preferring the same node. A pod's requests do not change while it stays on
-        one node, so they are parsed only when it moves."""
-        node = ""
+        For packing, a pod not bound yet counts on the node its decision packed it onto (the decision's
+        `node`), as kube-scheduler's assumed pods do: a burst of creations then fills one node after
+        another instead of every pod preferring the same node. For the headroom's room, only bound
+        pods count, placeholders not at all. A pod's requests do not change, so they are parsed once.
+        """
+        packed, bound = "", ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            node = str((pod.get("spec") or {}).get("nodeName") or "")
-            if not node and decision is not None:
-                node = str(decision.get("node") or "")
+            bound = str((pod.get("spec") or {}).get("nodeName") or "")
+            packed = bound or (str(decision.get("node") or "") if decision is not None else "")
         old = self._pod_usage.get(key)
-        if old is not None and old[0] == node:
+        if old is not None and old.packed == packed and old.bound == bound:
             return
         if old is not None:
-            used = self._node_usage[old[0]]
-            used[0] -= old[1]
-            used[1] -= old[2]
-            used[2] -= 1
+            self._count(old, -1)
+        if pod is None or not (packed or bound):
+            self._pod_usage.pop(key, None)
+            return
+        if old is not None:
+            usage = PodUsage(packed, bound, old.cpu, old.memory, old.role)
+        else:
+            role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon(pod) else "workload"
+            usage = PodUsage(packed, bound, *pod_requests(pod), role)
+        self._pod_usage[key] = usage
+        self._count(usage, 1)
+
+    def _count(self, usage: PodUsage, sign: int) -> None:
+        if usage.packed:
+            used = self._node_usage.setdefault(usage.packed, [0, 0, 0])
+            used[0] += sign * usage.cpu
+            used[1] += sign * usage.memory
+            used[2] += sign
             if used[2] <= 0:
-                del self._node_usage[old[0]]
-            del self._pod_usage[key]
-        if pod is not None and node:
-            cpu, memory = pod_requests(pod)
-            used = self._node_usage.setdefault(node, [0, 0, 0])
-            used[0] += cpu
-            used[1] += memory
-            used[2] += 1
-            self._pod_usage[key] = (node, cpu, memory)
+                del self._node_usage[usage.packed]
+        if usage.bound and usage.role != "placeholder":
+            held = self._bound_usage.setdefault(usage.bound, [0, 0, 0, 0])
+            held[0] += sign * usage.cpu
+            held[1] += sign * usage.memory
+            held[2] += sign
+            held[3] += sign if usage.role == "workload" else 0
+            if held[2] <= 0:
+                del self._bound_usage[usage.bound]
+
+    def spare_rooms(self) -> list[Room]:
+        """`headroom.spare_room` over the cache's nodes and pods, from the per-node sums: the room left
+        on each node that takes replacements and runs a workload pod, in the cache's node order."""
+        rooms: list[Room] = []
+        for (_, name), node in self._objects["Node"].items():
+            held = self._bound_usage.get(name)
+            allocatable = self._allocatable.get(name)
+            if held is None or held[3] <= 0 or allocatable is None or not takes_replacements(node):
+                continue
+            cpu, memory, pods = (allocatable[0] - held[0], allocatable[1] - held[1], allocatable[2] - held[2])
+            if cpu > 0 and memory > 0 and pods > 0:
+                rooms.append(Room(node_pool(node), cpu, memory, pods))
+        return rooms
 
     def requested_on(self, node: str) -> tuple[int, int, int]:
         """What the pods bound to a node request: cpu millicores, memory bytes, pods."""

@@ -9,7 +9,6 @@ capacity.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.cache import node_pool
@@ -20,9 +19,9 @@ from shipshape.controller.decisions import (
     headroom_plan,
     spot_pods_by_pool,
 )
-from shipshape.controller.packing import pod_requests
+from shipshape.controller.packing import Room, is_daemon, is_placeholder, pod_requests, takes_replacements
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import CAPACITY_LABEL, CapacityType
+from shipshape.controller.policy import CAPACITY_LABEL, HEADROOM_LABEL, CapacityType
 from shipshape.kube.quantity import format_bytes, format_cpu
 from shipshape.kube.scheduling import node_allocatable
 
@@ -34,46 +33,6 @@ PRIORITY_CLASS = "shipshape-headroom"
 # there would hold no capacity at all (the overprovisioning pattern of cluster-autoscaler's FAQ uses -1).
 PRIORITY_VALUE = -1
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-HEADROOM_LABEL = "spot.shipshape.dev/headroom"
-
-
-def _ready(node: Mapping[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _takes_replacements(node: Mapping[str, Any]) -> bool:
-    """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
-    not cordoned, not under a notice, not being removed)."""
-    metadata = node.get("metadata") or {}
-    spec = node.get("spec") or {}
-    capacity = (metadata.get("labels") or {}).get(CAPACITY_LABEL)
-    if capacity not in (CapacityType.ON_DEMAND.value, CapacityType.SPOT.value):
-        return False
-    if spec.get("unschedulable") or metadata.get("deletionTimestamp") or not _ready(node):
-        return False
-    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
-
-
-def _is_placeholder(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
-
-
-def _is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Room:
-    """Free requests on one node: cpu millicores, memory bytes, pod slots; `pool` is the node's spot
-    pool (None on on-demand)."""
-
-    pool: Pool | None
-    cpu_millis: int
-    memory_bytes: int
-    pods: int
 
 
 def spare_room(
@@ -91,7 +50,7 @@ def spare_room(
     free: dict[str, list[int]] = {}
     pools: dict[str, Pool | None] = {}
     for node in nodes:
-        if _takes_replacements(node):
+        if takes_replacements(node):
             allocatable = node_allocatable(node)
             name = str((node.get("metadata") or {}).get("name"))
             free[name] = [
@@ -106,9 +65,9 @@ def spare_room(
         slot = free.get(node_name)
         if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        if _is_placeholder(pod):
+        if is_placeholder(pod):
             continue
-        if not _is_daemon(pod):
+        if not is_daemon(pod):
             held.add(node_name)
         cpu, memory = requests(pod)
         slot[0] -= cpu

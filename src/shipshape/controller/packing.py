@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shipshape.controller.policy import HOSTNAME_LABEL
+from shipshape.controller.placement import Pool
+from shipshape.controller.policy import CAPACITY_LABEL, HEADROOM_LABEL, HOSTNAME_LABEL, CapacityType
 from shipshape.kube.quantity import cpu_millis, to_int
 
 # Weights of the preferred terms for the fullest node, the next one, ...: the scheduler normalises
@@ -84,6 +85,45 @@ def fullest_fitting(
             ranked.append((-fill, room.name, room))
     ranked.sort(key=lambda item: item[:2])
     return tuple(room for _, _, room in ranked[:limit])
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """Free requests on one node: cpu millicores, memory bytes, pod slots; `pool` is the node's spot
+    pool (None on on-demand)."""
+
+    pool: Pool | None
+    cpu_millis: int
+    memory_bytes: int
+    pods: int
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def takes_replacements(node: Mapping[str, Any]) -> bool:
+    """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
+    not cordoned, not under a notice, not being removed): where replacements after a notice can go."""
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    capacity = (metadata.get("labels") or {}).get(CAPACITY_LABEL)
+    if capacity not in (CapacityType.ON_DEMAND.value, CapacityType.SPOT.value):
+        return False
+    if spec.get("unschedulable") or metadata.get("deletionTimestamp") or not node_ready(node):
+        return False
+    return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+
+
+def is_placeholder(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
+
+
+def is_daemon(pod: Mapping[str, Any]) -> bool:
+    return any(
+        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 def packing_preferences(hosts: Iterable[str]) -> list[dict[str, Any]]:

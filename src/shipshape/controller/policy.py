@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PREFIX = "spot.shipshape.dev/"
+# Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
+HEADROOM_LABEL = PREFIX + "headroom"
 ENABLED = PREFIX + "enabled"
 ON_DEMAND_BASE = PREFIX + "on-demand-base"
 SPOT_PERCENTAGE = PREFIX + "spot-percentage"

@@ -10,7 +10,6 @@ from typing import Any
 
 from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.headroom import (
-    HEADROOM_LABEL,
     Room,
     placeholder_deployments,
     pods_to_cover,
@@ -19,7 +18,7 @@ from shipshape.controller.headroom import (
 )
 from shipshape.controller.loops.headroom import _same
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.policy import HEADROOM_LABEL, CapacityType, WorkloadKind, WorkloadPolicy
 
 from .builders import node
 

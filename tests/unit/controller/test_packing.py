@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import jsonpatch
 import pytest
 
-from shipshape.controller.packing import NodeRoom, fullest_fitting, packing_preferences, pod_requests
+from shipshape.controller.cache import ClusterCache
+from shipshape.controller.headroom import spare_room
+from shipshape.controller.packing import NodeRoom, Room, fullest_fitting, packing_preferences, pod_requests
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, Packing
 
@@ -252,3 +255,115 @@ def test_packing_is_counted_by_capacity_type_and_outcome() -> None:
         == 1
     )
     assert h.metric("shipshape_packing_preferences_total", {"capacity_type": "spot", "packed": "true"}) == 0
+
+
+def _random_pod(rng: random.Random, index: int, nodes: list[str]) -> Obj:
+    role = rng.choice(["workload", "workload", "daemon", "placeholder"])
+    pod: Obj = {
+        "kind": "Pod",
+        "metadata": {"name": f"p{index}", "namespace": "shop", "labels": {}},
+        "spec": {
+            "containers": [
+                {
+                    "resources": {
+                        "requests": {
+                            "cpu": f"{rng.randint(1, 20) * 100}m",
+                            "memory": f"{rng.randint(1, 8)}Gi",
+                        }
+                    }
+                }
+            ]
+        },
+        "status": {"phase": "Running"},
+    }
+    if role == "daemon":
+        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "agent", "controller": True}]
+    elif role == "placeholder":
+        pod["metadata"]["labels"] = {"spot.shipshape.dev/headroom": "true"}
+    if rng.random() < 0.8:
+        pod["spec"]["nodeName"] = rng.choice(nodes)
+    return pod
+
+
+def test_spare_rooms_from_the_per_node_sums_equal_a_scan_of_every_pod() -> None:
+    """The cache's incremental sums give what `headroom.spare_room` computes from all nodes and pods,
+    through random creations, bindings, moves, finished pods, deletions and node changes."""
+    rng = random.Random(11)
+    cache = ClusterCache(ControllerConfig())
+    names = [f"n{i}" for i in range(6)]
+    for i, name in enumerate(names):
+        cache.apply(added(ready_node(name, "spot" if i % 2 else "on-demand", cpu="4", memory="16Gi")))
+    pods: dict[str, Obj] = {}
+    seen_rooms = 0
+    for step in range(400):
+        action = rng.random()
+        if action < 0.4 or not pods:
+            pod = _random_pod(rng, step, names)
+            pods[pod["metadata"]["name"]] = pod
+            cache.apply(added(pod))
+        elif action < 0.6:
+            pod = pods[rng.choice(sorted(pods))]
+            pod = {**pod, "spec": {**pod["spec"], "nodeName": rng.choice(names)}}
+            pods[pod["metadata"]["name"]] = pod
+            cache.apply({"type": "MODIFIED", "object": pod})
+        elif action < 0.7:
+            pod = pods[rng.choice(sorted(pods))]
+            pod = {**pod, "status": {"phase": rng.choice(["Succeeded", "Failed"])}}
+            pods[pod["metadata"]["name"]] = pod
+            cache.apply({"type": "MODIFIED", "object": pod})
+        elif action < 0.85:
+            pod = pods.pop(rng.choice(sorted(pods)))
+            cache.apply({"type": "DELETED", "object": pod})
+        else:
+            node = ready_node(rng.choice(names), rng.choice(["spot", "on-demand"]), cpu="4", memory="16Gi")
+            if rng.random() < 0.3:
+                node["spec"]["unschedulable"] = True
+            cache.apply({"type": "MODIFIED", "object": node})
+        rooms = cache.spare_rooms()
+        assert rooms == spare_room(cache.objects("Node"), cache.objects("Pod")), step
+        seen_rooms += len(rooms)
+    assert seen_rooms > 400  # the comparison was not between empty lists
+
+
+def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholders_hold() -> None:
+    cache = ClusterCache(ControllerConfig())
+    for name in ("daemons-only", "busy", "cordoned"):
+        cache.apply(added(ready_node(name, "on-demand", cpu="4", memory="16Gi")))
+    cordoned = ready_node("cordoned", "on-demand", cpu="4", memory="16Gi")
+    cordoned["spec"]["unschedulable"] = True
+    cache.apply({"type": "MODIFIED", "object": cordoned})
+    daemon = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "agent-1",
+            "namespace": "kube-system",
+            "ownerReferences": [{"kind": "DaemonSet"}],
+        },
+        "spec": {"nodeName": "daemons-only", "containers": [{"resources": {"requests": {"cpu": "100m"}}}]},
+    }
+    placeholder = {
+        "kind": "Pod",
+        "metadata": {"name": "hold-1", "namespace": "x", "labels": {"spot.shipshape.dev/headroom": "true"}},
+        "spec": {
+            "nodeName": "busy",
+            "containers": [{"resources": {"requests": {"cpu": "2", "memory": "8Gi"}}}],
+        },
+    }
+    work = {
+        "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "spec": {
+            "nodeName": "busy",
+            "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        },
+    }
+    on_cordoned = {
+        **work,
+        "metadata": {"name": "web-2", "namespace": "shop"},
+        "spec": {**work["spec"], "nodeName": "cordoned"},
+    }
+    for pod in (daemon, placeholder, work, on_cordoned):
+        cache.apply(added(pod))
+    assert cache.spare_rooms() == [Room(None, 3000, 15 * GI, 109)]
+    cache.apply({"type": "DELETED", "object": work})
+    assert cache.spare_rooms() == []

@@ -1,6 +1,7 @@
 """Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
 pods one spot pool could lose (by default only those whose loss would take a workload below its floor,
-`pods_to_cover`) that the room left on other nodes would not already take (`uncovered_plan`), so that
+`pods_to_cover`) that the room left on other nodes (`ClusterCache.spare_rooms`, kept per node from the
+pod events) would not already take (`uncovered_plan`), so that
 those replacements after a notice preempt placeholders or land in free room and start at once. Keeps
 the PriorityClass, creates/updates the placeholders and removes the ones no longer needed."""
 
@@ -10,18 +11,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.cache import POD_REQUESTS
 from shipshape.controller.headroom import (
-    HEADROOM_LABEL,
     placeholder_deployments,
     pods_to_cover,
     priority_class,
-    spare_room,
     uncovered_plan,
 )
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
-from shipshape.controller.packing import pod_requests
+from shipshape.controller.policy import HEADROOM_LABEL
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
 
@@ -48,15 +46,6 @@ class HeadroomKeeper(Reconciler):
         super().__init__(*args, **kwargs)
         self._priority_class_applied = False
 
-    def _requests_of(self, pod: Mapping[str, Any]) -> tuple[int, int]:
-        """A pod's requests, parsed once per pod object: a round reads every pod of the cluster."""
-        kept = self.cache.pod_derived(pod, POD_REQUESTS)
-        if isinstance(kept, tuple):
-            return kept
-        requests = pod_requests(pod)
-        self.cache.keep_pod_derived(pod, POD_REQUESTS, requests)
-        return requests
-
     @property
     def interval(self) -> float:
         return self.settings.headroom_interval_seconds
@@ -66,7 +55,7 @@ class HeadroomKeeper(Reconciler):
             return
         namespace = self.config.namespace
         with self.reading():
-            rooms = spare_room(self.cache.objects("Node"), self.cache.objects("Pod"), self._requests_of)
+            rooms = self.cache.spare_rooms()
             covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
             plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
