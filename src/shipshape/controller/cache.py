@@ -296,6 +296,8 @@ class ClusterCache:
         self._pod_usage: dict[tuple[str, str], PodUsage] = {}
         self._node_usage: dict[str, list[int]] = {}
         self._allocatable: dict[str, tuple[int, int, int]] = {}
+        # Per node: its capacity type and whether it takes replacements (`packing.takes_replacements`).
+        self._node_facts: dict[str, tuple[CapacityType | None, bool]] = {}
         # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
         # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
         self._bound_usage: dict[str, list[int]] = {}
@@ -334,6 +336,7 @@ class ClusterCache:
                 allocatable.get("memory", 0),
                 allocatable.get("pods", 0),
             )
+            self._node_facts[key[1]] = (node_capacity(obj), takes_replacements(obj))
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
@@ -364,6 +367,7 @@ class ClusterCache:
         if kind == "Node":
             self._node_summary = None
             self._allocatable.pop(key[1], None)
+            self._node_facts.pop(key[1], None)
             if key in self._objects["Node"]:
                 self._nodes_moved()
         elif kind == "Pod":
@@ -437,7 +441,7 @@ class ClusterCache:
         for (_, name), node in self._objects["Node"].items():
             held = self._bound_usage.get(name)
             allocatable = self._allocatable.get(name)
-            if held is None or held[3] <= 0 or allocatable is None or not takes_replacements(node):
+            if held is None or held[3] <= 0 or allocatable is None or not self._node_facts[name][1]:
                 continue
             cpu, memory, pods = (allocatable[0] - held[0], allocatable[1] - held[1], allocatable[2] - held[2])
             if cpu > 0 and memory > 0 and pods > 0:
@@ -735,6 +739,11 @@ class ClusterCache:
     def pool_nodes(self) -> Mapping[Pool, frozenset[str]]:
         """The names of each spot pool's nodes (read-only)."""
         return self._nodes().pool_nodes
+
+    def nodes_of_capacity(self, capacity: CapacityType) -> list[Obj]:
+        """The nodes of one capacity type, in the cache's node order."""
+        facts = self._node_facts
+        return [node for (_, name), node in self._objects["Node"].items() if facts[name][0] is capacity]
 
     def nodes_with_taints(self, keys: frozenset[str]) -> list[Obj]:
         return [node for node in self._objects["Node"].values() if taint_keys(node) & keys]

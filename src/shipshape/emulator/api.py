@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from shipshape.emulator.admission import SYSTEM as SYSTEM
 from shipshape.emulator.admission import webhooks as hooks
 from shipshape.emulator.resources import ResourceType
 from shipshape.emulator.runtime import Cluster
-from shipshape.emulator.store import Obj, clone, meta
+from shipshape.emulator.store import Obj, clone, meta, new_uid
 from shipshape.kube import errors, labels
 from shipshape.kube import patch as kpatch
 from shipshape.kube.clock import rfc3339
@@ -249,7 +248,7 @@ class Api:
             raise errors.BadRequest("resourceVersion should not be set on objects to be created")
         uid: str | None = None
         if rt is r.JOBS:
-            uid = str(uuid.uuid4())
+            uid = new_uid()
             if not md.get("name") and md.get("generateName"):
                 md["name"] = f"{md['generateName']}{_suffix()}"
             defaults.job_selector(obj, uid)

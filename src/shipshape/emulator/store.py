@@ -57,6 +57,12 @@ def _suffix(n: int = 5) -> str:
     return "".join(random.choice(alphabet) for _ in range(n))
 
 
+def new_uid() -> str:
+    """A version 4 UUID drawn from `random`, like the generated names: a simulation that seeds `random`
+    replays with the same uids (they break ties in orderings, e.g. the ReplicaSet's deletion ranking)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
 def meta(obj: Obj) -> Obj:
     md: Obj = obj.setdefault("metadata", {})
     return md
@@ -252,7 +258,7 @@ class Store:
             raise errors.AlreadyExists.of(rt.plural, md["name"], rt.group)
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             md.pop(field, None)
-        md["uid"] = uid or str(uuid.uuid4())
+        md["uid"] = uid or new_uid()
         md["creationTimestamp"] = rfc3339(self.clock.now() if created_at is None else created_at)
         md["generation"] = 1
         if dry_run:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.availability import deployment_max_unavailable
-from shipshape.controller.cache import NOTICE_TAINTS, QUEUE_NOTICE_TAINT, node_capacity, node_pool, taint_keys
+from shipshape.controller.cache import NOTICE_TAINTS, QUEUE_NOTICE_TAINT, node_pool, taint_keys
 from shipshape.controller.decisions import (
     ActionKind,
     InterruptionPlan,
@@ -342,7 +342,7 @@ class InterruptionResponder(Reconciler):
             return
         self._last_poll = now
         with self.reading():
-            spot = [n for n in self.cache.objects("Node") if node_capacity(n) is CapacityType.SPOT]
+            spot = self.cache.nodes_of_capacity(CapacityType.SPOT)
         found: dict[str, Notice] = {}
         recommended: dict[str, Pool | None] = {}
         for node in spot:

@@ -162,11 +162,13 @@ class ReplicaSetController(PodOwnerController):
         if owner is None:
             return own
         ns = rs["metadata"].get("namespace", "")
-        siblings = {
+        # A list in the store's order, not a set: the order reaches the deletion ranking's ties, and a
+        # set of strings would iterate differently in each process (hash randomisation).
+        siblings = [
             s["metadata"]["uid"]
             for s in self.store.list(REPLICASETS, ns)
             if (ref := podutil.controller_ref(s)) is not None and ref.get("uid") == owner.get("uid")
-        }
+        ]
         return [pod for uid in siblings for rt, pod in self.store.dependents(uid) if rt is PODS]
 
     def _status(self, rs: Obj, pods: list[Obj], failure: tuple[str, str] | None) -> Obj:
