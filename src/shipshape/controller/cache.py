@@ -291,8 +291,9 @@ class ClusterCache:
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
-        # What the pods bound to each node request (cpu, memory, pods), kept per pod event, and each
-        # node's allocatable (cpu, memory, pods): the rooms the webhook packs pods into.
+        # What the pods on each node, and the pending ones packed onto it, request (cpu, memory, pods),
+        # kept per pod event, and each node's allocatable (cpu, memory, pods): the rooms the webhook
+        # packs pods into.
         self._pod_usage: dict[tuple[str, str], PodUsage] = {}
         self._node_usage: dict[str, list[int]] = {}
         self._allocatable: dict[str, tuple[int, int, int]] = {}
@@ -449,7 +450,8 @@ class ClusterCache:
         return rooms
 
     def requested_on(self, node: str) -> tuple[int, int, int]:
-        """What the pods bound to a node request: cpu millicores, memory bytes, pods."""
+        """What the pods on a node, and the pending ones packed onto it, request: cpu millicores, memory
+        bytes, pods."""
         used = self._node_usage.get(node)
         return (used[0], used[1], used[2]) if used is not None else (0, 0, 0)
 
