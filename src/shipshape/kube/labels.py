@@ -26,12 +26,12 @@ class Requirement:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         op = self.operator
+        if op == "In":  # the most common operator (every matchLabels entry) first
+            return self.key in labels and labels[self.key] in self.values
         if op == "Exists":
             return self.key in labels
         if op == "DoesNotExist":
             return self.key not in labels
-        if op == "In":
-            return self.key in labels and labels[self.key] in self.values
         if op == "NotIn":
             return self.key not in labels or labels[self.key] not in self.values
         if op in ("Gt", "Lt"):
@@ -54,7 +54,11 @@ class Selector:
         if self.match_nothing:
             return False
         have = labels or {}
-        return all(req.matches(have) for req in self.requirements)
+        # A loop rather than all(<generator>): this runs for every pod a controller looks at.
+        for req in self.requirements:  # noqa: SIM110
+            if not req.matches(have):
+                return False
+        return True
 
     @property
     def empty(self) -> bool:
