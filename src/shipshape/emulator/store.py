@@ -185,6 +185,11 @@ class Store:
 
         return [(BY_KEY[key], obj) for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items()]
 
+    def dependents_of(self, owner_uid: str, rt: ResourceType) -> builtins.list[Obj]:
+        """`dependents` of one type, in the same order."""
+        kind = rt.key
+        return [obj for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items() if key == kind]
+
     # ---- watching ----------------------------------------------------------------------
     def subscribe(
         self, listener: Listener, kinds: Iterable[ResourceType] | None = None
