@@ -237,6 +237,8 @@ class ClusterCache:
         # namespace, node placements. `_derived` keeps one derived value per workload.
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
+        # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
+        self._placed: dict[GroupKey, tuple[tuple[int, int], GroupCounts]] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         self._pod_derived: dict[tuple[str, str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
@@ -510,6 +512,24 @@ class ClusterCache:
         self._expire(now)
         assumed = self._assumed_totals.get(group)
         counts = assumed.copy() if assumed is not None else GroupCounts()
+        placed = self._placed_counts(group)
+        # Adding the pods' counts pool by pool (in the order the pods first name them) gives the
+        # same counts, pools in the same order, as adding the pods one by one.
+        counts.on_demand += placed.on_demand
+        counts.spot_unplaced += placed.spot_unplaced
+        for pool, number in placed.spot_by_pool.items():
+            counts.add(CapacityType.SPOT, pool, number)
+        return counts
+
+    def _placed_counts(self, group: GroupKey) -> GroupCounts:
+        """The group's active pods by capacity and pool, kept until a pod of the group or a node's
+        placement changes (the group's version and the node version say so): the webhook asks for
+        every pod it admits, and a burst of admissions for one workload would count its pods each time."""
+        stamp = (self._group_versions.get(group, 0), self._node_version)
+        kept = self._placed.get(group)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        counts = GroupCounts()
         for key, pod in self._pods_by_group.get(group, {}).items():
             if not is_active(pod):
                 continue
@@ -518,6 +538,7 @@ class ClusterCache:
                 placement = self._placements[key] = self._placement_of(pod)
             if placement[0] is not None:
                 counts.add(placement[0], placement[1])
+        self._placed[group] = (stamp, counts)
         return counts
 
     def assume(
