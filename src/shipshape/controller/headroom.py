@@ -55,16 +55,6 @@ def _takes_replacements(node: Mapping[str, Any]) -> bool:
     return not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
 
 
-def _is_placeholder(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
-
-
-def _is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Room:
     """Free requests on one node: cpu millicores, memory bytes, pod slots; `pool` is the node's spot
@@ -76,39 +66,52 @@ class Room:
     pods: int
 
 
+def node_room(node: Mapping[str, Any]) -> tuple[Pool | None, int, int, int] | None:
+    """A node's spot pool and allocatable cpu millicores, memory bytes and pod slots, if it takes
+    replacements (None otherwise): what `spare_room` starts from."""
+    if not _takes_replacements(node):
+        return None
+    allocatable = node_allocatable(node)
+    return (
+        node_pool(node),
+        allocatable.get("cpu", 0),
+        allocatable.get("memory", 0),
+        allocatable.get("pods", 110),
+    )
+
+
 def spare_room(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     requests: Callable[[Mapping[str, Any]], tuple[int, int]] = pod_requests,
+    room_of: Callable[[Mapping[str, Any]], tuple[Pool | None, int, int, int] | None] = node_room,
 ) -> list[Room]:
     """The room left on each on-demand or spot node that runs workload pods.
 
     The room placeholders hold counts as free (replacements preempt them), which keeps the answer
     independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
     and placeholders) count for nothing: the autoscaler may remove them, unless the placeholders this
-    plan asks for keep them. `requests` gives a pod's (cpu millicores, memory bytes) requests.
+    plan asks for keep them. `requests` gives a pod's (cpu millicores, memory bytes) requests and
+    `room_of` a node's `node_room` (a caller may remember both per object).
     """
     free: dict[str, list[int]] = {}
     pools: dict[str, Pool | None] = {}
     for node in nodes:
-        if _takes_replacements(node):
-            allocatable = node_allocatable(node)
+        room = room_of(node)
+        if room is not None:
             name = str((node.get("metadata") or {}).get("name"))
-            free[name] = [
-                allocatable.get("cpu", 0),
-                allocatable.get("memory", 0),
-                allocatable.get("pods", 110),
-            ]
-            pools[name] = node_pool(node)
+            free[name] = [room[1], room[2], room[3]]
+            pools[name] = room[0]
     held: set[str] = set()
     for pod in pods:
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
         slot = free.get(node_name)
         if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        if _is_placeholder(pod):
+        metadata = pod.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(HEADROOM_LABEL) == "true":  # a placeholder
             continue
-        if not _is_daemon(pod):
+        if not any(ref.get("kind") == "DaemonSet" for ref in metadata.get("ownerReferences") or ()):
             held.add(node_name)
         cpu, memory = requests(pod)
         slot[0] -= cpu

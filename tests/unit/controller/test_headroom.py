@@ -12,6 +12,7 @@ from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     Room,
+    node_room,
     placeholder_deployments,
     pods_to_cover,
     spare_room,
@@ -89,6 +90,11 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() 
         placeholder("od-placeholders-only"),  # a node the autoscaler may remove: no spare
     ]
     assert spare_room(nodes, pods) == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
+    # A caller's remembered node rooms (`room_of`) give the same answer.
+    remembered = {node["metadata"]["name"]: node_room(node) for node in nodes}
+    rooms = spare_room(nodes, pods, room_of=lambda node: remembered[node["metadata"]["name"]])
+    assert rooms == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
+    assert remembered["gpu-1"] is None and remembered["spot-1"] == (POOL_B, 4000, 16 * GIB, 110)
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:

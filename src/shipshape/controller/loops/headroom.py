@@ -14,6 +14,7 @@ from shipshape.controller.cache import POD_REQUESTS
 from shipshape.controller.decisions import pod_requests
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
+    node_room,
     placeholder_deployments,
     pods_to_cover,
     priority_class,
@@ -22,6 +23,7 @@ from shipshape.controller.headroom import (
 )
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
+from shipshape.controller.placement import Pool
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
 
@@ -47,6 +49,19 @@ class HeadroomKeeper(Reconciler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._priority_class_applied = False
+        # Per node name: the node object last seen and its `node_room` (rebuilt every round, so
+        # nodes that left are dropped).
+        self._rooms: dict[str, tuple[Mapping[str, Any], tuple[Pool | None, int, int, int] | None]] = {}
+
+    def _room_of(self, node: Mapping[str, Any]) -> tuple[Pool | None, int, int, int] | None:
+        """A node's `node_room`, worked out once per node object (a changed node is a new object)."""
+        name = str((node.get("metadata") or {}).get("name"))
+        kept = self._rooms.get(name)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        room = node_room(node)
+        self._rooms[name] = (node, room)
+        return room
 
     def _requests_of(self, pod: Mapping[str, Any]) -> tuple[int, int]:
         """A pod's requests, parsed once per pod object: a round reads every pod of the cluster."""
@@ -66,7 +81,13 @@ class HeadroomKeeper(Reconciler):
             return
         namespace = self.config.namespace
         with self.reading():
-            rooms = spare_room(self.cache.objects("Node"), self.cache.objects("Pod"), self._requests_of)
+            nodes = list(self.cache.objects("Node"))
+            kept, self._rooms = self._rooms, {}
+            for node in nodes:  # the rooms of the nodes there now, the unchanged ones as they were
+                name = str((node.get("metadata") or {}).get("name"))
+                if name in kept:
+                    self._rooms[name] = kept[name]
+            rooms = spare_room(nodes, self.cache.objects("Pod"), self._requests_of, self._room_of)
             covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
             plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
