@@ -232,6 +232,9 @@ class ClusterCache:
         # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
         # placement (its capacity type or pool) does, or a node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
+        # Per node name: the node object and its (capacity, pool), read once per node object (every
+        # pod placement read again after a node move asks its node's).
+        self._node_placements: dict[str, tuple[Obj, tuple[CapacityType | None, Pool | None]]] = {}
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
         # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
         # namespace, node placements. `_derived` keeps one derived value per workload.
@@ -303,6 +306,7 @@ class ClusterCache:
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind == "Node":
+            self._node_placements.pop(key[1], None)
             self._node_summary = None
             if key in self._objects["Node"]:
                 self._nodes_moved()
@@ -492,7 +496,12 @@ class ClusterCache:
         if node_name:
             node = self._objects["Node"].get(("", node_name))
             if node is not None:
-                return node_capacity(node), node_pool(node)
+                kept = self._node_placements.get(node_name)
+                if kept is not None and kept[0] is node:
+                    return kept[1]
+                placement = node_capacity(node), node_pool(node)
+                self._node_placements[node_name] = (node, placement)
+                return placement
         decision = read_decision(pod)
         if decision is None:
             return None, None
