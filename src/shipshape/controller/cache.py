@@ -144,8 +144,8 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
 
 
 # What the loops keep per pod object (`ClusterCache.pod_derived`).
-POD_STATE, POD_REQUESTS = "state", "requests"
-POD_SLOTS = (POD_STATE, POD_REQUESTS)
+POD_STATE, POD_LOAD = "state", "load"
+POD_SLOTS = (POD_STATE, POD_LOAD)
 
 
 @dataclass(frozen=True, slots=True)

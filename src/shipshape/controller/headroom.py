@@ -80,10 +80,26 @@ def node_room(node: Mapping[str, Any]) -> tuple[Pool | None, int, int, int] | No
     )
 
 
+def pod_load(
+    pod: Mapping[str, Any], requests: Callable[[Mapping[str, Any]], tuple[int, int]] = pod_requests
+) -> tuple[str, bool, int, int] | None:
+    """What a pod takes from its node's room: (node name, whether it holds the node, cpu millicores,
+    memory bytes); None for a pod that takes nothing (finished, or a placeholder). A workload pod
+    holds its node, a DaemonSet's does not. `requests` gives a pod's (cpu, memory) requests."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    metadata = pod.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(HEADROOM_LABEL) == "true":  # a placeholder
+        return None
+    daemon = any(ref.get("kind") == "DaemonSet" for ref in metadata.get("ownerReferences") or ())
+    cpu, memory = requests(pod)
+    return str((pod.get("spec") or {}).get("nodeName") or ""), not daemon, cpu, memory
+
+
 def spare_room(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
-    requests: Callable[[Mapping[str, Any]], tuple[int, int]] = pod_requests,
+    load_of: Callable[[Mapping[str, Any]], tuple[str, bool, int, int] | None] = pod_load,
     room_of: Callable[[Mapping[str, Any]], tuple[Pool | None, int, int, int] | None] = node_room,
 ) -> list[Room]:
     """The room left on each on-demand or spot node that runs workload pods.
@@ -91,8 +107,8 @@ def spare_room(
     The room placeholders hold counts as free (replacements preempt them), which keeps the answer
     independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
     and placeholders) count for nothing: the autoscaler may remove them, unless the placeholders this
-    plan asks for keep them. `requests` gives a pod's (cpu millicores, memory bytes) requests and
-    `room_of` a node's `node_room` (a caller may remember both per object).
+    plan asks for keep them. `load_of` gives a pod's `pod_load` and `room_of` a node's `node_room`
+    (a caller may remember both per object: a round reads every node and pod of the cluster).
     """
     free: dict[str, list[int]] = {}
     pools: dict[str, Pool | None] = {}
@@ -104,16 +120,15 @@ def spare_room(
             pools[name] = room[0]
     held: set[str] = set()
     for pod in pods:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        load = load_of(pod)
+        if load is None:
+            continue
+        node_name, holds, cpu, memory = load
         slot = free.get(node_name)
-        if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if slot is None:
             continue
-        metadata = pod.get("metadata") or {}
-        if (metadata.get("labels") or {}).get(HEADROOM_LABEL) == "true":  # a placeholder
-            continue
-        if not any(ref.get("kind") == "DaemonSet" for ref in metadata.get("ownerReferences") or ()):
+        if holds:
             held.add(node_name)
-        cpu, memory = requests(pod)
         slot[0] -= cpu
         slot[1] -= memory
         slot[2] -= 1

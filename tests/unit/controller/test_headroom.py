@@ -14,6 +14,7 @@ from shipshape.controller.headroom import (
     Room,
     node_room,
     placeholder_deployments,
+    pod_load,
     pods_to_cover,
     spare_room,
     uncovered_plan,
@@ -95,6 +96,9 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() 
     rooms = spare_room(nodes, pods, room_of=lambda node: remembered[node["metadata"]["name"]])
     assert rooms == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
     assert remembered["gpu-1"] is None and remembered["spot-1"] == (POOL_B, 4000, 16 * GIB, 110)
+    assert pod_load(daemon) == ("od-1", False, 100, GIB)  # a DaemonSet's pod holds no node
+    assert pod_load(pods[0]) == ("od-1", True, 500, GIB)
+    assert pod_load(placeholder("od-1")) is None and pod_load(pods[3]) is None  # placeholder, finished
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:

@@ -10,12 +10,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.cache import POD_REQUESTS
-from shipshape.controller.decisions import pod_requests
+from shipshape.controller.cache import POD_LOAD
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     node_room,
     placeholder_deployments,
+    pod_load,
     pods_to_cover,
     priority_class,
     spare_room,
@@ -26,6 +26,8 @@ from shipshape.controller.ops import ObjectRef, OpsError
 from shipshape.controller.placement import Pool
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
+# Kept for a pod that takes no room (`pod_load` is None), which a kept value of None cannot say.
+NO_LOAD = "none"
 
 
 def _same(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
@@ -63,14 +65,16 @@ class HeadroomKeeper(Reconciler):
         self._rooms[name] = (node, room)
         return room
 
-    def _requests_of(self, pod: Mapping[str, Any]) -> tuple[int, int]:
-        """A pod's requests, parsed once per pod object: a round reads every pod of the cluster."""
-        kept = self.cache.pod_derived(pod, POD_REQUESTS)
+    def _load_of(self, pod: Mapping[str, Any]) -> tuple[str, bool, int, int] | None:
+        """A pod's `pod_load`, worked out once per pod object: a round reads every pod of the cluster."""
+        kept = self.cache.pod_derived(pod, POD_LOAD)
         if isinstance(kept, tuple):
             return kept
-        requests = pod_requests(pod)
-        self.cache.keep_pod_derived(pod, POD_REQUESTS, requests)
-        return requests
+        if kept is NO_LOAD:
+            return None
+        load = pod_load(pod)
+        self.cache.keep_pod_derived(pod, POD_LOAD, NO_LOAD if load is None else load)
+        return load
 
     @property
     def interval(self) -> float:
@@ -87,7 +91,7 @@ class HeadroomKeeper(Reconciler):
                 name = str((node.get("metadata") or {}).get("name"))
                 if name in kept:
                     self._rooms[name] = kept[name]
-            rooms = spare_room(nodes, self.cache.objects("Pod"), self._requests_of, self._room_of)
+            rooms = spare_room(nodes, self.cache.objects("Pod"), self._load_of, self._room_of)
             covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
             plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
