@@ -538,15 +538,27 @@ class ClusterCache:
         kept = self._placed.get(group)
         if kept is not None and kept[0] == stamp:
             return kept[1]
-        counts = GroupCounts()
+        # `GroupCounts.add` of one pod at a time, unrolled: a burst of admissions for one workload
+        # changes its group's version with every pod, so this loop runs for each of them.
+        on_demand = unplaced = 0
+        by_pool: dict[Pool, int] = {}
+        placements = self._placements
         for key, pod in self._pods_by_group.get(group, {}).items():
             if not is_active(pod):
                 continue
-            placement = self._placements.get(key)
+            placement = placements.get(key)
             if placement is None:
-                placement = self._placements[key] = self._placement_of(pod)
-            if placement[0] is not None:
-                counts.add(placement[0], placement[1])
+                placement = placements[key] = self._placement_of(pod)
+            capacity, pool = placement
+            if capacity is None:
+                continue
+            if capacity is CapacityType.ON_DEMAND:
+                on_demand += 1
+            elif pool is None:
+                unplaced += 1
+            else:
+                by_pool[pool] = by_pool.get(pool, 0) + 1
+        counts = GroupCounts(on_demand, by_pool, unplaced)
         self._placed[group] = (stamp, counts)
         return counts
 
