@@ -623,7 +623,7 @@ class ClusterCache:
         for pool in risk.at_risk(now) | nodes.noticed_pools:
             excluded[pool] = Exclusion.AT_RISK
         return PlacementView(
-            pool_risk={pool: risk.score(pool, region, now) for pool, region in nodes.spot_pools.items()},
+            pool_risk=risk.scores(nodes.spot_pools, now),
             excluded=excluded,
             avoided_nodes=nodes.avoided,
             default_pool_share=self.config.max_pool_share,
