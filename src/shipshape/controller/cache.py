@@ -131,10 +131,20 @@ def node_pool(node: Mapping[str, Any]) -> Pool | None:
     return Pool(instance_type, zone)
 
 
+# The capacity types by label value: a dict lookup instead of the enum's call, for the loops that
+# read every node's capacity type each round.
+_CAPACITY_TYPES = {capacity.value: capacity for capacity in CapacityType}
+
+
 def node_capacity(node: Mapping[str, Any]) -> CapacityType | None:
     value = ((node.get("metadata") or {}).get("labels") or {}).get(CAPACITY_LABEL)
+    if not value:
+        return None
+    found = _CAPACITY_TYPES.get(value) if isinstance(value, str) else None
+    if found is not None:
+        return found
     try:
-        return CapacityType(value) if value else None
+        return CapacityType(value)
     except ValueError:
         return None
 

@@ -204,10 +204,16 @@ def uncovered_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], rooms: Seque
     Sizing them for every pod of the pool keeps on-demand nodes that hold nothing but placeholders
     while the cluster already has room for the replacements.
     """
-    uncovered = {
-        pool: _not_fitting(pods, (room for room in rooms if room.pool != pool))
-        for pool, pods in pods_by_pool.items()
-    }
+    # Each room's pool as one object per distinct pool, so that leaving a pool's rooms out compares
+    # identities: Pool equality is a Python-level call, and this runs for every pool and room.
+    canonical: dict[Pool | None, Pool | None] = {}
+    room_pools = [canonical.setdefault(room.pool, room.pool) for room in rooms]
+    uncovered: dict[Pool, list[PodState]] = {}
+    for pool, pods in pods_by_pool.items():
+        own = canonical.get(pool, pool)
+        uncovered[pool] = _not_fitting(
+            pods, (room for room, room_pool in zip(rooms, room_pools, strict=True) if room_pool is not own)
+        )
     return headroom_plan({pool: pods for pool, pods in uncovered.items() if pods})
 
 
