@@ -151,10 +151,20 @@ def node_pool(node: Mapping[str, Any]) -> Pool | None:
     return Pool(instance_type, zone)
 
 
+# The capacity types by label value: a dict lookup instead of the enum's call, for the loops that
+# read every node's capacity type each round.
+_CAPACITY_TYPES = {capacity.value: capacity for capacity in CapacityType}
+
+
 def node_capacity(node: Mapping[str, Any]) -> CapacityType | None:
     value = ((node.get("metadata") or {}).get("labels") or {}).get(CAPACITY_LABEL)
+    if not value:
+        return None
+    found = _CAPACITY_TYPES.get(value) if isinstance(value, str) else None
+    if found is not None:
+        return found
     try:
-        return CapacityType(value) if value else None
+        return CapacityType(value)
     except ValueError:
         return None
 
@@ -278,11 +288,16 @@ class ClusterCache:
         # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
         # placement (its capacity type or pool) does, or a node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
+        # Per node name: the node object and its (capacity, pool), read once per node object (every
+        # pod placement read again after a node move asks its node's).
+        self._node_placements: dict[str, tuple[Obj, tuple[CapacityType | None, Pool | None]]] = {}
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
         # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
         # namespace, node placements. `_derived` keeps one derived value per workload.
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
+        # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
+        self._placed: dict[GroupKey, tuple[tuple[int, int], GroupCounts]] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         self._pod_derived: dict[tuple[str, str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
@@ -366,6 +381,7 @@ class ClusterCache:
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind == "Node":
+            self._node_placements.pop(key[1], None)
             self._node_summary = None
             self._allocatable.pop(key[1], None)
             self._node_facts.pop(key[1], None)
@@ -667,7 +683,12 @@ class ClusterCache:
         if node_name:
             node = self._objects["Node"].get(("", node_name))
             if node is not None:
-                return node_capacity(node), node_pool(node)
+                kept = self._node_placements.get(node_name)
+                if kept is not None and kept[0] is node:
+                    return kept[1]
+                placement = node_capacity(node), node_pool(node)
+                self._node_placements[node_name] = (node, placement)
+                return placement
         decision = read_decision(pod)
         if decision is None:
             return None, None
@@ -687,14 +708,45 @@ class ClusterCache:
         self._expire(now)
         assumed = self._assumed_totals.get(group)
         counts = assumed.copy() if assumed is not None else GroupCounts()
+        placed = self._placed_counts(group)
+        # Adding the pods' counts pool by pool (in the order the pods first name them) gives the
+        # same counts, pools in the same order, as adding the pods one by one.
+        counts.on_demand += placed.on_demand
+        counts.spot_unplaced += placed.spot_unplaced
+        for pool, number in placed.spot_by_pool.items():
+            counts.add(CapacityType.SPOT, pool, number)
+        return counts
+
+    def _placed_counts(self, group: GroupKey) -> GroupCounts:
+        """The group's active pods by capacity and pool, kept until a pod of the group or a node's
+        placement changes (the group's version and the node version say so): the webhook asks for
+        every pod it admits, and a burst of admissions for one workload would count its pods each time."""
+        stamp = (self._group_versions.get(group, 0), self._node_version)
+        kept = self._placed.get(group)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        # `GroupCounts.add` of one pod at a time, unrolled: a burst of admissions for one workload
+        # changes its group's version with every pod, so this loop runs for each of them.
+        on_demand = unplaced = 0
+        by_pool: dict[Pool, int] = {}
+        placements = self._placements
         for key, pod in self._pods_by_group.get(group, {}).items():
             if not is_active(pod):
                 continue
-            placement = self._placements.get(key)
+            placement = placements.get(key)
             if placement is None:
-                placement = self._placements[key] = self._placement_of(pod)
-            if placement[0] is not None:
-                counts.add(placement[0], placement[1])
+                placement = placements[key] = self._placement_of(pod)
+            capacity, pool = placement
+            if capacity is None:
+                continue
+            if capacity is CapacityType.ON_DEMAND:
+                on_demand += 1
+            elif pool is None:
+                unplaced += 1
+            else:
+                by_pool[pool] = by_pool.get(pool, 0) + 1
+        counts = GroupCounts(on_demand, by_pool, unplaced)
+        self._placed[group] = (stamp, counts)
         return counts
 
     def assume(
@@ -763,7 +815,7 @@ class ClusterCache:
         for pool in risk.at_risk(now) | nodes.noticed_pools:
             excluded[pool] = Exclusion.AT_RISK
         return PlacementView(
-            pool_risk={pool: risk.score(pool, region, now) for pool, region in nodes.spot_pools.items()},
+            pool_risk=risk.scores(nodes.spot_pools, now),
             excluded=excluded,
             avoided_nodes=nodes.avoided,
             default_pool_share=self.config.max_pool_share,

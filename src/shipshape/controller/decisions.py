@@ -26,7 +26,6 @@ from shipshape.controller.cache import (
     POD_STATE,
     ClusterCache,
     WorkloadRef,
-    controller_ref,
     is_active,
     node_pool,
     read_decision,
@@ -129,7 +128,7 @@ def _build_workload_state(
 ) -> WorkloadState:
     all_pods = cache.pods_of_workload(workload)
     active = [pod for pod in all_pods if is_active(pod)]
-    groups = {str((controller_ref(pod) or {}).get("name")) for pod in active}
+    groups = {_controller_name(pod) for pod in active}
     pods: list[PodState] = []
     for pod in active:
         placement = cache.placement_of(pod)
@@ -153,6 +152,14 @@ def _build_workload_state(
         floor=availability_floor(workload, pdbs),
         settling=len(groups) > 1 or len(active) != len(all_pods),
     )
+
+
+def _controller_name(pod: Mapping[str, Any]) -> str:
+    """The name of the pod's controller ("None" without one): `controller_ref` without its copy."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("name"))
+    return "None"
 
 
 def _pod_state(

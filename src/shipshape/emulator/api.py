@@ -489,13 +489,20 @@ class Api:
         for _ in range(_PATCH_RETRIES):
             current = self.store.must_get(rt, namespace, name)
             base = self.scale_of(rt, current) if subresource == "scale" else clone(current)
-            patched = kpatch.apply(patch_type, base, patch)
+            base_version = base["metadata"].get("resourceVersion")
+            if patch_type == kpatch.MERGE_PATCH and subresource != "scale":
+                # `base` is a fresh copy: the merge needs no copy of its own.
+                patched = kpatch.merge_patch_owned(base, patch)
+                if not isinstance(patched, dict):
+                    raise errors.BadRequest("the patched object is not a JSON object")
+            else:
+                patched = kpatch.apply(patch_type, base, patch)
             md = patched.get("metadata")
             if not isinstance(md, dict):
                 raise errors.BadRequest("the patched object has no metadata")
-            precondition = md.get("resourceVersion") != base["metadata"].get("resourceVersion")
+            precondition = md.get("resourceVersion") != base_version
             if not md.get("resourceVersion"):
-                md["resourceVersion"] = base["metadata"].get("resourceVersion")
+                md["resourceVersion"] = base_version
             try:
                 return await self.update(
                     rt, namespace, name, patched, subresource=subresource, dry_run=dry_run, user=user

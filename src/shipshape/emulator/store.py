@@ -31,6 +31,7 @@ from shipshape.kube.labels import Selector
 
 Obj = dict[str, Any]
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+_ABSENT = object()
 
 # Fields the API server owns: a client's update cannot change them.
 _SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -84,6 +85,10 @@ class Store:
         self._by_owner: dict[str, dict[tuple[str, str, str], Obj]] = {}  # owner uid -> dependents
         # Each type's keys in list order, dropped when a key comes or goes (not on updates).
         self._sorted_keys: dict[str, builtins.list[tuple[str, str]]] = {}
+        # Label index: type -> (label key, value) -> the keys of the objects with that label, kept
+        # sorted (list order). `list` with a selector walks the smallest bucket its equality
+        # requirements name instead of the whole type; `_index` keeps it in step with every write.
+        self._by_label: dict[str, dict[tuple[str, str], builtins.list[tuple[str, str]]]] = {}
 
     # ---- reading -----------------------------------------------------------------------
     @property
@@ -108,6 +113,10 @@ class Store:
     ) -> list[Obj]:
         """Objects sorted by namespace then name, as etcd returns them."""
         bucket = self._objects.get(rt.key, {})
+        if selector is not None:
+            labelled = self._labelled(rt, selector)
+            if labelled is not None:
+                return self._list_keys(rt, bucket, labelled, namespace, selector, predicate)
         keys = self._sorted_keys.get(rt.key)
         if keys is None:
             keys = self._sorted_keys[rt.key] = sorted(bucket)
@@ -120,6 +129,47 @@ class Store:
         for i in range(start, stop):
             obj = bucket[keys[i]]
             if selector is not None and not selector.matches(obj["metadata"].get("labels")):
+                continue
+            if predicate is not None and not predicate(obj):
+                continue
+            out.append(obj)
+        return out
+
+    def _labelled(self, rt: ResourceType, selector: Selector) -> builtins.list[tuple[str, str]] | None:
+        """The smallest label-index bucket that holds every object `selector` matches, if any.
+
+        Only single-value `In` requirements (what `matchLabels` compiles to) narrow the search; a
+        selector without one is answered by a scan.
+        """
+        if selector.match_nothing:
+            return []
+        index = self._by_label.get(rt.key, {})
+        best: builtins.list[tuple[str, str]] | None = None
+        for req in selector.requirements:
+            if req.operator == "In" and len(req.values) == 1 and isinstance(req.values[0], str):
+                keys = index.get((req.key, req.values[0]), [])
+                if best is None or len(keys) < len(best):
+                    best = keys
+        return best
+
+    def _list_keys(
+        self,
+        rt: ResourceType,
+        bucket: dict[tuple[str, str], Obj],
+        keys: builtins.list[tuple[str, str]],
+        namespace: str | None,
+        selector: Selector,
+        predicate: Callable[[Obj], bool] | None,
+    ) -> builtins.list[Obj]:
+        """`list` over `keys` (sorted, a superset of the matches) instead of every key of the type."""
+        start, stop = 0, len(keys)
+        if namespace and rt.namespaced:
+            start = bisect.bisect_left(keys, (namespace,))
+            stop = bisect.bisect_left(keys, (namespace + "\x00",), lo=start)
+        out = []
+        for i in range(start, stop):
+            obj = bucket[keys[i]]
+            if not selector.matches(obj["metadata"].get("labels")):
                 continue
             if predicate is not None and not predicate(obj):
                 continue
@@ -140,6 +190,11 @@ class Store:
         from shipshape.emulator.resources import BY_KEY
 
         return [(BY_KEY[key], obj) for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items()]
+
+    def dependents_of(self, owner_uid: str, rt: ResourceType) -> builtins.list[Obj]:
+        """`dependents` of one type, in the same order."""
+        kind = rt.key
+        return [obj for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items() if key == kind]
 
     # ---- watching ----------------------------------------------------------------------
     def subscribe(
@@ -197,6 +252,10 @@ class Store:
         assert ref is not None
         md = ref["metadata"]
         key = (md.get("namespace", ""), md["name"])
+        old_labels = _labels(old)
+        new_labels = _labels(new)
+        if old_labels != new_labels:
+            self._index_labels(rt.key, key, old_labels, new_labels)
         if rt is PODS:
             old_node = (old or {}).get("spec", {}).get("nodeName")
             new_node = (new or {}).get("spec", {}).get("nodeName")
@@ -213,6 +272,32 @@ class Store:
         for uid in new_owners:
             if uid and new is not None:
                 self._by_owner.setdefault(uid, {})[okey] = new
+
+    def _index_labels(
+        self, kind: str, key: tuple[str, str], old: dict[str, str], new: dict[str, str]
+    ) -> None:
+        """Move `key` from the label buckets of `old` labels to those of `new` (both maybe empty).
+
+        Only string values are indexed: a selector's values are strings, so no other value matches.
+        """
+        index = self._by_label.setdefault(kind, {})
+        for item in old.items():
+            if not isinstance(item[1], str) or new.get(item[0], _ABSENT) == item[1]:
+                continue
+            keys = index.get(item)
+            if keys is not None:
+                i = bisect.bisect_left(keys, key)
+                if i < len(keys) and keys[i] == key:
+                    del keys[i]
+                if not keys:
+                    del index[item]
+        for item in new.items():
+            if not isinstance(item[1], str) or old.get(item[0], _ABSENT) == item[1]:
+                continue
+            keys = index.setdefault(item, [])
+            i = bisect.bisect_left(keys, key)
+            if i == len(keys) or keys[i] != key:
+                keys.insert(i, key)
 
     # ---- writing -----------------------------------------------------------------------
     def _key(self, rt: ResourceType, obj: Obj) -> tuple[str, str]:
@@ -453,6 +538,14 @@ class Store:
 
     def all_types(self) -> Iterable[str]:
         return self._objects.keys()
+
+
+def _labels(obj: Obj | None) -> dict[str, str]:
+    """An object's labels for the label index ({} for none, or for no object)."""
+    if obj is None:
+        return {}
+    labels = obj["metadata"].get("labels")
+    return labels if isinstance(labels, dict) else {}
 
 
 def _spec_of(obj: Obj) -> Any:

@@ -70,6 +70,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def merge_patch_owned(target: dict[str, Any], patch: Any) -> Any:
+    """`merge_patch` of a target the caller owns outright (a fresh copy no one else holds any part
+    of): merged in place instead of copied first. The target is the result unless `patch` is not an
+    object."""
+    if not isinstance(patch, dict):
+        return copy_json(patch)
+    _merge_into(target, patch)
+    return target
+
+
 def _merge_into(result: dict[str, Any], patch: dict[str, Any]) -> None:
     """Merge `patch` into `result`, a copy nobody else holds (so its nested objects may change)."""
     for key, value in patch.items():

@@ -124,3 +124,44 @@ def test_node_summary_follows_pools_and_taints_but_not_status_updates() -> None:
     cache.apply({"type": "DELETED", "object": noticed})
     assert cache.pool_nodes() == {a: frozenset({"a-2"})}
     assert cache.placement_view(0.0, RiskModel()).avoided_nodes == frozenset()
+
+
+def test_kept_pod_counts_add_up_as_a_recount_with_assumptions_first() -> None:
+    """The pods' counts are kept between pod and node changes; with assumptions they add up, pools in
+    the order a pod-by-pod recount gives (assumed pools first, then the pods' in pod order)."""
+    cache = ClusterCache(ControllerConfig(assume_ttl_seconds=100))
+    dep = deployment("web", 6)
+    rs = replicaset(dep)
+    cache.apply(added(dep))
+    cache.apply(added(rs))
+    group = GroupKey("shop", "ReplicaSet", rs["metadata"]["name"])
+    for name, capacity, instance_type, zone in (
+        ("n1", "spot", "c5.large", "us-east-1a"),
+        ("n2", "spot", "m5.large", "us-east-1b"),
+        ("n3", "on-demand", "m5.large", "us-east-1a"),
+    ):
+        cache.apply(added(node(name, capacity, instance_type, zone)))
+    for i, node_name in enumerate(("n1", "n2", "n1", "n3")):
+        cache.apply(added(pod_of(rs, f"web-{i}", node=node_name)))
+    c5a, m5b, r5c = (
+        Pool("c5.large", "us-east-1a"),
+        Pool("m5.large", "us-east-1b"),
+        Pool("r5.large", "us-east-1c"),
+    )
+    counts = cache.group_counts(group, 0.0)
+    assert (list(counts.spot_by_pool.items()), counts.on_demand) == ([(c5a, 2), (m5b, 1)], 1)
+
+    cache.assume("a-1", group, CapacityType.SPOT, r5c, now=1.0)
+    cache.assume("a-2", group, CapacityType.SPOT, m5b, now=1.0)
+    cache.assume("a-3", group, CapacityType.SPOT, None, now=1.0)
+    counts = cache.group_counts(group, 2.0)
+    assert list(counts.spot_by_pool.items()) == [(r5c, 1), (m5b, 2), (c5a, 2)]
+    assert (counts.spot_unplaced, counts.on_demand, counts.total) == (1, 1, 7)
+
+    cache.apply({"type": "MODIFIED", "object": node("n2", "on-demand")})  # a node's placement moves
+    counts = cache.group_counts(group, 2.0)
+    assert list(counts.spot_by_pool.items()) == [(r5c, 1), (m5b, 1), (c5a, 2)]
+    assert counts.on_demand == 2
+    cache.apply({"type": "DELETED", "object": pod_of(rs, "web-0", node="n1")})  # a pod goes
+    assert cache.group_counts(group, 2.0).spot_by_pool == {r5c: 1, m5b: 1, c5a: 1}
+    assert cache.group_counts(group, 200.0).total == 3  # assumptions expired, pods' counts kept

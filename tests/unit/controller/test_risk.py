@@ -53,6 +53,19 @@ def test_score_adds_observed_interruptions_within_the_window() -> None:
     assert model.observed(c5, 5.0) == 1
 
 
+def test_scores_of_many_pools_are_each_pools_score() -> None:
+    model = RiskModel(advisor=SpotAdvisor.from_json(FEED), window_seconds=100.0, observed_weight=0.5)
+    m5, c5, other = Pool("m5.large", "us-east-1a"), Pool("c5.large", "us-east-1b"), Pool("x1.large", "z")
+    for i, (node, pool) in enumerate((("n1", c5), ("n2", m5), ("n3", c5), ("n4", other), ("n5", c5))):
+        model.record_notice(node, pool, at=float(10 * i))
+    pools = {m5: "us-east-1", other: None, c5: "us-east-1"}
+    for now in (0.0, 25.0, 45.0, 105.0, 130.0, 500.0):
+        scores = model.scores(pools, now)
+        assert list(scores) == [m5, other, c5]
+        assert scores == {pool: model.score(pool, region, now) for pool, region in pools.items()}
+    assert model.scores(pools, 45.0)[c5] == 1.5  # band 0 + three interruptions of weight 0.5
+
+
 @pytest.mark.skipif(not REAL_FEED.exists(), reason="the spot advisor data set is not staged here")
 def test_the_real_feed_loads() -> None:
     advisor = load_spot_advisor(REAL_FEED)

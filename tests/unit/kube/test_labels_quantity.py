@@ -52,3 +52,37 @@ def test_durations() -> None:
     assert parse_duration(45) == 45
     with pytest.raises(DurationError):
         parse_duration("soon")
+
+
+def test_equality_selectors_match_as_their_requirements_do() -> None:
+    """Selectors of equalities on distinct keys compare label items at once; the answers are the
+    requirements' own, for dicts and other mappings alike."""
+    from collections import UserDict
+
+    selectors = [
+        labels.parse("a=b,c=d"),
+        labels.parse("a=b"),
+        labels.from_label_selector({"matchLabels": {"a": "b", "n": 1}}),
+        labels.parse("a=b,a=c"),  # one key twice: never both
+        labels.parse("a in (b,x),c=d"),
+        labels.parse(""),
+    ]
+    label_sets = [
+        None,
+        {},
+        {"a": "b"},
+        {"a": "b", "c": "d"},
+        {"a": "b", "c": "d", "e": "f"},
+        {"a": "x", "c": "d"},
+    ]
+    label_sets += [{"a": "b", "n": "1"}, {"c": "d"}]
+    for selector in selectors:
+        for have in label_sets:
+            expected = not selector.match_nothing and all(
+                req.matches(have or {}) for req in selector.requirements
+            )
+            assert selector.matches(have) is expected, (selector, have)
+            assert selector.matches(UserDict(have or {})) is expected
+    assert labels.parse("a=b,c=d") == labels.parse("a=b,c=d") and hash(labels.parse("a=b")) == hash(
+        labels.parse("a=b")
+    )

@@ -29,9 +29,10 @@ def claim(
     owner_uid = owner_md.get("uid")
     owner_deleting = bool(owner_md.get("deletionTimestamp"))
     claimed: list[Obj] = []
+    controller_ref, matches_labels = podutil.controller_ref, selector.matches
     for obj in candidates:
-        ref = podutil.controller_ref(obj)
-        matches = selector.matches(podutil.meta(obj).get("labels"))
+        ref = controller_ref(obj)
+        matches = matches_labels((obj.get("metadata") or {}).get("labels"))
         if ref is not None:
             if ref.get("uid") != owner_uid:
                 continue
@@ -100,9 +101,12 @@ class OrphanIndex:
     def candidates(self, store: Store, owner: Mapping[str, Any]) -> list[Obj]:
         md = podutil.meta(owner)
         ns = md.get("namespace", "")
-        out = [obj for rt, obj in store.dependents(str(md.get("uid"))) if rt is self.rt]
+        out = store.dependents_of(str(md.get("uid")), self.rt)
+        orphans = self._by_ns.get(ns)
+        if not orphans:
+            return out
         seen = {podutil.key_of(obj) for obj in out}
-        for name in list(self._by_ns.get(ns, {})):
+        for name in list(orphans):
             obj = store.get(self.rt, ns, name)
             if obj is not None and (ns, name) not in seen and podutil.controller_ref(obj) is None:
                 out.append(obj)

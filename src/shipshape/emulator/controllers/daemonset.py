@@ -394,7 +394,8 @@ class DaemonSetController(PodOwnerController):
                     to_delete.append(pod["metadata"]["name"])
                 else:
                     running.append(pod)
-            running.sort(key=functools.cmp_to_key(_by_creation_and_phase))
+            if len(running) > 1:  # (nearly every node runs exactly one daemon pod)
+                running.sort(key=functools.cmp_to_key(_by_creation_and_phase))
             if self._max_surge_configured(ds) == 0:
                 to_delete += [p["metadata"]["name"] for p in running[1:]]
             else:
@@ -586,7 +587,11 @@ class DaemonSetController(PodOwnerController):
             if not pods:
                 continue
             current += 1
-            pod = sorted(pods, key=functools.cmp_to_key(_by_creation_and_phase))[0]
+            pod = (
+                pods[0]
+                if len(pods) == 1
+                else sorted(pods, key=functools.cmp_to_key(_by_creation_and_phase))[0]
+            )
             if podutil.is_ready(pod):
                 ready += 1
                 if podutil.is_available(pod, min_ready, now):

@@ -28,12 +28,18 @@ class DeploymentController(Controller):
     def __init__(self) -> None:
         super().__init__()
         self._orphans = OrphanIndex(REPLICASETS)
+        # Per template owner uid: the template object last seen and its `du.template_key`. Stored
+        # objects are replaced, never changed, so the same template object has the same key; every
+        # sync compares the Deployment's template with each of its ReplicaSets'.
+        self._template_keys: dict[str, tuple[Obj, Any]] = {}
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
         self._orphans.observe(event)
+        if event.type == DELETED and event.resource is not PODS:
+            self._template_keys.pop(str(podutil.meta(obj).get("uid", "")), None)
         if event.resource is DEPLOYMENTS:
             return [(ns, name)]
         if event.resource is REPLICASETS:
@@ -147,13 +153,23 @@ class DeploymentController(Controller):
 
     # ---- ReplicaSets and revisions ----------------------------------------------------------
     def _split(self, d: Obj, rss: list[Obj]) -> tuple[Obj | None, list[Obj]]:
-        template = d["spec"].get("template") or {}
+        wanted = self._template_key(d)
         ordered = sorted(rss, key=du.by_creation)
-        new_rs = next(
-            (rs for rs in ordered if du.equal_ignore_hash(rs["spec"].get("template") or {}, template)), None
-        )
+        new_rs = next((rs for rs in ordered if self._template_key(rs) == wanted), None)
         olds = [rs for rs in rss if new_rs is None or rs["metadata"]["uid"] != new_rs["metadata"]["uid"]]
         return new_rs, olds
+
+    def _template_key(self, obj: Obj) -> Any:
+        """`du.template_key` of a Deployment's or ReplicaSet's template, remembered per template object."""
+        template = obj["spec"].get("template") or {}
+        uid = str(obj["metadata"].get("uid", ""))
+        kept = self._template_keys.get(uid)
+        if kept is not None and kept[0] is template:
+            return kept[1]
+        key = du.template_key(template)
+        if uid and obj["spec"].get("template") is not None:
+            self._template_keys[uid] = (template, key)
+        return key
 
     def _get_all_rss_and_sync_revision(
         self, d: Obj, rss: list[Obj], create: bool

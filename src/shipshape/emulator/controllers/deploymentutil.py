@@ -92,8 +92,13 @@ def without_hash(template: Mapping[str, Any]) -> Obj:
     return copy
 
 
+def template_key(template: Mapping[str, Any]) -> Any:
+    """What `equal_ignore_hash` compares of a template: its canonical form without the hash label."""
+    return canonical(without_hash(template))
+
+
 def equal_ignore_hash(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return bool(canonical(without_hash(a)) == canonical(without_hash(b)))
+    return bool(template_key(a) == template_key(b))
 
 
 # ---- sizes ----------------------------------------------------------------------------------

@@ -112,9 +112,10 @@ class DisruptionController(Controller):
             if ref is None:
                 unmanaged.append(pod["metadata"]["name"])
                 continue
-            if ref.get("uid") in scales or ref.get("uid") in resolved:
+            ref_uid = ref.get("uid")
+            if ref_uid in resolved or ref_uid in scales:
                 continue
-            resolved.add(ref.get("uid"))
+            resolved.add(ref_uid)
             found = self._controller_scale(ref, pod["metadata"].get("namespace", ""))
             if found is None:
                 raise ExpectedCountError(f'found no controllers for pod "{pod["metadata"]["name"]}"')
@@ -204,6 +205,8 @@ def _disrupted_pods(pdb: Obj, pods: list[Obj], now: float) -> tuple[dict[str, st
     recorded: Mapping[str, str] = (pdb.get("status") or {}).get("disruptedPods") or {}
     result: dict[str, str] = {}
     recheck: float | None = None
+    if not recorded:
+        return result, recheck
     for pod in pods:
         name = pod["metadata"]["name"]
         if podutil.is_terminating(pod) or name not in recorded:
@@ -217,6 +220,8 @@ def _disrupted_pods(pdb: Obj, pods: list[Obj], now: float) -> tuple[dict[str, st
 
 
 def _count_healthy(pods: list[Obj], disrupted: Mapping[str, str], now: float) -> int:
+    if not disrupted:  # the common case, without the per-pod lookups below
+        return sum(1 for pod in pods if not podutil.is_terminating(pod) and podutil.is_ready(pod))
     healthy = 0
     for pod in pods:
         if podutil.is_terminating(pod):

@@ -176,13 +176,21 @@ class ReplicaSetController(PodOwnerController):
         template_labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
         min_ready = int(rs["spec"].get("minReadySeconds") or 0)
         fully_labeled = ready = available = 0
+        template_items = template_labels.items()
+        # `template_items <= labels.items()` is the per-key comparison below done in C; a None
+        # value (absent and None compare equal there) needs the comparison itself.
+        as_items = None not in template_labels.values()
         for pod in pods:
-            labels = podutil.meta(pod).get("labels") or {}
-            if all(labels.get(k) == v for k, v in template_labels.items()):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if (
+                template_items <= labels.items()
+                if as_items
+                else all(labels.get(k) == v for k, v in template_items)
+            ):
                 fully_labeled += 1
             if podutil.is_ready(pod):
                 ready += 1
-                if podutil.is_available(pod, min_ready, now):
+                if min_ready <= 0 or podutil.is_available(pod, min_ready, now):
                     available += 1
         old = rs.get("status") or {}
         conditions = [dict(c) for c in old.get("conditions") or []]

@@ -73,6 +73,8 @@ class NodeAgent:
         self._network_waiters: list[Callable[[], None]] = []
         self._timers: dict[str, Timer] = {}
         self._images_dirty = False
+        # (number of images, [(digest, reference, size)]) last reported: see `_image_list`.
+        self._reported_images: tuple[int, list[tuple[str, str, int]]] = (-1, [])
         self.host_ip = _internal_ip(node) or _fallback_host_ip(index)
         self._pod_net = _pod_network(node, index)
         self._ips_in_use: set[str] = set()
@@ -245,8 +247,15 @@ class NodeAgent:
                 self._record_node_ready()
 
     def _image_list(self) -> list[Obj]:
-        biggest = sorted(self.images.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REPORTED_IMAGES]
-        return [{"names": [images.image_id(ref), ref], "sizeBytes": size} for ref, size in biggest]
+        # Images are only ever added: while their number stands, the sorted list (and its digests)
+        # is the one worked out last time. Each report still gets its own dicts.
+        if self._reported_images[0] != len(self.images):
+            biggest = sorted(self.images.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REPORTED_IMAGES]
+            self._reported_images = (
+                len(self.images),
+                [(images.image_id(ref), ref, size) for ref, size in biggest],
+            )
+        return [{"names": [digest, ref], "sizeBytes": size} for digest, ref, size in self._reported_images[1]]
 
     # ---- services for pod workers ------------------------------------------------------------
     def when_network_ready(self, callback: Callable[[], None]) -> None:

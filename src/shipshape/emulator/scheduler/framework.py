@@ -8,8 +8,9 @@ fit on this node with these pods", e.g. for a cluster autoscaler's node template
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,10 +124,15 @@ def schedule_one(
     start = snapshot.next_start_index % len(all_nodes)
     feasible: list[NodeInfo] = []
     processed = 0
+    # Filtering leaves the snapshot's nominations as they are: without any, each node goes straight
+    # to the filters (one call fewer per node on the hottest loop of a scheduling decision).
+    filter_node: Callable[[NodeInfo], Status | None] = (
+        functools.partial(_with_nominated, cycle) if cycle.snapshot.nominated else cycle.filter
+    )
     for i in range(len(all_nodes)):
         node = all_nodes[(start + i) % len(all_nodes)]
         processed += 1
-        status = _with_nominated(cycle, node)
+        status = filter_node(node)
         if status is None:
             feasible.append(node)
             if len(feasible) >= to_find:

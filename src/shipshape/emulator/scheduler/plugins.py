@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
@@ -77,9 +77,7 @@ def _untolerated(taints: Iterable[Mapping[str, object]], tolerations: Sequence[M
     )
 
 
-def _static_verdicts(
-    pod: PodInfo, snapshot: ClusterSnapshot
-) -> dict[str, tuple[dict[str, Any], Status | None]]:
+def _static_verdicts(pod: PodInfo, snapshot: ClusterSnapshot) -> dict[str, tuple[object, Status | None]]:
     """The snapshot's remembered node-only verdicts for pods shaped as this one (same tolerations,
     nodeName and required node affinity); a fresh dict when the tolerations cannot be keyed."""
     try:
@@ -190,11 +188,11 @@ class Cycle:
             status = self._static_filter(node)
         else:
             seen = self._static_verdicts.get(node.name)
-            if seen is not None and seen[0] is node.obj:
+            if seen is not None and seen[0] is node.static_key:
                 status = seen[1]
             else:
                 status = self._static_filter(node)
-                self._static_verdicts[node.name] = (node.obj, status)
+                self._static_verdicts[node.name] = (node.static_key, status)
         if status is not None:
             return status
         status = self._fit(node, removed, added)

@@ -226,14 +226,28 @@ class NodeInfo:
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
     allowed_pods: int = 0
+    # Replaced whenever what the node-only filters read (labels, taints, unschedulable) changes, and
+    # only then: their verdicts are remembered per node while it stays the same, across the status
+    # updates (heartbeats, images) that replace the node object.
+    static_key: object = field(default_factory=object)
 
     def set_node(self, node: Obj) -> None:
         md = node.get("metadata") or {}
         spec = node.get("spec") or {}
+        labels = md.get("labels") or {}
+        taints = tuple(spec.get("taints") or ())
+        unschedulable = bool(spec.get("unschedulable"))
+        if (
+            self.obj is None
+            or labels != self.labels
+            or taints != self.taints
+            or unschedulable != self.unschedulable
+        ):
+            # Equal labels and taints keep their objects, so answers remembered per labels object
+            # (`affinity_matches`) stay valid too.
+            self.labels, self.taints, self.unschedulable = labels, taints, unschedulable
+            self.static_key = object()
         self.obj = node
-        self.labels = md.get("labels") or {}
-        self.taints = tuple(spec.get("taints") or ())
-        self.unschedulable = bool(spec.get("unschedulable"))
         self.allocatable = scheduling.node_allocatable(node)
         self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
         images: dict[str, int] = {}
@@ -300,7 +314,7 @@ class ClusterSnapshot:
         ] = {}
         # The node-only filters' verdicts (unschedulable, node name, taints, node affinity) per pod
         # shape and node, with the node object they were computed for (see `Cycle.filter`).
-        self._static_verdicts: dict[Any, dict[str, tuple[Obj, Any]]] = {}
+        self._static_verdicts: dict[Any, dict[str, tuple[object, Any]]] = {}
         self._order: list[NodeInfo] | None = None
         self.next_start_index = 0
 
@@ -359,7 +373,7 @@ class ClusterSnapshot:
             answers = self._affinity_answers[affinity] = {}
         return answers
 
-    def static_verdicts(self, shape: Any) -> dict[str, tuple[Obj, Any]]:
+    def static_verdicts(self, shape: Any) -> dict[str, tuple[object, Any]]:
         """The remembered node-only filter verdicts for pods of one shape, per node name."""
         verdicts = self._static_verdicts.get(shape)
         if verdicts is None:

@@ -17,6 +17,19 @@ def test_merge_patch_merges_objects_removes_nulls_and_replaces_lists() -> None:
     assert original == {"a": {"b": 1, "c": 2}, "l": [1, 2], "keep": True}  # untouched
 
 
+def test_merge_patch_owned_merges_in_place_as_merge_patch_does_on_a_copy() -> None:
+    original: dict[str, Any] = {"a": {"b": 1, "c": 2}, "l": [1, 2], "keep": {"x": [1]}}
+    patch = {"a": {"b": None, "d": {"e": 4}}, "l": [3], "new": {"f": None}}
+    expected = kpatch.merge_patch(original, patch)
+    owned = kpatch.merge_patch_owned(kpatch.copy_json(original), patch)
+    assert owned == expected == {"a": {"c": 2, "d": {"e": 4}}, "l": [3], "keep": {"x": [1]}, "new": {}}
+    target = kpatch.copy_json(original)
+    assert kpatch.merge_patch_owned(target, patch) is target
+    assert kpatch.merge_patch_owned(target, [1]) == [1]  # not an object: replaces the whole value
+    patch["a"]["d"]["e"] = 5
+    assert owned["a"]["d"] == {"e": 4}  # the patch's values are copied in
+
+
 def test_json_patch_applies_and_maps_errors_to_400_and_422() -> None:
     doc = {"spec": {"replicas": 1}}
     assert kpatch.json_patch(doc, [{"op": "replace", "path": "/spec/replicas", "value": 3}]) == {

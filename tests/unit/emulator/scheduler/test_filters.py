@@ -230,3 +230,28 @@ def test_taint_verdicts_follow_a_node_tainted_and_untainted_in_the_same_snapshot
     assert schedule_one(tolerant, snapshot).node == "n1"
     snapshot.set_node(node("n1"))
     assert schedule_one(pod("d"), snapshot).node == "n1"
+
+
+def test_node_only_verdicts_follow_taints_labels_and_cordons_not_status_updates() -> None:
+    """The node-only filters' verdicts are remembered per node across status-only updates, and
+    worked out again when the node's taints, labels or cordon change."""
+    snapshot = ClusterSnapshot.of([node("n1")], [])
+    info = snapshot.nodes["n1"]
+    key, labels = info.static_key, info.labels
+    heartbeat = node("n1")
+    heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "later"}]
+    snapshot.set_node(heartbeat)
+    assert info.static_key is key and info.labels is labels and info.obj is heartbeat
+    assert schedule_one(pod("a"), snapshot).node == "n1"
+
+    snapshot.set_node(node("n1", taints=[taint("dedicated", "gpu")]))
+    assert info.static_key is not key
+    assert schedule_one(pod("b"), snapshot).node == ""
+    snapshot.set_node(node("n1"))
+    assert schedule_one(pod("c"), snapshot).node == "n1"
+    snapshot.set_node(node("n1", unschedulable=True))
+    assert schedule_one(pod("d"), snapshot).node == ""
+    snapshot.set_node(node("n1", labels={"pool": "other"}))
+    assert schedule_one(pod("e", spec={"nodeSelector": {"pool": "other"}}), snapshot).node == "n1"
+    snapshot.set_node(node("n1"))
+    assert schedule_one(pod("f", spec={"nodeSelector": {"pool": "other"}}), snapshot).node == ""
