@@ -58,8 +58,10 @@ SPOT_NOTICE_TAINTS = frozenset(
     {"aws-node-termination-handler/spot-itn", "emulator.shipshape.dev/spot-interruption", QUEUE_NOTICE_TAINT}
 )
 NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted"}
+# The taint the leader puts on a node whose rebalance recommendation came from the event queue alone.
+QUEUE_REBALANCE_TAINT = "spot.shipshape.dev/rebalance-recommendation"
 # Taints that recommend moving off a node without draining it.
-REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation"})
+REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation", QUEUE_REBALANCE_TAINT})
 # Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.
 SPOT_TAINT_KEYS = frozenset(
     {

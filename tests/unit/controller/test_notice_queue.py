@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shipshape.controller.cache import QUEUE_NOTICE_TAINT, ClusterCache
+from shipshape.controller.cache import QUEUE_NOTICE_TAINT, QUEUE_REBALANCE_TAINT, ClusterCache
 from shipshape.controller.decisions import notices_from_taints
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
@@ -212,3 +212,27 @@ def test_a_failed_taint_is_sent_again_next_round() -> None:
     del ops.fail["taint_node"]
     loop.reconcile(h.clock.now() + 1)
     assert [call[0] for call in ops.of("taint_node")] == ["spot-0", "spot-0"]
+
+
+def test_the_leader_taints_a_queue_recommended_node_so_other_replicas_avoid_it_too() -> None:
+    h = Harness()
+    h.add(namespace("shop"), spot_node("spot-0", "i-1"))
+    queue = EventQueue(now=h.clock.now)
+    queue.send(queue.event(REBALANCE, "i-1", h.clock.now(), {}))
+    ops = RecordingOps()
+    loop = InterruptionResponder(
+        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+    )
+    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop.reconcile(h.clock.now())
+    loop.reconcile(h.clock.now() + 1)
+    ((name, taints, _),) = ops.of("taint_node")
+    assert name == "spot-0"
+    assert taints == [{"key": QUEUE_REBALANCE_TAINT, "value": "event-queue", "effect": "PreferNoSchedule"}]
+    other = ClusterCache(h.config)
+    node = h.cache.get("Node", "", "spot-0")
+    assert node is not None
+    other.apply(added({**node, "spec": {"taints": taints}}))
+    view = other.placement_view(h.clock.now(), RiskModel())
+    assert view.avoided_nodes == frozenset({"spot-0"})
+    assert not view.excluded  # a recommendation is no notice: the pool still takes pods

@@ -39,7 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.availability import deployment_max_unavailable
-from shipshape.controller.cache import NOTICE_TAINTS, QUEUE_NOTICE_TAINT, node_pool, taint_keys
+from shipshape.controller.cache import (
+    NOTICE_TAINTS,
+    QUEUE_NOTICE_TAINT,
+    QUEUE_REBALANCE_TAINT,
+    REBALANCE_TAINTS,
+    node_pool,
+    taint_keys,
+)
 from shipshape.controller.decisions import (
     ActionKind,
     InterruptionPlan,
@@ -246,7 +253,7 @@ class InterruptionResponder(Reconciler):
         # A cloud event queue (leader only: its messages go to one consumer).
         self._queue: QueueNoticeSource | None = None
         self._queue_recommended: Mapping[str, Pool | None] = {}
-        # Nodes tainted for a queue notice, not yet seen tainted in the cache: node -> until when.
+        # Taints sent for what the queue said, not yet seen in the cache: "node/taint key" -> until when.
         self._marking: dict[str, float] = {}
 
     @property
@@ -387,31 +394,43 @@ class InterruptionResponder(Reconciler):
             self._queue_recommended = self._queue.recommended()
 
     def _mark(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
-        """Taint the nodes whose notice only the event queue carries (`QUEUE_NOTICE_TAINT`, NoSchedule,
-        timeAdded at the warning's time): the queue's messages reach the leader alone, the taint reaches
-        every replica's cache and kube-scheduler, and it outlives a restart of the controller."""
-        self._marking = {node: until for node, until in self._marking.items() if now < until}
+        """Taint the nodes that only the event queue told about, so that every replica's cache and
+        kube-scheduler know too, and a restarted controller reads it again (the queue's messages reach
+        the leader alone): a warning as `QUEUE_NOTICE_TAINT` (NoSchedule, timeAdded at the warning's
+        time), a rebalance recommendation as `QUEUE_REBALANCE_TAINT` (PreferNoSchedule: no new pods
+        from the webhook, kube-scheduler prefers other nodes, nothing is drained)."""
+        self._marking = {key: until for key, until in self._marking.items() if now < until}
         lead = self.config.notice_lead_seconds
         for notice in notices:
-            node = nodes.get(notice.node)
-            if node is None or notice.node in self._marking or taint_keys(node) & NOTICE_TAINTS:
-                continue
-            taints = list((node.get("spec") or {}).get("taints") or [])
-            warned = rfc3339(notice.deadline - lead)
             taint = {
                 "key": QUEUE_NOTICE_TAINT,
                 "value": "event-queue",
                 "effect": "NoSchedule",
-                "timeAdded": warned,
+                "timeAdded": rfc3339(notice.deadline - lead),
             }
-            version = str((node.get("metadata") or {}).get("resourceVersion") or "")
-            try:
-                self.ops.taint_node(notice.node, [*taints, taint], version)
-            except OpsError as error:
-                LOG.warning("tainting node %s for its queue notice failed, retrying: %s", notice.node, error)
-                continue
-            self._marking[notice.node] = now + MARKING_SECONDS
-            LOG.info("node %s tainted %s for its event-queue notice", notice.node, QUEUE_NOTICE_TAINT)
+            self._taint_once(nodes.get(notice.node), taint, NOTICE_TAINTS, now)
+        for name in self._queue_recommended:
+            taint = {"key": QUEUE_REBALANCE_TAINT, "value": "event-queue", "effect": "PreferNoSchedule"}
+            self._taint_once(nodes.get(name), taint, NOTICE_TAINTS | REBALANCE_TAINTS, now)
+
+    def _taint_once(
+        self, node: Mapping[str, Any] | None, taint: Obj, already: frozenset[str], now: float
+    ) -> None:
+        """Add `taint` to a node that carries none of the `already` taints, unless sent moments ago."""
+        if node is None or taint_keys(node) & already:
+            return
+        name = str((node.get("metadata") or {}).get("name"))
+        if f"{name}/{taint['key']}" in self._marking:
+            return
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        version = str((node.get("metadata") or {}).get("resourceVersion") or "")
+        try:
+            self.ops.taint_node(name, [*taints, taint], version)
+        except OpsError as error:
+            LOG.warning("tainting node %s %s failed, retrying: %s", name, taint["key"], error)
+            return
+        self._marking[f"{name}/{taint['key']}"] = now + MARKING_SECONDS
+        LOG.info("node %s tainted %s for what the event queue said", name, taint["key"])
 
     def _act(self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, now: float) -> bool:
         doomed_nodes = frozenset(
