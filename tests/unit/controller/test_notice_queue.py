@@ -132,6 +132,15 @@ def test_rebalance_recommendations_are_kept_and_deleted() -> None:
     assert source.recommended() == {}
 
 
+def queue_responder(h: Harness, ops: RecordingOps, queue: EventQueue) -> InterruptionResponder:
+    """The responder on `h`'s cache, writing through `ops`, reading `queue` too."""
+    loop = InterruptionResponder(
+        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+    )
+    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    return loop
+
+
 def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:
     h = Harness()
     dep = deployment("web", 3, {"spot.shipshape.dev/enabled": "true"})
@@ -146,10 +155,7 @@ def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:
     queue = EventQueue(now=h.clock.now)
     warning(queue, "i-1", h.clock.now())
     ops = RecordingOps()
-    loop = InterruptionResponder(
-        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
-    )
-    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     patches = [p for (_, _, name, p) in ops.of("patch_workload") if name == "web"]
     assert patches and json.loads(patches[0]["metadata"]["annotations"][SURGE_NOTE])["pods"] == ["web-1"]
@@ -169,10 +175,7 @@ def test_the_leader_taints_a_queue_noticed_node_once_and_every_cache_then_avoids
     warned = h.clock.now()
     warning(queue, "i-1", warned)
     ops = RecordingOps()
-    loop = InterruptionResponder(
-        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
-    )
-    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     loop.reconcile(h.clock.now() + 1)  # the cache has not seen the taint yet: not sent again
     ((name, taints, version),) = ops.of("taint_node")
@@ -203,10 +206,7 @@ def test_a_failed_taint_is_sent_again_next_round() -> None:
     queue = EventQueue(now=h.clock.now)
     warning(queue, "i-1", h.clock.now())
     ops = RecordingOps()
-    loop = InterruptionResponder(
-        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
-    )
-    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop = queue_responder(h, ops, queue)
     ops.fail["taint_node"] = OpsError("409 conflict", status=409)
     loop.reconcile(h.clock.now())
     del ops.fail["taint_node"]
@@ -220,10 +220,7 @@ def test_the_leader_taints_a_queue_recommended_node_so_other_replicas_avoid_it_t
     queue = EventQueue(now=h.clock.now)
     queue.send(queue.event(REBALANCE, "i-1", h.clock.now(), {}))
     ops = RecordingOps()
-    loop = InterruptionResponder(
-        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
-    )
-    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
+    loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     loop.reconcile(h.clock.now() + 1)
     ((name, taints, _),) = ops.of("taint_node")

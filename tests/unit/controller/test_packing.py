@@ -81,11 +81,17 @@ def test_pod_requests_take_the_larger_of_containers_and_init_containers() -> Non
     assert pod_requests(pod) == (2000, GI)
 
 
-def test_cache_keeps_requests_per_node_across_binding_rebinding_finishing_and_deletion() -> None:
+def two_on_demand_nodes() -> tuple[Harness, Obj]:
+    """A harness with a managed Deployment `api` (its ReplicaSet returned) and on-demand nodes od-1, od-2."""
     h = Harness()
     dep = deployment("api", 2, ENABLED)
     rs = replicaset(dep)
     h.add(dep, rs, ready_node("od-1", "on-demand"), ready_node("od-2", "on-demand"))
+    return h, rs
+
+
+def test_cache_keeps_requests_per_node_across_binding_rebinding_finishing_and_deletion() -> None:
+    h, rs = two_on_demand_nodes()
     pod = sized(pod_of(rs, "api-1"), "1500m", "2Gi")
     h.cache.apply(added(pod))
     assert h.cache.requested_on("od-1") == (0, 0, 0)  # not bound yet
@@ -186,10 +192,7 @@ def test_packing_off_adds_no_preference_and_spot_packs_only_with_all() -> None:
 
 
 def test_a_pending_pod_counts_on_the_node_its_decision_packed_it_onto_until_bound() -> None:
-    h = Harness()
-    dep = deployment("api", 2, ENABLED)
-    rs = replicaset(dep)
-    h.add(dep, rs, ready_node("od-1", "on-demand"), ready_node("od-2", "on-demand"))
+    h, rs = two_on_demand_nodes()
     pod = sized(pod_of(rs, "api-1"), "1", "1Gi")
     pod["metadata"]["annotations"] = {
         "spot.shipshape.dev/decision": '{"capacityType": "on-demand", "pool": "", "reason": "on-demand-base",'
