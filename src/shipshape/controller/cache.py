@@ -154,8 +154,8 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
 
 
 # What the loops keep per pod object (`ClusterCache.pod_derived`).
-POD_STATE, POD_LOAD = "state", "load"
-POD_SLOTS = (POD_STATE, POD_LOAD)
+POD_STATE = "state"
+POD_SLOTS = (POD_STATE,)
 
 
 @dataclass(frozen=True, slots=True)

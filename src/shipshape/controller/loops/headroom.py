@@ -10,7 +10,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.cache import POD_LOAD
 from shipshape.controller.headroom import (
     HEADROOM_LABEL,
     node_room,
@@ -26,8 +25,7 @@ from shipshape.controller.ops import ObjectRef, OpsError
 from shipshape.controller.placement import Pool
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
-# Kept for a pod that takes no room (`pod_load` is None), which a kept value of None cannot say.
-NO_LOAD = "none"
+Load = tuple[str, bool, int, int]
 
 
 def _same(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
@@ -54,6 +52,11 @@ class HeadroomKeeper(Reconciler):
         # Per node name: the node object last seen and its `node_room` (rebuilt every round, so
         # nodes that left are dropped).
         self._rooms: dict[str, tuple[Mapping[str, Any], tuple[Pool | None, int, int, int] | None]] = {}
+        # Per pod object (by id; each entry holds its pod, so no id is reused while kept): the pod
+        # and its `pod_load`, from the last round (`_last_loads`) and this one (`_loads`). Stored
+        # objects are replaced, never changed, so an unchanged pod is the same object.
+        self._last_loads: dict[int, tuple[Mapping[str, Any], Load | None]] = {}
+        self._loads: dict[int, tuple[Mapping[str, Any], Load | None]] = {}
 
     def _room_of(self, node: Mapping[str, Any]) -> tuple[Pool | None, int, int, int] | None:
         """A node's `node_room`, worked out once per node object (a changed node is a new object)."""
@@ -65,15 +68,11 @@ class HeadroomKeeper(Reconciler):
         self._rooms[name] = (node, room)
         return room
 
-    def _load_of(self, pod: Mapping[str, Any]) -> tuple[str, bool, int, int] | None:
+    def _load_of(self, pod: Mapping[str, Any]) -> Load | None:
         """A pod's `pod_load`, worked out once per pod object: a round reads every pod of the cluster."""
-        kept = self.cache.pod_derived(pod, POD_LOAD)
-        if isinstance(kept, tuple):
-            return kept
-        if kept is NO_LOAD:
-            return None
-        load = pod_load(pod)
-        self.cache.keep_pod_derived(pod, POD_LOAD, NO_LOAD if load is None else load)
+        kept = self._last_loads.get(id(pod))
+        load = kept[1] if kept is not None and kept[0] is pod else pod_load(pod)
+        self._loads[id(pod)] = (pod, load)
         return load
 
     @property
@@ -91,7 +90,9 @@ class HeadroomKeeper(Reconciler):
                 name = str((node.get("metadata") or {}).get("name"))
                 if name in kept:
                     self._rooms[name] = kept[name]
+            self._last_loads, self._loads = self._loads, {}
             rooms = spare_room(nodes, self.cache.objects("Pod"), self._load_of, self._room_of)
+            self._last_loads = {}
             covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
             plan = uncovered_plan(covered, rooms)
             wanted = placeholder_deployments(plan, namespace)
