@@ -37,7 +37,9 @@ class Engine:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self._heap: list[Timer] = []
+        # (when, seq, timer): the heap compares the tuples' numbers in C (seq is unique, so the
+        # timers themselves are never compared), in the order (when, seq) of the timers.
+        self._heap: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._wakeup: asyncio.Event | None = None
         self.errors: list[BaseException] = []
@@ -47,8 +49,8 @@ class Engine:
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(when, next(self._seq), callback)
-        heapq.heappush(self._heap, timer)
-        if self._wakeup is not None and self._heap[0] is timer:
+        heapq.heappush(self._heap, (timer.when, timer.seq, timer))
+        if self._wakeup is not None and self._heap[0][2] is timer:
             self._wakeup.set()
         return timer
 
@@ -59,12 +61,12 @@ class Engine:
         return self.call_at(self.clock.now(), callback)
 
     def next_due(self) -> float | None:
-        while self._heap and self._heap[0].cancelled:
+        while self._heap and self._heap[0][2].cancelled:
             heapq.heappop(self._heap)
-        return self._heap[0].when if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def pending(self) -> int:
-        return sum(1 for t in self._heap if not t.cancelled)
+        return sum(1 for _, _, t in self._heap if not t.cancelled)
 
     def _run(self, timer: Timer) -> None:
         try:
@@ -86,7 +88,7 @@ class Engine:
             due = self.next_due()
             if due is None or due > now:
                 break
-            timer = heapq.heappop(self._heap)
+            timer = heapq.heappop(self._heap)[2]
             self._run(timer)
             ran += 1
             if deadline is not None and time.perf_counter() >= deadline:

@@ -166,10 +166,12 @@ class Store:
         if namespace and rt.namespaced:
             start = bisect.bisect_left(keys, (namespace,))
             stop = bisect.bisect_left(keys, (namespace + "\x00",), lo=start)
+        # A selector of one requirement is the bucket's own: every object in the bucket matches.
+        check = None if len(selector.requirements) == 1 else selector
         out = []
         for i in range(start, stop):
             obj = bucket[keys[i]]
-            if not selector.matches(obj["metadata"].get("labels")):
+            if check is not None and not check.matches(obj["metadata"].get("labels")):
                 continue
             if predicate is not None and not predicate(obj):
                 continue

@@ -361,3 +361,18 @@ def test_invalid_policy_reported_once_per_set_of_values() -> None:
     )
     reporter.reconcile(w.h.clock.now() + 20)
     assert len(w.ops.of("post_event")) == 2
+
+
+def test_headroom_rounds_follow_pods_that_leave() -> None:
+    w = World(LoopSettings(poll_instance_metadata=False, headroom_covers="pool"))
+    w.workload("web", 4, ["od-1", "a-1", "a-1", "b-1"])
+    keeper = w.loop(HeadroomKeeper)
+    keeper.reconcile(w.h.clock.now())
+    pods = list(w.h.cache.objects("Pod"))
+    keeper.reconcile(w.h.clock.now() + 300)
+    gone = next(pod for pod in pods if (pod.get("spec") or {}).get("nodeName") == "a-1")
+    w.h.cache.apply({"type": "DELETED", "object": gone})
+    keeper.reconcile(w.h.clock.now() + 600)
+    first, again, resized = [args[0] for args in w.ops.of("apply") if args[0]["kind"] == "Deployment"]
+    assert again == first and first["spec"]["replicas"] == 2  # the same pods: the same placeholder
+    assert resized["spec"]["replicas"] == 1  # pool a now holds one pod
