@@ -116,24 +116,13 @@ class Store:
         if selector is not None:
             labelled = self._labelled(rt, selector)
             if labelled is not None:
-                return self._list_keys(rt, bucket, labelled, namespace, selector, predicate)
+                # A selector of one requirement is the bucket's own: every object in the bucket matches.
+                check = None if len(selector.requirements) == 1 else selector
+                return self._list_keys(rt, bucket, labelled, namespace, check, predicate)
         keys = self._sorted_keys.get(rt.key)
         if keys is None:
             keys = self._sorted_keys[rt.key] = sorted(bucket)
-        start, stop = 0, len(keys)
-        if namespace and rt.namespaced:
-            # (namespace,) sorts before every (namespace, name): the namespace's keys are one run.
-            start = bisect.bisect_left(keys, (namespace,))
-            stop = bisect.bisect_left(keys, (namespace + "\x00",), lo=start)
-        out = []
-        for i in range(start, stop):
-            obj = bucket[keys[i]]
-            if selector is not None and not selector.matches(obj["metadata"].get("labels")):
-                continue
-            if predicate is not None and not predicate(obj):
-                continue
-            out.append(obj)
-        return out
+        return self._list_keys(rt, bucket, keys, namespace, selector, predicate)
 
     def _labelled(self, rt: ResourceType, selector: Selector) -> builtins.list[tuple[str, str]] | None:
         """The smallest label-index bucket that holds every object `selector` matches, if any.
@@ -158,20 +147,20 @@ class Store:
         bucket: dict[tuple[str, str], Obj],
         keys: builtins.list[tuple[str, str]],
         namespace: str | None,
-        selector: Selector,
+        selector: Selector | None,
         predicate: Callable[[Obj], bool] | None,
     ) -> builtins.list[Obj]:
-        """`list` over `keys` (sorted, a superset of the matches) instead of every key of the type."""
+        """The objects of `keys` (sorted: every key of the type, or a label-index bucket holding every
+        match) in `namespace` that `selector` and `predicate` accept."""
         start, stop = 0, len(keys)
         if namespace and rt.namespaced:
+            # (namespace,) sorts before every (namespace, name): the namespace's keys are one run.
             start = bisect.bisect_left(keys, (namespace,))
             stop = bisect.bisect_left(keys, (namespace + "\x00",), lo=start)
-        # A selector of one requirement is the bucket's own: every object in the bucket matches.
-        check = None if len(selector.requirements) == 1 else selector
         out = []
         for i in range(start, stop):
             obj = bucket[keys[i]]
-            if check is not None and not check.matches(obj["metadata"].get("labels")):
+            if selector is not None and not selector.matches(obj["metadata"].get("labels")):
                 continue
             if predicate is not None and not predicate(obj):
                 continue
