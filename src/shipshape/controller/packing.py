@@ -46,8 +46,9 @@ def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class NodeRoom:
-    """A node's allocatable resources and what the pods bound to it request (cpu millicores, memory
-    bytes, pod slots). `host` is the node's `kubernetes.io/hostname` label, what a preference names."""
+    """A node's allocatable resources and what its pods (and the pending ones packed onto it) request:
+    cpu millicores, memory bytes, pod slots. `host` is the node's `kubernetes.io/hostname` label, what
+    a preference names."""
 
     name: str
     host: str
