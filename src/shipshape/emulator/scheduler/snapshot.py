@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from shipshape.kube import labels as labelsel
 from shipshape.kube import scheduling
@@ -366,21 +366,11 @@ class ClusterSnapshot:
         self, affinity: scheduling.RequiredNodeAffinity
     ) -> dict[str, tuple[Mapping[str, str], bool]]:
         """The remembered answers of `affinity` per node name (see `affinity_matches`)."""
-        answers = self._affinity_answers.get(affinity)
-        if answers is None:
-            if len(self._affinity_answers) > 10_000:
-                self._affinity_answers.clear()
-            answers = self._affinity_answers[affinity] = {}
-        return answers
+        return _per_node(self._affinity_answers, affinity)
 
     def static_verdicts(self, shape: Any) -> dict[str, tuple[object, Any]]:
         """The remembered node-only filter verdicts for pods of one shape, per node name."""
-        verdicts = self._static_verdicts.get(shape)
-        if verdicts is None:
-            if len(self._static_verdicts) > 10_000:
-                self._static_verdicts.clear()
-            verdicts = self._static_verdicts[shape] = {}
-        return verdicts
+        return _per_node(self._static_verdicts, shape)
 
     def node_list(self) -> list[NodeInfo]:
         """Real nodes, interleaved by zone as upstream's node tree lists them."""
@@ -508,3 +498,17 @@ class ClusterSnapshot:
 
     def pods_where(self, predicate: Callable[[PodInfo], bool]) -> list[PodInfo]:
         return [p for p in self.pods.values() if predicate(p)]
+
+
+_Answer = TypeVar("_Answer")
+
+
+def _per_node(table: dict[Any, dict[str, _Answer]], key: Any) -> dict[str, _Answer]:
+    """The per-node answers `table` keeps for `key` (a new, empty one at first); the table is cleared
+    once it holds 10,000 keys, which bounds what pods of ever new shapes can make it keep."""
+    answers = table.get(key)
+    if answers is None:
+        if len(table) > 10_000:
+            table.clear()
+        answers = table[key] = {}
+    return answers
