@@ -454,8 +454,14 @@ class ClusterCache:
                 del self._bound_usage[usage.bound]
 
     def spare_rooms(self) -> list[Room]:
-        """`headroom.spare_room` over the cache's nodes and pods, from the per-node sums: the room left
-        on each node that takes replacements and runs a workload pod, in the cache's node order."""
+        """The room left on each node that takes replacements and runs a workload pod, in the cache's
+        node order, from the per-node sums of bound pods' requests.
+
+        The room placeholders hold counts as free (replacements preempt them), which keeps the answer
+        independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet
+        pods and placeholders) count for nothing: the autoscaler may remove them, unless the
+        placeholders the headroom asks for keep them.
+        """
         rooms: list[Room] = []
         for (_, name), node in self._objects["Node"].items():
             held = self._bound_usage.get(name)

@@ -8,10 +8,9 @@ capacity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.cache import node_pool
 from shipshape.controller.decisions import (
     HeadroomPlan,
     PodState,
@@ -19,11 +18,10 @@ from shipshape.controller.decisions import (
     headroom_plan,
     spot_pods_by_pool,
 )
-from shipshape.controller.packing import Room, is_daemon, is_placeholder, pod_requests, takes_replacements
+from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CAPACITY_LABEL, HEADROOM_LABEL, CapacityType
 from shipshape.kube.quantity import format_bytes, format_cpu
-from shipshape.kube.scheduling import node_allocatable
 
 Obj = dict[str, Any]
 PRIORITY_CLASS = "shipshape-headroom"
@@ -33,51 +31,6 @@ PRIORITY_CLASS = "shipshape-headroom"
 # there would hold no capacity at all (the overprovisioning pattern of cluster-autoscaler's FAQ uses -1).
 PRIORITY_VALUE = -1
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-
-
-def spare_room(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    requests: Callable[[Mapping[str, Any]], tuple[int, int]] = pod_requests,
-) -> list[Room]:
-    """The room left on each on-demand or spot node that runs workload pods.
-
-    The room placeholders hold counts as free (replacements preempt them), which keeps the answer
-    independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet pods
-    and placeholders) count for nothing: the autoscaler may remove them, unless the placeholders this
-    plan asks for keep them. `requests` gives a pod's (cpu millicores, memory bytes) requests.
-    """
-    free: dict[str, list[int]] = {}
-    pools: dict[str, Pool | None] = {}
-    for node in nodes:
-        if takes_replacements(node):
-            allocatable = node_allocatable(node)
-            name = str((node.get("metadata") or {}).get("name"))
-            free[name] = [
-                allocatable.get("cpu", 0),
-                allocatable.get("memory", 0),
-                allocatable.get("pods", 110),
-            ]
-            pools[name] = node_pool(node)
-    held: set[str] = set()
-    for pod in pods:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        slot = free.get(node_name)
-        if slot is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if is_placeholder(pod):
-            continue
-        if not is_daemon(pod):
-            held.add(node_name)
-        cpu, memory = requests(pod)
-        slot[0] -= cpu
-        slot[1] -= memory
-        slot[2] -= 1
-    return [
-        Room(pools[name], *slot)
-        for name, slot in free.items()
-        if name in held and slot[0] > 0 and slot[1] > 0 and slot[2] > 0
-    ]
 
 
 def _not_fitting(lost: Sequence[PodState], rooms: Iterable[Room]) -> list[PodState]:
@@ -139,8 +92,8 @@ def pods_to_cover(states: Iterable[WorkloadState], covers: str = "floor") -> dic
 
 def uncovered_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], rooms: Sequence[Room]) -> HeadroomPlan:
     """Placeholders for the largest set of pods one spot pool could lose that would not already fit
-    in the room left on the nodes outside that pool (`spare_room`): on-demand nodes and the other spot
-    pools' nodes, where the replacements, steered off the doomed pool, go.
+    in the room left on the nodes outside that pool (`ClusterCache.spare_rooms`): on-demand nodes and
+    the other spot pools' nodes, where the replacements, steered off the doomed pool, go.
 
     Sizing them for every pod of the pool keeps on-demand nodes that hold nothing but placeholders
     while the cluster already has room for the replacements.

@@ -8,17 +8,19 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import PodState, WorkloadState
-from shipshape.controller.headroom import (
-    Room,
-    placeholder_deployments,
-    pods_to_cover,
-    spare_room,
-    uncovered_plan,
-)
+from shipshape.controller.headroom import placeholder_deployments, pods_to_cover, uncovered_plan
 from shipshape.controller.loops.headroom import _same
+from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.policy import (
+    HEADROOM_LABEL,
+    CapacityType,
+    ControllerConfig,
+    WorkloadKind,
+    WorkloadPolicy,
+)
 
 from .builders import node
 
@@ -87,7 +89,10 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() 
         lone_daemon,
         placeholder("od-placeholders-only"),  # a node the autoscaler may remove: no spare
     ]
-    assert spare_room(nodes, pods) == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
+    cache = ClusterCache(ControllerConfig())
+    cache.replace("Node", nodes)
+    cache.replace("Pod", pods)
+    assert cache.spare_rooms() == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:
