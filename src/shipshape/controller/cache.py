@@ -504,7 +504,7 @@ class ClusterCache:
         affinity = RequiredNodeAffinity.of(pod)
         skipped = set(avoided)
         rooms: list[NodeRoom] = []
-        for name in sorted(names):
+        for name in names:  # any order: `fullest_fitting` breaks ties by name
             node = self._objects["Node"].get(("", name))
             allocatable = self._allocatable.get(name)
             if node is None or allocatable is None or name in skipped or not _takes_pods(node):

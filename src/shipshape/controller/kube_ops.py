@@ -23,6 +23,7 @@ from shipshape.controller.ops import (
     OpsError,
     delete_through,
     evict_through,
+    taints_patch,
 )
 from shipshape.controller.policy import WorkloadKind
 
@@ -194,7 +195,7 @@ class KubeOps:
         call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)
 
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
-        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": list(taints)}}
+        body = taints_patch(taints, resource_version)
         call(self.core.patch_node, node, body, _content_type=MERGE_PATCH)
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:

@@ -65,6 +65,12 @@ def eviction_body(namespace: str, pod: str) -> Obj:
     return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
 
 
+def taints_patch(taints: Sequence[Obj], resource_version: str) -> Obj:
+    """A JSON merge patch setting a node's taints, conditional on its resourceVersion (a concurrent
+    change of the node makes it a 409 conflict instead of losing that change)."""
+    return {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": list(taints)}}
+
+
 def evict_through(post: Callable[[Obj], object], namespace: str, pod: str) -> EvictionOutcome:
     """Post an Eviction with `post` and translate the API's answer into an `EvictionOutcome`.
 

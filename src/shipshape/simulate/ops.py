@@ -17,6 +17,7 @@ from shipshape.controller.ops import (
     OpsError,
     delete_through,
     evict_through,
+    taints_patch,
 )
 from shipshape.controller.policy import WorkloadKind
 from shipshape.emulator import resources as r
@@ -116,7 +117,7 @@ class ApiOps:
         self._call(self.api.create(r.EVENTS, namespace, body))
 
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
-        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": list(taints)}}
+        body = taints_patch(taints, resource_version)
         self._call(self.api.patch(r.NODES, "", node, MERGE_PATCH, body))
 
     def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
