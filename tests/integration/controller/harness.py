@@ -30,6 +30,7 @@ from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.store import WatchEvent
 from shipshape.kube.labels import from_label_selector
 from tests.integration.emulator.served_cluster import ServedCluster
+from tests.manifests import deployment
 
 Obj = dict[str, Any]
 
@@ -88,31 +89,8 @@ class DeploymentHistory:
 def managed_deployment(name: str, replicas: int, annotations: dict[str, str] | None = None) -> str:
     """A Deployment opted in to the controller (plus `annotations`) as YAML for `kubectl apply`: small
     nginx pods (50m, 64Mi) that terminate within 2 s, labelled `app: <name>`."""
-    body = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "annotations": {"spot.shipshape.dev/enabled": "true", **(annotations or {})},
-        },
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "nginx",
-                            "image": "nginx:1.27",
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    annotated = {"annotations": {"spot.shipshape.dev/enabled": "true", **(annotations or {})}}
+    body = deployment(name, replicas, cpu="50m", memory="64Mi", grace_seconds=2, metadata=annotated)
     return yaml.safe_dump(body, sort_keys=False)
 
 

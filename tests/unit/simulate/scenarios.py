@@ -5,31 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from shipshape.emulator.scenario import Scenario, parse
+from tests.manifests import deployment
 
 
 def _deployment(name: str, replicas: int, cpu: str = "250m") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [
-                        {
-                            "name": name,
-                            "image": "nginx:1.27",
-                            "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    metadata = {"namespace": "shop", "labels": {"app": name}}
+    return deployment(
+        name, replicas, cpu=cpu, memory="256Mi", grace_seconds=5, container=name, metadata=metadata
+    )
 
 
 def _pdb(name: str, min_available: int) -> dict[str, Any]:
