@@ -304,6 +304,10 @@ class ClusterCache:
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         self._pod_derived: dict[tuple[str, str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
         self._node_version = 0
+        # Changes of anything the loops' view of managed workloads reads (every kind but Node, and
+        # node placements): equal versions give the same `Reconciler.managed` answer.
+        self._workloads_version = 0
+        self._managed_memo: tuple[int, object, object] | None = None
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
@@ -319,6 +323,8 @@ class ClusterCache:
         # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
         # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
         self._bound_usage: dict[str, list[int]] = {}
+        # `spare_rooms`' answer until one of its inputs changes (None: work it out again).
+        self._spare_rooms: tuple[Room, ...] | None = None
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -342,6 +348,8 @@ class ClusterCache:
             self._put(kind, _key(item), item)
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
+        if kind != "Node":
+            self._workloads_version = next(self._versions)
         if kind == "Node":
             old = self._objects["Node"].get(key)
             if old is None or _summary_facts(old) != _summary_facts(obj):
@@ -349,12 +357,12 @@ class ClusterCache:
             if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):
                 self._nodes_moved()
             allocatable = node_allocatable(obj)
-            self._allocatable[key[1]] = (
-                allocatable.get("cpu", 0),
-                allocatable.get("memory", 0),
-                allocatable.get("pods", 0),
-            )
-            self._node_facts[key[1]] = (node_capacity(obj), takes_replacements(obj))
+            amounts = (allocatable.get("cpu", 0), allocatable.get("memory", 0), allocatable.get("pods", 0))
+            facts = (node_capacity(obj), takes_replacements(obj))
+            if self._allocatable.get(key[1]) != amounts or self._node_facts.get(key[1]) != facts:
+                self._spare_rooms = None
+            self._allocatable[key[1]] = amounts
+            self._node_facts[key[1]] = facts
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
@@ -382,9 +390,12 @@ class ClusterCache:
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
+        if kind != "Node":
+            self._workloads_version = next(self._versions)
         if kind == "Node":
             self._node_placements.pop(key[1], None)
             self._node_summary = None
+            self._spare_rooms = None
             self._allocatable.pop(key[1], None)
             self._node_facts.pop(key[1], None)
             if key in self._objects["Node"]:
@@ -445,6 +456,7 @@ class ClusterCache:
             if used[2] <= 0:
                 del self._node_usage[usage.packed]
         if usage.bound and usage.role != "placeholder":
+            self._spare_rooms = None
             held = self._bound_usage.setdefault(usage.bound, [0, 0, 0, 0])
             held[0] += sign * usage.cpu
             held[1] += sign * usage.memory
@@ -453,15 +465,18 @@ class ClusterCache:
             if held[2] <= 0:
                 del self._bound_usage[usage.bound]
 
-    def spare_rooms(self) -> list[Room]:
+    def spare_rooms(self) -> tuple[Room, ...]:
         """The room left on each node that takes replacements and runs a workload pod, in the cache's
         node order, from the per-node sums of bound pods' requests.
 
         The room placeholders hold counts as free (replacements preempt them), which keeps the answer
         independent of where the placeholders landed. Nodes without a workload pod (only DaemonSet
         pods and placeholders) count for nothing: the autoscaler may remove them, unless the
-        placeholders the headroom asks for keep them.
+        placeholders the headroom asks for keep them. Worked out again only after a node or a bound
+        pod changed what it reads.
         """
+        if self._spare_rooms is not None:
+            return self._spare_rooms
         rooms: list[Room] = []
         for (_, name), node in self._objects["Node"].items():
             held = self._bound_usage.get(name)
@@ -471,7 +486,8 @@ class ClusterCache:
             cpu, memory, pods = (allocatable[0] - held[0], allocatable[1] - held[1], allocatable[2] - held[2])
             if cpu > 0 and memory > 0 and pods > 0:
                 rooms.append(Room(node_pool(node), cpu, memory, pods))
-        return rooms
+        self._spare_rooms = tuple(rooms)
+        return self._spare_rooms
 
     def requested_on(self, node: str) -> tuple[int, int, int]:
         """What the pods on a node, and the pending ones packed onto it, request: cpu millicores, memory
@@ -525,6 +541,8 @@ class ClusterCache:
         """A node came, went or changed capacity type or pool: every placement is read again."""
         self._placements.clear()
         self._node_version = next(self._versions)
+        self._workloads_version = self._node_version
+        self._spare_rooms = None
 
     def _touch(self, group: GroupKey) -> None:
         self._group_versions[group] = next(self._versions)
@@ -558,6 +576,16 @@ class ClusterCache:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         return self._objects[kind].get((namespace, name))
+
+    def managed_memo(self, owner: object) -> object | None:
+        """What `keep_managed` kept for `owner` (a loop's config), if nothing it reads changed since."""
+        memo = self._managed_memo
+        if memo is None or memo[0] != self._workloads_version or memo[1] is not owner:
+            return None
+        return memo[2]
+
+    def keep_managed(self, owner: object, value: object) -> None:
+        self._managed_memo = (self._workloads_version, owner, value)
 
     def objects(self, kind: str) -> Iterator[Obj]:
         return iter(list(self._objects[kind].values()))

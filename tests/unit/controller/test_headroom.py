@@ -92,7 +92,7 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() 
     cache = ClusterCache(ControllerConfig())
     cache.replace("Node", nodes)
     cache.replace("Pod", pods)
-    assert cache.spare_rooms() == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
+    assert list(cache.spare_rooms()) == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]
 
 
 def test_placeholders_cover_only_what_the_spare_room_cannot_take() -> None:

@@ -372,7 +372,7 @@ def test_spare_rooms_from_the_per_node_sums_equal_a_scan_of_every_pod() -> None:
                 node["spec"]["unschedulable"] = True
             cache.apply({"type": "MODIFIED", "object": node})
         rooms = cache.spare_rooms()
-        assert rooms == scanned_rooms(cache.objects("Node"), cache.objects("Pod")), step
+        assert list(rooms) == scanned_rooms(cache.objects("Node"), cache.objects("Pod")), step
         seen_rooms += len(rooms)
     assert seen_rooms > 400  # the comparison was not between empty lists
 
@@ -416,6 +416,6 @@ def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholde
     }
     for pod in (daemon, placeholder, work, on_cordoned):
         cache.apply(added(pod))
-    assert cache.spare_rooms() == [Room(None, 3000, 15 * GI, 109)]
+    assert list(cache.spare_rooms()) == [Room(None, 3000, 15 * GI, 109)]
     cache.apply({"type": "DELETED", "object": work})
-    assert cache.spare_rooms() == []
+    assert list(cache.spare_rooms()) == []

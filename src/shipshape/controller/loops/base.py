@@ -143,7 +143,14 @@ class Reconciler:
     # --- helpers shared by the loops --------------------------------------------------------------
 
     def managed(self) -> list[Managed]:
-        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`)."""
+        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`).
+
+        Every loop asks each round; the answer is worked out again only after the cache changed
+        something it reads (workloads, pods, ReplicaSets, PDBs, namespaces, node placements).
+        """
+        kept = self.cache.managed_memo(self.config)
+        if isinstance(kept, tuple):
+            return list(kept)
         found: list[Managed] = []
         for kind in (WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFULSET):
             for obj in self.cache.objects(kind.value):
@@ -154,6 +161,7 @@ class Reconciler:
                     continue
                 ref = workload_ref(kind, obj)
                 found.append(Managed(ref, workload_state(self.cache, ref, result.policy)))
+        self.cache.keep_managed(self.config, tuple(found))
         return found
 
     def policy_of(self, kind: WorkloadKind, obj: Obj) -> PolicyResult:

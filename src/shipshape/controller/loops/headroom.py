@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from shipshape.controller.decisions import HeadroomPlan, WorkloadState
 from shipshape.controller.headroom import (
     placeholder_deployments,
     pods_to_cover,
@@ -19,6 +20,7 @@ from shipshape.controller.headroom import (
 )
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
+from shipshape.controller.packing import Room
 from shipshape.controller.policy import HEADROOM_LABEL
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
@@ -45,6 +47,9 @@ class HeadroomKeeper(Reconciler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._priority_class_applied = False
+        # The last plan and what it was worked out from (the rooms, the covers setting and the
+        # workload states, which the cache hands out as the same objects until they change).
+        self._last: tuple[tuple[Room, ...], str, tuple[WorkloadState, ...], HeadroomPlan] | None = None
 
     @property
     def interval(self) -> float:
@@ -55,9 +60,7 @@ class HeadroomKeeper(Reconciler):
             return
         namespace = self.config.namespace
         with self.reading():
-            rooms = self.cache.spare_rooms()
-            covered = pods_to_cover((m.state for m in self.managed()), self.settings.headroom_covers)
-            plan = uncovered_plan(covered, rooms)
+            plan = self._plan(self.cache.spare_rooms(), tuple(m.state for m in self.managed()))
             wanted = placeholder_deployments(plan, namespace)
             existing = {
                 d["metadata"]["name"]: d
@@ -79,3 +82,18 @@ class HeadroomKeeper(Reconciler):
                     self.ops.delete(ObjectRef.of({**body, "apiVersion": "apps/v1", "kind": "Deployment"}))
         except OpsError as error:
             LOG.warning("headroom not updated: %s", error)
+
+    def _plan(self, rooms: tuple[Room, ...], states: tuple[WorkloadState, ...]) -> HeadroomPlan:
+        covers = self.settings.headroom_covers
+        last = self._last
+        if (
+            last is not None
+            and last[0] is rooms
+            and last[1] == covers
+            and len(last[2]) == len(states)
+            and all(a is b for a, b in zip(last[2], states, strict=True))
+        ):
+            return last[3]
+        plan = uncovered_plan(pods_to_cover(states, covers), rooms)
+        self._last = (rooms, covers, states, plan)
+        return plan
