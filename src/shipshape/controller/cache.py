@@ -323,6 +323,11 @@ class ClusterCache:
         # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
         # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
         self._bound_usage: dict[str, list[int]] = {}
+        # Nodes by name in the cache's order, each node's place in that order (a counter at its first
+        # event), and the nodes with a notice taint.
+        self._node_by_name: dict[str, Obj] = {}
+        self._node_order: dict[str, int] = {}
+        self._noticed: dict[str, Obj] = {}
         # `spare_rooms`' answer until one of its inputs changes (None: work it out again).
         self._spare_rooms: tuple[Room, ...] | None = None
 
@@ -363,6 +368,13 @@ class ClusterCache:
                 self._spare_rooms = None
             self._allocatable[key[1]] = amounts
             self._node_facts[key[1]] = facts
+            if old is None:
+                self._node_order[key[1]] = next(self._versions)
+            self._node_by_name[key[1]] = obj
+            if taint_keys(obj) & NOTICE_TAINTS:
+                self._noticed[key[1]] = obj
+            else:
+                self._noticed.pop(key[1], None)
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
@@ -398,6 +410,9 @@ class ClusterCache:
             self._spare_rooms = None
             self._allocatable.pop(key[1], None)
             self._node_facts.pop(key[1], None)
+            self._node_by_name.pop(key[1], None)
+            self._node_order.pop(key[1], None)
+            self._noticed.pop(key[1], None)
             if key in self._objects["Node"]:
                 self._nodes_moved()
         elif kind == "Pod":
@@ -835,8 +850,15 @@ class ClusterCache:
         facts = self._node_facts
         return [node for (_, name), node in self._objects["Node"].items() if facts[name][0] is capacity]
 
-    def nodes_with_taints(self, keys: frozenset[str]) -> list[Obj]:
-        return [node for node in self._objects["Node"].values() if taint_keys(node) & keys]
+    def nodes_by_name(self) -> dict[str, Obj]:
+        """Every node by name, in the cache's node order (a copy: the loops read it outside the lock)."""
+        return dict(self._node_by_name)
+
+    def noticed_nodes(self) -> list[Obj]:
+        """The nodes carrying an interruption handler's notice taint (`NOTICE_TAINTS`), in the cache's
+        node order."""
+        order = self._node_order
+        return [self._noticed[name] for name in sorted(self._noticed, key=order.__getitem__)]
 
     def _nodes(self) -> NodeSummary:
         """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""

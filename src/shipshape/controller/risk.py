@@ -6,8 +6,9 @@ passed in, and notices are recorded explicitly. Duplicate notices for the same n
 
 from __future__ import annotations
 
+import bisect
 import json
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,21 +62,39 @@ class RiskModel:
     # Score added per distinct interrupted node within the window (one band per interruption).
     observed_weight: float = 1.0
     _notices: dict[str, tuple[Pool, float]] = field(default_factory=dict)
+    # The notices' times in order, and their pools in the same order: the notices within a window
+    # are one slice (the webhook asks on every admission, with hundreds of notices in a week).
+    _times: list[float] = field(default_factory=list)
+    _pools: list[Pool] = field(default_factory=list)
+    # The last answers, for the slice and pools they were worked out for.
+    _scores_memo: tuple[Hashable, dict[Pool, float]] | None = None
+    _at_risk_memo: tuple[Hashable, frozenset[Pool]] | None = None
 
     def record_notice(self, node: str, pool: Pool, at: float) -> bool:
         """Record a termination notice for a spot node; False for a duplicate (same node)."""
         if node in self._notices:
             return False
         self._notices[node] = (pool, at)
+        index = bisect.bisect_right(self._times, at)
+        self._times.insert(index, at)
+        self._pools.insert(index, pool)
+        self._scores_memo = self._at_risk_memo = None
         return True
 
     def forget_before(self, when: float) -> None:
         """Drop notices older than `when` (bounded memory)."""
         self._notices = {node: seen for node, seen in self._notices.items() if seen[1] >= when}
+        start = bisect.bisect_left(self._times, when)
+        del self._times[:start], self._pools[:start]
+        self._scores_memo = self._at_risk_memo = None
+
+    def _window(self, since: float, now: float) -> tuple[int, int]:
+        """The slice of `_times`/`_pools` with since <= time <= now."""
+        return bisect.bisect_left(self._times, since), bisect.bisect_right(self._times, now)
 
     def observed(self, pool: Pool, now: float) -> int:
-        since = now - self.window_seconds
-        return sum(1 for seen_pool, at in self._notices.values() if seen_pool == pool and since <= at <= now)
+        start, stop = self._window(now - self.window_seconds, now)
+        return self._pools[start:stop].count(pool)
 
     def score(self, pool: Pool, region: str | None, now: float) -> float:
         """Advisor band (or the middle band when unknown) plus the weight of observed interruptions."""
@@ -85,20 +104,25 @@ class RiskModel:
 
     def scores(self, pools: Mapping[Pool, str | None], now: float) -> dict[Pool, float]:
         """`score` of each pool (given with its region), the observed interruptions counted in one
-        pass over the notices instead of one pass per pool."""
-        since = now - self.window_seconds
+        pass over the window's notices, and only when the window or the pools changed."""
+        window = self._window(now - self.window_seconds, now)
+        key = (window, tuple(pools.items()))
+        if self._scores_memo is not None and self._scores_memo[0] == key:
+            return dict(self._scores_memo[1])
         observed: dict[Pool, int] = {}
-        for seen_pool, at in self._notices.values():
-            if since <= at <= now:
-                observed[seen_pool] = observed.get(seen_pool, 0) + 1
+        for seen_pool in self._pools[window[0] : window[1]]:
+            observed[seen_pool] = observed.get(seen_pool, 0) + 1
         out: dict[Pool, float] = {}
         for pool, region in pools.items():
             band = self.advisor.band(pool.instance_type, region) if self.advisor is not None else None
             base = float(UNKNOWN_BAND if band is None else band)
             out[pool] = base + self.observed_weight * observed.get(pool, 0)
-        return out
+        self._scores_memo = (key, out)
+        return dict(out)
 
     def at_risk(self, now: float) -> frozenset[Pool]:
         """Pools with a notice within the cool-down: no new placements there."""
-        since = now - self.cooldown_seconds
-        return frozenset(pool for pool, at in self._notices.values() if since <= at <= now)
+        window = self._window(now - self.cooldown_seconds, now)
+        if self._at_risk_memo is None or self._at_risk_memo[0] != window:
+            self._at_risk_memo = (window, frozenset(self._pools[window[0] : window[1]]))
+        return self._at_risk_memo[1]

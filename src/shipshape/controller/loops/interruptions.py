@@ -53,7 +53,6 @@ from shipshape.controller.decisions import (
     Notice,
     WorkloadAction,
     next_replacement,
-    nodes_by_name,
     notice_from_instance_action,
     notices_from_taints,
     plan_interruptions,
@@ -265,9 +264,9 @@ class InterruptionResponder(Reconciler):
     def observe(self, now: float) -> None:
         self._poll_metadata(now)
         with self.reading():
-            nodes = nodes_by_name(self.cache.objects("Node"))
+            nodes = self.cache.nodes_by_name()
             notices = self._stable(
-                notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
+                notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds), nodes
             )
             notices += [n for name, n in self._metadata_notices.items() if name in nodes]
         self._record(notices, nodes, now)
@@ -308,9 +307,9 @@ class InterruptionResponder(Reconciler):
         self._poll_metadata(now)  # already done by `observe` in this round, unless called alone
         self._poll_queue(now)
         with self.reading():
-            nodes = nodes_by_name(self.cache.objects("Node"))
+            nodes = self.cache.nodes_by_name()
             notices = self._stable(
-                notices_from_taints(nodes.values(), now, self.config.notice_lead_seconds), nodes
+                notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds), nodes
             )
             notices += [n for name, n in self._metadata_notices.items() if name in nodes]
             queued = self._queue.notices(nodes) if self._queue is not None else []
@@ -387,7 +386,7 @@ class InterruptionResponder(Reconciler):
         if self._queue is None:
             return
         with self.reading():
-            nodes = nodes_by_name(self.cache.objects("Node"))
+            nodes = self.cache.nodes_by_name()
         for notice in self._queue.poll(nodes, now):
             LOG.info("event queue: interruption warning for node %s", notice.node)
         with self.reading():
