@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,29 @@ def test_the_real_feed_loads() -> None:
     advisor = load_spot_advisor(REAL_FEED)
     assert len(advisor.bands) > 10_000
     assert set(advisor.bands.values()) <= {0, 1, 2, 3, 4}
+
+
+def test_window_answers_equal_a_scan_of_every_notice() -> None:
+    rng = random.Random(7)
+    model = RiskModel(advisor=SpotAdvisor.from_json(FEED), window_seconds=300.0, cooldown_seconds=60.0)
+    pools = [Pool("m5.large", f"us-east-1{z}") for z in "abc"] + [Pool("c5.large", "us-east-1a")]
+    regions = dict.fromkeys(pools, "us-east-1")
+    seen: dict[str, tuple[Pool, float]] = {}
+    now = 0.0
+    for step in range(400):
+        now += rng.choice([0.0, 1.0, 7.0, 45.0])
+        if rng.random() < 0.4:
+            node, pool, at = f"n{rng.randrange(150)}", rng.choice(pools), now - rng.choice([0.0, 30.0, 90.0])
+            assert model.record_notice(node, pool, at) == (node not in seen)
+            seen.setdefault(node, (pool, at))
+        if step % 97 == 96:
+            model.forget_before(now - 200.0)
+            seen = {node: (pool, at) for node, (pool, at) in seen.items() if at >= now - 200.0}
+        scanned = {
+            pool: (model.advisor.band(pool.instance_type, "us-east-1") or 0)  # type: ignore[union-attr]
+            + sum(1 for p, at in seen.values() if p == pool and now - 300.0 <= at <= now)
+            for pool in pools
+        }
+        assert model.scores(regions, now) == scanned, step
+        assert scanned == {pool: model.score(pool, "us-east-1", now) for pool in pools}, step
+        assert model.at_risk(now) == {p for p, at in seen.values() if now - 60.0 <= at <= now}, step

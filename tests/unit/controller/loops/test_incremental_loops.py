@@ -5,6 +5,7 @@ from __future__ import annotations
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.rebalance import Rebalancer
+from shipshape.controller.placement import Pool
 
 from ..builders import node
 from .test_loops import World
@@ -37,3 +38,43 @@ def test_deletion_costs_are_written_in_bounded_batches_of_whole_workloads() -> N
     w.ops.calls.clear()
     keeper.reconcile(w.h.clock.now())
     assert {args[1].split("-")[0] for args in w.ops.of("annotate_pod")} == {"web"}
+
+
+def test_managed_workloads_are_worked_out_again_only_after_a_change_they_read() -> None:
+    w = World()
+    w.workload("web", 3, ["od-1", "a-1", "b-1"])
+    rebalancer, keeper = w.loop(Rebalancer), w.loop(DeletionCostKeeper)
+    first = rebalancer.managed()
+    assert [m.ref.name for m in first] == ["web"]
+    # Another loop of the same controller gets the same answer; a node status change alters nothing.
+    assert [m.state for m in keeper.managed()] == [m.state for m in first]
+    assert keeper.managed()[0].state is first[0].state
+    w.h.add({**node("a-1", "spot"), "status": {"phase": "Running"}})
+    assert rebalancer.managed()[0].state is first[0].state
+    # A new workload, a pod of it and a node moving to another pool are seen.
+    w.workload("api", 1, ["a-1"])
+    assert [m.ref.name for m in rebalancer.managed()] == ["web", "api"]
+    w.h.add(node("a-1", "spot", "m5.large", "us-east-1c"))
+    pools = {pod.pool for m in keeper.managed() for pod in m.state.pods if pod.pool is not None}
+    assert Pool("m5.large", "us-east-1c") in pools
+    # A workload opting out is dropped.
+    w.patch_cached(
+        "Deployment", "shop", "api", {"metadata": {"annotations": {"spot.shipshape.dev/enabled": "false"}}}
+    )
+    assert [m.ref.name for m in rebalancer.managed()] == ["web"]
+
+
+def test_the_responder_reads_notices_from_the_noticed_nodes_in_node_order() -> None:
+    w = World()
+    cache = w.h.cache
+    assert cache.noticed_nodes() == []
+    w.h.add(node("c-1", "spot", "m5.large", "us-east-1c"))
+    w.taint("c-1", Pool("m5.large", "us-east-1c"))
+    w.taint("a-1")
+    # a-1 came before c-1, so it is listed first although it was tainted last.
+    assert [n["metadata"]["name"] for n in cache.noticed_nodes()] == ["a-1", "c-1"]
+    assert list(cache.nodes_by_name()) == ["od-1", "a-1", "b-1", "c-1"]
+    w.h.add(node("a-1", "spot"))  # the taint is gone
+    assert [n["metadata"]["name"] for n in cache.noticed_nodes()] == ["c-1"]
+    cache.apply({"type": "DELETED", "object": node("c-1", "spot")})
+    assert cache.noticed_nodes() == [] and "c-1" not in cache.nodes_by_name()
