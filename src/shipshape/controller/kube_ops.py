@@ -21,6 +21,7 @@ from shipshape.controller.ops import (
     EvictionOutcome,
     ObjectRef,
     OpsError,
+    SpotMetadata,
     delete_through,
     evict_through,
     taints_patch,
@@ -198,12 +199,22 @@ class KubeOps:
         body = taints_patch(taints, resource_version)
         call(self.core.patch_node, node, body, _content_type=MERGE_PATCH)
 
-    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
-        """Only nodes that publish a reachable metadata endpoint (the emulator's) answer; others: None."""
-        return self._metadata_json(node, "spot/instance-action")
-
-    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
-        return self._metadata_json(node, "events/recommendations/rebalance")
+    def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
+        """Only nodes that publish a metadata endpoint (the emulator's annotation) are asked; an endpoint
+        that does not answer is `unreachable`."""
+        out: dict[str, SpotMetadata] = {}
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name"))
+            try:
+                action = self._metadata_json(node, "spot/instance-action")
+                rebalance = self._metadata_json(node, "events/recommendations/rebalance")
+            except OpsError as error:
+                LOG.debug("instance metadata of node %s: %s", name, error)
+                out[name] = SpotMetadata(unreachable=True)
+                continue
+            if action is not None or rebalance is not None:
+                out[name] = SpotMetadata(action, rebalance)
+        return out
 
     def _metadata_json(self, node: Mapping[str, Any], path: str) -> Obj | None:
         base = ((node.get("metadata") or {}).get("annotations") or {}).get(METADATA_URL_ANNOTATION)

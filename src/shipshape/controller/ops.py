@@ -135,13 +135,21 @@ class ClusterOps(Protocol):
         change of the node is a 409 conflict (retried from the cache's newer copy), never lost."""
         ...
 
-    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
-        """The node's instance-metadata `spot/instance-action` answer, or None (no notice, unreachable)."""
+    def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
+        """The instance-metadata answers of spot `nodes`, by node name in the nodes' order. A node whose
+        endpoint answers neither a notice nor a recommendation may be left out."""
         ...
 
-    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
-        """The node's instance-metadata `events/recommendations/rebalance` answer, or None."""
-        ...
+
+@dataclass(frozen=True, slots=True)
+class SpotMetadata:
+    """One spot node's instance-metadata answers: `spot/instance-action` and
+    `events/recommendations/rebalance` (None: nothing there), or `unreachable` when the endpoint could
+    not be asked (whoever polls keeps what it knew)."""
+
+    instance_action: Obj | None = None
+    rebalance: Obj | None = None
+    unreachable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +165,14 @@ class RecordingOps:
     """A `ClusterOps` that records calls and changes nothing; answers come from the fields below.
 
     `evictions` maps "namespace/pod" to the outcome (default EVICTED); `instance_actions` and
-    `rebalance_recommendations` map a node name to its metadata answers; `fail` maps an operation name
-    to the error it raises.
+    `rebalance_recommendations` map a node name to its metadata answers, and the endpoints of
+    `unreachable_metadata` do not answer; `fail` maps an operation name to the error it raises.
     """
 
     evictions: dict[str, EvictionOutcome] = field(default_factory=dict)
     instance_actions: dict[str, Obj] = field(default_factory=dict)
     rebalance_recommendations: dict[str, Obj] = field(default_factory=dict)
+    unreachable_metadata: set[str] = field(default_factory=set)
     fail: dict[str, OpsError] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     on_call: Callable[[Call], None] | None = None
@@ -209,12 +218,15 @@ class RecordingOps:
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
         self._record("taint_node", node, [dict(t) for t in taints], resource_version)
 
-    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
-        name = str((node.get("metadata") or {}).get("name"))
-        self._record("instance_action", name)
-        return self.instance_actions.get(name)
-
-    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
-        name = str((node.get("metadata") or {}).get("name"))
-        self._record("rebalance_recommendation", name)
-        return self.rebalance_recommendations.get(name)
+    def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
+        names = [str((node.get("metadata") or {}).get("name")) for node in nodes]
+        self._record("spot_metadata", names)
+        return {
+            name: SpotMetadata(unreachable=True)
+            if name in self.unreachable_metadata
+            else SpotMetadata(self.instance_actions.get(name), self.rebalance_recommendations.get(name))
+            for name in names
+            if name in self.instance_actions
+            or name in self.rebalance_recommendations
+            or name in self.unreachable_metadata
+        }

@@ -15,6 +15,7 @@ from shipshape.controller.ops import (
     EvictionOutcome,
     ObjectRef,
     OpsError,
+    SpotMetadata,
     delete_through,
     evict_through,
     taints_patch,
@@ -120,14 +121,22 @@ class ApiOps:
         body = taints_patch(taints, resource_version)
         self._call(self.api.patch(r.NODES, "", node, MERGE_PATCH, body))
 
-    def instance_action(self, node: Mapping[str, Any]) -> Obj | None:
+    def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
+        """The cloud model's answers for the nodes that have something to say (the others answer
+        None to both, as a node's endpoint would with 404s)."""
         if self.cloud is None:
-            return None
-        answer = self.cloud.instance_action(str((node.get("metadata") or {}).get("name")))
-        return answer if isinstance(answer, dict) else None
-
-    def rebalance_recommendation(self, node: Mapping[str, Any]) -> Obj | None:
-        if self.cloud is None:
-            return None
-        answer = self.cloud.rebalance_recommendation(str((node.get("metadata") or {}).get("name")))
-        return answer if isinstance(answer, dict) else None
+            return {}
+        speakers = self.cloud.metadata_speakers()
+        if not speakers:
+            return {}
+        out: dict[str, SpotMetadata] = {}
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name"))
+            if name in speakers:
+                action = self.cloud.instance_action(name)
+                rebalance = self.cloud.rebalance_recommendation(name)
+                out[name] = SpotMetadata(
+                    action if isinstance(action, dict) else None,
+                    rebalance if isinstance(rebalance, dict) else None,
+                )
+        return out

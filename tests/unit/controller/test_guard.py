@@ -107,10 +107,10 @@ def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining()
     loop = responder(h, ops)
     h.placer.use_recommendations(loop.recommended)
     loop.observe(h.clock.now())
-    assert [args[0] for args in ops.of("rebalance_recommendation")] == ["spot-a", "spot-b"]
+    assert ops.of("spot_metadata") == [(["spot-a", "spot-b"],)]
     assert dict(loop.recommended()) == {"spot-a": Pool("m5.large", "us-east-1a")}
     loop.observe(h.clock.now() + 1)  # polled every 5 s, not every round
-    assert len(ops.of("rebalance_recommendation")) == 2
+    assert len(ops.of("spot_metadata")) == 1
     decision = decision_of(admit(h, pod_of(rs)))
     # The recommended node's pool is riskier: the other pool is preferred, and the node is avoided.
     assert decision["pool"] == "m5.large/us-east-1b"
@@ -124,8 +124,13 @@ def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining()
     ]
     assert avoided and all(values == ["spot-a"] for values in avoided)
     assert not ops.of("evict") and not ops.of("delete_pod")  # not drained
+    # An endpoint that does not answer keeps what it said; one that answers nothing clears it.
     ops.rebalance_recommendations.clear()
+    ops.unreachable_metadata.add("spot-a")
     loop.observe(h.clock.now() + 10)
+    assert dict(loop.recommended()) == {"spot-a": Pool("m5.large", "us-east-1a")}
+    ops.unreachable_metadata.clear()
+    loop.observe(h.clock.now() + 20)
     assert dict(loop.recommended()) == {}
     assert rebalance_from_metadata(None) is False
     assert rebalance_from_metadata({"noticeTime": "2026-01-01T00:00:00Z"}) is True

@@ -349,24 +349,29 @@ class InterruptionResponder(Reconciler):
         self._last_poll = now
         with self.reading():
             spot = self.cache.nodes_of_capacity(CapacityType.SPOT)
+        try:
+            answers = self.ops.spot_metadata(spot)
+        except OpsError as error:
+            LOG.debug("instance metadata not polled: %s", error)
+            return  # what was known stands
         found: dict[str, Notice] = {}
         recommended: dict[str, Pool | None] = {}
-        for node in spot:
-            name = str((node.get("metadata") or {}).get("name"))
-            try:
-                notice = notice_from_instance_action(name, self.ops.instance_action(node))
-            except OpsError:
+        for name, answer in answers.items():
+            if answer.unreachable:
                 notice = self._metadata_notices.get(name)
+                recommendation = name in self._recommended
+            else:
+                notice = notice_from_instance_action(name, answer.instance_action)
+                recommendation = rebalance_from_metadata(answer.rebalance)
             if notice is not None:
                 found[name] = notice
-            try:
-                recommendation = rebalance_from_metadata(self.ops.rebalance_recommendation(node))
-            except OpsError:
-                recommendation = name in self._recommended
             if recommendation:
-                recommended[name] = node_pool(node)
+                with self.reading():
+                    node = self.cache.get("Node", "", name)
+                pool = node_pool(node) if node is not None else self._recommended.get(name)
+                recommended[name] = pool
                 if name not in self._recommended:
-                    LOG.info("rebalance recommendation for node %s (pool %s)", name, node_pool(node))
+                    LOG.info("rebalance recommendation for node %s (pool %s)", name, pool)
         self._metadata_notices = found
         with self.reading():  # the webhook reads them under the same lock
             self._recommended = recommended

@@ -153,6 +153,8 @@ class CloudModel:
         self._active: dict[str, dict[str, Instance]] = {}
         self._active_all: dict[str, Instance] = {}
         self._by_node: dict[str, Instance] = {}
+        # Nodes whose metadata endpoint has a notice or a rebalance recommendation to give.
+        self._speaking: set[str] = set()
         self._ips: set[str] = set()  # addresses of running instances
         self._retired_ips: set[str] = set()  # addresses of terminated ones
         self.started_at = 0.0
@@ -225,6 +227,11 @@ class CloudModel:
         if inst is None or inst.notice is None:
             return None
         return {"action": "terminate", "time": rfc3339(inst.notice.action_time)}
+
+    def metadata_speakers(self) -> frozenset[str]:
+        """The nodes whose metadata endpoint answers `instance_action` or `rebalance_recommendation`
+        with something (every other node answers None to both)."""
+        return frozenset(self._speaking)
 
     def rebalance_recommendation(self, node: str) -> dict[str, str] | None:
         inst = self._by_node.get(node)
@@ -406,6 +413,7 @@ class CloudModel:
         for inst in self._select(node=node, pool=pool, zone=zone, spot_only=False):
             if self.pools[inst.pool].spot and inst.rebalance_at is None:
                 inst.rebalance_at = now
+                self._speaking.add(inst.node_name)
                 out.append(inst.node_name)
         return out
 
@@ -646,6 +654,7 @@ class CloudModel:
         if inst.notice is not None or not inst.active:
             return False
         inst.notice = Notice(issued=now, action_time=now + seconds)
+        self._speaking.add(inst.node_name)
         if inst.rebalance_at is None:
             inst.rebalance_at = now  # EC2 sends a rebalance recommendation no later than the notice
         inst.timers.append(
