@@ -656,16 +656,20 @@ class ClusterCache:
 
     def pods_of_workload(self, workload: WorkloadRef) -> list[Obj]:
         """Every pod of a workload (all ReplicaSets of a Deployment)."""
+        return [pod for _, pod in self.keyed_pods_of_workload(workload)]
+
+    def keyed_pods_of_workload(self, workload: WorkloadRef) -> list[tuple[tuple[str, str], Obj]]:
+        """`pods_of_workload` with each pod's (namespace, name): the key of the per-pod memos."""
         if workload.kind is WorkloadKind.STATEFULSET:
-            return self.pods_of_group(workload.group)
+            return list(self._pods_by_group.get(workload.group, {}).items())
         uid = workload.obj.get("metadata", {}).get("uid")
-        pods: list[Obj] = []
+        pods: list[tuple[tuple[str, str], Obj]] = []
         for name in self._replicaset_names(workload):
             rs = self._objects["ReplicaSet"][(workload.namespace, name)]
             owner = controller_ref(rs) or {}
             if uid and owner.get("uid") not in (None, uid):
                 continue
-            pods.extend(self.pods_of_group(GroupKey(workload.namespace, "ReplicaSet", name)))
+            pods.extend(self._pods_by_group.get(GroupKey(workload.namespace, "ReplicaSet", name), {}).items())
         return pods
 
     def _replicaset_names(self, workload: WorkloadRef) -> list[str]:
@@ -703,10 +707,13 @@ class ClusterCache:
             value,
         )
 
-    def pod_derived(self, pod: Mapping[str, Any], slot: str, inputs: Hashable = None) -> object | None:
+    def pod_derived(
+        self, pod: Mapping[str, Any], slot: str, inputs: Hashable = None, key: tuple[str, str] | None = None
+    ) -> object | None:
         """The value kept in `slot` by `keep_pod_derived` for this pod object, if `inputs` are equal
-        (a pod's state, its requests): what a round reads of every pod is worked out once per object."""
-        found = self._pod_derived.get((*_key(pod), slot))
+        (a pod's state, its requests): what a round reads of every pod is worked out once per object.
+        `key` is the pod's (namespace, name) where the caller has it."""
+        found = self._pod_derived.get((*(key or _key(pod)), slot))
         if found is None or found[0] is not pod or found[1] != inputs:
             return None
         return found[2]
@@ -719,9 +726,12 @@ class ClusterCache:
         if self._objects["Pod"].get(key) is pod:
             self._pod_derived[(*key, slot)] = (pod, inputs, value)
 
-    def placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
-        """Where a pod runs (its node's labels) or, while unbound, where its decision sends it."""
-        key = _key(pod)
+    def placement_of(
+        self, pod: Mapping[str, Any], key: tuple[str, str] | None = None
+    ) -> tuple[CapacityType | None, Pool | None]:
+        """Where a pod runs (its node's labels) or, while unbound, where its decision sends it. `key` is
+        the pod's (namespace, name) where the caller has it."""
+        key = key or _key(pod)
         if self._objects["Pod"].get(key) is pod:
             placement = self._placements.get(key)
             if placement is None:

@@ -126,14 +126,14 @@ def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadP
 def _build_workload_state(
     cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy
 ) -> WorkloadState:
-    all_pods = cache.pods_of_workload(workload)
-    active = [pod for pod in all_pods if is_active(pod)]
-    groups = {_controller_name(pod) for pod in active}
+    all_pods = cache.keyed_pods_of_workload(workload)
+    active = [(key, pod) for key, pod in all_pods if is_active(pod)]
+    groups = {_controller_name(pod) for _, pod in active}
     pods: list[PodState] = []
-    for pod in active:
-        placement = cache.placement_of(pod)
+    for key, pod in active:
+        placement = cache.placement_of(pod, key)
         inputs = (placement, workload.kind)
-        kept = cache.pod_derived(pod, POD_STATE, inputs)
+        kept = cache.pod_derived(pod, POD_STATE, inputs, key)
         if isinstance(kept, PodState):
             pods.append(kept)
             continue

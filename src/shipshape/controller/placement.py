@@ -28,13 +28,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Pool:
-    """A spot pool: one instance type in one zone."""
+class Pool(NamedTuple):
+    """A spot pool: one instance type in one zone.
+
+    A named tuple rather than a dataclass: pools are dictionary keys and set members on every
+    admission and in every loop round, and a tuple hashes and compares in C.
+    """
 
     instance_type: str
     zone: str
