@@ -35,16 +35,40 @@ class DisruptionController(Controller):
     component = "controllermanager"
     watches = (PDBS, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS)
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Each budget's compiled selector (None: invalid), with the budget object it was read from:
+        # every pod change asks every budget of its namespace whether it selects the pod.
+        self._selectors: dict[tuple[str, str], tuple[Obj, Selector | None]] = {}
+
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
         if event.resource is PDBS:
+            self._selectors.pop((ns, name), None)
             return [(ns, name)]
         if event.resource is PODS:
             labels = podutil.meta(obj).get("labels")
-            return [podutil.key_of(pdb) for pdb in self.store.list(PDBS, ns) if _matches(pdb, labels)]
+            keys = []
+            for pdb in self.store.list(PDBS, ns):
+                selector = self._selector_of(pdb)
+                if selector is not None and selector.matches(labels):
+                    keys.append(podutil.key_of(pdb))
+            return keys
         # A controller's scale changed: the expected count of the budgets in its namespace may change.
         return [podutil.key_of(pdb) for pdb in self.store.list(PDBS, ns)]
+
+    def _selector_of(self, pdb: Obj) -> Selector | None:
+        key = podutil.key_of(pdb)
+        kept = self._selectors.get(key)
+        if kept is not None and kept[0] is pdb:
+            return kept[1]
+        try:
+            selector: Selector | None = from_label_selector((pdb.get("spec") or {}).get("selector"))
+        except SelectorError:
+            selector = None
+        self._selectors[key] = (pdb, selector)
+        return selector
 
     def reconcile(self, key: tuple[str, str]) -> None:
         ns, name = key
@@ -177,13 +201,6 @@ class DisruptionController(Controller):
         cond = _condition("False", "SyncFailed", message, int(status.get("observedGeneration") or 0))
         _set_condition(status, cond, rfc3339(self.now()))
         self.write_status(PDBS, pdb, status)
-
-
-def _matches(pdb: Obj, labels: Mapping[str, str] | None) -> bool:
-    try:
-        return from_label_selector((pdb.get("spec") or {}).get("selector")).matches(labels)
-    except SelectorError:
-        return False
 
 
 def _selector_text(selector: Selector) -> str:
