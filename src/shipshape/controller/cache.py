@@ -15,6 +15,7 @@ import itertools
 import json
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from shipshape.controller.packing import (
@@ -73,6 +74,9 @@ SPOT_TAINT_KEYS = frozenset(
         "karpenter.sh/capacity-type",
     }
 )
+
+# A namespace without labels: one object, so that what is derived from it can be kept by identity.
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 KINDS = ("Namespace", "Deployment", "StatefulSet", "ReplicaSet", "Pod", "Node", "PodDisruptionBudget")
 
@@ -310,6 +314,8 @@ class ClusterCache:
         self._managed_memo: tuple[int, object, object] | None = None
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
+        # Each workload's policy, with what it was read from (`kept_policy`).
+        self._policies: dict[tuple[str, str, str], tuple[Obj, object, object, object]] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
         # What the pods on each node, and the pending ones packed onto it, request (cpu, memory, pods),
@@ -430,6 +436,7 @@ class ClusterCache:
             self._pdb_answers.clear()
         elif kind in ("Deployment", "StatefulSet"):
             self._derived.pop((kind, key[0], key[1]), None)
+            self._policies.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
 
     def _account(
@@ -611,7 +618,23 @@ class ClusterCache:
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         ns = self._objects["Namespace"].get(("", namespace))
-        return ((ns or {}).get("metadata") or {}).get("labels") or {}
+        labels: Mapping[str, str] = ((ns or {}).get("metadata") or {}).get("labels") or _NO_LABELS
+        return labels
+
+    def kept_policy(
+        self, workload: tuple[str, str, str], obj: Obj, labels: object, owner: object
+    ) -> object | None:
+        """What `keep_policy` kept for a workload (kind, namespace, name), if it was read from this very
+        workload object, namespace labels object and `owner` (the loops' config)."""
+        kept = self._policies.get(workload)
+        if kept is None or kept[0] is not obj or kept[1] is not labels or kept[2] is not owner:
+            return None
+        return kept[3]
+
+    def keep_policy(
+        self, workload: tuple[str, str, str], obj: Obj, labels: object, owner: object, value: object
+    ) -> None:
+        self._policies[workload] = (obj, labels, owner, value)
 
     @staticmethod
     def _group_of_pod(pod: Mapping[str, Any]) -> GroupKey | None:

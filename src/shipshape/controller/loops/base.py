@@ -169,9 +169,14 @@ class Reconciler:
         namespace = str(metadata.get("namespace") or "")
         if namespace == self.config.namespace or namespace in self.config.excluded_namespaces:
             return PolicyResult(managed=False)
-        return resolve_policy(
-            kind, metadata.get("annotations") or {}, self.cache.namespace_labels(namespace), self.config
-        )
+        labels = self.cache.namespace_labels(namespace)
+        key = (kind.value, namespace, str(metadata.get("name")))
+        kept = self.cache.kept_policy(key, obj, labels, self.config)
+        if isinstance(kept, PolicyResult):
+            return kept
+        result = resolve_policy(kind, metadata.get("annotations") or {}, labels, self.config)
+        self.cache.keep_policy(key, obj, labels, self.config, result)
+        return result
 
     def post_event(
         self, obj: Obj, kind: str, reason: str, message: str, now: float, *, warning: bool = False

@@ -7,7 +7,7 @@ from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.placement import Pool
 
-from ..builders import node
+from ..builders import deployment, namespace, node
 from .test_loops import World
 
 
@@ -62,6 +62,11 @@ def test_managed_workloads_are_worked_out_again_only_after_a_change_they_read() 
         "Deployment", "shop", "api", {"metadata": {"annotations": {"spot.shipshape.dev/enabled": "false"}}}
     )
     assert [m.ref.name for m in rebalancer.managed()] == ["web"]
+    # A Deployment without the annotation follows its namespace's label, read again when it changes.
+    w.h.add(deployment("batch", 2, ns="jobs"), namespace("jobs"))
+    assert [m.ref.name for m in rebalancer.managed()] == ["web"]
+    w.h.add(namespace("jobs", {"spot.shipshape.dev/enabled": "true"}))
+    assert [m.ref.name for m in rebalancer.managed()] == ["web", "batch"]
 
 
 def test_the_responder_reads_notices_from_the_noticed_nodes_in_node_order() -> None:
