@@ -62,3 +62,22 @@ def test_status_write_through_update_ignores_the_rest_of_the_body() -> None:
     assert store.must_get(PODS, "default", "web")["status"] == {"phase": "Succeeded"}
     same = store.update(PODS, {**body, "status": {"phase": "Succeeded"}}, subresource="status")
     assert same is updated  # a no-op status write stores nothing new
+
+
+def test_write_status_replaces_the_status_without_copying_the_object() -> None:
+    store = Store(VirtualClock())
+    events: list[WatchEvent] = []
+    store.subscribe(events.append)
+    created = store.create(PODS, pod())
+    status = {"phase": "Running"}
+    updated = store.write_status(PODS, "default", "web", status)
+    assert updated is not None and updated["status"] is status
+    assert updated["spec"] is created["spec"]  # shared: stored objects are never changed
+    assert list(updated) == list(created)
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert created["status"] == {"phase": "Pending"}
+    assert [e.object["status"]["phase"] for e in events] == ["Pending", "Running"]
+    # The same status again is no write; an absent object is None.
+    assert store.write_status(PODS, "default", "web", {"phase": "Running"}) is updated
+    assert len(events) == 2
+    assert store.write_status(PODS, "default", "gone", {"phase": "Running"}) is None
