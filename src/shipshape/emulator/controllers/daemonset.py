@@ -117,18 +117,52 @@ def should_run(ds: Mapping[str, Any], node: Mapping[str, Any], pod: Obj | None =
 
 def node_fingerprint(node: Mapping[str, Any]) -> Any:
     """What of a node matters to daemon placement (heartbeats do not): labels, taints, conditions."""
-    conditions = tuple(
+    return (*_labels_and_spec_fingerprint(node), _conditions_fingerprint(node))
+
+
+def _labels_and_spec_fingerprint(node: Mapping[str, Any]) -> tuple[bytes, bytes, bool]:
+    return (
+        orjson.dumps(podutil.meta(node).get("labels") or {}, option=orjson.OPT_SORT_KEYS),
+        orjson.dumps((node.get("spec") or {}).get("taints") or []),
+        bool((node.get("spec") or {}).get("unschedulable")),
+    )
+
+
+def _conditions_fingerprint(node: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(
         sorted(
             (str(c.get("type")), str(c.get("status")))
             for c in (node.get("status") or {}).get("conditions") or []
         )
     )
-    return (
-        orjson.dumps(podutil.meta(node).get("labels") or {}, option=orjson.OPT_SORT_KEYS),
-        orjson.dumps((node.get("spec") or {}).get("taints") or []),
-        bool((node.get("spec") or {}).get("unschedulable")),
-        conditions,
-    )
+
+
+class NodeFingerprints:
+    """`node_fingerprint` of each node's latest version, worked out again only where it can differ.
+
+    A status write shares the labels dict and the spec with the version before (stored objects are
+    replaced, never changed), so while both are the same objects only the conditions are read again.
+    The objects are kept, so their identities cannot be reused by others.
+    """
+
+    def __init__(self) -> None:
+        # node name -> (labels object, spec object, fingerprint)
+        self._by_node: dict[str, tuple[Any, Any, Any]] = {}
+
+    def changed(self, node: Mapping[str, Any]) -> bool:
+        """Record the node's fingerprint; whether it differs from the one recorded before (or is new)."""
+        name = str(podutil.meta(node).get("name", ""))
+        labels, spec = podutil.meta(node).get("labels"), node.get("spec")
+        seen = self._by_node.get(name)
+        if seen is not None and seen[0] is labels and seen[1] is spec:
+            fingerprint = (*seen[2][:3], _conditions_fingerprint(node))
+        else:
+            fingerprint = node_fingerprint(node)
+        self._by_node[name] = (labels, spec, fingerprint)
+        return seen is None or seen[2] != fingerprint
+
+    def forget(self, name: str) -> None:
+        self._by_node.pop(name, None)
 
 
 def _by_creation_and_phase(a: Obj, b: Obj) -> int:
@@ -148,7 +182,7 @@ class DaemonSetController(PodOwnerController):
 
     def __init__(self) -> None:
         super().__init__()
-        self._node_fingerprints: dict[str, Any] = {}
+        self._node_fingerprints = NodeFingerprints()
         # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
         self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
@@ -165,15 +199,12 @@ class DaemonSetController(PodOwnerController):
             return [(ns, name)]
         if event.resource is NODES:
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
-            fingerprint = None if event.type == DELETED else node_fingerprint(obj)
-            if event.type != DELETED and self._node_fingerprints.get(name) == fingerprint:
-                return []
             if event.type == DELETED:
-                self._node_fingerprints.pop(name, None)
+                self._node_fingerprints.forget(name)
                 for _, _, by_node in self._answers.values():
                     by_node.pop(name, None)
-            else:
-                self._node_fingerprints[name] = fingerprint
+            elif not self._node_fingerprints.changed(obj):
+                return []
             return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
         ref = podutil.controller_ref(obj)
         if ref is not None:
