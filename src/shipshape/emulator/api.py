@@ -395,7 +395,9 @@ class Api:
         if subresource == "status":
             validation.raise_if_invalid(rt, name, validation.validate_status(rt, new))
             return
-        effective = clone(new)
+        # The validators only read: a copy of the top level and the metadata is enough to override
+        # the fields the store keeps from the current version.
+        effective = {**new, "metadata": {**new["metadata"]}}
         for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
             if field in current["metadata"]:
                 effective["metadata"][field] = current["metadata"][field]
