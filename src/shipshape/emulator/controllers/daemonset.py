@@ -267,15 +267,18 @@ class DaemonSetController(PodOwnerController):
 
     def _node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
         """The DaemonSet's pods by node. A sync asks three times; while the store has not changed
-        (same resourceVersion, no write made while claiming) the last answer is reused."""
+        (same resourceVersion, no write made while claiming) the last answer is reused.
+
+        Callers may add nodes to the dict they get (a copy) but never change its lists, which are
+        shared with the kept answer."""
         uid, version = ds["metadata"]["uid"], self.store.resource_version
         kept = self._kept_node_to_pods
         if kept is not None and kept[0] == (uid, version):
-            return {node: list(pods) for node, pods in kept[1].items()}
+            return dict(kept[1])
         out = self._scan_node_to_pods(ds)
         if self.store.resource_version == version:
-            self._kept_node_to_pods = ((uid, version), {node: list(pods) for node, pods in out.items()})
-        return out
+            self._kept_node_to_pods = ((uid, version), out)
+        return dict(out)
 
     def _scan_node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
         out: dict[str, list[Obj]] = {}
@@ -460,10 +463,14 @@ class DaemonSetController(PodOwnerController):
         if to_delete:
             self.expectations.expect_deletions(key, {f"{ns}/{p}" for p in to_delete})
         template = self._pod_template(ds, hash_value)
+        # The bodies share the template's spec but for the affinity: the API server copies a body
+        # before changing it, and the template is this sync's own copy.
+        spec = template.get("spec") or {}
+        bare = {**template, "spec": {}}
         bodies = []
         for node_name in needing:
-            body = podutil.pod_from_template(template, ds, f"{ds_name}-")
-            body["spec"]["affinity"] = pinned_affinity(body["spec"].get("affinity"), node_name)
+            body = podutil.pod_from_template(bare, ds, f"{ds_name}-")
+            body["spec"] = {**spec, "affinity": pinned_affinity(spec.get("affinity"), node_name)}
             bodies.append(body)
         failure = self.create_pods(ds, key, bodies, self.expectations) if bodies else None
         for pod_name in to_delete:
