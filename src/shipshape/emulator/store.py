@@ -527,6 +527,14 @@ class Store:
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._update(rt, new, subresource=subresource, dry_run=False)
 
+    def update_copied(self, rt: ResourceType, obj: Obj) -> Obj:
+        """`update` (main resource) of an object the caller built for this write, without a deep copy.
+
+        `obj` must have a top level and a metadata dict of its own (the store sets fields there);
+        anything else may be shared with stored versions, as those are never changed.
+        """
+        return self._update(rt, obj, subresource=None, dry_run=False)
+
     def write_status(self, rt: ResourceType, namespace: str, name: str, status: Obj) -> Obj | None:
         """`mutate` of the status subresource that replaces `.status` with `status` (None if absent).
 

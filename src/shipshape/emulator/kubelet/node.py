@@ -173,7 +173,8 @@ class NodeAgent:
 
     def _renew_lease(self) -> None:
         now = rfc3339_micro(self.engine.now())
-        if self.store.get(LEASES, LEASE_NAMESPACE, self.name) is None:
+        current = self.store.get(LEASES, LEASE_NAMESPACE, self.name)
+        if current is None:
             lease: Obj = {
                 "metadata": {
                     "name": self.name,
@@ -192,11 +193,13 @@ class NodeAgent:
                 self.store.create(LEASES, lease)
             return
 
-        def renew(obj: Obj) -> None:
-            obj.setdefault("spec", {})["renewTime"] = now
-            obj["spec"]["holderIdentity"] = self.name
-
-        self.store.mutate(LEASES, LEASE_NAMESPACE, self.name, renew)
+        # The new version is built beside the stored one (the store never changes that one).
+        renewed: Obj = {
+            **current,
+            "metadata": {**current["metadata"]},
+            "spec": {**(current.get("spec") or {}), "renewTime": now, "holderIdentity": self.name},
+        }
+        self.store.update_copied(LEASES, renewed)
 
     def _report_status(self) -> None:
         """Refresh the conditions the kubelet owns and the image list (low rate, or on change).
