@@ -159,6 +159,27 @@ def start_time(pod: Obj) -> float:
     return parse_time(started) if isinstance(started, str) else 0.0
 
 
+# Compiled preferred node affinity terms by the text of the pod's nodeAffinity (see `_preferred_terms`).
+_PREFERRED: dict[str, list[tuple[int, scheduling.NodeSelectorTerm]]] = {}
+
+
+def _preferred_terms(pod: Obj) -> list[tuple[int, scheduling.NodeSelectorTerm]]:
+    """`scheduling.preferred_terms`, compiled once per distinct text: pods of one workload carry the
+    same terms, and a pod is compiled again at each version. repr of JSON data is exact, so equal text
+    is an equal value. The compiled lists are shared, and only read."""
+    affinity = (pod.get("spec") or {}).get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity
+    if not node_affinity:
+        return scheduling.preferred_terms(pod)
+    text = repr(node_affinity)
+    compiled = _PREFERRED.get(text)
+    if compiled is None:
+        if len(_PREFERRED) >= 4096:
+            _PREFERRED.clear()
+        compiled = _PREFERRED[text] = scheduling.preferred_terms(pod)
+    return compiled
+
+
 def pod_info(
     pod: Obj, *, priority: int | None = None, default_spread_selector: Selector | None = None
 ) -> PodInfo:
@@ -188,7 +209,7 @@ def pod_info(
         preempt_never=spec.get("preemptionPolicy") == "Never",
         tolerations=list(spec.get("tolerations") or []),
         node_affinity=scheduling.RequiredNodeAffinity.of(pod),
-        preferred_node_terms=scheduling.preferred_terms(pod),
+        preferred_node_terms=_preferred_terms(pod),
         spread=_compile_spread(pod, pod_labels),
         required_affinity=_compile_terms(
             pa.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace, False
