@@ -26,6 +26,7 @@ from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
 from shipshape.kube import errors
+from shipshape.kube.labels import Selector
 from shipshape.kube.scheduling import node_affinity_matches, untolerated_taints
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,53 @@ class NodeFingerprints:
         self._by_node.pop(name, None)
 
 
+# What scanning a DaemonSet's pods asks of one pod version: (pod, controlled by the set and matched
+# by its selector, left out as finished and terminating, the node it is for).
+DaemonPodFacts = tuple[Obj, bool, bool, str]
+
+
+def daemon_pod_facts(pod: Obj, owner_uid: str, selector: Selector) -> DaemonPodFacts:
+    ref = podutil.controller_ref(pod)
+    return (
+        pod,
+        ref is not None
+        and ref.get("uid") == owner_uid
+        and selector.matches((pod.get("metadata") or {}).get("labels")),
+        podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod),
+        target_node(pod),
+    )
+
+
+class DaemonPodFactsCache:
+    """Each DaemonSet's `DaemonPodFacts` of its candidate pods, kept from one scan to the next.
+
+    A scan reads every pod of the set (one per node) while few changed since the scan before.
+    Stored objects are replaced, never changed, so a pod version's facts stay true while the set's
+    spec (its selector) is the same object; entries are keyed by the pod object's id and keep the
+    object, so an id cannot be reused while its entry lives.
+    """
+
+    def __init__(self) -> None:
+        # DaemonSet uid -> (its spec object, id(pod) -> facts of the candidates of its last scan)
+        self._by_set: dict[str, tuple[Obj, dict[int, DaemonPodFacts]]] = {}
+
+    def forget(self, uid: str) -> None:
+        self._by_set.pop(uid, None)
+
+    def facts(self, ds: Obj, selector: Selector, candidates: list[Obj]) -> list[DaemonPodFacts]:
+        uid, spec = ds["metadata"]["uid"], ds["spec"]
+        kept = self._by_set.get(uid)
+        before = kept[1] if kept is not None and kept[0] is spec else {}
+        out: list[DaemonPodFacts] = []
+        for pod in candidates:
+            known = before.get(id(pod))
+            out.append(
+                known if known is not None and known[0] is pod else daemon_pod_facts(pod, uid, selector)
+            )
+        self._by_set[uid] = (spec, {id(f[0]): f for f in out})
+        return out
+
+
 def _by_creation_and_phase(a: Obj, b: Obj) -> int:
     """Scheduled pods first, then oldest first, then by name (upstream `podByCreationTimestampAndPhase`)."""
     bound_a, bound_b = bool(a["spec"].get("nodeName")), bool(b["spec"].get("nodeName"))
@@ -186,6 +234,7 @@ class DaemonSetController(PodOwnerController):
         # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
         self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
+        self._pod_facts = DaemonPodFactsCache()
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -196,6 +245,7 @@ class DaemonSetController(PodOwnerController):
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
                 self._answers.pop(str(podutil.meta(obj).get("uid", "")), None)
+                self._pod_facts.forget(str(podutil.meta(obj).get("uid", "")))
             return [(ns, name)]
         if event.resource is NODES:
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
@@ -281,13 +331,26 @@ class DaemonSetController(PodOwnerController):
         return dict(out)
 
     def _scan_node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
+        """`_daemon_pods` by target node, leaving out finished terminating ones.
+
+        With the kept facts, a pod the set controls and selects is claimed without a write; the
+        others go through `claim` one at a time, in the same order (what `_daemon_pods` does)."""
+        selector = selector_of(ds)
+        assert selector is not None
+        candidates = self._orphans.candidates(self.store, ds)
+        uid = ds["metadata"]["uid"]
         out: dict[str, list[Obj]] = {}
-        for pod in self._daemon_pods(ds):
-            if podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod):
-                continue
-            node = target_node(pod)
-            if node:
-                out.setdefault(node, []).append(pod)
+        for facts in self._pod_facts.facts(ds, selector, candidates):
+            if facts[1]:
+                claimed = [facts]
+            else:
+                claimed = [
+                    daemon_pod_facts(pod, uid, selector)
+                    for pod in claim(self.store, PODS, ds, [facts[0]], selector)
+                ]
+            for pod, _, skip, node in claimed:
+                if not skip and node:
+                    out.setdefault(node, []).append(pod)
         return out
 
     # ---- history ------------------------------------------------------------------------------
