@@ -231,8 +231,9 @@ class DaemonSetController(PodOwnerController):
     def __init__(self) -> None:
         super().__init__()
         self._node_fingerprints = NodeFingerprints()
-        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
-        self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
+        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node labels object, node spec
+        # object, should_run)).
+        self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Any, Any, tuple[bool, bool]]]]] = {}
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
         self._pod_facts = DaemonPodFactsCache()
 
@@ -434,19 +435,21 @@ class DaemonSetController(PodOwnerController):
 
     def _should_run(self, ds: Obj, node: Obj) -> tuple[bool, bool]:
         """`should_run` with the daemon pod built once per DaemonSet version, and each node's answer
-        remembered for that version while the node object stays the same (stored objects are
-        replaced, never changed, so a changed node is a new object)."""
+        remembered for that version while the node's labels and spec (all it reads of the node but
+        the name) stay the same objects: stored objects are replaced, never changed, and a status
+        write shares both with the version before."""
         uid, version = ds["metadata"]["uid"], ds["metadata"].get("resourceVersion")
         entry = self._answers.get(uid)
         if entry is None or entry[0] != version:
             entry = self._answers[uid] = (version, daemon_pod(ds), {})
         _, pod, by_node = entry
-        name = str(podutil.meta(node).get("name", ""))
+        md = podutil.meta(node)
+        name, labels, spec = str(md.get("name", "")), md.get("labels"), node.get("spec")
         seen = by_node.get(name)
-        if seen is not None and seen[0] is node:
-            return seen[1]
+        if seen is not None and seen[0] is labels and seen[1] is spec:
+            return seen[2]
         answer = should_run(ds, node, pod)
-        by_node[name] = (node, answer)
+        by_node[name] = (labels, spec, answer)
         return answer
 
     # ---- manage -------------------------------------------------------------------------------
