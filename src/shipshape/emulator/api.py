@@ -395,7 +395,9 @@ class Api:
         if subresource == "status":
             validation.raise_if_invalid(rt, name, validation.validate_status(rt, new))
             return
-        effective = clone(new)
+        # The validators only read: a copy of the top level and the metadata is enough to override
+        # the fields the store keeps from the current version.
+        effective = {**new, "metadata": {**new["metadata"]}}
         for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
             if field in current["metadata"]:
                 effective["metadata"][field] = current["metadata"][field]
@@ -683,22 +685,27 @@ class Api:
             return success_status()
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = rfc3339(self.cluster.clock.now())
-
-        def assign(p: Obj) -> None:
-            p["spec"]["nodeName"] = target["name"]
-            if annotations:
-                p["metadata"].setdefault("annotations", {}).update(annotations)
-
-        def scheduled(p: Obj) -> None:
-            status = p.setdefault("status", {})
+        # Both writes build the new version beside the stored one instead of deep-copying the pod.
+        assigned: Obj = {
+            **pod,
+            "metadata": {**pod["metadata"]},
+            "spec": {**pod["spec"], "nodeName": target["name"]},
+        }
+        if annotations:
+            assigned["metadata"]["annotations"] = {
+                **pod["metadata"].get("annotations", {}),
+                **clone(annotations),
+            }
+        self.store.update_copied(r.PODS, assigned)
+        current = self.store.get(r.PODS, namespace, name)  # as the write's watchers left it
+        if current is not None:
+            status = dict(current.get("status") or {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conditions.append(
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
             )
             status["conditions"] = conditions
-
-        self.store.mutate(r.PODS, namespace, name, assign)
-        self.store.mutate(r.PODS, namespace, name, scheduled, subresource="status")
+            self.store.write_status(r.PODS, namespace, name, status)
         return success_status()
 
     async def _evict(self, namespace: str, name: str, body: Obj, *, dry_run: bool, user: UserInfo) -> Obj:

@@ -527,6 +527,27 @@ class Store:
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._update(rt, new, subresource=subresource, dry_run=False)
 
+    def update_copied(self, rt: ResourceType, obj: Obj) -> Obj:
+        """`update` (main resource) of an object the caller built for this write, without a deep copy.
+
+        `obj` must have a top level and a metadata dict of its own (the store sets fields there);
+        anything else may be shared with stored versions, as those are never changed.
+        """
+        return self._update(rt, obj, subresource=None, dry_run=False)
+
+    def write_status(self, rt: ResourceType, namespace: str, name: str, status: Obj) -> Obj | None:
+        """`mutate` of the status subresource that replaces `.status` with `status` (None if absent).
+
+        `status` is stored as it is: the caller hands it over and must not change it afterwards (it
+        may share parts with the stored status, which are never changed either). No deep copy of the
+        object is made, unlike `mutate`.
+        """
+        current = self.get(rt, namespace, name)
+        if current is None:
+            return None
+        new = {**current, "metadata": {**current["metadata"]}, "status": status}
+        return self._update(rt, new, subresource="status", dry_run=False)
+
     def all_types(self) -> Iterable[str]:
         return self._objects.keys()
 

@@ -62,3 +62,37 @@ def test_status_write_through_update_ignores_the_rest_of_the_body() -> None:
     assert store.must_get(PODS, "default", "web")["status"] == {"phase": "Succeeded"}
     same = store.update(PODS, {**body, "status": {"phase": "Succeeded"}}, subresource="status")
     assert same is updated  # a no-op status write stores nothing new
+
+
+def test_write_status_replaces_the_status_without_copying_the_object() -> None:
+    store = Store(VirtualClock())
+    events: list[WatchEvent] = []
+    store.subscribe(events.append)
+    created = store.create(PODS, pod())
+    status = {"phase": "Running"}
+    updated = store.write_status(PODS, "default", "web", status)
+    assert updated is not None and updated["status"] is status
+    assert updated["spec"] is created["spec"]  # shared: stored objects are never changed
+    assert list(updated) == list(created)
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert created["status"] == {"phase": "Pending"}
+    assert [e.object["status"]["phase"] for e in events] == ["Pending", "Running"]
+    # The same status again is no write; an absent object is None.
+    assert store.write_status(PODS, "default", "web", {"phase": "Running"}) is updated
+    assert len(events) == 2
+    assert store.write_status(PODS, "default", "gone", {"phase": "Running"}) is None
+
+
+def test_update_copied_stores_the_built_object_and_keeps_what_the_store_owns() -> None:
+    store = Store(VirtualClock())
+    created = store.create(PODS, pod())
+    built = {**created, "metadata": {**created["metadata"]}, "spec": {**created["spec"], "nodeName": "n1"}}
+    built["status"] = {"phase": "Running"}  # ignored: a main-resource write keeps the stored status
+    updated = store.update_copied(PODS, built)
+    assert updated is built
+    assert updated["spec"]["nodeName"] == "n1" and "nodeName" not in created["spec"]
+    assert updated["status"] == {"phase": "Pending"}
+    assert updated["metadata"]["generation"] == 2
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert store.get(PODS, "default", "web") is updated

@@ -84,6 +84,8 @@ class Webhook:
 def configured(store: Store, kind: str) -> list[Webhook]:
     """Webhooks of one kind, ordered by configuration name then position, as upstream calls them."""
     rt = r.MUTATING_WEBHOOKS if kind == MUTATING else r.VALIDATING_WEBHOOKS
+    if not store.count(rt):  # the common case, asked at every write
+        return []
     out: list[Webhook] = []
     for config in sorted(store.iter(rt), key=lambda c: c["metadata"]["name"]):
         for index, hook in enumerate(config.get("webhooks") or []):

@@ -143,11 +143,7 @@ class Controller(Reconciler):
         if obj.get("status") == status:
             return None
         md = obj["metadata"]
-
-        def replace(new: Obj) -> None:
-            new["status"] = status
-
-        return self.store.mutate(rt, md.get("namespace", ""), md["name"], replace, subresource="status")
+        return self.store.write_status(rt, md.get("namespace", ""), md["name"], status)
 
 
 def namespace_terminating(error: errors.ApiError) -> bool:

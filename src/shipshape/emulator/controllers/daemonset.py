@@ -26,6 +26,7 @@ from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
 from shipshape.kube import errors
+from shipshape.kube.labels import Selector
 from shipshape.kube.scheduling import node_affinity_matches, untolerated_taints
 
 log = logging.getLogger(__name__)
@@ -117,18 +118,99 @@ def should_run(ds: Mapping[str, Any], node: Mapping[str, Any], pod: Obj | None =
 
 def node_fingerprint(node: Mapping[str, Any]) -> Any:
     """What of a node matters to daemon placement (heartbeats do not): labels, taints, conditions."""
-    conditions = tuple(
+    return (*_labels_and_spec_fingerprint(node), _conditions_fingerprint(node))
+
+
+def _labels_and_spec_fingerprint(node: Mapping[str, Any]) -> tuple[bytes, bytes, bool]:
+    return (
+        orjson.dumps(podutil.meta(node).get("labels") or {}, option=orjson.OPT_SORT_KEYS),
+        orjson.dumps((node.get("spec") or {}).get("taints") or []),
+        bool((node.get("spec") or {}).get("unschedulable")),
+    )
+
+
+def _conditions_fingerprint(node: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(
         sorted(
             (str(c.get("type")), str(c.get("status")))
             for c in (node.get("status") or {}).get("conditions") or []
         )
     )
+
+
+class NodeFingerprints:
+    """`node_fingerprint` of each node's latest version, worked out again only where it can differ.
+
+    A status write shares the labels dict and the spec with the version before (stored objects are
+    replaced, never changed), so while both are the same objects only the conditions are read again.
+    The objects are kept, so their identities cannot be reused by others.
+    """
+
+    def __init__(self) -> None:
+        # node name -> (labels object, spec object, fingerprint)
+        self._by_node: dict[str, tuple[Any, Any, Any]] = {}
+
+    def changed(self, node: Mapping[str, Any]) -> bool:
+        """Record the node's fingerprint; whether it differs from the one recorded before (or is new)."""
+        name = str(podutil.meta(node).get("name", ""))
+        labels, spec = podutil.meta(node).get("labels"), node.get("spec")
+        seen = self._by_node.get(name)
+        if seen is not None and seen[0] is labels and seen[1] is spec:
+            fingerprint = (*seen[2][:3], _conditions_fingerprint(node))
+        else:
+            fingerprint = node_fingerprint(node)
+        self._by_node[name] = (labels, spec, fingerprint)
+        return seen is None or seen[2] != fingerprint
+
+    def forget(self, name: str) -> None:
+        self._by_node.pop(name, None)
+
+
+# What scanning a DaemonSet's pods asks of one pod version: (pod, controlled by the set and matched
+# by its selector, left out as finished and terminating, the node it is for).
+DaemonPodFacts = tuple[Obj, bool, bool, str]
+
+
+def daemon_pod_facts(pod: Obj, owner_uid: str, selector: Selector) -> DaemonPodFacts:
+    ref = podutil.controller_ref(pod)
     return (
-        orjson.dumps(podutil.meta(node).get("labels") or {}, option=orjson.OPT_SORT_KEYS),
-        orjson.dumps((node.get("spec") or {}).get("taints") or []),
-        bool((node.get("spec") or {}).get("unschedulable")),
-        conditions,
+        pod,
+        ref is not None
+        and ref.get("uid") == owner_uid
+        and selector.matches((pod.get("metadata") or {}).get("labels")),
+        podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod),
+        target_node(pod),
     )
+
+
+class DaemonPodFactsCache:
+    """Each DaemonSet's `DaemonPodFacts` of its candidate pods, kept from one scan to the next.
+
+    A scan reads every pod of the set (one per node) while few changed since the scan before.
+    Stored objects are replaced, never changed, so a pod version's facts stay true while the set's
+    spec (its selector) is the same object; entries are keyed by the pod object's id and keep the
+    object, so an id cannot be reused while its entry lives.
+    """
+
+    def __init__(self) -> None:
+        # DaemonSet uid -> (its spec object, id(pod) -> facts of the candidates of its last scan)
+        self._by_set: dict[str, tuple[Obj, dict[int, DaemonPodFacts]]] = {}
+
+    def forget(self, uid: str) -> None:
+        self._by_set.pop(uid, None)
+
+    def facts(self, ds: Obj, selector: Selector, candidates: list[Obj]) -> list[DaemonPodFacts]:
+        uid, spec = ds["metadata"]["uid"], ds["spec"]
+        kept = self._by_set.get(uid)
+        before = kept[1] if kept is not None and kept[0] is spec else {}
+        out: list[DaemonPodFacts] = []
+        for pod in candidates:
+            known = before.get(id(pod))
+            out.append(
+                known if known is not None and known[0] is pod else daemon_pod_facts(pod, uid, selector)
+            )
+        self._by_set[uid] = (spec, {id(f[0]): f for f in out})
+        return out
 
 
 def _by_creation_and_phase(a: Obj, b: Obj) -> int:
@@ -148,10 +230,12 @@ class DaemonSetController(PodOwnerController):
 
     def __init__(self) -> None:
         super().__init__()
-        self._node_fingerprints: dict[str, Any] = {}
-        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node object, should_run)).
-        self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Obj, tuple[bool, bool]]]]] = {}
+        self._node_fingerprints = NodeFingerprints()
+        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node labels object, node spec
+        # object, should_run)).
+        self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Any, Any, tuple[bool, bool]]]]] = {}
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
+        self._pod_facts = DaemonPodFactsCache()
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -162,18 +246,16 @@ class DaemonSetController(PodOwnerController):
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
                 self._answers.pop(str(podutil.meta(obj).get("uid", "")), None)
+                self._pod_facts.forget(str(podutil.meta(obj).get("uid", "")))
             return [(ns, name)]
         if event.resource is NODES:
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
-            fingerprint = None if event.type == DELETED else node_fingerprint(obj)
-            if event.type != DELETED and self._node_fingerprints.get(name) == fingerprint:
-                return []
             if event.type == DELETED:
-                self._node_fingerprints.pop(name, None)
+                self._node_fingerprints.forget(name)
                 for _, _, by_node in self._answers.values():
                     by_node.pop(name, None)
-            else:
-                self._node_fingerprints[name] = fingerprint
+            elif not self._node_fingerprints.changed(obj):
+                return []
             return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
         ref = podutil.controller_ref(obj)
         if ref is not None:
@@ -236,24 +318,40 @@ class DaemonSetController(PodOwnerController):
 
     def _node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
         """The DaemonSet's pods by node. A sync asks three times; while the store has not changed
-        (same resourceVersion, no write made while claiming) the last answer is reused."""
+        (same resourceVersion, no write made while claiming) the last answer is reused.
+
+        Callers may add nodes to the dict they get (a copy) but never change its lists, which are
+        shared with the kept answer."""
         uid, version = ds["metadata"]["uid"], self.store.resource_version
         kept = self._kept_node_to_pods
         if kept is not None and kept[0] == (uid, version):
-            return {node: list(pods) for node, pods in kept[1].items()}
+            return dict(kept[1])
         out = self._scan_node_to_pods(ds)
         if self.store.resource_version == version:
-            self._kept_node_to_pods = ((uid, version), {node: list(pods) for node, pods in out.items()})
-        return out
+            self._kept_node_to_pods = ((uid, version), out)
+        return dict(out)
 
     def _scan_node_to_pods(self, ds: Obj) -> dict[str, list[Obj]]:
+        """`_daemon_pods` by target node, leaving out finished terminating ones.
+
+        With the kept facts, a pod the set controls and selects is claimed without a write; the
+        others go through `claim` one at a time, in the same order (what `_daemon_pods` does)."""
+        selector = selector_of(ds)
+        assert selector is not None
+        candidates = self._orphans.candidates(self.store, ds)
+        uid = ds["metadata"]["uid"]
         out: dict[str, list[Obj]] = {}
-        for pod in self._daemon_pods(ds):
-            if podutil.phase(pod) in podutil.TERMINAL_PHASES and podutil.is_terminating(pod):
-                continue
-            node = target_node(pod)
-            if node:
-                out.setdefault(node, []).append(pod)
+        for facts in self._pod_facts.facts(ds, selector, candidates):
+            if facts[1]:
+                claimed = [facts]
+            else:
+                claimed = [
+                    daemon_pod_facts(pod, uid, selector)
+                    for pod in claim(self.store, PODS, ds, [facts[0]], selector)
+                ]
+            for pod, _, skip, node in claimed:
+                if not skip and node:
+                    out.setdefault(node, []).append(pod)
         return out
 
     # ---- history ------------------------------------------------------------------------------
@@ -337,19 +435,21 @@ class DaemonSetController(PodOwnerController):
 
     def _should_run(self, ds: Obj, node: Obj) -> tuple[bool, bool]:
         """`should_run` with the daemon pod built once per DaemonSet version, and each node's answer
-        remembered for that version while the node object stays the same (stored objects are
-        replaced, never changed, so a changed node is a new object)."""
+        remembered for that version while the node's labels and spec (all it reads of the node but
+        the name) stay the same objects: stored objects are replaced, never changed, and a status
+        write shares both with the version before."""
         uid, version = ds["metadata"]["uid"], ds["metadata"].get("resourceVersion")
         entry = self._answers.get(uid)
         if entry is None or entry[0] != version:
             entry = self._answers[uid] = (version, daemon_pod(ds), {})
         _, pod, by_node = entry
-        name = str(podutil.meta(node).get("name", ""))
+        md = podutil.meta(node)
+        name, labels, spec = str(md.get("name", "")), md.get("labels"), node.get("spec")
         seen = by_node.get(name)
-        if seen is not None and seen[0] is node:
-            return seen[1]
+        if seen is not None and seen[0] is labels and seen[1] is spec:
+            return seen[2]
         answer = should_run(ds, node, pod)
-        by_node[name] = (node, answer)
+        by_node[name] = (labels, spec, answer)
         return answer
 
     # ---- manage -------------------------------------------------------------------------------
@@ -429,10 +529,14 @@ class DaemonSetController(PodOwnerController):
         if to_delete:
             self.expectations.expect_deletions(key, {f"{ns}/{p}" for p in to_delete})
         template = self._pod_template(ds, hash_value)
+        # The bodies share the template's spec but for the affinity: the API server copies a body
+        # before changing it, and the template is this sync's own copy.
+        spec = template.get("spec") or {}
+        bare = {**template, "spec": {}}
         bodies = []
         for node_name in needing:
-            body = podutil.pod_from_template(template, ds, f"{ds_name}-")
-            body["spec"]["affinity"] = pinned_affinity(body["spec"].get("affinity"), node_name)
+            body = podutil.pod_from_template(bare, ds, f"{ds_name}-")
+            body["spec"] = {**spec, "affinity": pinned_affinity(spec.get("affinity"), node_name)}
             bodies.append(body)
         failure = self.create_pods(ds, key, bodies, self.expectations) if bodies else None
         for pod_name in to_delete:

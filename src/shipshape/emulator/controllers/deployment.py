@@ -178,7 +178,10 @@ class DeploymentController(Controller):
         existing, olds = self._split(d, rss)
         new_revision = du.max_revision(olds) + 1
         if existing is not None:
-            rs_copy = clone(existing)
+            # Only the metadata (annotations) and the spec change: copies of those levels do.
+            rs_copy = {**existing, "metadata": {**existing["metadata"]}, "spec": {**existing["spec"]}}
+            if rs_copy["metadata"].get("annotations") is not None:
+                rs_copy["metadata"]["annotations"] = dict(rs_copy["metadata"]["annotations"])
             annotations_updated = du.set_new_rs_annotations(d, rs_copy, new_revision, exists=True)
             min_ready = d["spec"].get("minReadySeconds", 0)
             if annotations_updated or rs_copy["spec"].get("minReadySeconds", 0) != min_ready:
@@ -188,8 +191,8 @@ class DeploymentController(Controller):
             d = self._set_deployment_revision(
                 d, (rs_copy["metadata"].get("annotations") or {}).get(du.REVISION, "")
             )
-            status = clone(d.get("status") or {})
-            if du.has_progress_deadline(d) and du.get_condition(status, "Progressing") is None:
+            if du.has_progress_deadline(d) and du.get_condition(d.get("status") or {}, "Progressing") is None:
+                status = clone(d.get("status") or {})
                 message = f'Found new replica set "{existing["metadata"]["name"]}"'
                 du.set_condition(
                     status,

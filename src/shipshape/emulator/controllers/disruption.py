@@ -30,6 +30,41 @@ class ExpectedCountError(Exception):
     """The pods' controllers, and so the expected pod count, cannot be determined."""
 
 
+# What a sync asks of one pod version: (pod, terminating, ready, controller reference).
+PodFacts = tuple[Obj, bool, bool, Mapping[str, Any] | None]
+
+
+def pod_facts(pod: Obj) -> PodFacts:
+    return (pod, podutil.is_terminating(pod), podutil.is_ready(pod), podutil.controller_ref(pod))
+
+
+class PodFactsCache:
+    """Each budget's `PodFacts` of its pods, kept from one sync to the next.
+
+    A budget's syncs read every pod it selects while usually one or two changed since the sync
+    before; stored objects are replaced, never changed, so a pod version's facts stay true.
+    Entries are keyed by the pod object's id and keep the object, so an id cannot be reused while
+    its entry lives.
+    """
+
+    def __init__(self) -> None:
+        # budget (namespace, name) -> id(pod) -> facts of the pods of its last sync
+        self._by_budget: dict[tuple[str, str], dict[int, PodFacts]] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self._by_budget.pop(key, None)
+
+    def facts(self, key: tuple[str, str], pods: list[Obj]) -> list[PodFacts]:
+        """The facts of `pods`, in their order."""
+        before = self._by_budget.get(key) or {}
+        out: list[PodFacts] = []
+        for pod in pods:
+            known = before.get(id(pod))
+            out.append(known if known is not None and known[0] is pod else pod_facts(pod))
+        self._by_budget[key] = {id(f[0]): f for f in out}
+        return out
+
+
 class DisruptionController(Controller):
     name = "disruption-controller"
     component = "controllermanager"
@@ -40,6 +75,7 @@ class DisruptionController(Controller):
         # Each budget's compiled selector (None: invalid), with the budget object it was read from:
         # every pod change asks every budget of its namespace whether it selects the pod.
         self._selectors: dict[tuple[str, str], tuple[Obj, Selector | None]] = {}
+        self._facts = PodFactsCache()
 
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
@@ -74,6 +110,7 @@ class DisruptionController(Controller):
         ns, name = key
         pdb = self.store.get(PDBS, ns, name)
         if pdb is None:
+            self._facts.forget(key)
             return
         try:
             selector = from_label_selector((pdb.get("spec") or {}).get("selector"))
@@ -83,8 +120,9 @@ class DisruptionController(Controller):
         pods = self.store.list(PODS, ns, selector=selector)
         if not pods:
             self.event(pdb, "NoPods", "No matching pods found")
+        facts = self._facts.facts(key, pods)
         try:
-            expected, desired, unmanaged = self._expected_pod_count(pdb, pods)
+            expected, desired, unmanaged = self._expected_pod_count(pdb, facts)
         except (ExpectedCountError, IntOrPercentError) as exc:
             self.event(
                 pdb,
@@ -103,13 +141,13 @@ class DisruptionController(Controller):
             )
         now = self.now()
         disrupted, recheck = _disrupted_pods(pdb, pods, now)
-        healthy = _count_healthy(pods, disrupted, now)
+        healthy = _count_healthy(facts, disrupted, now)
         self._update_status(pdb, healthy, desired, expected, disrupted)
         if recheck is not None:
             self.enqueue(key, after=max(0.0, recheck - now) + 1.0)
 
     # ---- expected count -------------------------------------------------------------------------
-    def _expected_pod_count(self, pdb: Obj, pods: list[Obj]) -> tuple[int, int, list[str]]:
+    def _expected_pod_count(self, pdb: Obj, pods: list[PodFacts]) -> tuple[int, int, list[str]]:
         """(expectedPods, desiredHealthy, unmanaged pod names) as upstream `getExpectedPodCount`."""
         spec = pdb.get("spec") or {}
         unmanaged: list[str] = []
@@ -125,14 +163,13 @@ class DisruptionController(Controller):
             return expected, scaled_value(min_available, expected, round_up=True), unmanaged
         return 0, 0, unmanaged
 
-    def _expected_scale(self, pods: list[Obj]) -> tuple[int, list[str]]:
+    def _expected_scale(self, pods: list[PodFacts]) -> tuple[int, list[str]]:
         scales: dict[str, int] = {}
         unmanaged: list[str] = []
         # The controller refs already resolved: a Deployment's pods point at its ReplicaSets, whose
         # uids are not the keys of `scales` (the Deployment's is), so each would be looked up again.
         resolved: set[Any] = set()
-        for pod in pods:
-            ref = podutil.controller_ref(pod)
+        for pod, _, _, ref in pods:
             if ref is None:
                 unmanaged.append(pod["metadata"]["name"])
                 continue
@@ -236,17 +273,17 @@ def _disrupted_pods(pdb: Obj, pods: list[Obj], now: float) -> tuple[dict[str, st
     return result, recheck
 
 
-def _count_healthy(pods: list[Obj], disrupted: Mapping[str, str], now: float) -> int:
+def _count_healthy(pods: list[PodFacts], disrupted: Mapping[str, str], now: float) -> int:
     if not disrupted:  # the common case, without the per-pod lookups below
-        return sum(1 for pod in pods if not podutil.is_terminating(pod) and podutil.is_ready(pod))
+        return sum(1 for _, terminating, ready, _ in pods if ready and not terminating)
     healthy = 0
-    for pod in pods:
-        if podutil.is_terminating(pod):
+    for pod, terminating, ready, _ in pods:
+        if terminating:
             continue
         name = pod["metadata"]["name"]
         if name in disrupted and parse_time(disrupted[name]) + DELETION_TIMEOUT > now:
             continue
-        if podutil.is_ready(pod):
+        if ready:
             healthy += 1
     return healthy
 

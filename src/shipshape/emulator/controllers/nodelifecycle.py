@@ -167,8 +167,11 @@ class NodeLifecycleController(Controller):
         elif kind == "taints":
             self._sync_taints(key[1])
         elif kind == "evict-node":
-            for on_node in self.store.pods_on_node(key[1]):
-                self._process_pod(on_node)
+            # Without NoExecute taints on the node and with no eviction pending, processing its pods
+            # would only find nothing to cancel (node status writes bring most of these keys).
+            if self._evictions or self._has_no_execute_taints(key[1]):
+                for on_node in self.store.pods_on_node(key[1]):
+                    self._process_pod(on_node)
         elif kind == "evict-pod":
             pod = self.store.get(PODS, key[1], key[2])
             if pod is not None:
@@ -402,6 +405,11 @@ class NodeLifecycleController(Controller):
         self._schedule_pass(self.now())
 
     # ---- taint-based eviction -------------------------------------------------------------------
+    def _has_no_execute_taints(self, node_name: str) -> bool:
+        node = self.store.get(NODES, "", node_name)
+        taints = ((node or {}).get("spec") or {}).get("taints") or []
+        return any(t.get("effect") == "NoExecute" for t in taints)
+
     def _process_pod(self, pod: Obj) -> None:
         key = podutil.key_of(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")

@@ -9,7 +9,7 @@ from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import PodOwnerController
 from shipshape.emulator.controllers.claims import claim
 from shipshape.emulator.resources import PODS, REPLICASETS
-from shipshape.emulator.store import DELETED, Obj, WatchEvent
+from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent
 from shipshape.kube import errors
 from shipshape.kube.clock import rfc3339
 from shipshape.kube.labels import Selector, SelectorError, from_label_selector
@@ -29,6 +29,90 @@ def selector_of(obj: Obj) -> Selector | None:
         return None
 
 
+def fully_labeled(template_labels: dict[str, Any], labels: dict[str, Any]) -> bool:
+    """Whether a pod carries every label of the template (values equal; a None value as absent)."""
+    if None not in template_labels.values():
+        # The per-key comparison below done in C (absent and None compare equal there).
+        return template_labels.items() <= labels.items()
+    return all(labels.get(k) == v for k, v in template_labels.items())
+
+
+# What a sync asks of one pod version: (pod, active, controlled by the set and matched by its
+# selector, fully labeled, ready).
+PodFacts = tuple[Obj, bool, bool, bool, bool]
+
+
+def template_labels_of(rs: Obj) -> dict[str, Any]:
+    labels: dict[str, Any] = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+class PodFactsCache:
+    """Each ReplicaSet's `PodFacts` of its candidate pods, kept from one sync to the next.
+
+    A set's syncs walk its every pod (150 to 300 here) while usually one or two changed since the
+    sync before. Stored objects are replaced, never changed, so the facts of a pod version stay
+    true while the set's spec (selector, template labels) is the same object; entries are keyed by
+    the pod object's id and keep the object, so an id cannot be reused while its entry lives.
+    """
+
+    def __init__(self) -> None:
+        # ReplicaSet uid -> (its spec object, id(pod) -> facts of the candidates of its last sync)
+        self._by_set: dict[str, tuple[Obj, dict[int, PodFacts]]] = {}
+
+    def forget(self, uid: str) -> None:
+        self._by_set.pop(uid, None)
+
+    def facts(self, rs: Obj, selector: Selector, candidates: list[Obj]) -> dict[int, PodFacts]:
+        """The facts of `candidates` (by pod id), from the last sync's where the pod is unchanged."""
+        uid, spec = rs["metadata"]["uid"], rs["spec"]
+        kept = self._by_set.get(uid)
+        before = kept[1] if kept is not None and kept[0] is spec else {}
+        template_labels = template_labels_of(rs)
+        out: dict[int, PodFacts] = {}
+        for pod in candidates:
+            known = before.get(id(pod))
+            out[id(pod)] = (
+                known
+                if known is not None and known[0] is pod
+                else pod_facts(pod, uid, selector, template_labels)
+            )
+        self._by_set[uid] = (spec, out)
+        return out
+
+    def claim(
+        self, store: Store, rs: Obj, selector: Selector, candidates: list[Obj]
+    ) -> tuple[list[Obj], dict[int, PodFacts]]:
+        """`claim` of the active candidates, with their facts: the same pods, adoptions and releases.
+
+        A pod the set controls and selects is claimed without a write whatever else holds, so only
+        the others go through `claim` (one at a time, in the same order).
+        """
+        facts = self.facts(rs, selector, candidates)
+        pods: list[Obj] = []
+        for pod in candidates:
+            _, active, claimed, _, _ = facts[id(pod)]
+            if not active:
+                continue
+            if claimed:
+                pods.append(pod)
+            else:
+                pods += claim(store, PODS, rs, [pod], selector)
+        return pods, facts
+
+
+def pod_facts(pod: Obj, owner_uid: str, selector: Selector, template_labels: dict[str, Any]) -> PodFacts:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    ref = podutil.controller_ref(pod)
+    return (
+        pod,
+        podutil.is_active(pod),
+        ref is not None and ref.get("uid") == owner_uid and selector.matches(labels),
+        fully_labeled(template_labels, labels),
+        podutil.is_ready(pod),
+    )
+
+
 class ReplicaSetController(PodOwnerController):
     name = "replicaset-controller"
     watches = (REPLICASETS, PODS)
@@ -37,6 +121,7 @@ class ReplicaSetController(PodOwnerController):
         super().__init__()
         # The last creation/deletion failure, shown as ReplicaFailure until a later one succeeds.
         self._failing: dict[Key, tuple[str, str]] = {}
+        self._facts = PodFactsCache()
 
     def forget(self, key: Any) -> None:
         super().forget(key)
@@ -50,6 +135,7 @@ class ReplicaSetController(PodOwnerController):
         if event.resource is REPLICASETS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
+                self._facts.forget(str(podutil.meta(obj).get("uid", "")))
             return [(ns, name)]
         ref = podutil.controller_ref(obj)
         if ref is not None:
@@ -84,8 +170,7 @@ class ReplicaSetController(PodOwnerController):
         selector = selector_of(rs)
         if selector is None or selector.empty:
             return  # validation rejects these; never select every pod in the namespace
-        active = [p for p in self._orphans.candidates(self.store, rs) if podutil.is_active(p)]
-        pods = claim(self.store, PODS, rs, active, selector)
+        pods, facts = self._facts.claim(self.store, rs, selector, self._orphans.candidates(self.store, rs))
         if needs_sync and not podutil.is_terminating(rs):
             diff = len(pods) - int(rs["spec"].get("replicas", 1))
             failure = self._manage_replicas(rs, pods, key)
@@ -101,7 +186,7 @@ class ReplicaSetController(PodOwnerController):
         current = self.store.get(REPLICASETS, ns, name)
         if current is None:
             return
-        status = self._status(current, pods, failure)
+        status = self._status(current, pods, failure, facts if current["spec"] is rs["spec"] else None)
         self.write_status(REPLICASETS, current, status)
         min_ready = int(current["spec"].get("minReadySeconds") or 0)
         replicas = int(current["spec"].get("replicas", 1))
@@ -171,24 +256,28 @@ class ReplicaSetController(PodOwnerController):
         ]
         return [pod for uid in siblings for rt, pod in self.store.dependents(uid) if rt is PODS]
 
-    def _status(self, rs: Obj, pods: list[Obj], failure: tuple[str, str] | None) -> Obj:
+    def _status(
+        self,
+        rs: Obj,
+        pods: list[Obj],
+        failure: tuple[str, str] | None,
+        facts: dict[int, PodFacts] | None = None,
+    ) -> Obj:
+        """The set's status over `pods`; `facts` (for this spec of the set) saves reading most pods."""
         now = self.now()
-        template_labels = ((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+        template_labels = template_labels_of(rs)
         min_ready = int(rs["spec"].get("minReadySeconds") or 0)
-        fully_labeled = ready = available = 0
-        template_items = template_labels.items()
-        # `template_items <= labels.items()` is the per-key comparison below done in C; a None
-        # value (absent and None compare equal there) needs the comparison itself.
-        as_items = None not in template_labels.values()
+        labeled = ready = available = 0
         for pod in pods:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if (
-                template_items <= labels.items()
-                if as_items
-                else all(labels.get(k) == v for k, v in template_items)
-            ):
-                fully_labeled += 1
-            if podutil.is_ready(pod):
+            known = facts.get(id(pod)) if facts is not None else None
+            if known is not None and known[0] is pod:
+                is_labeled, is_ready = known[3], known[4]
+            else:  # e.g. a pod adopted during this sync: a new version
+                is_labeled = fully_labeled(template_labels, (pod.get("metadata") or {}).get("labels") or {})
+                is_ready = podutil.is_ready(pod)
+            if is_labeled:
+                labeled += 1
+            if is_ready:
                 ready += 1
                 if min_ready <= 0 or podutil.is_available(pod, min_ready, now):
                     available += 1
@@ -210,7 +299,7 @@ class ReplicaSetController(PodOwnerController):
             conditions = [c for c in conditions if c.get("type") != "ReplicaFailure"]
         status: Obj = {
             "replicas": len(pods),
-            "fullyLabeledReplicas": fully_labeled,
+            "fullyLabeledReplicas": labeled,
             "readyReplicas": ready,
             "availableReplicas": available,
             "observedGeneration": rs["metadata"].get("generation", 1),

@@ -27,6 +27,8 @@ class ResourceQuotaController(Controller):
         ns, name = podutil.key_of(event.object)
         if event.resource is RESOURCEQUOTAS:
             return [(ns, name)]
+        if not self.store.count(RESOURCEQUOTAS):  # the common case: no quota anywhere
+            return []
         return [podutil.key_of(q) for q in self.store.list(RESOURCEQUOTAS, ns)]
 
     def reconcile(self, key: tuple[str, str]) -> None:

@@ -73,8 +73,8 @@ class NodeAgent:
         self._network_waiters: list[Callable[[], None]] = []
         self._timers: dict[str, Timer] = {}
         self._images_dirty = False
-        # (number of images, [(digest, reference, size)]) last reported: see `_image_list`.
-        self._reported_images: tuple[int, list[tuple[str, str, int]]] = (-1, [])
+        # (number of images, the `status.images` list) last reported: see `_image_list`.
+        self._reported_images: tuple[int, list[Obj]] = (-1, [])
         self.host_ip = _internal_ip(node) or _fallback_host_ip(index)
         self._pod_net = _pod_network(node, index)
         self._ips_in_use: set[str] = set()
@@ -173,7 +173,8 @@ class NodeAgent:
 
     def _renew_lease(self) -> None:
         now = rfc3339_micro(self.engine.now())
-        if self.store.get(LEASES, LEASE_NAMESPACE, self.name) is None:
+        current = self.store.get(LEASES, LEASE_NAMESPACE, self.name)
+        if current is None:
             lease: Obj = {
                 "metadata": {
                     "name": self.name,
@@ -192,70 +193,80 @@ class NodeAgent:
                 self.store.create(LEASES, lease)
             return
 
-        def renew(obj: Obj) -> None:
-            obj.setdefault("spec", {})["renewTime"] = now
-            obj["spec"]["holderIdentity"] = self.name
-
-        self.store.mutate(LEASES, LEASE_NAMESPACE, self.name, renew)
+        # The new version is built beside the stored one (the store never changes that one).
+        renewed: Obj = {
+            **current,
+            "metadata": {**current["metadata"]},
+            "spec": {**(current.get("spec") or {}), "renewTime": now, "holderIdentity": self.name},
+        }
+        self.store.update_copied(LEASES, renewed)
 
     def _report_status(self) -> None:
-        """Refresh the conditions the kubelet owns and the image list (low rate, or on change)."""
+        """Refresh the conditions the kubelet owns and the image list (low rate, or on change).
+
+        The new status is built beside the stored one (condition dicts copied, everything else
+        shared) rather than from a deep copy of the whole node.
+        """
         self._images_dirty = False
+        current = self.store.get(NODES, "", self.name)
+        if current is None:
+            return
         now = rfc3339(self.engine.now())
         restored = False
-
-        def change(node: Obj) -> None:
-            nonlocal restored
-            status = node.setdefault("status", {})
-            conditions: list[Obj] = status.setdefault("conditions", [])
-            by_type = {c.get("type"): c for c in conditions}
-            for ctype, reason, message in PRESSURE_CONDITIONS:
-                condition = by_type.get(ctype)
-                if condition is None:
-                    condition = {
-                        "type": ctype,
-                        "status": "False",
-                        "reason": reason,
-                        "message": message,
-                        "lastTransitionTime": now,
-                    }
-                    ready_at = next(
-                        (i for i, c in enumerate(conditions) if c.get("type") == "Ready"), len(conditions)
-                    )
-                    conditions.insert(ready_at, condition)
-                elif condition.get("status") != "False":  # e.g. Unknown after the node was unreachable
-                    condition.update(status="False", reason=reason, message=message, lastTransitionTime=now)
-                condition["lastHeartbeatTime"] = now
-            ready = by_type.get("Ready")
-            if ready is not None and ready.get("status") == "True":
-                ready["lastHeartbeatTime"] = now
-            elif ready is not None and ready.get("status") == "Unknown" and self.was_ready:
-                ready.update(
-                    status="True",
-                    reason="KubeletReady",
-                    message="kubelet is posting ready status",
-                    lastHeartbeatTime=now,
-                    lastTransitionTime=now,
+        status: Obj = dict(current.get("status") or {})
+        conditions: list[Obj] = [dict(c) for c in status.get("conditions") or []]
+        status["conditions"] = conditions
+        by_type = {c.get("type"): c for c in conditions}
+        for ctype, reason, message in PRESSURE_CONDITIONS:
+            condition = by_type.get(ctype)
+            if condition is None:
+                condition = {
+                    "type": ctype,
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now,
+                }
+                ready_at = next(
+                    (i for i, c in enumerate(conditions) if c.get("type") == "Ready"), len(conditions)
                 )
-                restored = True
-            status["images"] = self._image_list()
+                conditions.insert(ready_at, condition)
+            elif condition.get("status") != "False":  # e.g. Unknown after the node was unreachable
+                condition.update(status="False", reason=reason, message=message, lastTransitionTime=now)
+            condition["lastHeartbeatTime"] = now
+        ready = by_type.get("Ready")
+        if ready is not None and ready.get("status") == "True":
+            ready["lastHeartbeatTime"] = now
+        elif ready is not None and ready.get("status") == "Unknown" and self.was_ready:
+            ready.update(
+                status="True",
+                reason="KubeletReady",
+                message="kubelet is posting ready status",
+                lastHeartbeatTime=now,
+                lastTransitionTime=now,
+            )
+            restored = True
+        status["images"] = self._image_list()
 
-        updated = self.store.mutate(NODES, "", self.name, change, subresource="status")
+        updated = self.store.write_status(NODES, "", self.name, status)
         if updated is not None:
             self.node = updated
             if restored:
                 self._record_node_ready()
 
     def _image_list(self) -> list[Obj]:
-        # Images are only ever added: while their number stands, the sorted list (and its digests)
-        # is the one worked out last time. Each report still gets its own dicts.
+        """The biggest images, as reported in `status.images`.
+
+        Images are only ever added: while their number stands, the list is the one reported last
+        time, and the same list object goes into the new status (stored objects are never changed).
+        """
         if self._reported_images[0] != len(self.images):
             biggest = sorted(self.images.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_REPORTED_IMAGES]
             self._reported_images = (
                 len(self.images),
-                [(images.image_id(ref), ref, size) for ref, size in biggest],
+                [{"names": [images.image_id(ref), ref], "sizeBytes": size} for ref, size in biggest],
             )
-        return [{"names": [digest, ref], "sizeBytes": size} for digest, ref, size in self._reported_images[1]]
+        return self._reported_images[1]
 
     # ---- services for pod workers ------------------------------------------------------------
     def when_network_ready(self, callback: Callable[[], None]) -> None:

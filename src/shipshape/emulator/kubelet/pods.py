@@ -783,7 +783,12 @@ class PodWorker:
         self.agent.engine.call_soon(run)
 
     def flush(self) -> None:
-        self._write(lambda pod: pod.__setitem__("status", self.render_status(pod.get("status") or {})))
+        current = self.agent.store.get(PODS, self.namespace, self.name)
+        if current is None or current["metadata"]["uid"] != self.uid:
+            return
+        # `render_status` only reads the stored status: no copy of the pod is needed.
+        status = self.render_status(current.get("status") or {})
+        self.agent.store.write_status(PODS, self.namespace, self.name, status)
 
     def _write(self, change: Callable[[Obj], None]) -> None:
         current = self.agent.store.get(PODS, self.namespace, self.name)

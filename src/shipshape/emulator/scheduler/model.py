@@ -30,7 +30,7 @@ from shipshape.emulator.scheduler.plugins import Cycle, Profile
 from shipshape.emulator.scheduler.preemption import Budget
 from shipshape.emulator.scheduler.queue import ALL_PLUGINS, QueuedPod, SchedulingQueue
 from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, PodKey, pod_info, start_time
-from shipshape.emulator.store import DELETED, Obj, WatchEvent
+from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent
 from shipshape.kube import errors
 from shipshape.kube import labels as labelsel
 from shipshape.kube.clock import VirtualClock, rfc3339
@@ -63,6 +63,20 @@ def _set_condition(pod: Obj, condition: Obj, now: float) -> None:
                     existing.pop(key, None)
             return
     conditions.append({**condition, "lastProbeTime": None, "lastTransitionTime": rfc3339(now)})
+
+
+def _mutate_status(store: Store, namespace: str, name: str, change: Callable[[Obj], None]) -> Obj | None:
+    """`store.mutate` of a pod's status subresource for a change to `.status` and its conditions alone:
+    only the status and its condition dicts are copied for it, not the whole pod. None if absent."""
+    current = store.get(PODS, namespace, name)
+    if current is None:
+        return None
+    status = dict(current.get("status") or {})
+    if isinstance(status.get("conditions"), list):
+        status["conditions"] = [dict(c) for c in status["conditions"]]
+    scratch: Obj = {"status": status}
+    change(scratch)
+    return store.write_status(PODS, namespace, name, scratch.get("status", {}))
 
 
 def _scheduling_relevant(pod: Obj) -> Any:
@@ -398,7 +412,7 @@ class SchedulerModel:
             _set_condition(p, {"type": "PodScheduled", "status": "True"}, now)
 
         store.mutate(PODS, namespace, name, assign)
-        store.mutate(PODS, namespace, name, scheduled, subresource="status")
+        _mutate_status(store, namespace, name, scheduled)
         return True
 
     def _record_failure(self, pod: Obj, decision: framework.Decision) -> None:
@@ -416,7 +430,7 @@ class SchedulerModel:
             if decision.nominated_node:
                 p["status"]["nominatedNodeName"] = decision.nominated_node
 
-        updated = self.c.store.mutate(PODS, namespace, name, unschedulable, subresource="status")
+        updated = _mutate_status(self.c.store, namespace, name, unschedulable)
         self.c.recorder.record(
             updated or pod,
             "FailedScheduling",
@@ -444,7 +458,7 @@ class SchedulerModel:
                     now,
                 )
 
-            target = store.mutate(PODS, namespace, name, disruption, subresource="status")
+            target = _mutate_status(store, namespace, name, disruption)
             if target is None:
                 continue
             try:
@@ -460,7 +474,7 @@ class SchedulerModel:
                 def clear(p: Obj) -> None:
                     p.setdefault("status", {}).pop("nominatedNodeName", None)
 
-                store.mutate(PODS, *other.key, clear, subresource="status")
+                _mutate_status(store, *other.key, clear)
 
 
 def _drive(coro: Any) -> None:

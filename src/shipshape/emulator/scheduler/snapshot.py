@@ -159,6 +159,27 @@ def start_time(pod: Obj) -> float:
     return parse_time(started) if isinstance(started, str) else 0.0
 
 
+# Compiled preferred node affinity terms by the text of the pod's nodeAffinity (see `_preferred_terms`).
+_PREFERRED: dict[str, list[tuple[int, scheduling.NodeSelectorTerm]]] = {}
+
+
+def _preferred_terms(pod: Obj) -> list[tuple[int, scheduling.NodeSelectorTerm]]:
+    """`scheduling.preferred_terms`, compiled once per distinct text: pods of one workload carry the
+    same terms, and a pod is compiled again at each version. repr of JSON data is exact, so equal text
+    is an equal value. The compiled lists are shared, and only read."""
+    affinity = (pod.get("spec") or {}).get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity
+    if not node_affinity:
+        return scheduling.preferred_terms(pod)
+    text = repr(node_affinity)
+    compiled = _PREFERRED.get(text)
+    if compiled is None:
+        if len(_PREFERRED) >= 4096:
+            _PREFERRED.clear()
+        compiled = _PREFERRED[text] = scheduling.preferred_terms(pod)
+    return compiled
+
+
 def pod_info(
     pod: Obj, *, priority: int | None = None, default_spread_selector: Selector | None = None
 ) -> PodInfo:
@@ -188,7 +209,7 @@ def pod_info(
         preempt_never=spec.get("preemptionPolicy") == "Never",
         tolerations=list(spec.get("tolerations") or []),
         node_affinity=scheduling.RequiredNodeAffinity.of(pod),
-        preferred_node_terms=scheduling.preferred_terms(pod),
+        preferred_node_terms=_preferred_terms(pod),
         spread=_compile_spread(pod, pod_labels),
         required_affinity=_compile_terms(
             pa.get("requiredDuringSchedulingIgnoredDuringExecution"), namespace, False
@@ -230,6 +251,10 @@ class NodeInfo:
     # only then: their verdicts are remembered per node while it stays the same, across the status
     # updates (heartbeats, images) that replace the node object.
     static_key: object = field(default_factory=object)
+    # The status' capacity, allocatable and images objects `allocatable` and `images` were read
+    # from: a status write that keeps them (a heartbeat) needs neither read again. Kept, so their
+    # identities cannot be reused.
+    sources: tuple[Any, Any, Any] | None = None
 
     def set_node(self, node: Obj) -> None:
         md = node.get("metadata") or {}
@@ -248,13 +273,19 @@ class NodeInfo:
             self.labels, self.taints, self.unschedulable = labels, taints, unschedulable
             self.static_key = object()
         self.obj = node
-        self.allocatable = scheduling.node_allocatable(node)
-        self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
-        images: dict[str, int] = {}
-        for image in (node.get("status") or {}).get("images") or []:
-            for name in image.get("names") or []:
-                images[normalized_image(str(name))] = int(image.get("sizeBytes") or 0)
-        self.images = images
+        status = node.get("status") or {}
+        sources = (status.get("capacity"), status.get("allocatable"), status.get("images"))
+        kept = self.sources
+        if kept is None or kept[0] is not sources[0] or kept[1] is not sources[1]:
+            self.allocatable = scheduling.node_allocatable(node)
+            self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
+        if kept is None or kept[2] is not sources[2]:
+            images: dict[str, int] = {}
+            for image in sources[2] or []:
+                for name in image.get("names") or []:
+                    images[normalized_image(str(name))] = int(image.get("sizeBytes") or 0)
+            self.images = images
+        self.sources = sources
 
     def add(self, pod: PodInfo, sign: int = 1) -> None:
         for name, amount in pod.requests.items():
@@ -336,11 +367,13 @@ class ClusterSnapshot:
         if info is None:
             info = self.nodes[name] = NodeInfo(name, None)
         old_zone = _zone_of(info) if info.obj is not None else None
-        if info.obj is not None:
-            self._count_images(info, -1)
         was_known = info.obj is not None
+        counted = info.images if was_known else None
         info.set_node(node)
-        self._count_images(info, 1)
+        if info.images is not counted:  # (the same dict: the same images, counted already)
+            if counted is not None:
+                self._count_images(counted, -1)
+            self._count_images(info.images, 1)
         if not was_known or old_zone != _zone_of(info):
             self._order = None
         return info
@@ -349,15 +382,15 @@ class ClusterSnapshot:
         info = self.nodes.get(name)
         if info is None or info.obj is None:
             return
-        self._count_images(info, -1)
+        self._count_images(info.images, -1)
         self._order = None
         if info.pods:
             info.obj = None  # keep the pods until they are deleted, as upstream's cache does
         else:
             del self.nodes[name]
 
-    def _count_images(self, info: NodeInfo, sign: int) -> None:
-        for image in info.images:
+    def _count_images(self, images: Mapping[str, int], sign: int) -> None:
+        for image in images:
             self.image_nodes[image] = self.image_nodes.get(image, 0) + sign
             if self.image_nodes[image] <= 0:
                 del self.image_nodes[image]
