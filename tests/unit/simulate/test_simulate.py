@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from shipshape.kube.clock import VirtualClock
 from shipshape.simulate import report
 from shipshape.simulate.ops import complete
 from shipshape.simulate.run import (
+    SIMULATION_GC_THRESHOLD,
     SimulationSettings,
     StrategyResult,
     build_cluster,
@@ -118,6 +120,23 @@ def test_progress_reports_emulated_time_up_to_the_duration() -> None:
         lambda done, total: seen.append((done, total)),
     )
     assert seen == [(200.0, 600.0), (400.0, 600.0), (600.0, 600.0)]
+
+
+def test_a_run_spaces_garbage_collections_and_restores_the_process_setting() -> None:
+    before = gc.get_threshold()
+    seen: list[int] = []
+    try:
+        gc.set_threshold(700, 10, 10)
+        simulate(
+            small_scenario(reclaim_at=None),
+            STRATEGIES["on-demand"],
+            SimulationSettings(duration=600.0, progress_steps=2),
+            lambda done, total: seen.append(gc.get_threshold()[0]),
+        )
+        assert seen == [SIMULATION_GC_THRESHOLD, SIMULATION_GC_THRESHOLD]
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_shipshape_keeps_workloads_available_when_a_handler_also_drains_the_nodes() -> None:
