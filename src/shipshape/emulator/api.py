@@ -292,7 +292,10 @@ class Api:
         subresource: str | None = None,
         dry_run: bool = False,
         user: UserInfo = SYSTEM,
+        owned: bool = False,
     ) -> Obj:
+        """PUT an object (or its status). `owned`: `body` is a copy nobody else holds (a patch's result),
+        handed over to be stored without copying it again."""
         validation.check_decodable(rt, body)
         if subresource == "scale":
             return await self._update_scale(rt, namespace, name, body, dry_run=dry_run, user=user)
@@ -300,7 +303,7 @@ class Api:
             return await self._finalize_namespace(name, body, dry_run=dry_run, user=user)
         if subresource is not None:
             self._check_subresource(rt, subresource, ("status",))
-        obj = clone(body)
+        obj = body if owned else clone(body)
         md = meta(obj)
         if md.get("name") and md["name"] != name:
             raise errors.BadRequest(
@@ -356,7 +359,9 @@ class Api:
         self._validate_update(rt, name, admitted, current, subresource)
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
-        return self.store.update(rt, admitted, subresource=subresource, dry_run=dry_run)
+        # `admitted` is this request's own copy (of the body, or of the stored object with the new
+        # status), or an admission webhook's patched copy of it: the store keeps it as it is.
+        return self.store.update(rt, admitted, subresource=subresource, dry_run=dry_run, copy=False)
 
     async def _finalize_namespace(self, name: str, body: Obj, *, dry_run: bool, user: UserInfo) -> Obj:
         """PUT namespaces/<name>/finalize: set `spec.finalizers`; an emptied Terminating namespace goes."""
@@ -507,7 +512,14 @@ class Api:
                 md["resourceVersion"] = base_version
             try:
                 return await self.update(
-                    rt, namespace, name, patched, subresource=subresource, dry_run=dry_run, user=user
+                    rt,
+                    namespace,
+                    name,
+                    patched,
+                    subresource=subresource,
+                    dry_run=dry_run,
+                    user=user,
+                    owned=subresource != "scale",  # patched from a fresh copy of the stored object
                 )
             except errors.Conflict:
                 if precondition:

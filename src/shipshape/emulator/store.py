@@ -354,14 +354,16 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        copy: bool = True,
     ) -> Obj:
         """Replace an object (PUT semantics), honouring resourceVersion preconditions.
 
         With `subresource="status"` only `.status` changes; a main-resource write of a type with a
         status subresource keeps the stored status. Removing the last finalizer of an object being
-        deleted completes its deletion.
+        deleted completes its deletion. `copy=False`: `obj` is a copy the caller hands over (nobody
+        else holds it or changes it later); it is stored without another copy.
         """
-        return self._update(rt, clone(obj), subresource=subresource, dry_run=dry_run)
+        return self._update(rt, clone(obj) if copy else obj, subresource=subresource, dry_run=dry_run)
 
     def _update(self, rt: ResourceType, obj: Obj, *, subresource: str | None, dry_run: bool) -> Obj:
         """`update` of an object this store owns already (a copy no caller holds): no copy again."""
