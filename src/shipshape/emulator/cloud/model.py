@@ -229,8 +229,8 @@ class CloudModel:
         return {"action": "terminate", "time": rfc3339(inst.notice.action_time)}
 
     def metadata_speakers(self) -> frozenset[str]:
-        """The nodes whose metadata endpoint answers `instance_action` or `rebalance_recommendation`
-        with something (every other node answers None to both)."""
+        """The nodes of live instances whose metadata endpoint answers `instance_action` or
+        `rebalance_recommendation` with something (every other live node answers None to both)."""
         return frozenset(self._speaking)
 
     def rebalance_recommendation(self, node: str) -> dict[str, str] | None:
@@ -705,6 +705,7 @@ class CloudModel:
         inst.termination_reason = reason
         self._ips.discard(inst.ip)
         self._retired_ips.add(inst.ip)
+        self._speaking.discard(inst.node_name)
         if inst.registered:
             with contextlib.suppress(errors.NotFound):
                 self.c.store.delete(NODES, "", inst.node_name)

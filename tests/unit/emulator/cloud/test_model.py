@@ -187,10 +187,12 @@ def test_a_notice_taints_records_an_event_answers_metadata_then_deletes_the_node
     assert env.cloud.instance_action(victim) == {"action": "terminate", "time": rfc3339(noticed_at + 90)}
     # A second notice for the same node is ignored.
     assert env.cloud.interrupt(node=victim, notice=10) == []
+    assert env.cloud.metadata_speakers() == {victim}
     env.cluster.engine.run_until(noticed_at + 89.999)
     assert env.node(victim) is not None
     env.cluster.engine.run_until(noticed_at + 90)
     assert env.node(victim) is None
+    assert env.cloud.metadata_speakers() == frozenset()  # the instance is gone
     assert env.cloud.instance_for(victim).terminated_at == noticed_at + 90  # type: ignore[union-attr]
     assert len(env.events("SpotInterruption")) == 1
 
@@ -348,6 +350,7 @@ def test_rebalance_recommendations_only_for_spot_instances() -> None:
     (name,) = env.nodes_of("spot-b")
     assert env.cloud.rebalance_recommendation(name) == {"noticeTime": rfc3339(env.clock.now())}
     assert env.cloud.instance_action(name) is None  # a recommendation is not a notice
+    assert env.cloud.metadata_speakers() == {name}
     assert env.cloud.rebalance(pool="od-b") == []
 
 
