@@ -217,6 +217,22 @@ class NodeSummary:
     on_demand_nodes: frozenset[str] = frozenset()
 
 
+def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether everything the cache derives from a node (labels, taints and the rest of the spec,
+    deletion, capacity, allocatable, readiness) is the same in both versions. Cheap where the two
+    share their unchanged parts, as an in-process store's versions do; otherwise False (work it out)."""
+    old_md, new_md = old.get("metadata") or {}, new.get("metadata") or {}
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    return (
+        old.get("spec") is new.get("spec")
+        and old_md.get("labels") is new_md.get("labels")
+        and old_md.get("deletionTimestamp") == new_md.get("deletionTimestamp")
+        and old_status.get("allocatable") is new_status.get("allocatable")
+        and old_status.get("capacity") is new_status.get("capacity")
+        and node_ready(old) == node_ready(new)
+    )
+
+
 def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
     """What `summarize_nodes` reads of a node: a change elsewhere (status, heartbeats) keeps the summary."""
     metadata = node.get("metadata") or {}
@@ -363,6 +379,16 @@ class ClusterCache:
             self._workloads_version = next(self._versions)
         if kind == "Node":
             old = self._objects["Node"].get(key)
+            if old is not None and _same_node_facts(old, obj):
+                # A status report or heartbeat: nothing derived from the node changes.
+                self._node_by_name[key[1]] = obj
+                if key[1] in self._noticed:
+                    self._noticed[key[1]] = obj
+                placement = self._node_placements.get(key[1])
+                if placement is not None:
+                    self._node_placements[key[1]] = (obj, placement[1])
+                self._objects[kind][key] = obj
+                return
             if old is None or _summary_facts(old) != _summary_facts(obj):
                 self._node_summary = None
             if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):

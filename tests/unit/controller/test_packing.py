@@ -419,3 +419,37 @@ def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholde
     assert list(cache.spare_rooms()) == [Room(None, 3000, 15 * GI, 109)]
     cache.apply({"type": "DELETED", "object": work})
     assert list(cache.spare_rooms()) == []
+
+
+def test_node_versions_that_share_their_unchanged_parts_are_read_for_readiness_only() -> None:
+    cache = ClusterCache(ControllerConfig())
+    first = ready_node("od-1", "on-demand", cpu="4", memory="16Gi")
+    cache.apply(added(first))
+    work: Obj = {
+        "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "spec": {
+            "nodeName": "od-1",
+            "containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        },
+    }
+    cache.apply(added(work))
+    assert [room.cpu_millis for room in cache.spare_rooms()] == [3000]
+
+    def status_write(previous: Obj, ready: str) -> Obj:
+        """A new version as an in-process store writes it: status replaced, the rest shared."""
+        status = {**previous["status"], "conditions": [{"type": "Ready", "status": ready}]}
+        return {**previous, "metadata": {**previous["metadata"]}, "status": status}
+
+    heartbeat = status_write(first, "True")
+    cache.apply({"type": "MODIFIED", "object": heartbeat})
+    assert cache.nodes_by_name()["od-1"]["status"] is heartbeat["status"]
+    assert [room.cpu_millis for room in cache.spare_rooms()] == [3000]
+    not_ready = status_write(heartbeat, "False")
+    cache.apply({"type": "MODIFIED", "object": not_ready})
+    assert list(cache.spare_rooms()) == []  # a node that is not Ready takes no replacements
+    cache.apply({"type": "MODIFIED", "object": status_write(not_ready, "True")})
+    assert [room.cpu_millis for room in cache.spare_rooms()] == [3000]
+    relabelled = {**heartbeat, "metadata": {**heartbeat["metadata"], "labels": {}}}
+    cache.apply({"type": "MODIFIED", "object": relabelled})  # no capacity label: not a candidate
+    assert list(cache.spare_rooms()) == []
