@@ -124,17 +124,21 @@ def test_progress_reports_emulated_time_up_to_the_duration() -> None:
 
 def test_a_run_spaces_garbage_collections_and_restores_the_process_setting() -> None:
     before = gc.get_threshold()
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     try:
         gc.set_threshold(700, 10, 10)
         simulate(
             small_scenario(reclaim_at=None),
             STRATEGIES["on-demand"],
-            SimulationSettings(duration=600.0, progress_steps=2),
-            lambda done, total: seen.append(gc.get_threshold()[0]),
+            SimulationSettings(duration=1200.0, progress_steps=2, sample_seconds=500.0),
+            lambda done, total: seen.append((gc.get_threshold()[0], gc.get_freeze_count())),
         )
-        assert seen == [SIMULATION_GC_THRESHOLD, SIMULATION_GC_THRESHOLD]
+        # Spaced young collections throughout; after the first sample (500 s) the objects alive then
+        # are out of the collector's sight.
+        assert [threshold for threshold, _ in seen] == [SIMULATION_GC_THRESHOLD] * 2
+        assert seen[0][1] > 0 and seen[1][1] > 0
         assert gc.get_threshold() == (700, 10, 10)
+        assert gc.get_freeze_count() == 0  # handed back to the collector
     finally:
         gc.set_threshold(*before)
 
