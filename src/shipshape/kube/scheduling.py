@@ -7,9 +7,9 @@ callers pass the bodies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from shipshape.kube.labels import Requirement
 from shipshape.kube.quantity import QuantityError, resource_amount
@@ -203,13 +203,7 @@ class RequiredNodeAffinity:
         # Pods of one workload carry the same fields: compiled once per distinct text. repr of
         # JSON data (dicts, lists, strings, numbers) is exact, so equal text is an equal value.
         node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity
-        text = repr((node_selector, node_affinity))
-        compiled = _COMPILED.get(text)
-        if compiled is None:
-            if len(_COMPILED) >= 4096:
-                _COMPILED.clear()
-            compiled = _COMPILED[text] = cls._compile(spec)
-        return compiled
+        return compiled_once(_COMPILED, repr((node_selector, node_affinity)), cls._compile, spec)
 
     @classmethod
     def _compile(cls, spec: Body) -> RequiredNodeAffinity:
@@ -236,6 +230,21 @@ class RequiredNodeAffinity:
 
 
 _COMPILED: dict[str, RequiredNodeAffinity] = {}
+
+T = TypeVar("T")
+MEMO_LIMIT = 4096
+
+
+def compiled_once(memo: dict[str, T], text: str, compile_body: Callable[[Body], T], body: Body) -> T:
+    """What `compile_body(body)` gives, kept in `memo` under `text` (the body's text): worked out once
+    per distinct text, the memo starting over once it holds `MEMO_LIMIT` entries. The answers are
+    shared: callers only read them."""
+    compiled = memo.get(text)
+    if compiled is None:
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        compiled = memo[text] = compile_body(body)
+    return compiled
 
 
 def _node_labels(node: Body) -> Mapping[str, str]:

@@ -171,13 +171,7 @@ def _preferred_terms(pod: Obj) -> list[tuple[int, scheduling.NodeSelectorTerm]]:
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity
     if not node_affinity:
         return scheduling.preferred_terms(pod)
-    text = repr(node_affinity)
-    compiled = _PREFERRED.get(text)
-    if compiled is None:
-        if len(_PREFERRED) >= 4096:
-            _PREFERRED.clear()
-        compiled = _PREFERRED[text] = scheduling.preferred_terms(pod)
-    return compiled
+    return scheduling.compiled_once(_PREFERRED, repr(node_affinity), scheduling.preferred_terms, pod)
 
 
 def pod_info(

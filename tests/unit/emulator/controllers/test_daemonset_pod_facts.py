@@ -7,10 +7,12 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.daemonset import DaemonSetController, target_node
-from shipshape.emulator.resources import DAEMONSETS, PODS
+from shipshape.emulator.resources import DAEMONSETS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
 from shipshape.kube.clock import VirtualClock, rfc3339
+
+from .twins import pods_view, random_step
 
 DS_UID = "00000000-0000-4000-8000-000000000001"
 OTHER_UID = "00000000-0000-4000-8000-000000000002"
@@ -103,31 +105,13 @@ def scan_anew(controller: DaemonSetController, ds: Obj) -> dict[str, list[Obj]]:
     return out
 
 
-def pods_view(c: Cluster) -> list[tuple[str, str, Any]]:
-    return [
-        (p["metadata"]["name"], p["metadata"]["resourceVersion"], p["metadata"].get("ownerReferences"))
-        for p in c.store.list(PODS)
-    ]
-
-
 def test_kept_facts_match_claiming_every_pod_anew() -> None:
     rng = random.Random(13)
     kept, kept_controller = cluster()
     fresh, fresh_controller = cluster()
     next_pod = 0
     for step in range(400):
-        seed = rng.random()
-        if seed < 0.3 or next_pod < 5:
-            body = pod(next_pod, random.Random(seed))
-            for c in (kept, fresh):
-                c.store.create(PODS, body, uid=f"00000000-0000-4000-8000-{next_pod + 100:012d}")
-            next_pod += 1
-        else:
-            name = f"agent-{random.Random(seed).randrange(next_pod)}"
-            for c in (kept, fresh):
-                if c.store.get(PODS, "default", name) is not None:
-                    apply, subresource = change(random.Random(seed), c.clock.now())
-                    c.store.mutate(PODS, "default", name, apply, subresource=subresource)
+        next_pod = random_step(rng, (kept, fresh), next_pod, pod, change, "agent")
         if step % 3:
             continue
         got = kept_controller._scan_node_to_pods(kept.store.must_get(DAEMONSETS, "default", "agent"))

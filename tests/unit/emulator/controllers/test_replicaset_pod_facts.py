@@ -13,6 +13,8 @@ from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
 from shipshape.kube.clock import VirtualClock, rfc3339
 
+from .twins import pods_view, random_step
+
 RS_UID = "00000000-0000-4000-8000-000000000001"
 OTHER_UID = "00000000-0000-4000-8000-000000000002"
 
@@ -84,13 +86,6 @@ def cluster() -> tuple[Cluster, ReplicaSetController]:
     return c, controller
 
 
-def pods_view(c: Cluster) -> list[tuple[str, str, Any]]:
-    return [
-        (p["metadata"]["name"], p["metadata"]["resourceVersion"], p["metadata"].get("ownerReferences"))
-        for p in c.store.list(PODS)
-    ]
-
-
 def test_kept_facts_match_claiming_and_counting_every_pod() -> None:
     rng = random.Random(11)
     kept, kept_controller = cluster()
@@ -100,18 +95,7 @@ def test_kept_facts_match_claiming_and_counting_every_pod() -> None:
         for clock in (kept.clock, fresh.clock):
             assert isinstance(clock, VirtualClock)
             clock.advance(1.0)
-        seed = rng.random()
-        if seed < 0.3 or next_pod < 5:
-            body = pod(next_pod, random.Random(seed))
-            for c in (kept, fresh):
-                c.store.create(PODS, body, uid=f"00000000-0000-4000-8000-{next_pod + 100:012d}")
-            next_pod += 1
-        else:
-            name = f"web-{random.Random(seed).randrange(next_pod)}"
-            for c in (kept, fresh):
-                if c.store.get(PODS, "default", name) is not None:
-                    apply, subresource = change(random.Random(seed), c.clock.now())
-                    c.store.mutate(PODS, "default", name, apply, subresource=subresource)
+        next_pod = random_step(rng, (kept, fresh), next_pod, pod, change, "web")
         if step % 3:
             continue
         rs_kept = kept.store.must_get(REPLICASETS, "default", "web")
