@@ -708,7 +708,7 @@ class Api:
                 **pod["metadata"].get("annotations", {}),
                 **clone(annotations),
             }
-        self.store.update_copied(r.PODS, assigned)
+        self.store.update(r.PODS, assigned, copy=False)
         current = self.store.get(r.PODS, namespace, name)  # as the write's watchers left it
         if current is not None:
             status = dict(current.get("status") or {})

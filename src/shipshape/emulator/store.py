@@ -360,8 +360,10 @@ class Store:
 
         With `subresource="status"` only `.status` changes; a main-resource write of a type with a
         status subresource keeps the stored status. Removing the last finalizer of an object being
-        deleted completes its deletion. `copy=False`: `obj` is a copy the caller hands over (nobody
-        else holds it or changes it later); it is stored without another copy.
+        deleted completes its deletion. `copy=False`: the caller hands `obj` over, built for this write
+        (nobody else holds it or changes it later), and it is stored without another copy: its top
+        level and metadata must be its own (the store sets fields there); anything deeper may be
+        shared with stored versions, as those are never changed.
         """
         return self._update(rt, clone(obj) if copy else obj, subresource=subresource, dry_run=dry_run)
 
@@ -529,14 +531,6 @@ class Store:
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._update(rt, new, subresource=subresource, dry_run=False)
 
-    def update_copied(self, rt: ResourceType, obj: Obj) -> Obj:
-        """`update` (main resource) of an object the caller built for this write, without a deep copy.
-
-        `obj` must have a top level and a metadata dict of its own (the store sets fields there);
-        anything else may be shared with stored versions, as those are never changed.
-        """
-        return self._update(rt, obj, subresource=None, dry_run=False)
-
     def write_status(self, rt: ResourceType, namespace: str, name: str, status: Obj) -> Obj | None:
         """`mutate` of the status subresource that replaces `.status` with `status` (None if absent).
 
@@ -544,11 +538,11 @@ class Store:
         may share parts with the stored status, which are never changed either). No deep copy of the
         object is made, unlike `mutate`.
         """
-        current = self.get(rt, namespace, name)
-        if current is None:
+        if self.get(rt, namespace, name) is None:
             return None
-        new = {**current, "metadata": {**current["metadata"]}, "status": status}
-        return self._update(rt, new, subresource="status", dry_run=False)
+        # `_update` of the status subresource takes the status alone and shares the rest.
+        only_status = {"metadata": {"name": name, "namespace": namespace}, "status": status}
+        return self._update(rt, only_status, subresource="status", dry_run=False)
 
     def all_types(self) -> Iterable[str]:
         return self._objects.keys()

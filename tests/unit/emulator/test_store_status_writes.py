@@ -83,12 +83,12 @@ def test_write_status_replaces_the_status_without_copying_the_object() -> None:
     assert store.write_status(PODS, "default", "gone", {"phase": "Running"}) is None
 
 
-def test_update_copied_stores_the_built_object_and_keeps_what_the_store_owns() -> None:
+def test_an_update_without_copy_stores_the_built_object_and_keeps_what_the_store_owns() -> None:
     store = Store(VirtualClock())
     created = store.create(PODS, pod())
     built = {**created, "metadata": {**created["metadata"]}, "spec": {**created["spec"], "nodeName": "n1"}}
     built["status"] = {"phase": "Running"}  # ignored: a main-resource write keeps the stored status
-    updated = store.update_copied(PODS, built)
+    updated = store.update(PODS, built, copy=False)
     assert updated is built
     assert updated["spec"]["nodeName"] == "n1" and "nodeName" not in created["spec"]
     assert updated["status"] == {"phase": "Pending"}

@@ -199,7 +199,7 @@ class NodeAgent:
             "metadata": {**current["metadata"]},
             "spec": {**(current.get("spec") or {}), "renewTime": now, "holderIdentity": self.name},
         }
-        self.store.update_copied(LEASES, renewed)
+        self.store.update(LEASES, renewed, copy=False)
 
     def _report_status(self) -> None:
         """Refresh the conditions the kubelet owns and the image list (low rate, or on change).

@@ -95,8 +95,10 @@ def test_remembered_should_run_answers_match_fresh_ones() -> None:
             assert current is not None
             key = rng.choice(["ok", "bad"])
             taints = rng.choice([[], [{"key": key, "effect": "NoSchedule"}]])
-            store.update_copied(
-                NODES, {**current, "metadata": {**current["metadata"]}, "spec": {"taints": taints}}
+            store.update(
+                NODES,
+                {**current, "metadata": {**current["metadata"]}, "spec": {"taints": taints}},
+                copy=False,
             )
         for other in names:
             obj = store.get(NODES, "", other)
