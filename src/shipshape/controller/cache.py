@@ -345,11 +345,9 @@ class ClusterCache:
         # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
         # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
         self._bound_usage: dict[str, list[int]] = {}
-        # Nodes by name in the cache's order, each node's place in that order (a counter at its first
-        # event), and the nodes with a notice taint.
+        # Nodes by name in the cache's order, and the names of those with a notice taint.
         self._node_by_name: dict[str, Obj] = {}
-        self._node_order: dict[str, int] = {}
-        self._noticed: dict[str, Obj] = {}
+        self._noticed: set[str] = set()
         # `spare_rooms`' answer until one of its inputs changes (None: work it out again).
         self._spare_rooms: tuple[Room, ...] | None = None
 
@@ -382,8 +380,6 @@ class ClusterCache:
             if old is not None and _same_node_facts(old, obj):
                 # A status report or heartbeat: nothing derived from the node changes.
                 self._node_by_name[key[1]] = obj
-                if key[1] in self._noticed:
-                    self._noticed[key[1]] = obj
                 placement = self._node_placements.get(key[1])
                 if placement is not None:
                     self._node_placements[key[1]] = (obj, placement[1])
@@ -400,13 +396,11 @@ class ClusterCache:
                 self._spare_rooms = None
             self._allocatable[key[1]] = amounts
             self._node_facts[key[1]] = facts
-            if old is None:
-                self._node_order[key[1]] = next(self._versions)
             self._node_by_name[key[1]] = obj
             if taint_keys(obj) & NOTICE_TAINTS:
-                self._noticed[key[1]] = obj
+                self._noticed.add(key[1])
             else:
-                self._noticed.pop(key[1], None)
+                self._noticed.discard(key[1])
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._unindex_pod(key)
@@ -443,8 +437,7 @@ class ClusterCache:
             self._allocatable.pop(key[1], None)
             self._node_facts.pop(key[1], None)
             self._node_by_name.pop(key[1], None)
-            self._node_order.pop(key[1], None)
-            self._noticed.pop(key[1], None)
+            self._noticed.discard(key[1])
             if key in self._objects["Node"]:
                 self._nodes_moved()
         elif kind == "Pod":
@@ -915,9 +908,10 @@ class ClusterCache:
 
     def noticed_nodes(self) -> list[Obj]:
         """The nodes carrying an interruption handler's notice taint (`NOTICE_TAINTS`), in the cache's
-        node order."""
-        order = self._node_order
-        return [self._noticed[name] for name in sorted(self._noticed, key=order.__getitem__)]
+        node order (usually none: no scan then)."""
+        if not self._noticed:
+            return []
+        return [node for name, node in self._node_by_name.items() if name in self._noticed]
 
     def _nodes(self) -> NodeSummary:
         """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""

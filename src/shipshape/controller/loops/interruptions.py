@@ -264,12 +264,18 @@ class InterruptionResponder(Reconciler):
     def observe(self, now: float) -> None:
         self._poll_metadata(now)
         with self.reading():
-            nodes = self.cache.nodes_by_name()
-            notices = self._stable(
-                notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds), nodes
-            )
-            notices += [n for name, n in self._metadata_notices.items() if name in nodes]
+            nodes, notices = self._read_notices(now)
         self._record(notices, nodes, now)
+
+    def _read_notices(self, now: float) -> tuple[dict[str, Obj], list[Notice]]:
+        """Every node by name, and the notices from taints (deadlines kept stable) and from the metadata
+        endpoints for the nodes still there (call inside `reading()`)."""
+        nodes = self.cache.nodes_by_name()
+        notices = self._stable(
+            notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds), nodes
+        )
+        notices += [n for name, n in self._metadata_notices.items() if name in nodes]
+        return nodes, notices
 
     def _stable(self, notices: Sequence[Notice], nodes: Mapping[str, Any]) -> list[Notice]:
         self._deadlines = {node: deadline for node, deadline in self._deadlines.items() if node in nodes}
@@ -307,11 +313,7 @@ class InterruptionResponder(Reconciler):
         self._poll_metadata(now)  # already done by `observe` in this round, unless called alone
         self._poll_queue(now)
         with self.reading():
-            nodes = self.cache.nodes_by_name()
-            notices = self._stable(
-                notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds), nodes
-            )
-            notices += [n for name, n in self._metadata_notices.items() if name in nodes]
+            nodes, notices = self._read_notices(now)
             queued = self._queue.notices(nodes) if self._queue is not None else []
             notices += queued
             managed = self.managed()
