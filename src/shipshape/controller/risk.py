@@ -96,11 +96,14 @@ class RiskModel:
         start, stop = self._window(now - self.window_seconds, now)
         return self._pools[start:stop].count(pool)
 
+    def _band(self, pool: Pool, region: str | None) -> float:
+        """The advisor's interruption band of the pool, or the middle band when unknown."""
+        band = self.advisor.band(pool.instance_type, region) if self.advisor is not None else None
+        return float(UNKNOWN_BAND if band is None else band)
+
     def score(self, pool: Pool, region: str | None, now: float) -> float:
         """Advisor band (or the middle band when unknown) plus the weight of observed interruptions."""
-        band = self.advisor.band(pool.instance_type, region) if self.advisor is not None else None
-        base = float(UNKNOWN_BAND if band is None else band)
-        return base + self.observed_weight * self.observed(pool, now)
+        return self._band(pool, region) + self.observed_weight * self.observed(pool, now)
 
     def scores(self, pools: Mapping[Pool, str | None], now: float) -> dict[Pool, float]:
         """`score` of each pool (given with its region), the observed interruptions counted in one
@@ -114,9 +117,7 @@ class RiskModel:
             observed[seen_pool] = observed.get(seen_pool, 0) + 1
         out: dict[Pool, float] = {}
         for pool, region in pools.items():
-            band = self.advisor.band(pool.instance_type, region) if self.advisor is not None else None
-            base = float(UNKNOWN_BAND if band is None else band)
-            out[pool] = base + self.observed_weight * observed.get(pool, 0)
+            out[pool] = self._band(pool, region) + self.observed_weight * observed.get(pool, 0)
         self._scores_memo = (key, out)
         return dict(out)
 
