@@ -519,7 +519,7 @@ class Api:
                     subresource=subresource,
                     dry_run=dry_run,
                     user=user,
-                    owned=subresource != "scale",  # patched from a fresh copy of the stored object
+                    owned=True,  # patched from this request's own copy of the stored object
                 )
             except errors.Conflict:
                 if precondition:
