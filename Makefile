@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean venv
+.PHONY: demo test lint typecheck unit bench clean venv services
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
+# The real peers some tests talk to (installed and started when missing, reused when running).
+services:
+	scripts/ensure-test-services.sh
+
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
-test: $(STAMP) lint typecheck
+test: $(STAMP) lint typecheck services
 	$(PY) -m pytest -p no:cacheprovider -q -n 2 --dist loadgroup; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
