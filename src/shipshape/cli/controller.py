@@ -20,11 +20,12 @@ import typer
 import yaml
 from pydantic import ValidationError
 
+from shipshape.cli import common
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.policy import ConfigError, ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
 from shipshape.controller.risk import SpotAdvisor, load_spot_advisor
-from shipshape.kube.client import KubeClientError, load_api_client
+from shipshape.kube.client import KubeClientError, load_api_client, server_version
 from shipshape.kube.clock import RealClock
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,12 @@ def controller(
         advisor: SpotAdvisor | None = load_spot_advisor(spot_advisor) if spot_advisor else None
         api_client = load_api_client(kubeconfig)
     except (ConfigError, KubeClientError, OSError, ValueError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        raise common.fail(error) from error
+    try:
+        server_version(api_client)
+    except KubeClientError as error:
+        if error.status is None:  # unreachable; an answer, even 401/403, is for the informers to report
+            raise common.fail(error, common.FAILED) from error
     in_cluster = webhook_service is not None
     settings = ProcessSettings(
         identity=identity or f"{socket.gethostname()}-{os.getpid()}",
@@ -104,9 +109,8 @@ def controller(
     try:
         process.start()
     except Exception as error:
-        typer.echo(f"error: the controller could not start: {error}", err=True)
         process.stop()
-        raise typer.Exit(1) from error
+        raise common.fail(f"the controller could not start: {error}", common.FAILED) from error
     typer.echo(
         f"shipshape controller {settings.identity}: webhook on port {process.webhook_port}"
         + (f", metrics on port {process.metrics_port}" if process.metrics_port else "")

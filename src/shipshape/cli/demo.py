@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from shipshape.cli import common
 from shipshape.cli import emulator as emulator_cli
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
@@ -43,7 +44,7 @@ CAPACITY_LABEL = "node.kubernetes.io/capacity"
 SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
-DEFAULT_WORKDIR = Path(".emulator/demo")
+DEFAULT_WORKDIR = Path(".emulator/demo")  # a folder per run under it: <scenario>-<port>
 # Emulated time begins this far in the past: at --speed 10 it stays behind the wall clock for 13 min.
 DEFAULT_START = "2h"
 POLL_SECONDS = 0.05
@@ -542,8 +543,14 @@ def demo(
         None, "--scenario", "-s", help="Scenario YAML (default: examples/scenarios/demo.yaml)."
     ),
     speed: float = typer.Option(10.0, min=0.1, help="Emulated seconds per real second."),
-    port: int = typer.Option(6443, help="HTTPS port of the API server (0 picks a free one)."),
-    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where the kubeconfig and certificates go."),
+    port: int | None = typer.Option(
+        None, help="HTTPS port of the API server (default: a free one, printed; 0 also picks one)."
+    ),
+    workdir: Path | None = typer.Option(
+        None,
+        help="Where the kubeconfig and certificates go (default: .emulator/demo/<scenario>-<port>, "
+        "a folder per run).",
+    ),
     exit_after_show: bool = typer.Option(False, "--exit-after-show", help="Stop once the show is over."),
     start: str = typer.Option(
         DEFAULT_START,
@@ -568,7 +575,8 @@ def demo(
     if note is not None:
         console.print(note, highlight=False)
     cluster = assembly.build(loaded, ScaledClock(speed, start=begins))
-    workdir = workdir.resolve()
+    port = common.serving_port(port)
+    workdir = (workdir or emulator_cli.run_folder(DEFAULT_WORKDIR, loaded.name, port)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         code = runner.run_loop(

@@ -1,4 +1,10 @@
-"""`shipshape emulator ...`: run the cluster emulator and steer it."""
+"""`shipshape emulator ...`: run the cluster emulator and steer it.
+
+The emulator is imported inside `up` (so that `interrupt`, `shortage` and the help answer at once).
+Each `up` gets a free port unless `--port` names one, and its own folder
+`.emulator/up/<scenario>-<port>/` for the kubeconfig, so that two runs never overwrite each other's
+credentials.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,18 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from shipshape.emulator import assembly
-from shipshape.emulator import scenario as scenario_mod
-from shipshape.emulator.apiserver import runner
-from shipshape.emulator.runtime import Cluster
-from shipshape.kube import errors
-from shipshape.kube.clock import ScaledClock, parse_time, rfc3339
+from shipshape.cli import common
+from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.kube.duration import DurationError, parse_duration
+
+if TYPE_CHECKING:
+    from shipshape.emulator.runtime import Cluster
+
+UP_FOLDER = Path(".emulator/up")
 
 app = typer.Typer(
     help="A Kubernetes-compatible cluster with spot instances, on this machine.", no_args_is_help=True
@@ -89,6 +97,10 @@ def clock_note(start: float, now: float, speed: float, start_given: bool) -> str
 async def _serve_until_signalled(
     cluster: Cluster, port: int, kubeconfig: Path, metadata_port: int | None
 ) -> None:
+    from shipshape.emulator import assembly
+    from shipshape.emulator.apiserver import runner
+    from shipshape.kube import errors
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -99,16 +111,26 @@ async def _serve_until_signalled(
         except errors.ApiError as exc:
             raise ScenarioObjectsError(f"the scenario's objects cannot be created: {exc.message}") from None
         typer.echo(f"ready {served.kubeconfig}")
+        typer.echo(f"API server at {served.url}; to use it: export KUBECONFIG={served.kubeconfig}", err=True)
         await stop.wait()
     typer.echo("stopped", err=True)
+
+
+def run_folder(base: Path, name: str, port: int) -> Path:
+    """The folder of one run: `<base>/<name>-<port>` (a port serves one run at a time)."""
+    return base / f"{name}-{port}"
 
 
 @app.command()
 def up(
     scenario: Path = typer.Option(..., "--scenario", "-s", help="Scenario YAML (pools, boot timeline, ...)."),
-    port: int = typer.Option(6443, help="HTTPS port of the API server (0 picks a free one)."),
+    port: int | None = typer.Option(
+        None, help="HTTPS port of the API server (default: a free one, printed; 0 also picks one)."
+    ),
     kubeconfig: Path | None = typer.Option(
-        None, help="Where to write the kubeconfig (default: .shipshape/<scenario>.kubeconfig)."
+        None,
+        help="Where to write the kubeconfig (default: .emulator/up/<scenario>-<port>/kubeconfig, "
+        "a folder per run).",
     ),
     speed: float = typer.Option(1.0, min=0.001, help="Emulated seconds per real second."),
     metadata_port: int | None = typer.Option(
@@ -122,27 +144,32 @@ def up(
     ),
 ) -> None:
     """Start an emulated cluster and serve the Kubernetes API until interrupted."""
+    from shipshape.emulator import assembly
+    from shipshape.emulator import scenario as scenario_mod
+    from shipshape.emulator.apiserver import runner
+    from shipshape.kube.clock import ScaledClock
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         loaded = scenario_mod.load(scenario)
     except scenario_mod.ScenarioError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise common.fail(exc) from None
     now = time.time()
     begins = emulated_start(start, now)
+    chosen_port = common.serving_port(port)
     note = clock_note(begins, now, speed, start_given=start is not None)
     if note is not None:
         typer.echo(note, err=True)
     cluster = assembly.build(loaded, ScaledClock(speed, start=begins))
-    target = kubeconfig or Path(".shipshape") / f"{loaded.name}.kubeconfig"
+    target = kubeconfig or run_folder(UP_FOLDER, loaded.name, chosen_port) / "kubeconfig"
     try:
-        runner.run_loop(_serve_until_signalled(cluster, port, target.resolve(), metadata_port))
+        runner.run_loop(_serve_until_signalled(cluster, chosen_port, target.resolve(), metadata_port))
     except ScenarioObjectsError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise common.fail(exc) from None
     except OSError as exc:
-        typer.echo(f"cannot serve on port {port}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(1) from None
+        raise common.fail(
+            f"cannot serve on port {chosen_port}: {common.os_reason(exc)}", common.FAILED
+        ) from None
 
 
 def _register_cloud_commands() -> None:

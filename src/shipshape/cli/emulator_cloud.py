@@ -2,18 +2,57 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from shipshape.emulator.cloud.client import ControlClient, ControlError, default_kubeconfig, load_target
+from shipshape.cli import common
 from shipshape.kube.duration import DurationError, parse_duration
+
+if TYPE_CHECKING:
+    from shipshape.emulator.cloud.client import ControlClient, ControlError
 
 KubeconfigOption = Annotated[
     Path | None,
     typer.Option("--kubeconfig", help="kubeconfig of the emulator (default: $KUBECONFIG or ~/.kube/config)"),
 ]
+
+
+class AmbiguousNode(ValueError):
+    """A short node name that fits several nodes."""
+
+
+def resolve_node(given: str, names: Iterable[str]) -> str:
+    """The node `given` stands for: its full name, or the one node whose name it shortens (the part
+    before the first dot, as the demo prints it; or any unambiguous prefix or suffix). A name that
+    fits no node is returned as it is."""
+    known = sorted(set(names))
+    if given in known:
+        return given
+    short = [name for name in known if name.split(".", 1)[0] == given]
+    if len(short) == 1:
+        return short[0]
+    partial = short or [name for name in known if name.startswith(given) or name.endswith(given)]
+    if len(partial) == 1:
+        return partial[0]
+    if partial:
+        raise AmbiguousNode(f"node {given!r} is ambiguous: it matches {', '.join(partial)}")
+    return given  # no node by that name: the emulator says what it knows of it
+
+
+def _node_names(client: ControlClient) -> list[str]:
+    """Node names through the API server the control API lives next to."""
+    from shipshape.emulator.cloud.client import ControlError
+
+    try:
+        response = client.http.get("/api/v1/nodes")
+        body = response.json() if response.status_code == 200 else {}
+    except Exception as exc:  # httpx's errors and a body that is not JSON
+        raise ControlError(f"cannot list the nodes of {client.server}: {common.one_line(exc)}") from None
+    items = body.get("items") if isinstance(body, dict) else None
+    return [str((item.get("metadata") or {}).get("name")) for item in items or [] if isinstance(item, dict)]
 
 
 def _seconds(text: str, flag: str) -> float:
@@ -24,12 +63,18 @@ def _seconds(text: str, flag: str) -> float:
 
 
 def _client(kubeconfig: Path | None) -> ControlClient:
-    return ControlClient.connect(load_target(kubeconfig or default_kubeconfig()))
+    """A client for the emulator of the kubeconfig; a kubeconfig it cannot use is a usage error."""
+    from shipshape.emulator.cloud.client import ControlClient, ControlError, default_kubeconfig, load_target
+
+    try:
+        target = load_target(kubeconfig or default_kubeconfig())
+    except ControlError as exc:
+        raise common.fail(exc) from None
+    return ControlClient.connect(target)
 
 
 def _fail(exc: ControlError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(1)
+    return common.fail(exc, common.FAILED)
 
 
 def interrupt(
@@ -45,10 +90,17 @@ def interrupt(
         raise typer.BadParameter(
             "give exactly one of --node, --pool or --zone" + (f" (got {', '.join(chosen)})" if chosen else "")
         )
+    from shipshape.emulator.cloud.client import ControlError
+
     seconds = _seconds(notice, "--notice")
     try:
         client = _client(kubeconfig)
         try:
+            if node is not None:
+                try:
+                    node = resolve_node(node, _node_names(client))
+                except AmbiguousNode as exc:
+                    raise common.fail(exc) from None
             result = client.interrupt(node=node, pool=pool, zone=zone, notice=seconds)
         finally:
             client.close()
@@ -73,6 +125,8 @@ def shortage(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Make a pool run out of capacity for a while: no new instances until it ends."""
+    from shipshape.emulator.cloud.client import ControlError
+
     seconds = _seconds(duration, "--for")
     if seconds <= 0:
         raise typer.BadParameter("a shortage must last longer than 0s", param_hint="--for")

@@ -1,4 +1,7 @@
-"""`shipshape simulate`: what-if runs of a scenario under placement strategies, in emulated time."""
+"""`shipshape simulate`: what-if runs of a scenario under placement strategies, in emulated time.
+
+The emulator and the simulator are imported inside the command (so that the CLI's help is fast).
+"""
 
 from __future__ import annotations
 
@@ -7,24 +10,19 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shipshape.cli.controller import load_settings
-from shipshape.controller.policy import ConfigError
-from shipshape.emulator import scenario as scenario_file
-from shipshape.kube.duration import parse_duration
-from shipshape.simulate import report
-from shipshape.simulate.run import SimulationSettings, StrategyResult, compare
-from shipshape.simulate.steering import StrategyError
-from shipshape.simulate.strategies import STRATEGIES, Shipshape, Strategy, strategy_named
+from shipshape.cli import common
+
+STRATEGY_NAMES = "on-demand, spot-naive, capacity-type, shipshape"  # as in simulate.strategies.STRATEGIES
 
 
-def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(2)
+def _fail(console: Console | None, message: str) -> typer.Exit:
+    return common.fail(message)
 
 
-def _seconds(console: Console, flag: str, text: str) -> float:
+def _seconds(console: Console | None, flag: str, text: str) -> float:
+    from shipshape.kube.duration import parse_duration
+
     try:
         value = parse_duration(text)
     except ValueError as error:
@@ -37,9 +35,7 @@ def _seconds(console: Console, flag: str, text: str) -> float:
 def simulate(
     scenario: Path = typer.Option(..., "--scenario", help="Scenario YAML file."),
     duration: str = typer.Option("7d", "--duration", help="Emulated time to run, e.g. 6h, 7d."),
-    strategy: str = typer.Option(
-        "shipshape", "--strategy", help=f"Placement strategy: {', '.join(STRATEGIES)}."
-    ),
+    strategy: str = typer.Option("shipshape", "--strategy", help=f"Placement strategy: {STRATEGY_NAMES}."),
     seed: int | None = typer.Option(None, "--seed", help="Random seed (default: the scenario's)."),
     json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     chart: Path | None = typer.Option(None, "--chart", help="Write a chart (.png or .svg)."),
@@ -52,14 +48,25 @@ def simulate(
     ),
 ) -> None:
     """Simulate a scenario for days of spot interruptions: cost, savings, availability, churn."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from shipshape.cli.controller import load_settings
+    from shipshape.controller.policy import ConfigError
+    from shipshape.emulator import scenario as scenario_file
+    from shipshape.kube import errors
+    from shipshape.kube.duration import parse_duration
+    from shipshape.simulate import report
+    from shipshape.simulate.run import SimulationSettings, StrategyResult, compare
+    from shipshape.simulate.steering import StrategyError
+    from shipshape.simulate.strategies import STRATEGIES, Shipshape, Strategy, strategy_named
+
     console = Console(stderr=json_output)
     seconds = _seconds(console, "--duration", duration)
     try:
         warmup_seconds = parse_duration(warmup)
     except ValueError as error:
         raise _fail(console, f"--warmup: {error}") from error
-    if chart is not None and chart.suffix.lower() not in report.SUFFIXES:
-        raise _fail(console, f"--chart: the file must end in .png or .svg, not {chart.name!r}")
+    common.check_output_file(chart, "--chart", report.SUFFIXES)
     try:
         chosen: list[Strategy] = list(STRATEGIES.values()) if compare_all else [strategy_named(strategy)]
         loaded = scenario_file.load(scenario)
@@ -87,7 +94,13 @@ def simulate(
         try:
             results: list[StrategyResult] = compare(loaded, chosen, settings, advance)
         except StrategyError as error:
+            progress.live.transient = True  # the error line alone, no half-done bars
             raise _fail(console, str(error)) from error
+        except errors.ApiError as error:  # a manifest of the scenario that the API refuses
+            progress.live.transient = True
+            raise _fail(
+                console, f"{scenario}: the scenario's objects cannot be created: {error.message}"
+            ) from error
     if chart is not None:
         report.write_chart(results, chart)
     if json_output:

@@ -1,7 +1,10 @@
 """`shipshape startup ...`: where pod and node start-up time goes.
 
-Reads a live cluster through `shipshape.kube.client` or a snapshot file (`--from-file`, a JSON
-object with `pods`, `events` and `nodes` lists), and prints tables, JSON or charts.
+Reads a live cluster through `shipshape.kube.client` or files (`--from-file`, repeatable):
+`kubectl get pods,events,nodes -A -o json|yaml` output, single objects, JSON lines, or a snapshot
+`{pods, events, nodes}` (see `shipshape.cli.snapshot_file`). Prints kubectl-like tables (`-o wide`
+for every column), JSON or YAML, and charts. The Kubernetes client, the metrics server and
+matplotlib are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -12,25 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from prometheus_client import start_http_server
 from rich.console import Console
-from rich.table import Table
 
-from shipshape.analyzers.startup import aggregate, live, model, nodes
-from shipshape.analyzers.startup.analysis import (
-    NodeReport,
-    PodReport,
-    Snapshot,
-    SnapshotError,
-    analyze_node_startup,
-    analyze_pod_startup,
-)
-from shipshape.analyzers.startup.prometheus import StartupMetrics
-from shipshape.kube import client
-from shipshape.kube.clock import parse_time
+from shipshape.cli import common, output
+from shipshape.cli.output import Format
+
+if TYPE_CHECKING:
+    from shipshape.analyzers.startup import live as live_mod
+    from shipshape.analyzers.startup.analysis import NodeReport, PodReport, Snapshot
 
 app = typer.Typer(
     help="Where pod and node start-up time goes: phases, percentiles, SLO, diagnosis.", no_args_is_help=True
@@ -38,32 +33,47 @@ app = typer.Typer(
 
 KUBECONFIG = typer.Option(None, "--kubeconfig", help="Kubeconfig of the cluster to read.")
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
-FROM_FILE = typer.Option(None, "--from-file", help="Read a snapshot JSON ({pods, events, nodes}) instead.")
+FROM_FILE = typer.Option(
+    None,
+    "--from-file",
+    "-f",
+    help="Read files instead of a cluster (repeatable): `kubectl get pods,events,nodes -A -o json` or "
+    "-o yaml output, single objects, JSON lines, or a snapshot {pods, events, nodes}.",
+)
+OUTPUT = typer.Option(None, "--output", "-o", help=output.OUTPUT_HELP)
+JSON_FLAG = typer.Option(False, "--json", help="Print the report as JSON (same as -o json).")
 
 
-def _fail(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(2)
+def _fail(console: Console | None, message: str) -> typer.Exit:
+    return common.fail(message)
 
 
 def _load(
     console: Console,
     kubeconfig: Path | None,
     context: str | None,
-    from_file: Path | None,
+    from_file: list[Path] | None,
     namespace: str | None,
 ) -> Snapshot:
-    if from_file is not None:
+    from shipshape.analyzers.startup.analysis import Snapshot
+
+    if from_file:
+        from shipshape.cli import snapshot_file
+
+        files = []
+        for path in from_file:
+            try:
+                files.append((str(path), path.read_text(encoding="utf-8")))
+            except OSError as error:
+                raise common.fail(f"cannot read {path}: {error.strerror}") from error
+            except UnicodeDecodeError as error:
+                raise common.fail(f"{path} is not UTF-8 text (byte {error.start})") from error
         try:
-            body = json.loads(from_file.read_text())
-        except OSError as error:
-            raise _fail(console, f"cannot read {from_file}: {error.strerror}") from error
-        except json.JSONDecodeError as error:
-            raise _fail(console, f"{from_file} is not JSON: {error.msg} (line {error.lineno})") from error
-        try:
-            return Snapshot.from_json(body)
-        except SnapshotError as error:
-            raise _fail(console, f"{from_file}: {error}") from error
+            return snapshot_file.read_snapshot(files)
+        except snapshot_file.InputError as error:
+            raise common.fail(str(error)) from error
+    from shipshape.kube import client
+
     try:
         api = client.load_api_client(kubeconfig, context)
         with console.status("reading pods, events and nodes"):
@@ -71,7 +81,7 @@ def _load(
                 client.list_pods(api, namespace), client.list_events(api, namespace), client.list_nodes(api)
             )
     except client.KubeClientError as error:
-        raise _fail(console, str(error)) from error
+        raise common.fail(str(error)) from error
     try:
         webhooks = client.list_webhook_configurations(api)
     except client.KubeClientError:  # not allowed to read them: the diagnosis says so
@@ -83,59 +93,75 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _pods_tables(report: PodReport, console: Console, top: int) -> None:
-    slowest = Table(title=f"Slowest {min(top, len(report.timelines))} pods, creation to Ready (seconds)")
-    slowest.add_column("pod")
-    slowest.add_column("node")
-    slowest.add_column("total", justify="right")
-    for phase in model.POD_PHASES:
-        slowest.add_column(model.PHASE_TITLES[phase], justify="right")
-    slowest.add_column("dominant")
-    for timeline in report.slowest(top):
-        slowest.add_row(
-            timeline.key,
-            timeline.node,
-            _seconds(timeline.end_to_end),
-            *(_seconds(timeline.phases.get(phase)) for phase in model.POD_PHASES),
-            model.PHASE_TITLES.get(timeline.dominant_phase() or "", "-"),
-        )
-    console.print(slowest)
+def _pods_tables(report: PodReport, console: Console, top: int, wide: bool) -> None:
+    from shipshape.analyzers.startup import aggregate, model
 
-    percentiles = Table(title=f"Per-phase percentiles over {report.overall.pods} pods (seconds)")
-    for column in ("phase", "pods", "p50", "p90", "p99", "max"):
-        percentiles.add_column(column, justify="left" if column == "phase" else "right")
-    rows: list[tuple[str, aggregate.Stats | None]] = [
+    headers = ["POD", "NODE", "TO-READY", "DOMINANT"]
+    if wide:
+        headers[3:3] = [model.PHASE_TITLES[phase].upper().replace(" ", "-") for phase in model.POD_PHASES]
+    rows = []
+    for timeline in report.slowest(top):
+        row = [
+            timeline.key,
+            timeline.node or "-",
+            _seconds(timeline.end_to_end),
+            model.PHASE_TITLES.get(timeline.dominant_phase() or "", "-"),
+        ]
+        if wide:
+            row[3:3] = [_seconds(timeline.phases.get(phase)) for phase in model.POD_PHASES]
+        rows.append(row)
+    numeric = range(2, len(headers) - 1)
+    output.print_table(
+        f"Slowest {min(top, len(report.timelines))} pods, creation to Ready (seconds)", headers, rows, numeric
+    )
+
+    stats_rows: list[tuple[str, aggregate.Stats | None]] = [
         (model.PHASE_TITLES[phase], report.overall.phases.get(phase)) for phase in model.ALL_POD_PHASES
     ]
-    rows += [
+    stats_rows += [
         ("creation to Ready", report.overall.end_to_end),
         ("SLI (kubelet definition)", report.overall.sli),
     ]
-    for name, stats in rows:
-        if stats is None:
-            percentiles.add_row(name, "0", "-", "-", "-", "-")
-        else:
-            percentiles.add_row(
-                name, str(stats.count), *(_seconds(v) for v in (stats.p50, stats.p90, stats.p99, stats.max))
-            )
-    console.print(percentiles)
+    typer.echo("")
+    output.print_table(
+        f"Per-phase percentiles over {report.overall.pods} pods (seconds)",
+        ["PHASE", "PODS", "P50", "P90", "P99", "MAX"],
+        [
+            [name, "0", "-", "-", "-", "-"]
+            if stats is None
+            else [
+                name,
+                str(stats.count),
+                *(_seconds(v) for v in (stats.p50, stats.p90, stats.p99, stats.max)),
+            ]
+            for name, stats in stats_rows
+        ],
+        range(1, 6),
+    )
 
     workloads = report.groups.get(aggregate.WORKLOAD, [])
     if workloads:
-        table = Table(title="Workloads (slowest p90 first)")
-        for column in ("workload", "pods", "ready", "p50", "p90", "p99", "dominant phase"):
-            table.add_column(column)
-        for group in workloads[:top]:
-            e2e = group.end_to_end
-            table.add_row(
-                group.key,
-                str(group.pods),
-                str(group.ready),
-                *(_seconds(getattr(e2e, q)) if e2e else "-" for q in ("p50", "p90", "p99")),
-                model.PHASE_TITLES.get(group.dominant_phase or "", "-"),
-            )
-        console.print(table)
+        typer.echo("")
+        output.print_table(
+            "Workloads (slowest p90 first)",
+            ["WORKLOAD", "PODS", "READY", "P50", "P90", "P99", "DOMINANT"],
+            [
+                [
+                    group.key,
+                    str(group.pods),
+                    str(group.ready),
+                    *(
+                        _seconds(getattr(group.end_to_end, q)) if group.end_to_end else "-"
+                        for q in ("p50", "p90", "p99")
+                    ),
+                    model.PHASE_TITLES.get(group.dominant_phase or "", "-"),
+                ]
+                for group in workloads[:top]
+            ],
+            range(1, 6),
+        )
 
+    typer.echo("")
     slo = report.slo
     if slo.met is None:
         console.print(
@@ -160,6 +186,30 @@ def _pods_tables(report: PodReport, console: Console, top: int) -> None:
             console.print(f"  - {line}")
 
 
+def _nothing_matched(snapshot: Snapshot, namespace: str | None, workload: str | None) -> str:
+    """Why a pod report is empty, for the user."""
+    from shipshape.analyzers.startup.analysis import analyze_pod_startup
+
+    if not snapshot.pods:
+        return "no pods to analyze: the cluster or the files hold none"
+    wanted = " and ".join(
+        part
+        for part in (
+            f"namespace {namespace}" if namespace else "",
+            f"workload {workload}" if workload else "",
+        )
+        if part
+    )
+    if not wanted:
+        return f"none of the {len(snapshot.pods)} pods has a creation-to-Ready timeline"
+    everything = analyze_pod_startup(snapshot.pods, snapshot.events, snapshot.nodes)
+    names = sorted(
+        {t.workload.name for t in everything.timelines if not namespace or t.namespace == namespace}
+    )
+    known = f"; workloads: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}" if names else ""
+    return f"no pod matches {wanted} ({len(snapshot.pods)} pods read{known})"
+
+
 @app.command()
 def pods(
     kubeconfig: Path | None = KUBECONFIG,
@@ -168,12 +218,17 @@ def pods(
     workload: str | None = typer.Option(
         None, "--workload", help="Only this workload: NAME, KIND/NAME or NS/KIND/NAME."
     ),
-    from_file: Path | None = FROM_FILE,
-    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    from_file: list[Path] | None = FROM_FILE,
+    output_format: Format | None = OUTPUT,
+    json_output: bool = JSON_FLAG,
     chart: Path | None = typer.Option(None, "--chart", help="Write a chart (.png or .svg)."),
     top: int = typer.Option(20, "--top", min=1, help="How many pods and workloads to list."),
 ) -> None:
     """Pod start-up phases: slowest pods, per-phase percentiles, SLO check and diagnosis."""
+    from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
+
+    fmt = output.chosen(output_format, json_output)
+    common.check_output_file(chart, "--chart")
     console = Console()
     snapshot = _load(console, kubeconfig, context, from_file, namespace)
     node_report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events)
@@ -186,23 +241,28 @@ def pods(
         node_timelines={t.name: t for t in node_report.timelines},
         webhook_configurations=snapshot.webhook_configurations,
     )
+    if not report.timelines:
+        raise common.fail(_nothing_matched(snapshot, namespace, workload), common.FAILED)
     if chart is not None:
         from shipshape.analyzers.startup import charts  # matplotlib: imported only when drawing
 
         try:
             charts.pod_startup_chart(report.timelines, chart, slowest=top)
         except charts.ChartError as error:
-            raise _fail(console, str(error)) from error
-    if json_output:
-        typer.echo(json.dumps(report.to_json(slowest=top), indent=2))
+            raise common.fail(f"--chart: {error}") from error
+    if fmt in (Format.json, Format.yaml):
+        output.print_document(report.to_json(slowest=top), fmt)
         return
-    _pods_tables(report, console, top)
+    _pods_tables(report, console, top, wide=fmt is Format.wide)
     if chart is not None:
         console.print(f"chart written to {chart}")
 
 
 def read_log_timelines(directory: Path) -> dict[str, dict[str, float]]:
     """`<node>.json` files written by `shipshape node-collector --once --json`."""
+    from shipshape.analyzers.startup import nodes
+    from shipshape.kube.clock import parse_time
+
     timelines: dict[str, dict[str, float]] = {}
     for path in sorted(directory.glob("*.json")):
         body = json.loads(path.read_text())
@@ -215,71 +275,65 @@ def read_log_timelines(directory: Path) -> dict[str, dict[str, float]]:
     return timelines
 
 
-def _nodes_tables(report: NodeReport, console: Console) -> None:
-    columns = (
-        nodes.INSTANCE_CREATED,
-        nodes.VM_INITIALIZED,
-        nodes.CLOUD_INIT_FINISH,
-        nodes.KUBELET_START,
-        nodes.REGISTERED,
-        nodes.CNI_READY,
-        nodes.NODE_READY,
-        nodes.FIRST_POD_STARTED,
-    )
-    table = Table(title="Node start-up: seconds from each node's first known event")
-    table.add_column("node", overflow="fold")
-    table.add_column("pool", overflow="fold")
+def _nodes_tables(report: NodeReport, console: Console, wide: bool) -> None:
+    from shipshape.analyzers.startup import nodes
+
     short = {
-        nodes.INSTANCE_CREATED: "launch",
+        nodes.INSTANCE_CREATED: "LAUNCH",
         nodes.VM_INITIALIZED: "VM",
-        nodes.CLOUD_INIT_FINISH: "cloud-init",
-        nodes.KUBELET_START: "kubelet",
-        nodes.REGISTERED: "registered",
+        nodes.CLOUD_INIT_FINISH: "CLOUD-INIT",
+        nodes.KUBELET_START: "KUBELET",
+        nodes.REGISTERED: "REGISTERED",
         nodes.CNI_READY: "CNI",
-        nodes.NODE_READY: "Ready",
-        nodes.FIRST_POD_STARTED: "1st pod",
+        nodes.NODE_READY: "READY",
+        nodes.FIRST_POD_STARTED: "1ST-POD",
     }
-    for name in columns:
-        table.add_column(short[name], justify="right")
-    table.add_column("to Ready", justify="right")
-    table.add_column("slowest segment")
+    columns = list(short) if wide else []
+    headers = ["NODE", "POOL", *(short[name] for name in columns), "TO-READY", "SLOWEST-SEGMENT"]
+    rows = []
     for timeline in report.timelines:
         origin = timeline.origin
         cells = [
             _seconds(timeline.events[name] - origin[1]) if origin and name in timeline.events else "-"
             for name in columns
         ]
-        ready = (
-            _seconds(timeline.time_to_ready) if timeline.time_to_ready is not None else "[red]missing[/red]"
+        ready = _seconds(timeline.time_to_ready) if timeline.time_to_ready is not None else "missing"
+        rows.append(
+            [timeline.name, timeline.info.pool_key, *cells, ready, timeline.dominant_segment() or "-"]
         )
-        table.add_row(
-            timeline.name, timeline.info.pool_key, *cells, ready, timeline.dominant_segment() or "-"
-        )
-    console.print(table)
-    segments = Table(title="Segments over all nodes (seconds)")
-    for column in ("segment", "nodes", "p50", "p90", "max"):
-        segments.add_column(column)
-    for name, stats in report.segment_stats.items():
-        if stats is not None:
-            segments.add_row(
-                name, str(stats.count), _seconds(stats.p50), _seconds(stats.p90), _seconds(stats.max)
-            )
-    console.print(segments)
+    output.print_table(
+        "Node start-up: seconds from each node's first known event", headers, rows, range(2, len(headers) - 1)
+    )
+    typer.echo("")
+    output.print_table(
+        "Segments over all nodes (seconds)",
+        ["SEGMENT", "NODES", "P50", "P90", "MAX"],
+        [
+            [name, str(stats.count), _seconds(stats.p50), _seconds(stats.p90), _seconds(stats.max)]
+            for name, stats in report.segment_stats.items()
+            if stats is not None
+        ],
+        range(1, 5),
+    )
     if report.comparisons:
-        pools = Table(title="Pools (instance type / zone): median time to Ready")
-        for column in ("pool", "nodes", "median to Ready", "vs cluster", "explained by"):
-            pools.add_column(column)
-        for comparison in report.comparisons:
-            pools.add_row(
-                comparison.pool,
-                str(comparison.nodes),
-                _seconds(comparison.median_to_ready),
-                f"{comparison.delta:+.1f}",
-                f"{comparison.dominant_segment} ({comparison.dominant_delta:+.1f})"
-                if comparison.dominant_segment and abs(comparison.delta) >= 1.0
-                else "-",
-            )
-        console.print(pools)
+        typer.echo("")
+        output.print_table(
+            "Pools (instance type / zone): median time to Ready",
+            ["POOL", "NODES", "MEDIAN-TO-READY", "VS-CLUSTER", "EXPLAINED-BY"],
+            [
+                [
+                    comparison.pool,
+                    str(comparison.nodes),
+                    _seconds(comparison.median_to_ready),
+                    f"{comparison.delta:+.1f}",
+                    f"{comparison.dominant_segment} ({comparison.dominant_delta:+.1f})"
+                    if comparison.dominant_segment and abs(comparison.delta) >= 1.0
+                    else "-",
+                ]
+                for comparison in report.comparisons
+            ],
+            range(1, 4),
+        )
     for comparison in report.comparisons:
         console.print(f"- {comparison.sentence()} ({comparison.nodes} nodes)")
     for timeline in report.timelines:
@@ -293,14 +347,21 @@ def _nodes_tables(report: NodeReport, console: Console) -> None:
 def nodes_command(
     kubeconfig: Path | None = KUBECONFIG,
     context: str | None = CONTEXT,
-    from_file: Path | None = FROM_FILE,
+    from_file: list[Path] | None = FROM_FILE,
     logs: Path | None = typer.Option(
         None, "--logs", help="Directory of <node>.json from node-collector --json."
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    output_format: Format | None = OUTPUT,
+    json_output: bool = JSON_FLAG,
     chart: Path | None = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
 ) -> None:
     """Node start-up: per-node timing table, per-pool comparison and a Gantt chart."""
+    from shipshape.analyzers.startup.analysis import analyze_node_startup
+
+    fmt = output.chosen(output_format, json_output)
+    common.check_output_file(chart, "--chart")
+    if logs is not None and not logs.is_dir():
+        raise common.fail(f"--logs: {logs} is not a folder")
     console = Console()
     snapshot = _load(console, kubeconfig, context, from_file, None)
     log_timelines = None
@@ -308,19 +369,23 @@ def nodes_command(
         try:
             log_timelines = read_log_timelines(logs)
         except (OSError, ValueError, KeyError) as error:
-            raise _fail(console, f"cannot read node timelines from {logs}: {error}") from error
+            raise common.fail(f"cannot read node timelines from {logs}: {error}") from error
     report = analyze_node_startup(snapshot.nodes, snapshot.pods, snapshot.events, log_timelines=log_timelines)
+    if not report.timelines:
+        raise common.fail("no nodes to analyze: the cluster or the files hold none", common.FAILED)
     if chart is not None:
         from shipshape.analyzers.startup import charts  # matplotlib: imported only when drawing
 
         try:
             charts.node_gantt_chart(report.timelines, chart)
         except charts.ChartError as error:
-            raise _fail(console, str(error)) from error
-    if json_output:
-        typer.echo(json.dumps(report.to_json(), indent=2))
+            raise common.fail(f"--chart: {error}") from error
+    if fmt in (Format.json, Format.yaml):
+        output.print_document(report.to_json(), fmt)
         return
-    _nodes_tables(report, console)
+    _nodes_tables(report, console, wide=fmt is Format.wide)
+    if chart is not None:
+        console.print(f"chart written to {chart}")
 
 
 class ClusterFeed:
@@ -330,9 +395,12 @@ class ClusterFeed:
 
     BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
-    def __init__(self, api: Any, *, watch_seconds: int = client.WATCH_SECONDS) -> None:
+    def __init__(self, api: Any, *, watch_seconds: int | None = None) -> None:
+        from shipshape.analyzers.startup import live
+        from shipshape.kube import client
+
         self.api = api
-        self.watch_seconds = watch_seconds
+        self.watch_seconds = client.WATCH_SECONDS if watch_seconds is None else watch_seconds
         self.messages: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self.stop = threading.Event()
         self.relists: dict[str, int] = dict.fromkeys(live.KINDS, 0)
@@ -346,6 +414,8 @@ class ClusterFeed:
             thread.start()
 
     def _run(self, kind: str) -> None:
+        from shipshape.kube import client
+
         version: str | None = None
         backoff = self.BACKOFF_START
         while not self.stop.is_set():
@@ -371,7 +441,7 @@ class ClusterFeed:
 
 def run_live(
     feed: ClusterFeed,
-    state: live.LiveStartup,
+    state: live_mod.LiveStartup,
     *,
     stop: threading.Event,
     tick: float = 1.0,
@@ -411,13 +481,27 @@ def serve(
     ),
 ) -> None:
     """Watch the cluster and expose start-up histograms (kubelet buckets) at /metrics."""
+    import errno
+
+    from prometheus_client import start_http_server
+
+    from shipshape.analyzers.startup import live
+    from shipshape.analyzers.startup.prometheus import StartupMetrics
+    from shipshape.kube import client
+
     console = Console()
     try:
         api = client.load_api_client(kubeconfig, context)
     except client.KubeClientError as error:
-        raise _fail(console, str(error)) from error
+        raise common.fail(str(error)) from error
     metrics = StartupMetrics()
-    start_http_server(port, registry=metrics.registry)
+    try:
+        start_http_server(port, registry=metrics.registry)
+    except OSError as error:
+        reason = "the port is in use" if error.errno == errno.EADDRINUSE else (error.strerror or str(error))
+        raise common.fail(
+            f"cannot serve metrics on port {port}: {reason} (choose another with --port)", 1
+        ) from error
     console.print(f"serving start-up metrics on :{port}/metrics, watching pods, events and nodes")
     feed = ClusterFeed(api)
     feed.start()

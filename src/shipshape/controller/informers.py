@@ -223,4 +223,5 @@ class Informers:
         for informer in self.informers:
             informer.close()
         for informer in self.informers:
-            informer.thread.join(5)
+            if informer.thread.ident is not None:  # started
+                informer.thread.join(5)

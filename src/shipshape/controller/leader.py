@@ -158,7 +158,8 @@ class LeaseElector:
     def stop(self, release: bool = True) -> None:
         """Stop electing; give the Lease up if we hold it (the other replica takes over at once)."""
         self.stop_event.set()
-        self.thread.join(10)
+        if self.thread.ident is not None:  # never started: nothing to join
+            self.thread.join(10)
         if release and self._leader:
             self._set(False)
             try:

@@ -124,7 +124,8 @@ class LoopScheduler:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.thread.join(30)
+        if self.thread.ident is not None:  # stopping a process that failed before its loops started
+            self.thread.join(30)
 
 
 class ControllerProcess:

@@ -262,11 +262,13 @@ def parse(data: Any, source: str = "<scenario>") -> Scenario:
 def load(path: str | Path) -> Scenario:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read scenario: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{p}: not a YAML text file (not UTF-8 at byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+        raise ScenarioError(f"{p}: not valid YAML: {' '.join(str(exc).split())}") from None
     return parse(data, str(p))

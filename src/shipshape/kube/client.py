@@ -8,10 +8,12 @@ Errors are translated to `KubeClientError`; the client's own exceptions do not l
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
@@ -49,8 +51,31 @@ def load_api_client(kubeconfig: Path | None = None, context: str | None = None) 
                     context=context, client_configuration=configuration
                 )
     except ConfigException as error:
-        raise KubeClientError(f"cannot load the Kubernetes configuration: {error}") from error
+        raise KubeClientError(f"cannot load the Kubernetes configuration: {_one_line(error)}") from error
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError, IndexError) as error:
+        # The client reads the YAML with no checks: a file that is not a kubeconfig (or not YAML)
+        # surfaces as whatever its code tripped on. UnicodeDecodeError is a ValueError.
+        where = kubeconfig or "the default kubeconfig"
+        raise KubeClientError(f"{where} is not a valid kubeconfig: {_one_line(error)}") from error
     return k8s.ApiClient(configuration)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def unreachable(error: BaseException) -> str:
+    """One line for a connection failure: `cannot reach the API server at URL: reason`."""
+    pool = getattr(error, "pool", None)
+    where = f" at {pool.scheme}://{pool.host}:{pool.port}" if pool is not None else ""
+    reason: BaseException | None = getattr(error, "reason", None) or error
+    text = _one_line(reason) if reason is not None else _one_line(error)
+    errno = re.search(r"\[Errno -?\d+\] ([^\]\)\"']+)", text)
+    if errno:
+        text = errno.group(1).strip().lower()
+    elif "CERTIFICATE_VERIFY_FAILED" in text:
+        text = "its TLS certificate is not trusted (certificate verify failed)"
+    return f"cannot reach the API server{where}: {text}"
 
 
 def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
@@ -61,15 +86,21 @@ def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
             f"API request failed: {error.status} {error.reason}", status=error.status
         ) from error
     except OSError as error:  # connection refused, DNS, TLS
-        raise KubeClientError(f"cannot reach the API server: {error}") from error
+        raise KubeClientError(unreachable(error)) from error
     except Exception as error:  # urllib3's errors do not share a base class with OSError
         if type(error).__module__.startswith("urllib3"):
-            raise KubeClientError(f"cannot reach the API server: {error}") from error
+            raise KubeClientError(unreachable(error)) from error
         raise
     body = json.loads(response.data)
     if not isinstance(body, dict):
         raise KubeClientError("the API server answered with something other than a JSON object")
     return body
+
+
+def server_version(api: k8s.ApiClient) -> str:
+    """The API server's `gitVersion` (`GET /version`): a cheap check that it answers."""
+    body = _call(k8s.VersionApi(api).get_code)
+    return str(body.get("gitVersion") or "")
 
 
 def _paged(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Obj]:

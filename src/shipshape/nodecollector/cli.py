@@ -27,6 +27,21 @@ from shipshape.nodecollector.timeline import NodeLogTimeline
 TERMINAL_EVENTS = (nodes.NODE_READY, nodes.FIRST_POD_STARTED)
 
 
+def _fail(message: object, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    return typer.Exit(code)
+
+
+def _verdict(timeline: NodeLogTimeline) -> int:
+    """Say on stderr what makes a one-shot timeline unusable: 1 when something does, else 0."""
+    for problem in timeline.problems:
+        typer.echo(f"error: impossible timeline: {problem}", err=True)
+    if nodes.NODE_READY not in timeline.events:
+        reason = timeline.missing.get(nodes.NODE_READY, "not found")
+        typer.echo(f"error: Node Ready is missing from the logs ({reason})", err=True)
+    return 1 if timeline.problems or nodes.NODE_READY not in timeline.events else 0
+
+
 def _print_table(timeline: NodeLogTimeline, console: Console) -> None:
     table = Table(title="Node start-up (from the node's logs)")
     for column in ("Event", "Timestamp", "T", "Source"):
@@ -37,13 +52,19 @@ def _print_table(timeline: NodeLogTimeline, console: Console) -> None:
     console.print(table)
     for name, reason in body["missing"].items():
         console.print(f"[yellow]{nodes.EVENT_TITLES[name]}[/yellow]: missing ({reason})")
+    for problem in body["problems"]:
+        console.print(f"[red]impossible timeline[/red]: {problem}")
 
 
 def node_collector(
     root: Path = typer.Option(Path("/"), "--root", help="The host's file tree (its / mounted in the pod)."),
     once: bool = typer.Option(False, "--once", help="Read the logs once, print the timeline and exit."),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    year: int | None = typer.Option(None, help="Year of the first syslog line (default: the file's mtime)."),
+    year: int | None = typer.Option(
+        None,
+        help="Year of the first syslog line (default: from dates inside the logs, else the file's "
+        "modification time when it is recent; a copy without dates needs it).",
+    ),
     journal: Path | None = typer.Option(None, help="A `journalctl -o json` export to read instead."),
     node_name: str | None = typer.Option(
         None, envvar="NODE_NAME", help="Annotate this Node with the timeline."
@@ -58,18 +79,23 @@ def node_collector(
     try:
         timeline = collect(root, year=year, journal_export=journal)
     except CollectError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise _fail(error) from error
     if once:
         if json_output:
             typer.echo(json.dumps(timeline.to_json(), indent=2))
         else:
             _print_table(timeline, console)
-        return
+        raise typer.Exit(_verdict(timeline))
+    try:
+        api = client.load_api_client(kubeconfig) if node_name else None
+    except client.KubeClientError as error:
+        raise _fail(error) from error
     metrics = publish.CollectorMetrics(node_name or "")
     if port:
-        start_http_server(port, registry=metrics.registry)
-    api = client.load_api_client(kubeconfig) if node_name else None
+        try:
+            start_http_server(port, registry=metrics.registry)
+        except OSError as error:
+            raise _fail(f"cannot serve metrics on port {port}: {error.strerror or error}", 1) from error
     deadline = time.monotonic() + timeout
     published = ""
     while True:

@@ -6,6 +6,9 @@ Where the logs are looked for, in order:
 - a journal export (`journalctl -o json`) given explicitly, or produced by running
   `journalctl --directory DIR/var/log/journal -o json` when the host keeps only the journal;
 - the VPC CNI container's log `DIR/var/log/pods/kube-system_aws-node-*/aws-node/*.log`.
+
+Syslog stamps carry no year: `years.infer_year` finds it (or the caller passes it), and a timeline
+whose dates cannot be true is flagged in its `problems`.
 """
 
 from __future__ import annotations
@@ -14,10 +17,9 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from shipshape.nodecollector import parsers, timeline
+from shipshape.nodecollector import parsers, timeline, years
 from shipshape.nodecollector.parsers import LogLine
 
 
@@ -68,14 +70,29 @@ def _journal_lines(directory: Path) -> Iterator[str]:
     yield from result.stdout.splitlines()
 
 
+def _first_time(lines: Iterator[LogLine]) -> float | None:
+    return next((line.time for line in lines), None)
+
+
+def syslog_year(logs: HostLogs) -> years.YearChoice:
+    """The year of the first line of `logs.messages` (its stamps carry none): see `years`."""
+    assert logs.messages is not None
+    other_start = _first_time(_cni_lines(logs.cni_logs)) if logs.cni_logs else None
+    return years.infer_year(
+        _read_lines(logs.messages), other_logs_start=other_start, modified=logs.messages.stat().st_mtime
+    )
+
+
 def system_log(logs: HostLogs, *, year: int | None = None) -> Iterator[LogLine] | None:
     """The host's system log, whichever way it is kept; None when there is none."""
     if logs.journal_export is not None:
         return parsers.parse_journal_json(_read_lines(logs.journal_export))
     if logs.messages is not None:
         if year is None:
-            # syslog stamps carry no year: take the file's last modification's
-            year = datetime.fromtimestamp(logs.messages.stat().st_mtime, UTC).year
+            choice = syslog_year(logs)
+            if choice.year is None:
+                raise CollectError(f"cannot tell the year of {logs.messages}: {choice.basis}; pass --year")
+            year = choice.year
         return parsers.parse_syslog(_read_lines(logs.messages), year=year)
     if logs.journal_dir is not None:
         return parsers.parse_journal_json(_journal_lines(logs.journal_dir))
@@ -98,9 +115,11 @@ def collect(
     if logs.cni_logs:
         sources[timeline.CNI_LOG] = _cni_lines(logs.cni_logs)
     try:
-        return timeline.match_events(sources)
+        found = timeline.match_events(sources)
     except parsers.LogFormatError as error:
         raise CollectError(str(error)) from error
+    found.problems = years.impossible(found.times())
+    return found
 
 
 def _cni_lines(paths: tuple[Path, ...]) -> Iterator[LogLine]:
@@ -116,4 +135,6 @@ def timeline_from_text(messages: str, *, year: int, cni_log: str | None = None) 
     }
     if cni_log is not None:
         sources[timeline.CNI_LOG] = parsers.parse_cri_log(cni_log.splitlines(), source=timeline.CNI_LOG)
-    return timeline.match_events(sources)
+    found = timeline.match_events(sources)
+    found.problems = years.impossible(found.times())
+    return found

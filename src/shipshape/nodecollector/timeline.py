@@ -92,6 +92,7 @@ class NodeLogTimeline:
     events: dict[str, LogEvent] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why the timeline cannot be true
 
     def times(self) -> dict[str, float]:
         return {name: event.time for name, event in self.events.items()}
@@ -113,6 +114,7 @@ class NodeLogTimeline:
                 for event in ordered
             ],
             "missing": dict(self.missing),
+            "problems": list(self.problems),
         }
 
 
