@@ -566,8 +566,7 @@ def demo(
     try:
         loaded = scenario_mod.load(path)
     except scenario_mod.ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        raise common.fail(exc) from None
     console.print(f"[bold]Shipshape demo[/bold]: scenario {loaded.name!r} ({path})")
     now = time.time()
     begins = emulator_cli.emulated_start(start, now)
