@@ -65,3 +65,20 @@ def print_document(body: Any, fmt: Format) -> None:
         typer.echo(yaml.safe_dump(body, sort_keys=False, allow_unicode=True), nl=False)
     else:
         typer.echo(json.dumps(body, indent=2))
+
+
+def print_unclipped(console: Any, renderable: Any) -> None:
+    """A rich table at its natural width even where the console is narrower (a pipe, a CI log, a
+    small terminal): rich would otherwise shorten its cells to `strat…` to fit."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update(width=100_000), renderable).maximum
+    if natural <= console.width:
+        console.print(renderable)
+        return
+    saved = console.width
+    console.width = natural
+    try:
+        console.print(renderable)
+    finally:
+        console.width = saved

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from shipshape.cli import common
+from shipshape.cli import common, output
 
 STRATEGY_NAMES = "on-demand, spot-naive, capacity-type, shipshape"  # as in simulate.strategies.STRATEGIES
 
@@ -106,7 +106,7 @@ def simulate(
     if json_output:
         typer.echo(json.dumps(report.report_json(results, loaded.name), indent=2))
         return
-    console.print(report.summary_table(results))
-    console.print(report.workload_table(results))
+    output.print_unclipped(console, report.summary_table(results))
+    output.print_unclipped(console, report.workload_table(results))
     if chart is not None:
         console.print(f"chart written to {chart}")

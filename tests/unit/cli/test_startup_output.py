@@ -186,3 +186,14 @@ def test_from_file_that_holds_nothing_usable(tmp_path: Path, content: str, messa
     code, out, err = _invoke("startup", "pods", "--from-file", str(path))
     assert code == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_tables_keep_strategy_and_workload_names_whole() -> None:
+    scenario = Path(__file__).resolve().parents[3] / "examples" / "scenarios" / "demo.yaml"
+    code, out, err = _invoke(
+        "simulate", "--scenario", str(scenario), "--duration", "10m", "--strategy", "spot-naive"
+    )
+    assert code == 0, err
+    assert "…" not in out
+    rows = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
+    assert {"spot-naive", "shop/Deployment/checkout", "shop/Deployment/web", "shop/StatefulSet/db"} <= rows
