@@ -447,8 +447,10 @@ def run_live(
     tick: float = 1.0,
     report: Callable[[str], None] = lambda line: None,
 ) -> None:
-    """Apply the feed's messages to `state` and flush it every `tick` seconds until `stop`."""
+    """Apply the feed's messages to `state` and flush it every `tick` seconds until `stop`. A failing
+    watch is reported once per outage (its retries are not), and again when it is back."""
     next_flush = time.monotonic()
+    failing: dict[str, str] = {}
     while not stop.is_set():
         try:
             action, kind, payload = feed.messages.get(
@@ -457,11 +459,14 @@ def run_live(
         except queue.Empty:
             pass
         else:
+            if action in ("replace", "apply") and failing.pop(kind, None) is not None:
+                report(f"{kind} watch is back")
             if action == "replace":
                 state.replace(kind, payload)
             elif action == "apply":
                 state.apply(kind, *payload)
-            else:
+            elif failing.get(kind) != payload:
+                failing[kind] = payload
                 report(f"[yellow]{kind} watch failed, retrying:[/yellow] {payload}")
         now = time.monotonic()
         if now >= next_flush:
@@ -502,6 +507,11 @@ def serve(
         raise common.fail(
             f"cannot serve metrics on port {port}: {reason} (choose another with --port)", 1
         ) from error
+    try:
+        client.server_version(api)
+    except client.KubeClientError as error:
+        if error.status is None:  # unreachable at start: a wrong kubeconfig more likely than an outage
+            raise common.fail(error, common.FAILED) from error
     console.print(f"serving start-up metrics on :{port}/metrics, watching pods, events and nodes")
     feed = ClusterFeed(api)
     feed.start()

@@ -160,7 +160,7 @@ def test_demo_port_taken(tmp_path: Path) -> None:
             timeout=60,
         )
     assert done.returncode == 1
-    assert f"cannot serve on port {port}: the port is taken" in done.stdout
+    assert done.stderr.startswith(f"error: cannot serve on port {port}: the port is in use")
 
 
 @pytest.mark.integration
@@ -175,7 +175,7 @@ def test_demo_bad_scenario(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2
-    assert "pools" in done.stdout
+    assert done.stderr.startswith("error: ") and "pools" in done.stderr
 
 
 # ---- the pure views the narration is built on ----------------------------------------------------------

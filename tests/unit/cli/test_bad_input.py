@@ -8,6 +8,7 @@ Most cases run in-process through typer's runner; those whose point is what reac
 from __future__ import annotations
 
 import json
+import queue
 import socket
 import subprocess
 import sys
@@ -216,7 +217,10 @@ def test_controller_with_a_garbage_kubeconfig(kind: str, files: dict[str, Path])
 # ---- an API server that is down: one line, no retry warnings -----------------------------------------
 
 
-@pytest.mark.parametrize("command", [["startup", "pods"], ["startup", "nodes"], ["controller"]])
+@pytest.mark.parametrize(
+    "command",
+    [["startup", "pods"], ["startup", "nodes"], ["startup", "serve", "--port", "0"], ["controller"]],
+)
 def test_an_unreachable_api_server_is_one_line(command: list[str], dead_kubeconfig: Path) -> None:
     code, out, err = _run(*command, "--kubeconfig", str(dead_kubeconfig))
     assert code in (1, 2) and out == ""
@@ -291,3 +295,41 @@ def test_startup_pods_says_when_nothing_matched(files: dict[str, Path], tmp_path
     code, out, err = _cli("startup", "pods", "--from-file", str(listing), "--workload", "nope")
     assert code == 1 and out == ""
     assert _one_error_line(err) == "error: no pod matches workload nope (1 pods read; workloads: web)"
+
+
+def test_serve_reports_an_outage_once_not_every_retry() -> None:
+    from shipshape.analyzers.startup import live
+    from shipshape.analyzers.startup.prometheus import StartupMetrics
+    from shipshape.cli import startup
+
+    class Feed:
+        def __init__(self) -> None:
+            self.messages: queue.Queue[tuple[str, str, object]] = queue.Queue()
+
+    feed = Feed()
+    down = "cannot reach the API server at https://127.0.0.1:1: connection refused"
+    for _ in range(5):
+        feed.messages.put(("error", "pods", down))
+    feed.messages.put(("replace", "pods", []))
+    feed.messages.put(("error", "pods", down))
+    stop = threading.Event()
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        lines.append(line)
+        if len(lines) == 3:
+            stop.set()
+
+    worker = threading.Thread(
+        target=startup.run_live,
+        args=(feed, live.LiveStartup(StartupMetrics())),
+        kwargs={"stop": stop, "tick": 0.01, "report": report},
+    )
+    worker.start()
+    worker.join(10)
+    stop.set()
+    assert lines == [
+        f"[yellow]pods watch failed, retrying:[/yellow] {down}",
+        "pods watch is back",
+        f"[yellow]pods watch failed, retrying:[/yellow] {down}",
+    ]
