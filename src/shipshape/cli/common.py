@@ -21,9 +21,11 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def fail(message: object, code: int = USAGE) -> typer.Exit:
-    """Print `error: message` as one line on stderr; raise the returned Exit."""
-    typer.echo(f"error: {one_line(message)}", err=True)
+def fail(message: object, code: int = USAGE, *, listing: bool = False) -> typer.Exit:
+    """Print `error: message` as one line on stderr; raise the returned Exit. `listing`: the message
+    is a headline and one problem per line (a scenario with several invalid fields), kept as is."""
+    text = str(message).rstrip() if listing else one_line(message)
+    typer.echo(f"error: {text}", err=True)
     return typer.Exit(code)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import signal
 import time
@@ -566,7 +565,7 @@ def demo(
     try:
         loaded = scenario_mod.load(path)
     except scenario_mod.ScenarioError as exc:
-        raise common.fail(exc) from None
+        raise common.fail(exc, listing=True) from None
     console.print(f"[bold]Shipshape demo[/bold]: scenario {loaded.name!r} ({path})")
     now = time.time()
     begins = emulator_cli.emulated_start(start, now)
@@ -588,8 +587,6 @@ def demo(
                 settings=ShowSettings(),
             )
         )
-    except OSError as exc:
-        reason = "the port is taken" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-        console.print(f"[red]cannot serve on port {port}: {reason}[/red]")
-        raise typer.Exit(1) from None
+    except OSError as exc:  # the port was taken between the check and the bind
+        raise common.fail(f"cannot serve on port {port}: {common.os_reason(exc)}", common.FAILED) from None
     raise typer.Exit(code)

@@ -153,7 +153,7 @@ def up(
     try:
         loaded = scenario_mod.load(scenario)
     except scenario_mod.ScenarioError as exc:
-        raise common.fail(exc) from None
+        raise common.fail(exc, listing=True) from None
     now = time.time()
     begins = emulated_start(start, now)
     chosen_port = common.serving_port(port)

@@ -76,7 +76,7 @@ def simulate(
                 Shipshape(config=config, loops=loops) if isinstance(s, Shipshape) else s for s in chosen
             ]
     except (StrategyError, scenario_file.ScenarioError, ConfigError) as error:
-        raise _fail(console, str(error)) from error
+        raise common.fail(error, listing=True) from error
     settings = SimulationSettings(duration=seconds, seed=seed, warmup=min(warmup_seconds, seconds))
     with Progress(
         TextColumn("{task.description}"),

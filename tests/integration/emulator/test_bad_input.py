@@ -297,7 +297,7 @@ def test_up_with_a_bad_scenario_exits_2_from_the_real_command(tmp_path: Path) ->
     )
     assert done.returncode == 2, done.stderr
     assert not done.stdout and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"{path}: invalid scenario\n")
+    assert done.stderr.startswith(f"error: {path}: invalid scenario\n")
     assert "pools.0.capacityType: Input should be 'spot' or 'on-demand'" in done.stderr
     assert not (tmp_path / ".shipshape").exists()
 
@@ -306,4 +306,4 @@ def test_up_with_a_missing_scenario_file(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
     result = CliRunner().invoke(emulator_cli.app, ["up", "--scenario", str(missing), "--port", "0"])
     assert result.exit_code == 2
-    assert result.output.strip() == f"{missing}: cannot read scenario: No such file or directory"
+    assert result.output.strip() == f"error: {missing}: cannot read scenario: No such file or directory"
