@@ -39,6 +39,11 @@ def _register() -> None:
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
+    from shipshape.cli import backend as backend_cli
+
+    app.command("backend")(backend_cli.backend)
+    app.command("worker")(backend_cli.worker)
+    app.add_typer(backend_cli.admin, name="admin")
 
 
 _register()
