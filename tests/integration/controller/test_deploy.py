@@ -104,7 +104,14 @@ def test_every_manifest_matches_the_openapi_schema() -> None:
         "Role",
         "RoleBinding",
     } <= kinds
-    assert {"ConfigMap", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget", "DaemonSet"} <= kinds
+    assert {
+        "ConfigMap",
+        "PriorityClass",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "DaemonSet",
+    } <= kinds
     problems: list[str] = []
     for obj in objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
