@@ -6,6 +6,7 @@ against the chart's schema instead (`test_chart_schema.py`)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from shipshape.controller.process import TLS_SECRET
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME, CONTROLLER_LABEL, CONTROLLER_NAME
 from tests.integration.controller.test_deploy import check, definition_for
 
-from .chart import DEPLOY, Obj, by_key, helm_binary, helm_template, kustomize, render
+from .chart import CHART, DEPLOY, Obj, by_key, helm_binary, helm_template, kustomize, render
 
 HELM = helm_binary()
 pytestmark = pytest.mark.skipif(
@@ -186,6 +187,16 @@ def test_values_switch_flags_config_and_objects(tmp_path: Path) -> None:
     # Off: no DaemonSet, and nothing of the node poller left (account, role, policy).
     off = by_key(render(helm(), "--set", "nodeNotices.enabled=false"))
     assert not [key for key in off if "node-notices" in key[1]]
+
+
+def test_helm_lint_is_clean() -> None:
+    done = subprocess.run(
+        [helm(), "lint", "--strict", "--namespace", "shipshape-system", str(CHART)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "0 chart(s) failed" in done.stdout, done.stdout + done.stderr
 
 
 def test_bad_values_are_rejected_by_the_schema() -> None:
