@@ -39,6 +39,9 @@ def _register() -> None:
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
+    from shipshape.cli import agent as agent_cli
+
+    app.command("agent")(agent_cli.agent)
     from shipshape.cli import backend as backend_cli
 
     app.command("backend")(backend_cli.backend)
