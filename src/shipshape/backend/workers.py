@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from shipshape.backend import analysis
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
 from shipshape.backend.store import repository as repo
 
@@ -31,7 +33,11 @@ class Workers:
     now: Callable[[], datetime]
     sweep_seconds: float = 10.0
     retention: timedelta = timedelta(hours=72)
+    # A cluster's analyzers run at most this often (seconds), after a push changed its state.
+    analysis_seconds: float = 10.0
     processed: int = 0
+    analyses: int = 0
+    _analyzed_at: dict[str, float] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -43,7 +49,28 @@ class Workers:
             return Verdict.RETRY
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        if outcome == "applied":
+            self.analyze_if_due(job.cluster_id)
         return Verdict.DONE
+
+    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
+        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
+        after the next push)."""
+        moment = time.monotonic()
+        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
+            return False
+        self._analyzed_at[cluster_id] = moment
+        try:
+            with self.sessions.begin() as session:
+                org_id = repo.cluster_org(session, cluster_id)
+                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except Exception:
+            LOG.exception("analysis of cluster %s failed", cluster_id)
+            return False
+        self.analyses += 1
+        LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
+        return True
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
