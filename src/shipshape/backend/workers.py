@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -38,9 +39,21 @@ class Workers:
     processed: int = 0
     analyses: int = 0
     _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Jobs being applied in worker threads (a cancelled task does not stop its thread).
+    _inflight: int = 0
+    _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._apply(job)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _apply(self, job: Job) -> Verdict:
         try:
             with self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now())
@@ -77,6 +90,15 @@ class Workers:
 
     def sweep_once(self) -> list[Job]:
         """Jobs for pushes stored but not processed; removes expired raw pushes."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._sweep()
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _sweep(self) -> list[Job]:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
@@ -107,3 +129,8 @@ class Workers:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # Let jobs already in a thread finish their transaction before the caller closes the database.
+            for _ in range(1000):
+                if not self._inflight:
+                    break
+                await asyncio.sleep(0.01)
