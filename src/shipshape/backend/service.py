@@ -47,6 +47,7 @@ def workers_for(backend: Backend) -> Workers:
         backend.now,
         sweep_seconds=backend.settings.sweep_seconds,
         retention=timedelta(hours=backend.settings.retention_hours),
+        analysis_seconds=backend.settings.analysis_seconds,
     )
 
 

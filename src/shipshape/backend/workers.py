@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from shipshape.backend import analysis
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
 from shipshape.backend.store import repository as repo
 
@@ -31,10 +34,26 @@ class Workers:
     now: Callable[[], datetime]
     sweep_seconds: float = 10.0
     retention: timedelta = timedelta(hours=72)
+    # A cluster's analyzers run at most this often (seconds), after a push changed its state.
+    analysis_seconds: float = 10.0
     processed: int = 0
+    analyses: int = 0
+    _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Jobs being applied in worker threads (a cancelled task does not stop its thread).
+    _inflight: int = 0
+    _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._apply(job)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _apply(self, job: Job) -> Verdict:
         try:
             with self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now())
@@ -43,13 +62,43 @@ class Workers:
             return Verdict.RETRY
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        if outcome == "applied":
+            self.analyze_if_due(job.cluster_id)
         return Verdict.DONE
+
+    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
+        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
+        after the next push)."""
+        moment = time.monotonic()
+        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
+            return False
+        self._analyzed_at[cluster_id] = moment
+        try:
+            with self.sessions.begin() as session:
+                org_id = repo.cluster_org(session, cluster_id)
+                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except Exception:
+            LOG.exception("analysis of cluster %s failed", cluster_id)
+            return False
+        self.analyses += 1
+        LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
+        return True
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
     def sweep_once(self) -> list[Job]:
         """Jobs for pushes stored but not processed; removes expired raw pushes."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._sweep()
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _sweep(self) -> list[Job]:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
@@ -80,3 +129,8 @@ class Workers:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # Let jobs already in a thread finish their transaction before the caller closes the database.
+            for _ in range(1000):
+                if not self._inflight:
+                    break
+                await asyncio.sleep(0.01)
