@@ -3,10 +3,11 @@ under the placement controller's rules, with the money that would save. Pure.
 
 Only in a cluster that has spot nodes. For a Deployment (2 replicas or more) or StatefulSet (3 or
 more) that has not opted in, the recommended policy is the controller's default (`on-demand-base`
-1, 100 % of the rest on spot), so `replicas - 1` pods would move. What one pod costs is its share of its node (the larger of its CPU
-and memory requests over the node's allocatable) times the node's hourly price; on spot it would
-cost the same share of the spot price of the same instance type. Savings are monthly (730 h).
-Confidence is lower when prices are unknown for some nodes or requests are missing.
+1, 100 % of the rest on spot), so `replicas - 1` pods would move. What one pod costs is its share
+of its node (the larger of its CPU and memory requests over the node's allocatable) times the
+node's hourly price; on spot it would cost the same share of the spot price of the same instance
+type. Savings are monthly (730 h). Confidence is lower when prices are unknown for some nodes or
+requests are missing.
 """
 
 from __future__ import annotations
