@@ -57,9 +57,12 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
         store = served_emulator.cluster.store
         registered = served_emulator.call(lambda: store.get(MUTATING_WEBHOOKS, "", "shipshape-placement"))
         assert registered is not None
-        (hook,) = registered["webhooks"]
-        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook_port}/mutate"
-        assert hook["failurePolicy"] == "Ignore"
+        pods, workloads = registered["webhooks"]
+        for hook in (pods, workloads):
+            assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook_port}/mutate"
+            assert hook["failurePolicy"] == "Ignore"
+        assert pods["rules"][0]["resources"] == ["pods"]
+        assert workloads["rules"][0]["resources"] == ["deployments", "statefulsets"]
         deadline = time.monotonic() + 20
         while True:
             lease = served_emulator.call(
