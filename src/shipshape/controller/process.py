@@ -290,7 +290,7 @@ class ControllerProcess:
     def _ensure_namespace(self) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.config.namespace}}
         try:
-            self.ops.apply(body)
+            self.kube_ops.apply(body)  # the Lease lives there, in recommend-only mode too
         except OpsError as error:
             LOG.warning("cannot make sure namespace %s exists: %s", self.config.namespace, error)
 
