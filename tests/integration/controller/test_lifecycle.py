@@ -9,12 +9,13 @@ import json
 import logging
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner, Result
 
+from shipshape.cli.main import app
 from shipshape.controller.headroom import PRIORITY_CLASS
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.loops.interruptions import (
@@ -206,6 +207,11 @@ def test_only_the_leader_owns_the_webhook_configuration(
             cluster.wait("the new leader registered", lambda: hook_urls(cluster) == [other, other], 20)
 
 
+def uninstall(cluster: ServedCluster, *args: str) -> Result:
+    command = ["controller", "uninstall", "--kubeconfig", str(cluster.served.kubeconfig), *args]
+    return CliRunner().invoke(app, command)
+
+
 def test_uninstall_after_a_reclaim_mid_surge_leaves_nothing_that_changes_behaviour(tmp_path: Path) -> None:
     with serve_cluster(tmp_path) as cluster:
         with controller(cluster, tmp_path / "controller", loops=LoopSettings(headroom_interval_seconds=5)):
@@ -236,15 +242,17 @@ def test_uninstall_after_a_reclaim_mid_surge_leaves_nothing_that_changes_behavio
                 )
 
             cluster.wait("a surge in flight", surging, 60)
-        shipshape = str(Path(sys.executable).parent / "shipshape")
-        kubeconfig = str(cluster.served.kubeconfig)
-        command = [shipshape, "controller", "uninstall", "--kubeconfig", kubeconfig]
-        planned = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, timeout=60)
-        assert planned.returncode == 0, planned.stderr
+            # While a controller leads, uninstall refuses: the controller would put things back.
+            refused = uninstall(cluster)
+            assert refused.exit_code == 1
+            assert "controller-0 still holds the Lease" in refused.stderr
+            assert cluster.get(MUTATING_WEBHOOKS, "", "shipshape-placement") is not None
+        planned = uninstall(cluster, "--dry-run")
+        assert planned.exit_code == 0, planned.stderr
         assert "would delete mutatingwebhookconfiguration/shipshape-placement" in planned.stdout
         assert cluster.get(MUTATING_WEBHOOKS, "", "shipshape-placement") is not None  # dry run: unchanged
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        done = uninstall(cluster)
+        assert done.exit_code == 0, done.stderr
         assert "(surge in flight)" in done.stdout
 
         assert cluster.get(MUTATING_WEBHOOKS, "", "shipshape-placement") is None
@@ -263,18 +271,8 @@ def test_uninstall_after_a_reclaim_mid_surge_leaves_nothing_that_changes_behavio
                 assert DELETION_COST not in pod["metadata"].get("annotations", {})
         assert cluster.get(LEASES, "shipshape-system", "shipshape-controller") is None
 
-        again = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        assert again.returncode == 0 and again.stdout.strip() == "nothing to remove", again.stdout
-
-
-def test_uninstall_refuses_while_a_controller_leads(tmp_path: Path) -> None:
-    with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "c", loops=NO_HEADROOM):
-        shipshape = str(Path(sys.executable).parent / "shipshape")
-        command = [shipshape, "controller", "uninstall", "--kubeconfig", str(cluster.served.kubeconfig)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 1
-        assert "controller-0 still holds the Lease" in done.stderr
-        assert cluster.get(MUTATING_WEBHOOKS, "", "shipshape-placement") is not None
+        again = uninstall(cluster)
+        assert again.exit_code == 0 and again.stdout.strip() == "nothing to remove", again.stdout
 
 
 def test_recommend_only_mode_changes_nothing_but_annotations_and_events(tmp_path: Path) -> None:
