@@ -80,6 +80,8 @@ class ProcessSettings:
     webhook_timeout_seconds: int = 2
     # How often (emulated seconds) the leader compares the webhook configuration with what it serves.
     webhook_resync_seconds: float = 30.0
+    # How often (emulated seconds) every replica reads the shared certificate Secret (rotation).
+    certificate_check_seconds: float = 60.0
     sync_timeout_seconds: float = 60.0
     # Longest wait (real seconds) between two attempts to reach an API server that is down.
     informer_backoff_max_seconds: float = 30.0
@@ -222,6 +224,7 @@ class ControllerProcess:
             self._desired_configuration,
             settings.webhook_resync_seconds,
             certificates=self._follow_certificates if settings.webhook_service is not None else None,
+            certificate_check_seconds=settings.certificate_check_seconds,
         )
         scheduled: list[Loop] = list(self.loops)
         if settings.register_webhook:
