@@ -6,6 +6,10 @@ is logged once (`action`, `object`, and what it changes) and counted in
 done and not sent: the loops are told it succeeded (so they neither retry it every round nor take
 another path), Events are still posted (their message starts with "dry run, not done: "), and reads
 (`spot_metadata`) go through. Nothing else in the cluster changes.
+
+Since nothing is written, the loops find the same writes to make round after round (a deletion cost,
+a placeholder): in recommend-only mode the same write, or the same Event, is logged, counted and
+posted once per `repeat_seconds` (10 minutes), not every round.
 """
 
 from __future__ import annotations
@@ -18,25 +22,55 @@ from typing import Any
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.ops import ApplyResult, ClusterOps, EvictionOutcome, ObjectRef, SpotMetadata
 from shipshape.controller.policy import WorkloadKind
+from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.actions")
 DRY_RUN_PREFIX = "dry run, not done: "
+# Recommend-only mode reports the same write (or Event) again after this long (emulated seconds).
+DRY_RUN_REPEAT_SECONDS = 600.0
 
 
 class ActingOps:
     """A `ClusterOps` that logs every write, and sends none when `dry_run` (Events excepted)."""
 
-    def __init__(self, inner: ClusterOps, metrics: ControllerMetrics, *, dry_run: bool = False) -> None:
+    def __init__(
+        self,
+        inner: ClusterOps,
+        metrics: ControllerMetrics,
+        *,
+        dry_run: bool = False,
+        clock: Clock | None = None,
+        repeat_seconds: float = DRY_RUN_REPEAT_SECONDS,
+    ) -> None:
         self.inner = inner
         self.metrics = metrics
         self.dry_run = dry_run
+        self.clock = clock
+        self.repeat_seconds = repeat_seconds
+        # Recommend-only: when each write or Event was last reported.
+        self._reported: dict[str, float] = {}
+
+    def _first_in_a_while(self, key: str) -> bool:
+        """Recommend-only: whether `key` was not reported within `repeat_seconds` (and mark it now)."""
+        if self.clock is None:
+            return True
+        now = self.clock.now()
+        last = self._reported.get(key)
+        if last is not None and now - last < self.repeat_seconds:
+            return False
+        if len(self._reported) > 10_000:  # forget what has not come back for a while
+            self._reported = {k: t for k, t in self._reported.items() if now - t < self.repeat_seconds}
+        self._reported[key] = now
+        return True
 
     def _log(self, action: str, target: str, **details: Any) -> bool:
         """Log and count one write; True when it is to be sent."""
-        self.metrics.actions.labels(action=action, dry_run=str(self.dry_run).lower()).inc()
         fields = {"action": action, "object": target, "dry_run": self.dry_run}
         fields.update({key: _text(value) for key, value in details.items()})
+        if self.dry_run and not self._first_in_a_while(json.dumps(fields, sort_keys=True, default=str)):
+            return False
+        self.metrics.actions.labels(action=action, dry_run=str(self.dry_run).lower()).inc()
         LOG.info("would act (dry run)" if self.dry_run else "action", extra=fields)
         return not self.dry_run
 
@@ -71,6 +105,11 @@ class ActingOps:
 
     def post_event(self, body: Obj) -> None:
         if self.dry_run:
+            involved = body.get("involvedObject") or {}
+            parts = (involved.get("namespace"), involved.get("name"), body.get("reason"), body.get("message"))
+            key = "event/" + "/".join(str(part) for part in parts)
+            if not self._first_in_a_while(key):
+                return
             body = {**body, "message": DRY_RUN_PREFIX + str(body.get("message") or "")}
         self.inner.post_event(body)
 

@@ -180,7 +180,7 @@ class ControllerProcess:
         self.shared = SharedState.for_config(config, settings.loops, risk, instance=settings.identity)
         self.kube_ops = KubeOps(api_client)
         # Every write of the loops goes through here: logged, and not sent in recommend-only mode.
-        self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run)
+        self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run, clock=clock)
         self.placer = LockedPlacer(
             self.lock,
             self.cache,

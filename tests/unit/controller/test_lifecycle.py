@@ -121,6 +121,21 @@ def test_recommend_only_ops_send_nothing_but_events() -> None:
     assert h.metric("shipshape_actions_total", {"action": "evict", "dry_run": "true"}) == 1
     assert h.metric("shipshape_actions_total", {"action": "patch", "dry_run": "true"}) == 1
 
+    # The loops find the same writes again each round: reported once per repeat period.
+    repeated = ActingOps(RecordingOps(), h.metrics, dry_run=True, clock=h.clock, repeat_seconds=600)
+    event = event_for(deployment("web", 3), "Deployment", "R", "moved pod web-1", now=0.0)
+    for _ in range(3):
+        repeated.annotate_pod("shop", "web-2", {DELETION_COST: "7"})
+        repeated.post_event(event)
+        h.clock.advance(5)
+    assert h.metric("shipshape_actions_total", {"action": "annotate", "dry_run": "true"}) == 2
+    assert len(repeated.inner.of("post_event")) == 1  # type: ignore[attr-defined]
+    h.clock.advance(600)
+    repeated.annotate_pod("shop", "web-2", {DELETION_COST: "7"})
+    repeated.post_event(event)
+    assert h.metric("shipshape_actions_total", {"action": "annotate", "dry_run": "true"}) == 3
+    assert len(repeated.inner.of("post_event")) == 2  # type: ignore[attr-defined]
+
     sending = ActingOps(RecordingOps(), h.metrics)
     sending.evict("shop", "web-1")
     assert [c.op for c in sending.inner.calls] == ["evict"]  # type: ignore[attr-defined]
