@@ -239,7 +239,6 @@ class ControllerProcess:
         self._socket: socket.socket | None = None
         self._metrics_server: Any = None
         self._bundle: CertificateBundle | None = None
-        self._cert_files: tuple[Path, Path] | None = None
         self.stopped = threading.Event()
 
     # --- start ------------------------------------------------------------------------------------
@@ -307,7 +306,6 @@ class ControllerProcess:
             bundle = generate_certificates(["localhost"], ips, now=time.time())
         self._bundle = bundle
         _, cert, key = write_bundle(bundle, self.workdir)
-        self._cert_files = (cert, key)
         self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         self._socket = bind(host, self.settings.webhook_port)
         self.webhook_port = int(self._socket.getsockname()[1])

@@ -143,8 +143,12 @@ def test_only_the_leader_owns_the_webhook_configuration(
         own = f"https://127.0.0.1:{a.webhook_port}/mutate"
         assert hook_urls(cluster) == [own, own]
         with controller(cluster, tmp_path / "b", identity="replica-b") as b:
-            rounds = b.scheduler.rounds
-            cluster.wait("a few rounds of the second replica", lambda: b.scheduler.rounds >= rounds + 5, 30)
+            rounds, since = b.scheduler.rounds, cluster.now()
+            cluster.wait(
+                "the second replica running for a few seconds",
+                lambda: b.scheduler.rounds >= rounds + 5 and cluster.now() > since + 10,
+                30,
+            )
             assert not b.elector.is_leader and b.webhook_owner.writes == 0
             assert hook_urls(cluster) == [own, own]
         assert hook_urls(cluster) == [own, own]
