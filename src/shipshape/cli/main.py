@@ -35,7 +35,7 @@ def _register() -> None:
     app.command("demo")(demo_cli.demo)
     from shipshape.cli import controller as controller_cli
 
-    app.command("controller")(controller_cli.controller)
+    app.add_typer(controller_cli.app, name="controller")
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
