@@ -39,6 +39,9 @@ def _register() -> None:
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
+    from shipshape.cli import gpu as gpu_cli
+
+    app.add_typer(gpu_cli.app, name="gpu")
 
 
 _register()

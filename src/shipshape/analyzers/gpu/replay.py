@@ -184,15 +184,29 @@ def prepare(nodes: Nodes, pods: Pods, settings: ReplaySettings) -> Workload:
             total -= int(asks[indices[drop]])
             indices.pop(drop)
     order = np.array(indices, dtype=np.int64)[rng.permutation(len(indices))]
-    typical = frag.typical_pods(pods, popularity=settings.popularity)
-    gpu_pods = pods.num_gpu > 0
+    return _workload(nodes, pods, pods.take(order), settings, cloned)
+
+
+def in_order(nodes: Nodes, pods: Pods, settings: ReplaySettings) -> Workload:
+    """The pods as they are, in their order: no inflation, no shuffle."""
+    if nodes.total_gpus <= 0:
+        raise ReplayError("the cluster has no GPUs")
+    return _workload(nodes, pods, pods, settings, 0)
+
+
+def _workload(
+    nodes: Nodes, trace_pods: Pods, arriving: Pods, settings: ReplaySettings, cloned: int
+) -> Workload:
+    typical = frag.typical_pods(trace_pods, popularity=settings.popularity)
+    gpu_pods = trace_pods.num_gpu > 0
+    asked = int(trace_pods.total_gpu_milli[gpu_pods].sum())
     return Workload(
-        pods=pods.take(order),
+        pods=arriving,
         typical=typical,
-        model=frag.compile_model(typical, pods, nodes),
-        capacity_milli=capacity,
+        model=frag.compile_model(typical, trace_pods, nodes),
+        capacity_milli=nodes.total_gpus * MILLI,
         cloned=cloned,
-        cpu_per_gpu=float(pods.cpu_milli[gpu_pods].sum() / max(int(asks[gpu_pods].sum()), 1)),
+        cpu_per_gpu=float(trace_pods.cpu_milli[gpu_pods].sum() / max(asked, 1)),
     )
 
 
