@@ -46,7 +46,16 @@ def test_table_and_svg_chart(files: tuple[Path, Path], tmp_path: Path) -> None:
     chart = tmp_path / "alloc.svg"
     code, out, _ = run("--nodes", str(nodes), "--pods", str(pods), "--seed", "7", "--chart", str(chart))
     assert code == 0
-    for policy in ("random", "dotprod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "first-fit", "spread"):
+    for policy in (
+        "random",
+        "dotprod",
+        "gpu-clustering",
+        "gpu-packing",
+        "best-fit",
+        "fgd",
+        "first-fit",
+        "spread",
+    ):
         assert policy in out
     assert "fgd-cpu" in out and "seed 7" in out
     svg = chart.read_text()
