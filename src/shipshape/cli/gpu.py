@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shipshape.analyzers.gpu.policies import POLICIES
+
 if TYPE_CHECKING:
     from shipshape.analyzers.gpu.replay import PolicyResult, ReplaySettings, Workload
     from shipshape.analyzers.gpu.trace import Nodes
@@ -50,14 +52,18 @@ def replay(
     pods: Path = typer.Option(
         ..., "--pods", help="Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])."
     ),
-    policy: str = typer.Option("all", "--policy", help="A policy, several separated by commas, or all."),
+    policy: str = typer.Option(
+        "all", "--policy", help=f"all, or policies separated by commas: {', '.join(POLICIES)}."
+    ),
     seed: int = typer.Option(42, "--seed", help="Seed of the inflation, the shuffle and random choices."),
     json_output: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     chart: Path | None = typer.Option(None, "--chart", help="Write a chart of allocation (.png or .svg)."),
     inflation: float = typer.Option(
         1.3, "--inflation", help="Workload asked, as a multiple of GPU capacity."
     ),
-    ties: str = typer.Option("first", "--ties", help="Equal best scores: first node, or random."),
+    ties: str = typer.Option(
+        "first", "--ties", help="Equal best scores of the paper's policies: the first node, or random."
+    ),
 ) -> None:
     """Replay a GPU trace the way the FGD paper does: allocation and fragmentation per policy."""
     from shipshape.analyzers.gpu import replay as replay_mod

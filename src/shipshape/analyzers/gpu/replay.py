@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from shipshape.analyzers.gpu import frag
+from shipshape.analyzers.gpu import frag, policies
 from shipshape.analyzers.gpu.trace import MILLI, Nodes, Pods
 
 IntArray = npt.NDArray[np.int64]
@@ -85,19 +85,9 @@ CHECKPOINTS = (
     125.0,
     130.0,
 )
-POLICIES = (
-    "random",
-    "dotprod",
-    "gpu-clustering",
-    "gpu-packing",
-    "best-fit",
-    "fgd",
-    "first-fit",
-    "spread",
-    "fgd-cpu",
-)
-TIES = ("first", "random")
-PAPER_POLICIES = POLICIES[:6]
+POLICIES = policies.POLICIES
+PAPER_POLICIES = policies.PAPER_POLICIES
+TIES = policies.TIES
 
 Progress = Callable[[str, int, int], None]
 
