@@ -132,6 +132,7 @@ class PolicyResult:
     failed_gpu_milli: int
     curve: tuple[tuple[float, float], ...]  # (arrived %, allocated %) at each whole percent
     wall_seconds: float
+    nodes_chosen: tuple[int, ...] = ()  # per arriving pod, the node's index (-1: failed)
 
 
 @dataclass(frozen=True)
@@ -581,6 +582,7 @@ def replay(
     points: list[Point] = []
     curve: list[tuple[float, float]] = [(0.0, 0.0)]
     arrived = allocated = failed_milli = placed = failed = 0
+    chosen: list[int] = []
     next_point = 0
     next_percent = 1
     count = len(pods)
@@ -611,9 +613,11 @@ def replay(
             cluster.place(node, gpus, pod, model if chooser.tracks_frag else None)
             allocated += pod.ask
             placed += 1
+            chosen.append(node)
         else:
             failed += 1
             failed_milli += pod.ask
+            chosen.append(-1)
         while 100.0 * arrived >= next_percent * capacity:
             curve.append((float(next_percent), 100.0 * allocated / capacity))
             next_percent += 1
@@ -636,6 +640,7 @@ def replay(
         failed_gpu_milli=failed_milli,
         curve=tuple(curve),
         wall_seconds=time.perf_counter() - started,
+        nodes_chosen=tuple(chosen),
     )
 
 
