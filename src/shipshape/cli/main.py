@@ -47,6 +47,9 @@ def _register() -> None:
     app.command("backend")(backend_cli.backend)
     app.command("worker")(backend_cli.worker)
     app.add_typer(backend_cli.admin, name="admin")
+    from shipshape.cli import gpu as gpu_cli
+
+    app.add_typer(gpu_cli.app, name="gpu")
 
 
 _register()
