@@ -41,11 +41,20 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "demo": Lazy("shipshape.cli.demo", "demo", "Serve an emulated cluster and narrate a spot interruption."),
     "controller": Lazy(
-        "shipshape.cli.controller", "controller", "Run the placement controller against a cluster."
+        "shipshape.cli.controller", "app", "Run the placement controller, or uninstall what it left."
     ),
     "simulate": Lazy(
         "shipshape.cli.simulate", "simulate", "What-if: days of spot reclaims under a placement strategy."
     ),
+    "agent": Lazy(
+        "shipshape.cli.agent", "agent", "Run the per-cluster agent: snapshots and deltas to the backend."
+    ),
+    "backend": Lazy(
+        "shipshape.cli.backend", "backend", "Serve the backend's API (and its workers in-process)."
+    ),
+    "worker": Lazy("shipshape.cli.backend", "worker", "Consume the backend's shared queue."),
+    "admin": Lazy("shipshape.cli.backend", "admin", "Bootstrap tenants: organisations, API keys, clusters."),
+    "gpu": Lazy("shipshape.cli.gpu", "app", "GPU placement: replay GPU cluster traces under policies."),
 }
 
 

@@ -45,12 +45,14 @@ LIMIT = 60.0
 
 
 def readme_rows() -> list[str]:
-    """The command column of the README's table, `\\|` read as `|`."""
+    """Each command form in the first column of the README's table (a cell may hold several),
+    `\\|` read as `|`."""
     rows = []
     for line in README.read_text().splitlines():
-        match = re.match(r"^\| `(shipshape [^`]*)` \|", line)
-        if match:
-            rows.append(match.group(1).replace("\\|", "|"))
+        if not line.startswith("| `shipshape "):
+            continue
+        first_cell = re.split(r"(?<!\\)\|", line)[1]
+        rows += [form.replace("\\|", "|") for form in re.findall(r"`(shipshape [^`]*)`", first_cell)]
     return rows
 
 
@@ -168,6 +170,7 @@ class World:
     scratch: Path
     others: list[Up]
     chosen_port: int
+    backend_row: dict[str, Any] | None = None
 
 
 @pytest.fixture(scope="module")
@@ -416,7 +419,169 @@ def run_controller(world: World) -> None:
     assert process.returncode == 0
 
 
+def run_controller_uninstall(world: World) -> None:
+    kubeconfig = str(world.up.kubeconfig)
+    _cli("controller", "uninstall", "--kubeconfig", kubeconfig, "--dry-run")
+    _cli("controller", "uninstall", "--kubeconfig", kubeconfig)
+    _cli("controller", "uninstall", "--kubeconfig", kubeconfig)  # safe to run twice
+
+
+def run_gpu_replay(world: World) -> None:
+    from tests.unit.analyzers.gpu.builders import NODE_HEADER, POD_HEADER
+    from tests.unit.analyzers.gpu.test_replay import CLUSTER, TRACE
+
+    nodes, pods = world.scratch / "gpu-nodes.csv", world.scratch / "gpu-pods.csv"
+    nodes.write_text("\n".join([NODE_HEADER, *CLUSTER]) + "\n")
+    pods.write_text("\n".join([POD_HEADER, *TRACE]) + "\n")
+    chart = world.scratch / "gpu.svg"
+    body = json.loads(
+        _cli(
+            "gpu",
+            "replay",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--policy",
+            "all",
+            "--seed",
+            "7",
+            "--json",
+            "--chart",
+            str(chart),
+        )
+    )
+    assert len(body["policies"]) >= 2 and chart.stat().st_size > 0
+
+
+def _backend_and_agent(world: World) -> dict[str, Any]:
+    """`admin create-org`, `admin create-cluster`, `backend`, then `agent` on the emulator: the
+    backend lists the cluster with the pods the agent pushed."""
+    if world.backend_row is not None:
+        return world.backend_row
+    home = world.scratch / "backend"
+    home.mkdir()
+
+    def admin(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            _shipshape("admin", *args, "--json"),
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(),
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        created: dict[str, Any] = json.loads(done.stdout)
+        return created
+
+    org = admin("create-org", "acme")
+    cluster = admin("create-cluster", "--org", org["org_id"], "emulated")
+    token = home / "agent-token"
+    token.write_text(cluster["agent_token"])
+    port = _free_port()
+    backend = subprocess.Popen(
+        _shipshape("backend", "--port", str(port)),
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    agent: subprocess.Popen[str] | None = None
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def serving() -> bool:
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=1) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        _until(serving, "the backend to serve")
+        agent = subprocess.Popen(
+            _shipshape(
+                "agent",
+                "--backend",
+                base,
+                "--token-file",
+                str(token),
+                "--kubeconfig",
+                str(world.up.kubeconfig),
+                "--spool",
+                str(home / "spool"),
+                "--delta-every",
+                "1s",
+                # its instruction loop's long poll delays stopping on SIGTERM by up to 15 s
+                "--no-instructions",
+            ),
+            cwd=home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        rows: list[dict[str, Any]] = []
+
+        def pushed() -> bool:
+            request = urllib.request.Request(
+                f"{base}/api/v1/clusters", headers={"Authorization": f"Bearer {org['api_key']}"}
+            )
+            with urllib.request.urlopen(request, timeout=2) as response:
+                rows[:] = json.loads(response.read())
+            return bool(rows) and int(rows[0].get("pod_count") or 0) > 0
+
+        _until(pushed, "the agent's snapshot to reach the backend")
+        world.backend_row = rows[0]
+        return rows[0]
+    finally:
+        if agent is not None:
+            _stop(agent)
+        _stop(backend)
+
+
+def run_backend(world: World) -> None:
+    assert _backend_and_agent(world)["name"] == "emulated"
+
+
+def run_worker(world: World) -> None:
+    nats = os.environ.get("SHIPSHAPE_TEST_NATS", "nats://127.0.0.1:4222")
+    host, port = nats.removeprefix("nats://").rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        pytest.skip(f"no NATS server at {nats} (scripts/ensure-test-services.sh starts one)")
+    home = world.scratch / "worker"
+    home.mkdir()
+    worker = subprocess.Popen(
+        _shipshape("worker", "--queue", nats),
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        time.sleep(3)  # a real process that must stay up: nothing to poll but that it did not exit
+        assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+    finally:
+        _stop(worker)
+
+
+def run_agent(world: World) -> None:
+    assert int(_backend_and_agent(world)["node_count"]) > 0
+
+
 RUNS: dict[tuple[str, ...], Callable[[World], None]] = {
+    ("controller", "uninstall"): run_controller_uninstall,
+    ("gpu", "replay"): run_gpu_replay,
+    ("backend",): run_backend,
+    ("worker",): run_worker,
+    ("admin", "create-org"): run_backend,
+    ("admin", "create-cluster"): run_backend,
+    ("agent",): run_agent,
     ("emulator", "up"): run_up,
     ("emulator", "interrupt"): run_interrupt,
     ("emulator", "shortage"): run_shortage,

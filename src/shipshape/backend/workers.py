@@ -1,0 +1,136 @@
+"""Workers: take a queued push, apply it to the cluster's stored state in one transaction, ack.
+
+A push is applied exactly once whatever the queue does (the push row records that it was processed,
+in the same transaction as its effect), so redelivery after a crash is harmless. A delta that arrives
+before the push it follows is handed back for later. The sweep re-queues pushes that were stored but
+never queued (the API process died between its commit and its publish), and retention removes raw
+pushes once processed and old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from shipshape.backend import analysis
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
+from shipshape.backend.store import repository as repo
+
+LOG = logging.getLogger("shipshape.backend.workers")
+
+
+@dataclass
+class Workers:
+    sessions: sessionmaker[Session]
+    queue: MemoryQueue | NatsQueue
+    now: Callable[[], datetime]
+    sweep_seconds: float = 10.0
+    retention: timedelta = timedelta(hours=72)
+    # A cluster's analyzers run at most this often (seconds), after a push changed its state.
+    analysis_seconds: float = 10.0
+    processed: int = 0
+    analyses: int = 0
+    _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Jobs being applied in worker threads (a cancelled task does not stop its thread).
+    _inflight: int = 0
+    _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def apply(self, job: Job) -> Verdict:
+        """Apply one push (blocking: runs in a thread)."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._apply(job)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _apply(self, job: Job) -> Verdict:
+        try:
+            with self.sessions.begin() as session:
+                outcome = repo.apply_pushes(session, job.push_id, self.now())
+        except repo.NotYet as waiting:
+            LOG.debug("push %s: %s", job.push_id, waiting)
+            return Verdict.RETRY
+        self.processed += outcome == "applied"
+        LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        if outcome == "applied":
+            self.analyze_if_due(job.cluster_id)
+        return Verdict.DONE
+
+    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
+        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
+        after the next push)."""
+        moment = time.monotonic()
+        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
+            return False
+        self._analyzed_at[cluster_id] = moment
+        try:
+            with self.sessions.begin() as session:
+                org_id = repo.cluster_org(session, cluster_id)
+                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except Exception:
+            LOG.exception("analysis of cluster %s failed", cluster_id)
+            return False
+        self.analyses += 1
+        LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
+        return True
+
+    async def handle(self, job: Job) -> Verdict:
+        return await asyncio.to_thread(self.apply, job)
+
+    def sweep_once(self) -> list[Job]:
+        """Jobs for pushes stored but not processed; removes expired raw pushes."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._sweep()
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _sweep(self) -> list[Job]:
+        with self.sessions.begin() as session:
+            now = self.now()
+            repo.expire_pushes(session, now - self.retention)
+            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=self.sweep_seconds))
+            clusters = repo.push_clusters(session, pending)
+        return [Job(push_id, clusters[push_id], f"sweep:{push_id}") for push_id in pending]
+
+    async def sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            try:
+                jobs = await asyncio.to_thread(self.sweep_once)
+                for job in jobs:
+                    await self.queue.publish(job)
+            except Exception:  # the database or queue is away: try again next round
+                LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def running(self, consumers: int) -> AsyncIterator[Workers]:
+        """`consumers` tasks taking jobs, plus the sweep, until the context ends."""
+        tasks = [asyncio.create_task(self.queue.consume(self.handle)) for _ in range(consumers)]
+        tasks.append(asyncio.create_task(self.sweep()))
+        try:
+            yield self
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            # Let jobs already in a thread finish their transaction before the caller closes the database.
+            for _ in range(1000):
+                if not self._inflight:
+                    break
+                await asyncio.sleep(0.01)
