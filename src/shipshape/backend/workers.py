@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
@@ -42,6 +43,8 @@ class Workers:
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+    # One analysis of a cluster at a time in this process (the row lock does it across processes).
+    _analysis_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -74,10 +77,16 @@ class Workers:
         if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
             return False
         self._analyzed_at[cluster_id] = moment
+        with self._inflight_lock:
+            lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
         try:
-            with self.sessions.begin() as session:
-                org_id = repo.cluster_org(session, cluster_id)
+            with lock, self.sessions.begin() as session:
+                org_id = repo.lock_cluster(session, cluster_id)
                 found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except IntegrityError:
+            # Another process stored the same finding first; the next push analyzes again.
+            LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
+            return False
         except Exception:
             LOG.exception("analysis of cluster %s failed", cluster_id)
             return False
