@@ -97,33 +97,38 @@ class Workers:
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
-    def sweep_once(self) -> list[Job]:
-        """Jobs for pushes stored but not processed; removes expired raw pushes."""
+    def sweep_once(self, grace: float | None = None) -> list[Job]:
+        """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
+        are on their way through the queue) but not processed; removes expired raw pushes."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return self._sweep()
+            return self._sweep(self.sweep_seconds if grace is None else grace)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
 
-    def _sweep(self) -> list[Job]:
+    def _sweep(self, grace: float) -> list[Job]:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
-            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=self.sweep_seconds))
+            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=grace))
             clusters = repo.push_clusters(session, pending)
         return [Job(push_id, clusters[push_id], f"sweep:{push_id}") for push_id in pending]
 
     async def sweep(self) -> None:
+        # At start, everything left unprocessed (by a process that stopped) is taken at once: applying
+        # a push is idempotent, so a job also still in a shared queue costs nothing twice.
+        grace: float | None = 0.0
         while True:
-            await asyncio.sleep(self.sweep_seconds)
             try:
-                jobs = await asyncio.to_thread(self.sweep_once)
+                jobs = await asyncio.to_thread(self.sweep_once, grace)
                 for job in jobs:
                     await self.queue.publish(job)
+                grace = None
             except Exception:  # the database or queue is away: try again next round
                 LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
+            await asyncio.sleep(self.sweep_seconds)
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
