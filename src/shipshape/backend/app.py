@@ -22,13 +22,14 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import auth
+from shipshape.backend import auth, dashboard, summary
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -292,6 +293,12 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         backend.metrics.latency.labels(route).observe(time.perf_counter() - started)
         return response
 
+    app.mount("/dashboard", StaticFiles(directory=dashboard.STATIC, html=True), name="dashboard")
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard/")
+
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -396,6 +403,18 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
             return AgentTokenOut(
                 agent_token=repo.rotate_agent_token(session, user.org_id, cluster_id, backend.now())
             )
+
+    @app.get("/api/v1/clusters/{cluster_id}/summary", responses={404: {"model": ErrorOut}})
+    def cluster_summary(
+        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]
+    ) -> dict[str, Any]:
+        """What the dashboard draws: nodes by pool, cost beside on-demand, spot share per workload,
+        pod and node start-up."""
+        with backend.transaction() as session:
+            objects = {
+                kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in summary.KINDS
+            }
+        return summary.summarize(objects)
 
     @app.get(
         "/api/v1/clusters/{cluster_id}/recommendations",

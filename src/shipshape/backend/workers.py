@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
@@ -42,6 +43,8 @@ class Workers:
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+    # One analysis of a cluster at a time in this process (the row lock does it across processes).
+    _analysis_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -74,10 +77,16 @@ class Workers:
         if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
             return False
         self._analyzed_at[cluster_id] = moment
+        with self._inflight_lock:
+            lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
         try:
-            with self.sessions.begin() as session:
-                org_id = repo.cluster_org(session, cluster_id)
+            with lock, self.sessions.begin() as session:
+                org_id = repo.lock_cluster(session, cluster_id)
                 found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except IntegrityError:
+            # Another process stored the same finding first; the next push analyzes again.
+            LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
+            return False
         except Exception:
             LOG.exception("analysis of cluster %s failed", cluster_id)
             return False
@@ -88,33 +97,38 @@ class Workers:
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
-    def sweep_once(self) -> list[Job]:
-        """Jobs for pushes stored but not processed; removes expired raw pushes."""
+    def sweep_once(self, grace: float | None = None) -> list[Job]:
+        """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
+        are on their way through the queue) but not processed; removes expired raw pushes."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return self._sweep()
+            return self._sweep(self.sweep_seconds if grace is None else grace)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
 
-    def _sweep(self) -> list[Job]:
+    def _sweep(self, grace: float) -> list[Job]:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
-            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=self.sweep_seconds))
+            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=grace))
             clusters = repo.push_clusters(session, pending)
         return [Job(push_id, clusters[push_id], f"sweep:{push_id}") for push_id in pending]
 
     async def sweep(self) -> None:
+        # At start, everything left unprocessed (by a process that stopped) is taken at once: applying
+        # a push is idempotent, so a job also still in a shared queue costs nothing twice.
+        grace: float | None = 0.0
         while True:
-            await asyncio.sleep(self.sweep_seconds)
             try:
-                jobs = await asyncio.to_thread(self.sweep_once)
+                jobs = await asyncio.to_thread(self.sweep_once, grace)
                 for job in jobs:
                     await self.queue.publish(job)
+                grace = None
             except Exception:  # the database or queue is away: try again next round
                 LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
+            await asyncio.sleep(self.sweep_seconds)
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:

@@ -39,7 +39,9 @@ COMMANDS: dict[str, Lazy] = {
     "node-collector": Lazy(
         "shipshape.nodecollector.cli", "node_collector", "A node's boot logs as its start-up timeline."
     ),
-    "demo": Lazy("shipshape.cli.demo", "demo", "Serve an emulated cluster and narrate a spot interruption."),
+    "demo": Lazy(
+        "shipshape.cli.demo", "demo", "The whole product on an emulated cluster, with a spot reclaim."
+    ),
     "controller": Lazy(
         "shipshape.cli.controller", "app", "Run the placement controller, or uninstall what it left."
     ),

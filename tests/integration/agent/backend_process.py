@@ -16,6 +16,8 @@ import httpx
 
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
+from shipshape.emulator.scenario import Scenario
+from tests.integration.emulator.served_cluster import scenario, scenario_doc
 
 
 def free_port() -> int:
@@ -76,3 +78,13 @@ def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Itera
         process.terminate()
         out, _ = process.communicate(timeout=30)
         assert "Traceback" not in out, out
+
+
+def on_demand_only_unless_tolerated() -> Scenario:
+    """The test cluster with its spot nodes tainted: pods that do not tolerate spot run on-demand."""
+    taint = {"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}
+    pools = [
+        {**pool, "taints": [taint]} if pool["capacityType"] == "spot" else pool
+        for pool in scenario_doc()["pools"]
+    ]
+    return scenario(pools=pools)

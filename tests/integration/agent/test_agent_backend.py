@@ -96,7 +96,7 @@ def test_agent_follows_the_cluster_and_rides_out_a_backend_outage(tmp_path: Path
                         url, key, cluster_id, "deployments"
                     ) == _live(cluster, DEPLOYMENTS)
 
-                cluster.wait("stored pods and Deployments equal the cluster's", caught_up, 120)
+                cluster.wait("stored pods and Deployments equal the cluster's", caught_up, 600)
                 clusters = httpx.get(
                     f"{url}/api/v1/clusters", headers={"Authorization": f"Bearer {key}"}
                 ).json()

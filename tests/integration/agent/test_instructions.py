@@ -18,19 +18,14 @@ from shipshape.agent.spool import Spool
 from shipshape.contracts.instructions import InstructionEnvelope, Precondition, SetSpotPolicy, WorkloadRef
 from shipshape.emulator.resources import DEPLOYMENTS
 from shipshape.kube import informers as kit
-from tests.integration.agent.backend_process import backend_process, bootstrap, free_port
-from tests.integration.emulator.served_cluster import ServedCluster, scenario, scenario_doc, serve_cluster
+from tests.integration.agent.backend_process import (
+    backend_process,
+    bootstrap,
+    free_port,
+    on_demand_only_unless_tolerated,
+)
+from tests.integration.emulator.served_cluster import ServedCluster, serve_cluster
 from tests.manifests import deployment
-
-
-def _cluster_scenario() -> Any:
-    """The test cluster with its spot nodes tainted: pods that do not tolerate spot run on-demand."""
-    taint = {"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}
-    pools = [
-        {**pool, "taints": [taint]} if pool["capacityType"] == "spot" else pool
-        for pool in scenario_doc()["pools"]
-    ]
-    return scenario(pools=pools)
 
 
 def _annotations(cluster: ServedCluster, name: str) -> dict[str, str]:
@@ -47,7 +42,7 @@ def test_a_recommendation_approved_is_applied_by_the_agent_and_reported(tmp_path
     key, cluster_id, token = bootstrap(db)
     port = free_port()
     user = {"Authorization": f"Bearer {key}"}
-    with serve_cluster(tmp_path, _cluster_scenario()) as cluster:
+    with serve_cluster(tmp_path, on_demand_only_unless_tolerated()) as cluster:
         web = deployment("web", 3, cpu="500m", memory="512Mi", grace_seconds=2)
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(web))
         with backend_process(port, db, tmp_path, analysis_seconds="0") as url:

@@ -390,6 +390,7 @@ def run_demo(world: World) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     exported = re.search(r"export KUBECONFIG=(\S+)", done.stdout)
     assert exported and "show over" in done.stdout
+    assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/dashboard/", done.stdout), done.stdout
     folder = Path(exported.group(1)).parent
     assert folder.parent == world.scratch / ".emulator" / "demo" and folder.name.startswith("demo-")
 

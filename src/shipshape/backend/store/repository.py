@@ -170,6 +170,14 @@ def cluster_org(session: Session, cluster_id: str) -> str:
     return org_id
 
 
+def lock_cluster(session: Session, cluster_id: str) -> str:
+    """Lock the cluster's row for this transaction (one analysis at a time); returns its organisation."""
+    org_id = session.scalar(select(Cluster.org_id).where(Cluster.id == cluster_id).with_for_update())
+    if org_id is None:
+        raise NotFound(f"cluster {cluster_id} not found")
+    return org_id
+
+
 def cluster_objects(
     session: Session, org_id: str, cluster_id: str, kind: str | None = None
 ) -> list[dict[str, Any]]:

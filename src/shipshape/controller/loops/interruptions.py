@@ -305,6 +305,7 @@ class InterruptionResponder(Reconciler):
         # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> (node, until when).
         self._evicted: dict[str, tuple[str | None, float]] = {}
         self._last_guard_sync = float("-inf")
+        self._guarded_count = -1  # how many workloads were managed at the last guard sync
         # Metadata rebalance recommendations: node -> its pool.
         self._recommended: Mapping[str, Pool | None] = {}
         # A cloud event queue (leader only: its messages go to one consumer).
@@ -395,8 +396,11 @@ class InterruptionResponder(Reconciler):
             except OpsError as error:
                 LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
         self._observe_restarts(managed, now)
-        if now - self._last_guard_sync >= GUARD_INTERVAL_SECONDS:
+        # On the interval, and at once when the managed workloads come or go: a new single-replica
+        # workload must have its guard before the first notice, which a handler drains at once.
+        if now - self._last_guard_sync >= GUARD_INTERVAL_SECONDS or len(managed) != self._guarded_count:
             self._last_guard_sync = now
+            self._guarded_count = len(managed)
             self._sync_guards(managed, now)
         self._pending = {k: v for k, v in self._pending.items() if now < v[1]}
         self._evicted = {k: v for k, v in self._evicted.items() if now < v[1]}
