@@ -16,7 +16,7 @@ from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, sources
 from shipshape.agent.spool import Spool
 from shipshape.kube import informers as kit
-from shipshape.kube.client import KubeClientError, load_api_client
+from shipshape.kube.client import KubeClientError, load_api_client, server_version
 from shipshape.kube.clock import RealClock
 from shipshape.kube.duration import parse_duration
 
@@ -60,6 +60,12 @@ def agent(
     except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
+    try:
+        server_version(api_client)
+    except KubeClientError as error:
+        if error.status is None:  # unreachable at start: one line, not a warning per informer retry
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
     mirror = Mirror()
     pusher = Pusher(backend, token)
     runner = Agent(

@@ -27,6 +27,7 @@ from shipshape.controller.ops import (
     taints_patch,
 )
 from shipshape.controller.policy import WorkloadKind
+from shipshape.kube import client
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.kube_ops")
@@ -47,7 +48,7 @@ def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         retryable = status is None or status == 429 or status >= 500 or status == 409
         raise OpsError(f"{status} {message}", status=status, retryable=retryable) from error
     except (OSError, urllib3.exceptions.HTTPError) as error:  # connection refused, TLS, timeouts
-        raise OpsError(f"cannot reach the API server: {error}") from error
+        raise OpsError(client.unreachable(error)) from error
     raw = response.data
     body = json.loads(raw) if raw else {}
     return body if isinstance(body, dict) else {}

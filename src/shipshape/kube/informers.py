@@ -22,6 +22,8 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
+from shipshape.kube import client
+
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.kube.informers")
 PAGE_SIZE = 500
@@ -180,7 +182,7 @@ def _call(source: Source, **kwargs: Any) -> Obj:
             raise NotServed() from error
         raise WatchFailed(f"list of {source.kind}: {error.status} {error.reason}") from error
     except (OSError, urllib3.exceptions.HTTPError) as error:  # connection refused, TLS, timeouts
-        raise WatchFailed(f"cannot reach the API server: {error}") from error
+        raise WatchFailed(client.unreachable(error)) from error
     raw = response.data
     body = json.loads(raw) if raw else {}
     return body if isinstance(body, dict) else {}

@@ -219,7 +219,14 @@ def test_controller_with_a_garbage_kubeconfig(kind: str, files: dict[str, Path])
 
 @pytest.mark.parametrize(
     "command",
-    [["startup", "pods"], ["startup", "nodes"], ["startup", "serve", "--port", "0"], ["controller"]],
+    [
+        ["startup", "pods"],
+        ["startup", "nodes"],
+        ["startup", "serve", "--port", "0"],
+        ["controller"],
+        ["controller", "uninstall"],
+        ["agent", "--backend", "http://127.0.0.1:9", "--token-file", __file__],
+    ],
 )
 def test_an_unreachable_api_server_is_one_line(command: list[str], dead_kubeconfig: Path) -> None:
     code, out, err = _run(*command, "--kubeconfig", str(dead_kubeconfig))
