@@ -21,6 +21,12 @@ HEAVY = (
     "uvicorn",
     "starlette",
     "prometheus_client",
+    "sqlalchemy",
+    "fastapi",
+    "httpx",
+    "shipshape.controller",
+    "shipshape.backend",
+    "shipshape.agent",
 )
 
 PROBE = """
