@@ -87,7 +87,8 @@ def _sorted_percentile(rows: F64, q: float) -> F64:
     frac = position - low
     a = np.take_along_axis(ordered, low[:, None], axis=1)[:, 0]
     b = np.take_along_axis(ordered, high[:, None], axis=1)[:, 0]
-    out: F64 = a + (b - a) * frac
+    with np.errstate(invalid="ignore"):  # rows with no sample at all: inf - inf
+        out: F64 = a + (b - a) * frac
     out[count == 0] = np.nan
     return out
 
