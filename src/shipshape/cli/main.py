@@ -39,6 +39,9 @@ def _register() -> None:
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
+    from shipshape.cli import analyze as analyze_cli
+
+    app.command("analyze")(analyze_cli.analyze)
 
 
 _register()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from shipshape.analyzers.efficiency.usage import ContainerKey, UsageError
+from shipshape.analyzers.efficiency.usage import ContainerKey
 from shipshape.kube.quantity import QuantityError, cpu_millis, to_int
 
 Obj = Mapping[str, Any]
@@ -317,47 +317,3 @@ def read_cluster(
         hpa_targets(hpas),
         classes,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class EfficiencySnapshot:
-    """What `shipshape analyze --snapshot FILE` reads: a JSON object with `pods` and `nodes` (lists
-    or Kubernetes Lists) and, optionally, `horizontalPodAutoscalers`, `priorityClasses` and `usage`
-    (see `usage_from_json`)."""
-
-    pods: Sequence[Obj]
-    nodes: Sequence[Obj]
-    hpas: Sequence[Obj] = ()
-    priority_classes: Sequence[Obj] = ()
-    usage: Obj | None = None
-
-    @classmethod
-    def from_json(cls, body: object) -> EfficiencySnapshot:
-        if not isinstance(body, Mapping):
-            raise SnapshotError("a snapshot must be a JSON object with pods and nodes lists")
-        lists: dict[str, list[Obj]] = {}
-        for key in ("pods", "nodes", "horizontalPodAutoscalers", "priorityClasses"):
-            value = body.get(key, [])
-            if isinstance(value, Mapping):
-                value = value.get("items", [])
-            if not isinstance(value, list):
-                raise SnapshotError(f"snapshot.{key} must be a list of objects")
-            for position, item in enumerate(value):
-                if not isinstance(item, Mapping) or not isinstance(item.get("metadata"), Mapping):
-                    raise SnapshotError(
-                        f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)"
-                    )
-            lists[key] = value
-        usage = body.get("usage")
-        if usage is not None and not isinstance(usage, Mapping):
-            raise SnapshotError("snapshot.usage must be an object")
-        return cls(
-            lists["pods"], lists["nodes"], lists["horizontalPodAutoscalers"], lists["priorityClasses"], usage
-        )
-
-
-def usage_error(message: str) -> SnapshotError:
-    return SnapshotError(f"snapshot.usage: {message}")
-
-
-__all__ = ["UsageError"]
