@@ -52,7 +52,7 @@ BATCH_KINDS = frozenset({"Job", "CronJob"})
 
 CpuPolicy = Literal["usage", "maxUsageRequest"]
 MemoryPolicy = Literal["usage", "request", "maxUsageRequest"]
-CHUNK_ROWS = 8192
+CHUNK_ROWS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +218,6 @@ def _fresh_node_usage(node_rows: F64, step: float, degrade_seconds: float) -> tu
     return np.where(stale, np.nan, filled), stale
 
 
-def _stats(values: F64, percentile: float) -> Stats:
-    return Stats(
-        float(values.min()),
-        float(np.percentile(values, percentile)),
-        float(values.mean()),
-        float(values.max()),
-    )
-
-
 def _aligned_rows(usage: UsageData, cluster: Cluster) -> tuple[Array, Array]:
     keys = cluster.containers.keys
     if usage.containers.keys == keys:
@@ -280,7 +271,8 @@ def colocation(
     lacking: list[str] = []
     if len(usage.nodes) == 0:
         lacking.append("node usage (system usage taken as the kubelet reservation)")
-    results: dict[str, tuple[F64, F64, F64, F64, F64, F64, NDArray[np.bool_]]] = {}
+    per_resource: dict[str, list[ResourceColocation]] = {"cpu": [], "memory": []}
+    stale_steps: dict[str, NDArray[np.int64]] = {}
     for resource, rows_, node_rows, request, capacity, allocatable, threshold, policy in (
         ("cpu", cpu_rows, node_cpu, containers.cpu_request, cluster.nodes.cpu_capacity,
          cluster.nodes.cpu_allocatable, settings.cpu_reclaim_threshold_percent,
@@ -308,20 +300,10 @@ def colocation(
         batch = np.maximum(batch, 0.0)
         if len(usage.nodes):
             batch[stale] = 0.0
-        # LS usage proper (no request stand-in) for the peaks
+        # LS usage proper (no request stand-in) for the peaks; summaries now, so that only one
+        # resource's node x step arrays are alive at a time
         ls_actual = all_used - batch_used
-        results[resource] = (batch, ls_request, ls_actual, batch_used, system, all_used, stale)
-    nodes_out: list[NodeColocation] = []
-    pods_per_node_ls = np.bincount(cluster.pods.node[(cluster.pods.node >= 0) & ls_pod], minlength=n_nodes)
-    pods_per_node_batch = np.bincount(
-        cluster.pods.node[(cluster.pods.node >= 0) & ~ls_pod], minlength=n_nodes
-    )
-    per_resource: dict[str, list[ResourceColocation]] = {"cpu": [], "memory": []}
-    for resource, capacity, allocatable in (
-        ("cpu", cluster.nodes.cpu_capacity, cluster.nodes.cpu_allocatable),
-        ("memory", cluster.nodes.memory_capacity, cluster.nodes.memory_allocatable),
-    ):
-        batch, ls_request, ls_actual, batch_used, system, _, _ = results[resource]
+        del all_used, ls_used, ls_max
         if n_nodes:
             b_min, b_pct = batch.min(axis=1), np.percentile(batch, settings.reclaim_percentile, axis=1)
             b_mean, b_max = batch.mean(axis=1), batch.max(axis=1)
@@ -330,7 +312,9 @@ def colocation(
                 batch_used.max(axis=1),
                 system.max(axis=1),
             )
-            overflow = ((system + ls_actual + batch_used) > capacity[:, None]).sum(axis=1)
+            overflow = ((system + ls_actual + batch_used) > cap).sum(axis=1)
+        del batch, ls_actual, batch_used, system
+        stale_steps[resource] = stale.sum(axis=1)
         for i in range(n_nodes):
             per_resource[resource].append(
                 ResourceColocation(
@@ -345,12 +329,17 @@ def colocation(
                     bool(ls_peak[i] + batch_peak[i] + system_peak[i] > capacity[i]),
                 )
             )
+    nodes_out: list[NodeColocation] = []
+    pods_per_node_ls = np.bincount(cluster.pods.node[(cluster.pods.node >= 0) & ls_pod], minlength=n_nodes)
+    pods_per_node_batch = np.bincount(
+        cluster.pods.node[(cluster.pods.node >= 0) & ~ls_pod], minlength=n_nodes
+    )
     formula = {
         "usage": "capacity - safety margin - system used - LS used",
         "request": "capacity - safety margin - reserved - LS requests",
         "maxUsageRequest": "capacity - safety margin - system used - sum(max(LS used, LS request))",
     }
-    stale_cpu = results["cpu"][6]
+    stale_cpu = stale_steps["cpu"]
     for i, name in enumerate(cluster.nodes.names):
         nodes_out.append(
             NodeColocation(
@@ -359,7 +348,7 @@ def colocation(
                 per_resource["memory"][i],
                 int(pods_per_node_ls[i]),
                 int(pods_per_node_batch[i]),
-                int(stale_cpu[i].sum()),
+                int(stale_cpu[i]),
                 formula[settings.cpu_calculate_policy],
                 formula[settings.memory_calculate_policy],
             )
