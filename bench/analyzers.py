@@ -27,13 +27,13 @@ GIB = 2**30
 SHAPES = (("m5.2xlarge", 8, 32), ("c5.4xlarge", 16, 32), ("r5.2xlarge", 8, 64))
 
 
-def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, dict[str, float]]:
+def build(seed: int, nodes_count: int = NODES) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, dict[str, float]]:
     from shipshape.analyzers.efficiency.usage import ContainerKey, Series, UsageData, Window
 
     rng = np.random.default_rng(seed)
     nodes: list[dict[str, Any]] = []
     prices: dict[str, float] = {}
-    for i in range(NODES):
+    for i in range(nodes_count):
         itype, cpu, memory = SHAPES[i % len(SHAPES)]
         spot = i % 3 != 0
         name = f"node-{i:05d}"
@@ -57,9 +57,10 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, d
     pods: list[dict[str, Any]] = []
     cpu_requests = np.array([0.1, 0.25, 0.5, 1.0])
     memory_requests = np.array([256, 512, 1024, 2048]) * 2**20
-    choice = rng.integers(0, 4, NODES * PODS_PER_NODE)
+    workload_size = rng.integers(0, 4, 3000)  # the pods of one workload share its template
+    choice = workload_size[np.arange(nodes_count * PODS_PER_NODE) % 3000]
     keys: list[ContainerKey] = []
-    for n in range(NODES):
+    for n in range(nodes_count):
         for j in range(PODS_PER_NODE):
             index = n * PODS_PER_NODE + j
             job = index % 10 == 0
@@ -105,8 +106,8 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, d
     rows = len(keys)
     cpu = np.empty((rows, steps), dtype=np.float32)
     memory = np.empty((rows, steps), dtype=np.float32)
-    node_cpu = np.zeros((NODES, steps), dtype=np.float32)
-    node_memory = np.zeros((NODES, steps), dtype=np.float32)
+    node_cpu = np.zeros((nodes_count, steps), dtype=np.float32)
+    node_memory = np.zeros((nodes_count, steps), dtype=np.float32)
     for start in range(0, rows, CHUNK):
         stop = min(rows, start + CHUNK)
         size = choice[start:stop]
@@ -136,13 +137,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default="simple")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=NODES, help="30 pods each")
+    parser.add_argument("--profile", action="store_true", help="print the analysis's cProfile to stderr")
     args = parser.parse_args()
     from shipshape.analyzers.efficiency import analysis
     from shipshape.analyzers.efficiency.cluster import read_cluster
 
     started = time.perf_counter()
-    pods, nodes, usage, prices = build(args.seed)
+    pods, nodes, usage, prices = build(args.seed, args.nodes)
     built = time.perf_counter()
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     cluster = read_cluster(pods, nodes)
     read = time.perf_counter()
     report = analysis.analyze(
@@ -154,6 +163,11 @@ def main() -> None:
         settings=analysis.AnalysisSettings(strategy=args.strategy),
     )
     done = time.perf_counter()
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     result = {
         "benchmark": "analyzers",

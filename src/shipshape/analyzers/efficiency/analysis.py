@@ -87,7 +87,7 @@ class Recommendation:
     cpu_request: float | None  # recommended; None: left as it is (see `skipped`) or no data
     memory_request: float | None
     memory_limit: float | None
-    cpu_usage_percentile: float | None
+    cpu_strategy_value: float | None  # the strategy's CPU figure before guards and rounding
     memory_peak: float | None
     oom_kills: int
     restarts: int
@@ -232,21 +232,13 @@ def _rightsizing(
             mem_lim[i] = spec.memory_limit
     peak = rightsizing.row_max(memory_rows)
     guards = rightsizing.Guards(peak, mem_lim, oom > 0)
-    rec_cpu, rec_mem = rightsizing.recommend(
-        settings.strategy, cpu_rows, memory_rows, window, guards, settings.strategy_settings
+    raw_cpu, raw_mem = rightsizing.raw(
+        settings.strategy, cpu_rows, memory_rows, window, settings.strategy_settings
     )
+    rec_cpu, rec_mem = rightsizing.guarded(raw_cpu, raw_mem, guards)
     replay = int(rightsizing.oom_replay(memory_rows, rec_mem).sum()) if n else 0
-    cpu_q = (
-        settings.strategy_settings.cpu_percentile
-        if settings.strategy_settings is not None
-        else rightsizing.SETTINGS[settings.strategy]().cpu_percentile
-    )
-    cpu_pct = rightsizing.row_percentile(cpu_rows, cpu_q) if n else np.zeros(0)
-    points = (
-        np.minimum((~np.isnan(cpu_rows)).sum(axis=1), (~np.isnan(memory_rows)).sum(axis=1))
-        if n
-        else np.zeros(0)
-    )
+    cpu_pct = raw_cpu
+    points = np.minimum(rightsizing.row_count(cpu_rows), rightsizing.row_count(memory_rows))
     history_hours = points * window.step / 3600.0
     confidence = np.minimum(1.0, history_hours / settings.wanted_history_hours)
     per_core, per_gib = prices
@@ -254,75 +246,84 @@ def _rightsizing(
     core_price = np.where(node >= 0, per_core[np.maximum(node, 0)] if per_core.size else np.nan, np.nan)
     gib_price = np.where(node >= 0, per_gib[np.maximum(node, 0)] if per_gib.size else np.nan, np.nan)
 
-    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    # one group per workload container; per-group figures by reduceat over rows in group order
+    group_index: dict[tuple[str, str, str, str], int] = {}
+    gid = np.empty(n, dtype=np.int64)
     for i, key in enumerate(containers.keys):
         kind, name = cluster.pods.owner[containers.pod[i]]
-        groups.setdefault((key.namespace, kind, name, key.container), []).append(i)
-    out: list[Recommendation] = []
-    for (namespace, kind, workload, container), rows in groups.items():
-        idx = np.asarray(rows)
-        skipped: list[str] = []
-        lacking: list[str] = []
+        gid[i] = group_index.setdefault((key.namespace, kind, name, key.container), len(group_index))
+    order = np.argsort(gid, kind="stable")
+    cuts = np.flatnonzero(np.r_[True, gid[order][1:] != gid[order][:-1]]) if n else np.zeros(0, np.int64)
+    count = np.diff(np.r_[cuts, n])
+
+    def gmax(values: F64) -> F64:
+        return np.fmax.reduceat(values[order], cuts) if n else np.zeros(0)
+
+    def gsum(values: F64) -> F64:
+        return np.add.reduceat(values[order], cuts) if n else np.zeros(0)
+
+    hpa_skip = np.zeros((len(group_index), 2), dtype=bool)
+    hpa_notes: dict[int, list[str]] = {}
+    for (namespace, kind, workload, _), g in group_index.items():
         hpa = cluster.hpas.get((namespace, kind, workload))
-        skip_cpu = skip_memory = False
-        if hpa is not None and settings.hpa_policy != "ignore":
-            scaled = sorted(hpa.resources & {"cpu", "memory"})
-            if scaled and settings.hpa_policy == "skip":
-                skip_cpu = skip_memory = True
-                skipped.append(
-                    f"HPA {hpa.name} scales this workload on {', '.join(scaled)} utilisation: left as it is"
-                )
-            else:
-                for resource in scaled:
-                    skipped.append(
-                        f"HPA {hpa.name} scales on {resource} utilisation (a share of the request): "
-                        f"{resource} request left as it is"
-                    )
-                skip_cpu, skip_memory = "cpu" in scaled, "memory" in scaled
-        has_data = bool(np.any(points[idx] > 0))
-        if not has_data:
+        if hpa is None or settings.hpa_policy == "ignore":
+            continue
+        scaled = sorted(hpa.resources & {"cpu", "memory"})
+        if not scaled:
+            continue
+        if settings.hpa_policy == "skip":
+            hpa_skip[g] = True
+            hpa_notes[g] = [
+                f"HPA {hpa.name} scales this workload on {', '.join(scaled)} utilisation: left as it is"
+            ]
+        else:
+            hpa_skip[g] = ("cpu" in scaled, "memory" in scaled)
+            hpa_notes[g] = [
+                f"HPA {hpa.name} scales on {resource} utilisation (a share of the request): "
+                f"{resource} request left as it is"
+                for resource in scaled
+            ]
+    g_points = gmax(points.astype(np.float64))
+    g_hours = gmax(history_hours)
+    g_gaps = 1.0 - gsum(points.astype(np.float64)) / np.maximum(count * window.steps, 1)
+    g_cpu, g_mem, g_lim = gmax(cpu_req), gmax(mem_req), gmax(mem_lim)
+    has_data = g_points > 0
+    g_new_cpu = np.where(has_data & ~hpa_skip[:, 0], gmax(rec_cpu), np.nan)
+    g_new_mem = np.where(has_data & ~hpa_skip[:, 1], gmax(rec_mem), np.nan)
+    g_ooms, g_restarts = gsum(oom.astype(np.float64)), gsum(restarts.astype(np.float64))
+    g_cpu_value, g_peak = gmax(cpu_pct), gmax(peak)
+    g_confidence = gsum(confidence) / np.maximum(count, 1)
+    # savings: (current - recommended) x the node's unit price x 730 h, summed over the pods
+    row_new_cpu, row_new_mem = (g_new_cpu[gid], g_new_mem[gid]) if n else (np.zeros(0), np.zeros(0))
+    cpu_delta = np.where(np.isnan(row_new_cpu), 0.0, (np.nan_to_num(cpu_req) - row_new_cpu) * core_price)
+    mem_delta = np.where(np.isnan(row_new_mem), 0.0, (np.nan_to_num(mem_req) - row_new_mem) / GIB * gib_price)
+    unpriced = gmax(
+        (
+            (np.isnan(core_price) & ~np.isnan(row_new_cpu)) | (np.isnan(gib_price) & ~np.isnan(row_new_mem))
+        ).astype(np.float64)
+    )
+    g_savings = gsum(np.nan_to_num(cpu_delta) + np.nan_to_num(mem_delta)) * HOURS_PER_MONTH
+    out: list[Recommendation] = []
+    for (namespace, kind, workload, container), g in group_index.items():
+        skipped = list(hpa_notes.get(g, ()))
+        lacking: list[str] = []
+        if not has_data[g]:
             lacking.append("usage: no samples in the window")
         else:
-            hours = float(history_hours[idx].max())
-            if hours < settings.wanted_history_hours:
-                lacking.append(f"history: {hours:.1f} h of the {settings.wanted_history_hours:.0f} h wanted")
-            gaps = 1.0 - float(points[idx].sum()) / (idx.size * window.steps)
-            if gaps > 0.05:
-                lacking.append(f"gaps: {gaps:.0%} of the window has no samples")
-        cur_cpu = np.nanmax(cpu_req[idx]) if not np.all(np.isnan(cpu_req[idx])) else math.nan
-        cur_mem = np.nanmax(mem_req[idx]) if not np.all(np.isnan(mem_req[idx])) else math.nan
-        cur_lim = np.nanmax(mem_lim[idx]) if not np.all(np.isnan(mem_lim[idx])) else math.nan
-        if math.isnan(cur_cpu):
+            if g_hours[g] < settings.wanted_history_hours:
+                lacking.append(
+                    f"history: {g_hours[g]:.1f} h of the {settings.wanted_history_hours:.0f} h wanted"
+                )
+            if g_gaps[g] > 0.05:
+                lacking.append(f"gaps: {g_gaps[g]:.0%} of the window has no samples")
+        if math.isnan(g_cpu[g]):
             lacking.append("requests: no CPU request set")
-        if math.isnan(cur_mem):
+        if math.isnan(g_mem[g]):
             lacking.append("requests: no memory request set")
-        new_cpu = (
-            float(np.nanmax(rec_cpu[idx])) if has_data and not np.all(np.isnan(rec_cpu[idx])) else math.nan
-        )
-        new_mem = (
-            float(np.nanmax(rec_mem[idx])) if has_data and not np.all(np.isnan(rec_mem[idx])) else math.nan
-        )
-        if skip_cpu:
-            new_cpu = math.nan
-        if skip_memory:
-            new_mem = math.nan
-        ooms = int(oom[idx].sum())
+        ooms = int(g_ooms[g])
         if ooms:
             skipped.append(f"OOM-killed {ooms} time(s) in the window: memory bumped past the limit")
-        # savings: (current - recommended) x node unit price x 730 h, per pod
-        savings = 0.0
-        priced = True
-        for resource_new, resource_cur, unit, scale in (
-            (new_cpu, cpu_req[idx], core_price[idx], 1.0),
-            (new_mem, mem_req[idx], gib_price[idx], 1.0 / GIB),
-        ):
-            if math.isnan(resource_new):
-                continue
-            current = np.nan_to_num(resource_cur, nan=0.0)
-            if np.any(np.isnan(unit)):
-                priced = False
-                continue
-            savings += float(np.sum((current - resource_new) * scale * unit)) * HOURS_PER_MONTH
+        priced = not unpriced[g]
         if not priced:
             lacking.append("price: a node of this workload has no known price")
         out.append(
@@ -331,19 +332,19 @@ def _rightsizing(
                 kind,
                 workload,
                 container,
-                int(idx.size),
-                _opt(cur_cpu),
-                _opt(cur_mem),
-                _opt(cur_lim),
-                _opt(new_cpu),
-                _opt(new_mem),
-                _opt(new_mem),
-                _opt(float(np.nanmax(cpu_pct[idx])) if not np.all(np.isnan(cpu_pct[idx])) else math.nan),
-                _opt(float(np.nanmax(peak[idx])) if not np.all(np.isnan(peak[idx])) else math.nan),
+                int(count[g]),
+                _opt(g_cpu[g]),
+                _opt(g_mem[g]),
+                _opt(g_lim[g]),
+                _opt(g_new_cpu[g]),
+                _opt(g_new_mem[g]),
+                _opt(g_new_mem[g]),
+                _opt(g_cpu_value[g]),
+                _opt(g_peak[g]),
                 ooms,
-                int(restarts[idx].sum()),
-                savings if priced else None,
-                float(confidence[idx].mean()) if idx.size else 0.0,
+                int(g_restarts[g]),
+                float(g_savings[g]) if priced else None,
+                float(g_confidence[g]),
                 tuple(skipped),
                 tuple(lacking),
             )
@@ -371,9 +372,8 @@ def _rightsizing_finding(rec: Recommendation, settings: AnalysisSettings) -> Fin
     evidence = [
         f"{rec.pods} pod(s) observed",
         *(
-            [f"cpu p{settings.strategy_settings.cpu_percentile if settings.strategy_settings else 'default'}"
-             f" {rec.cpu_usage_percentile:.3f} cores"]
-            if rec.cpu_usage_percentile is not None else []
+            [f"cpu by the {settings.strategy} strategy {rec.cpu_strategy_value:.3f} cores"]
+            if rec.cpu_strategy_value is not None else []
         ),
         *([f"memory peak {rec.memory_peak / 2**20:.1f} MiB"] if rec.memory_peak is not None else []),
         *rec.skipped,

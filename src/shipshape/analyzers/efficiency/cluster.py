@@ -60,29 +60,52 @@ def _bytes(value: object) -> float:
     return float(to_int(value))  # type: ignore[arg-type]
 
 
-def qos_class(pod: Obj) -> str:
-    containers = list((pod.get("spec") or {}).get("containers") or [])
-    containers += list((pod.get("spec") or {}).get("initContainers") or [])
+Amounts = tuple[float, float, float, float]  # cpu request, memory request, cpu limit, memory limit
+
+
+def _parse(memo: dict[tuple[str, object], float], name: str, value: object) -> float:
+    if value is None:
+        return math.nan
+    key = (name, value)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _cores(value) if name == "cpu" else _bytes(value)
+    return found
+
+
+def container_amounts(container: Obj, memo: dict[tuple[str, object], float] | None = None) -> Amounts:
+    """Requests and limits of one container (NaN where not set); `memo` caches parsed quantities."""
+    memo = {} if memo is None else memo
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    return (
+        _parse(memo, "cpu", requests.get("cpu")),
+        _parse(memo, "memory", requests.get("memory")),
+        _parse(memo, "cpu", limits.get("cpu")),
+        _parse(memo, "memory", limits.get("memory")),
+    )
+
+
+def qos_of(amounts: Sequence[Amounts]) -> str:
+    """The kubelet's QoS class from every container's (and init container's) amounts."""
     any_set = False
     guaranteed = True
-    for container in containers:
-        resources = container.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        for name in ("cpu", "memory"):
-            if name in requests or name in limits:
-                any_set = True
-            limit = limits.get(name)
-            request = requests.get(name, limit)
-            if limit is None or request is None:
-                guaranteed = False
-                continue
-            parse = _cores if name == "cpu" else _bytes
-            if parse(limit) != parse(request):
+    for cpu_req, mem_req, cpu_lim, mem_lim in amounts:
+        if not (math.isnan(cpu_req) and math.isnan(mem_req) and math.isnan(cpu_lim) and math.isnan(mem_lim)):
+            any_set = True
+        for request, limit in ((cpu_req, cpu_lim), (mem_req, mem_lim)):
+            if math.isnan(limit) or (not math.isnan(request) and request != limit):
                 guaranteed = False
     if not any_set:
         return BEST_EFFORT
     return GUARANTEED if guaranteed else BURSTABLE
+
+
+def qos_class(pod: Obj) -> str:
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return qos_of([container_amounts(c) for c in containers])
 
 
 def owner_workload(pod: Obj) -> tuple[str, str]:
@@ -236,11 +259,6 @@ class Cluster:
     priority_classes: dict[str, int]
 
 
-def _amount(resources: Obj, kind: str, name: str, parse: Any) -> float:
-    value = (resources.get(kind) or {}).get(name)
-    return math.nan if value is None else float(parse(value))
-
-
 def read_cluster(
     pods: Sequence[Obj],
     nodes: Sequence[Obj],
@@ -262,7 +280,8 @@ def read_cluster(
     pod_labels: list[Mapping[str, str]] = []
     keys: list[ContainerKey] = []
     container_pod: list[int] = []
-    columns: list[list[float]] = [[], [], [], []]
+    columns: list[Amounts] = []
+    memo: dict[tuple[str, object], float] = {}
     for pod in pods:
         md = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
@@ -274,9 +293,11 @@ def read_cluster(
         pod_keys.append((namespace, name))
         pod_node.append(node_table.index.get(str(spec.get("nodeName", "")), -1))
         try:
-            qos.append(qos_class(pod))
+            amounts = [container_amounts(c, memo) for c in spec.get("containers") or []]
+            init = [container_amounts(c, memo) for c in spec.get("initContainers") or []]
         except (QuantityError, ValueError, TypeError) as error:
             raise SnapshotError(f"pod {namespace}/{name}: bad resources: {error}") from error
+        qos.append(qos_of(amounts + init if init else amounts))
         class_name = spec.get("priorityClassName")
         class_names.append(class_name)
         value = spec.get("priority")
@@ -285,18 +306,12 @@ def read_cluster(
         priority.append(None if value is None else int(value))
         owners.append(owner_workload(pod))
         pod_labels.append(md.get("labels") or {})
-        for container in spec.get("containers") or []:
-            resources = container.get("resources") or {}
+        for container, amount in zip(spec.get("containers") or [], amounts, strict=True):
             keys.append(ContainerKey(namespace, name, str(container.get("name", "")), cluster))
             container_pod.append(index)
-            try:
-                columns[0].append(_amount(resources, "requests", "cpu", _cores))
-                columns[1].append(_amount(resources, "requests", "memory", _bytes))
-                columns[2].append(_amount(resources, "limits", "cpu", _cores))
-                columns[3].append(_amount(resources, "limits", "memory", _bytes))
-            except (QuantityError, ValueError, TypeError) as error:
-                raise SnapshotError(f"pod {namespace}/{name}: bad resources: {error}") from error
-    cpu_req, mem_req, cpu_lim, mem_lim = (np.asarray(c, dtype=np.float64) for c in columns)
+            columns.append(amount)
+    table = np.asarray(columns, dtype=np.float64).reshape(len(columns), 4)
+    cpu_req, mem_req, cpu_lim, mem_lim = (np.ascontiguousarray(table[:, i]) for i in range(4))
     # a request left out defaults to the limit (API defaulting)
     cpu_req = np.where(np.isnan(cpu_req), cpu_lim, cpu_req)
     mem_req = np.where(np.isnan(mem_req), mem_lim, mem_req)

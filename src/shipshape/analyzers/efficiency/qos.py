@@ -176,35 +176,41 @@ def _node_sums(
     node_of_row: NDArray[np.int64],
     ls_row: NDArray[np.bool_],
     n_nodes: int,
-) -> tuple[F64, F64, F64, F64]:
-    """Per node and step: all pods' usage, LS usage (request where no sample), LS max(usage,
-    request), batch usage. Rows are processed in node order, a chunk at a time."""
+    with_max: bool,
+) -> tuple[F64, F64, F64, F64 | None]:
+    """Per node and step: LS usage, batch usage, LS usage with the request where no sample, and
+    (with_max) LS max(usage, request). Rows go in (node, band) order a chunk at a time, each run
+    of one node's band summed by one `reduceat` (float64 sums of float32 rows)."""
     steps = rows.shape[1]
-    all_used, ls_used, ls_max, batch_used = (np.zeros((n_nodes, steps)) for _ in range(4))
+    ls_used, batch_used, ls_filled = (np.zeros((n_nodes, steps)) for _ in range(3))
+    ls_max = np.zeros((n_nodes, steps)) if with_max else None
     placed = np.flatnonzero(node_of_row >= 0)
-    order = placed[np.argsort(node_of_row[placed], kind="stable")]
+    group = node_of_row[placed] * 2 + (~ls_row[placed]).astype(np.int64)
+    order = placed[np.argsort(group, kind="stable")]
     req = np.nan_to_num(request, nan=0.0)
     for start in range(0, order.size, CHUNK_ROWS):
         chunk = order[start : start + CHUNK_ROWS]
-        if np.all(chunk[1:] == chunk[:-1] + 1):
-            sub = rows[chunk[0] : chunk[-1] + 1].astype(np.float64)
-        else:
-            sub = rows[chunk].astype(np.float64)
-        nodes = node_of_row[chunk]
-        cuts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-        target = nodes[cuts]
+        contiguous = chunk.size > 0 and chunk[-1] - chunk[0] == chunk.size - 1
+        sub = rows[chunk[0] : chunk[-1] + 1] if contiguous else rows[chunk]
+        keys = node_of_row[chunk] * 2 + (~ls_row[chunk]).astype(np.int64)
+        cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        nodes, is_ls = keys[cuts] // 2, keys[cuts] % 2 == 0
         missing = np.isnan(sub)
-        filled = np.where(missing, 0.0, sub)
-        all_used[target] += np.add.reduceat(filled, cuts, axis=0)
-        ls = ls_row[chunk]
-        with_request = np.where(missing, req[chunk][:, None], sub)
-        ls_part = np.where(ls[:, None], with_request, 0.0)
-        ls_used[target] += np.add.reduceat(ls_part, cuts, axis=0)
-        ls_max[target] += np.add.reduceat(
-            np.maximum(ls_part, np.where(ls, req[chunk], 0.0)[:, None]), cuts, axis=0
-        )
-        batch_used[target] += np.add.reduceat(np.where(ls[:, None], 0.0, filled), cuts, axis=0)
-    return all_used, ls_used, ls_max, batch_used
+        has_gaps = bool(missing.any())
+        filled = np.where(missing, np.float32(0), sub) if has_gaps else sub
+        sums = np.add.reduceat(filled, cuts, axis=0, dtype=np.float64)
+        ls_used[nodes[is_ls]] += sums[is_ls]
+        batch_used[nodes[~is_ls]] += sums[~is_ls]
+        ls_rows = ls_row[chunk]
+        if has_gaps:
+            stand_in = np.where(missing & ls_rows[:, None], req[chunk][:, None], 0.0)
+            ls_filled[nodes[is_ls]] += np.add.reduceat(stand_in, cuts, axis=0)[is_ls]
+        if ls_max is not None:
+            with_request = np.where(missing, req[chunk][:, None], sub)
+            top = np.maximum(with_request, req[chunk][:, None])
+            ls_max[nodes[is_ls]] += np.add.reduceat(top, cuts, axis=0)[is_ls]
+    ls_filled += ls_used
+    return ls_used, batch_used, ls_filled, ls_max
 
 
 def _fresh_node_usage(node_rows: F64, step: float, degrade_seconds: float) -> tuple[F64, NDArray[np.bool_]]:
@@ -281,7 +287,10 @@ def colocation(
          cluster.nodes.memory_allocatable, settings.memory_reclaim_threshold_percent,
          settings.memory_calculate_policy),
     ):  # fmt: skip
-        all_used, ls_used, ls_max, batch_used = _node_sums(rows_, request, node_of_row, ls_row, n_nodes)
+        ls_actual, batch_used, ls_used, ls_max = _node_sums(
+            rows_, request, node_of_row, ls_row, n_nodes, policy == "maxUsageRequest"
+        )
+        all_used = ls_actual + batch_used
         ls_request = np.zeros(n_nodes)
         placed = node_of_row >= 0
         np.add.at(ls_request, node_of_row[placed & ls_row], np.nan_to_num(request[placed & ls_row]))
@@ -293,16 +302,14 @@ def colocation(
         system = np.maximum(np.where(np.isnan(fresh), reserved, fresh - all_used), reserved)
         if policy == "request":
             batch = cap - safety - reserved - ls_request[:, None] + np.zeros_like(all_used)
-        elif policy == "maxUsageRequest":
+        elif ls_max is not None:
             batch = cap - safety - system - ls_max
         else:
             batch = cap - safety - system - ls_used
         batch = np.maximum(batch, 0.0)
         if len(usage.nodes):
             batch[stale] = 0.0
-        # LS usage proper (no request stand-in) for the peaks; summaries now, so that only one
-        # resource's node x step arrays are alive at a time
-        ls_actual = all_used - batch_used
+        # summaries now, so that only one resource's node x step arrays are alive at a time
         del all_used, ls_used, ls_max
         if n_nodes:
             b_min, b_pct = batch.min(axis=1), np.percentile(batch, settings.reclaim_percentile, axis=1)

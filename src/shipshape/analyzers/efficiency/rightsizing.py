@@ -97,13 +97,15 @@ def row_percentile(rows: Array | F64, q: float) -> F64:
     """np.nanpercentile(rows, q, axis=1), fast: rows without gaps go through a partition."""
     out = np.full(rows.shape[0], np.nan)
     for start in range(0, rows.shape[0], CHUNK_ROWS):
-        chunk = np.asarray(rows[start : start + CHUNK_ROWS], dtype=np.float64)
+        chunk = rows[start : start + CHUNK_ROWS]
         gaps = np.isnan(chunk).any(axis=1)
         part = out[start : start + chunk.shape[0]]
+        if not gaps.any():
+            part[:] = np.percentile(chunk, q, axis=1)
+            continue
         if (~gaps).any():
             part[~gaps] = np.percentile(chunk[~gaps], q, axis=1)
-        if gaps.any():
-            part[gaps] = _sorted_percentile(chunk[gaps], q)
+        part[gaps] = _sorted_percentile(np.asarray(chunk[gaps], dtype=np.float64), q)
     return out
 
 
@@ -215,6 +217,25 @@ def guarded(cpu: F64, memory: F64, guards: Guards) -> tuple[F64, F64]:
     return np.ceil(cpu * 1000.0 - 1e-9) / 1000.0, np.ceil(memory / MIB - 1e-9) * MIB
 
 
+def raw(
+    strategy: str,
+    cpu: Array,
+    memory: Array,
+    window: Window,
+    settings: SimpleSettings | VpaSettings | None = None,
+) -> tuple[F64, F64]:
+    """The strategy's own (CPU cores, memory bytes) per row, before the guards."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown right-sizing strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    plugin = STRATEGIES[strategy]
+    chosen = settings if settings is not None else SETTINGS[strategy]()
+    if not isinstance(chosen, SETTINGS[strategy]):
+        raise ValueError(
+            f"strategy {strategy} takes {SETTINGS[strategy].__name__}, not {type(chosen).__name__}"
+        )
+    return plugin.recommend(cpu, memory, window, chosen)  # type: ignore[arg-type]
+
+
 def recommend(
     strategy: str,
     cpu: Array,
@@ -224,16 +245,16 @@ def recommend(
     settings: SimpleSettings | VpaSettings | None = None,
 ) -> tuple[F64, F64]:
     """(CPU request cores, memory request = limit bytes) per row, guards applied; NaN without data."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown right-sizing strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    plugin = STRATEGIES[strategy]
-    chosen = settings if settings is not None else SETTINGS[strategy]()
-    if not isinstance(chosen, SETTINGS[strategy]):
-        raise ValueError(
-            f"strategy {strategy} takes {SETTINGS[strategy].__name__}, not {type(chosen).__name__}"
-        )
-    raw_cpu, raw_memory = plugin.recommend(cpu, memory, window, chosen)  # type: ignore[arg-type]
-    return guarded(raw_cpu, raw_memory, guards)
+    return guarded(*raw(strategy, cpu, memory, window, settings), guards)
+
+
+def row_count(rows: Array | F64) -> NDArray[np.int64]:
+    """Samples (non-NaN values) per row."""
+    out = np.zeros(rows.shape[0], dtype=np.int64)
+    for start in range(0, rows.shape[0], CHUNK_ROWS):
+        chunk = rows[start : start + CHUNK_ROWS]
+        out[start : start + chunk.shape[0]] = chunk.shape[1] - np.isnan(chunk).sum(axis=1)
+    return out
 
 
 def oom_replay(memory: Array, limit: F64) -> NDArray[np.int64]:
