@@ -230,15 +230,15 @@ def _rightsizing(
             mem_req[i] = spec.memory_request
         if math.isnan(mem_lim[i]) and spec.memory_limit is not None:
             mem_lim[i] = spec.memory_limit
-    peak = rightsizing.row_max(memory_rows)
+    peak, memory_points = rightsizing.row_max_count(memory_rows)
     guards = rightsizing.Guards(peak, mem_lim, oom > 0)
     raw_cpu, raw_mem = rightsizing.raw(
-        settings.strategy, cpu_rows, memory_rows, window, settings.strategy_settings
+        settings.strategy, cpu_rows, memory_rows, window, settings.strategy_settings, memory_peak=peak
     )
     rec_cpu, rec_mem = rightsizing.guarded(raw_cpu, raw_mem, guards)
-    replay = int(rightsizing.oom_replay(memory_rows, rec_mem).sum()) if n else 0
+    replay = int(rightsizing.oom_replay(memory_rows, rec_mem, peak).sum()) if n else 0
     cpu_pct = raw_cpu
-    points = np.minimum(rightsizing.row_count(cpu_rows), rightsizing.row_count(memory_rows))
+    points = np.minimum(rightsizing.row_count(cpu_rows), memory_points)
     history_hours = points * window.step / 3600.0
     confidence = np.minimum(1.0, history_hours / settings.wanted_history_hours)
     per_core, per_gib = prices

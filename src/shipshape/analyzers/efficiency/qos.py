@@ -52,7 +52,7 @@ BATCH_KINDS = frozenset({"Job", "CronJob"})
 
 CpuPolicy = Literal["usage", "maxUsageRequest"]
 MemoryPolicy = Literal["usage", "request", "maxUsageRequest"]
-CHUNK_ROWS = 2048
+CHUNK_ROWS = 512
 
 
 @dataclass(frozen=True, slots=True)

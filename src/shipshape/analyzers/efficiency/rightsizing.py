@@ -28,7 +28,7 @@ from shipshape.analyzers.efficiency.usage import Array, Window
 
 F64 = NDArray[np.float64]
 MIB = 2.0**20
-CHUNK_ROWS = 4096
+CHUNK_ROWS = 512
 OOM_BUMP_RATIO = 0.2
 OOM_MIN_BUMP_BYTES = 100 * MIB
 MIN_CPU_CORES = 0.01
@@ -72,8 +72,11 @@ class Strategy(Protocol[S]):
     name: str
     description: str
 
-    def recommend(self, cpu: Array, memory: Array, window: Window, settings: S) -> tuple[F64, F64]:
-        """(CPU cores, memory bytes) per row, before the shared guards; NaN where no data."""
+    def recommend(
+        self, cpu: Array, memory: Array, window: Window, settings: S, memory_peak: F64 | None = None
+    ) -> tuple[F64, F64]:
+        """(CPU cores, memory bytes) per row, before the shared guards; NaN where no data.
+        `memory_peak` is each row's highest memory sample when the caller has it already."""
         ...
 
 
@@ -110,14 +113,22 @@ def row_percentile(rows: Array | F64, q: float) -> F64:
 
 
 def row_max(rows: Array | F64) -> F64:
-    out = np.full(rows.shape[0], np.nan)
+    """Highest value per row ignoring NaN (NaN for a row without samples)."""
+    return row_max_count(rows)[0]
+
+
+def row_max_count(rows: Array | F64) -> tuple[F64, NDArray[np.int64]]:
+    """(highest value, number of samples) per row, in one pass over cache-sized chunks."""
+    peak = np.full(rows.shape[0], np.nan)
+    count = np.zeros(rows.shape[0], dtype=np.int64)
+    if rows.shape[1] == 0:
+        return peak, count
     for start in range(0, rows.shape[0], CHUNK_ROWS):
         chunk = rows[start : start + CHUNK_ROWS]
-        filled = np.where(np.isnan(chunk), -np.inf, chunk)
-        peak = filled.max(axis=1).astype(np.float64) if chunk.shape[1] else np.full(chunk.shape[0], -np.inf)
-        peak[np.isneginf(peak)] = np.nan
-        out[start : start + chunk.shape[0]] = peak
-    return out
+        stop = start + chunk.shape[0]
+        peak[start:stop] = np.fmax.reduce(chunk, axis=1)
+        count[start:stop] = chunk.shape[1] - np.count_nonzero(np.isnan(chunk), axis=1)
+    return peak, count
 
 
 class Simple:
@@ -126,11 +137,16 @@ class Simple:
     settings_type = SimpleSettings
 
     def recommend(
-        self, cpu: Array, memory: Array, window: Window, settings: SimpleSettings
+        self,
+        cpu: Array,
+        memory: Array,
+        window: Window,
+        settings: SimpleSettings,
+        memory_peak: F64 | None = None,
     ) -> tuple[F64, F64]:
-        return (
-            row_percentile(cpu, settings.cpu_percentile),
-            row_max(memory) * (1.0 + settings.memory_buffer_percent / 100.0),
+        peak = row_max(memory) if memory_peak is None else memory_peak
+        return row_percentile(cpu, settings.cpu_percentile), peak * (
+            1.0 + settings.memory_buffer_percent / 100.0
         )
 
 
@@ -164,7 +180,9 @@ class Vpa:
     description = "decaying histograms (as the Vertical Pod Autoscaler's recommender)"
     settings_type = VpaSettings
 
-    def recommend(self, cpu: Array, memory: Array, window: Window, settings: VpaSettings) -> tuple[F64, F64]:
+    def recommend(
+        self, cpu: Array, memory: Array, window: Window, settings: VpaSettings, memory_peak: F64 | None = None
+    ) -> tuple[F64, F64]:
         times = window.times()
         weights = np.power(2.0, (times - window.end) / (settings.half_life_hours * 3600.0))
         interval = settings.memory_interval_hours * 3600.0
@@ -223,6 +241,7 @@ def raw(
     memory: Array,
     window: Window,
     settings: SimpleSettings | VpaSettings | None = None,
+    memory_peak: F64 | None = None,
 ) -> tuple[F64, F64]:
     """The strategy's own (CPU cores, memory bytes) per row, before the guards."""
     if strategy not in STRATEGIES:
@@ -233,7 +252,7 @@ def raw(
         raise ValueError(
             f"strategy {strategy} takes {SETTINGS[strategy].__name__}, not {type(chosen).__name__}"
         )
-    return plugin.recommend(cpu, memory, window, chosen)  # type: ignore[arg-type]
+    return plugin.recommend(cpu, memory, window, chosen, memory_peak)  # type: ignore[arg-type]
 
 
 def recommend(
@@ -257,11 +276,13 @@ def row_count(rows: Array | F64) -> NDArray[np.int64]:
     return out
 
 
-def oom_replay(memory: Array, limit: F64) -> NDArray[np.int64]:
-    """Per row, how many observed samples would have passed `limit` (each an OOM kill)."""
+def oom_replay(memory: Array, limit: F64, memory_peak: F64 | None = None) -> NDArray[np.int64]:
+    """Per row, how many observed samples would have passed `limit` (each an OOM kill). Only rows
+    whose peak passes the limit are scanned sample by sample."""
+    peak = row_max(memory) if memory_peak is None else memory_peak
     out = np.zeros(memory.shape[0], dtype=np.int64)
-    for start in range(0, memory.shape[0], CHUNK_ROWS):
-        chunk = memory[start : start + CHUNK_ROWS]
-        lim = limit[start : start + chunk.shape[0], None]
-        out[start : start + chunk.shape[0]] = np.sum(np.nan_to_num(chunk, nan=-np.inf) > lim, axis=1)
+    over = np.flatnonzero(np.nan_to_num(peak, nan=-np.inf) > np.nan_to_num(limit, nan=np.inf))
+    for start in range(0, over.size, CHUNK_ROWS):
+        rows = over[start : start + CHUNK_ROWS]
+        out[rows] = np.sum(np.nan_to_num(memory[rows], nan=-np.inf) > limit[rows, None], axis=1)
     return out

@@ -243,3 +243,22 @@ def coverage(rows: Array) -> F64:
     if rows.shape[1] == 0:
         return np.zeros(rows.shape[0])
     return np.asarray(1.0 - np.isnan(rows).sum(axis=1) / rows.shape[1], dtype=np.float64)
+
+
+def by_pod(containers: Series[ContainerKey]) -> Series[tuple[str, str, str]]:
+    """Pod rows, keyed (cluster, namespace, pod): the sum of the pod's containers at each step
+    (NaN only where none of its containers has a sample)."""
+    index: dict[tuple[str, str, str], int] = {}
+    group = np.array(
+        [index.setdefault((k.cluster, k.namespace, k.pod), len(index)) for k in containers.keys],
+        dtype=np.int64,
+    )
+    steps = containers.cpu.shape[1]
+    out: list[Array] = []
+    for rows in (containers.cpu, containers.memory):
+        total = np.zeros((len(index), steps), dtype=np.float64)
+        seen = np.zeros((len(index), steps), dtype=bool)
+        np.add.at(total, group, np.nan_to_num(rows))
+        np.logical_or.at(seen, group, ~np.isnan(rows))
+        out.append(np.where(seen, total, np.nan).astype(DTYPE))
+    return Series(tuple(index), out[0], out[1])

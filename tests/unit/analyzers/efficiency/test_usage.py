@@ -13,6 +13,7 @@ from shipshape.analyzers.efficiency.usage import (
     Window,
     bin_max,
     bin_mean,
+    by_pod,
     counter_rate,
     coverage,
     reset_corrected,
@@ -75,3 +76,12 @@ def test_usage_data_checks_shapes_and_reports_coverage() -> None:
         UsageData(Window(0, 1, 4), series, Series.empty(4), "test")
     with pytest.raises(UsageError, match="twice"):
         Series((key, key), np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32))
+
+
+def test_pod_rows_sum_their_containers_and_keep_gaps() -> None:
+    nan = np.nan
+    keys = (ContainerKey("ns", "p", "a"), ContainerKey("ns", "p", "b"), ContainerKey("ns", "q", "a"))
+    cpu = np.array([[1, nan, nan], [2, 3, nan], [5, 5, 5]], dtype=np.float32)
+    pods = by_pod(Series(keys, cpu, cpu.copy()))
+    assert pods.keys == (("", "ns", "p"), ("", "ns", "q"))
+    np.testing.assert_array_equal(pods.cpu, [[3, 3, nan], [5, 5, 5]])
