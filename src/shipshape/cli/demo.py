@@ -1,9 +1,13 @@
-"""`shipshape demo`: an emulated cluster served on this machine, with a narrated spot interruption.
+"""`shipshape demo`: an emulated cluster served on this machine, the placement controller running
+against it, and a narrated spot interruption.
 
 The show runs on the same event loop as the emulator (API server, engine and models), so it reads
 the cluster's store directly; everything it shows can also be seen with kubectl through the
-kubeconfig it writes. Acts: the nodes by pool, the workloads coming up, a spot pool reclaimed with
-a 2-minute notice, the replacements landing, and the cost so far.
+kubeconfig it writes. The controller is the real one (`shipshape controller`): it talks to the served
+API server over HTTPS from its own threads, on the emulator's clock. Acts: the nodes by pool, the
+controller starting, the workloads coming up with the controller's placement decisions, a spot pool
+reclaimed with a 2-minute notice and what the controller did about it (surges, restarts, the lowest
+ready replicas against each budget), and the cost beside the same nodes on demand.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import signal
 import time
@@ -26,15 +31,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from shipshape.cli import emulator as emulator_cli
+from shipshape.controller.availability import pdb_floor
+from shipshape.controller.leader import LeaseSettings
+from shipshape.controller.loops import LoopSettings
+from shipshape.controller.loops.interruptions import RESTART_NOTE, SURGE_NOTE
+from shipshape.controller.policy import DECISION, ControllerConfig
+from shipshape.controller.process import ControllerProcess, ProcessSettings
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
 from shipshape.emulator.cloud.model import CloudModel
-from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS
+from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
+from shipshape.kube.client import KubeClientError, load_api_client
 from shipshape.kube.clock import ScaledClock, parse_time
+from shipshape.kube.labels import from_label_selector
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +185,147 @@ def noticed_nodes(nodes: Iterable[Obj]) -> set[str]:
     }
 
 
+def hourly_rates(pools: Iterable[dict[str, Any]]) -> tuple[float, float]:
+    """(USD/hour of the running nodes, USD/hour of the same nodes at on-demand prices)."""
+    now = on_demand = 0.0
+    for pool in pools:
+        running = int(pool.get("ready", 0)) + int(pool.get("booting", 0))
+        price = float(pool["pricePerHour"])
+        now += running * price
+        on_demand += running * float(pool.get("onDemandPricePerHour") or price)
+    return now, on_demand
+
+
+def decision_of(pod: Obj) -> dict[str, Any] | None:
+    """The controller's placement decision recorded on a pod (`spot.shipshape.dev/decision`), if any."""
+    text = (pod["metadata"].get("annotations") or {}).get(DECISION)
+    if not text:
+        return None
+    try:
+        decision = json.loads(text)
+    except ValueError:
+        return None
+    return decision if isinstance(decision, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRow:
+    workload: str
+    pods: int
+    on_demand: int
+    spot: int
+    pools: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+
+def placement_rows(pods: Iterable[Obj], capacity_of_node: dict[str, str]) -> list[PlacementRow]:
+    """Per workload with controller decisions: where its pods run (by their node's capacity type) and
+    the reasons the controller gave, most frequent first."""
+    running: dict[str, Counter[str]] = {}
+    pools: dict[str, set[str]] = {}
+    reasons: dict[str, Counter[str]] = {}
+    for pod in pods:
+        decision = decision_of(pod)
+        if decision is None or not is_workload_pod(pod):
+            continue
+        owner = owner_of(pod)
+        running.setdefault(owner, Counter())
+        reasons.setdefault(owner, Counter())[str(decision.get("reason", "?"))] += 1
+        capacity = capacity_of_node.get(pod.get("spec", {}).get("nodeName") or "")
+        if capacity is not None:
+            running[owner][capacity] += 1
+        if decision.get("capacityType") == "spot" and decision.get("pool"):
+            pools.setdefault(owner, set()).add(str(decision["pool"]))
+    return [
+        PlacementRow(
+            workload=owner,
+            pods=sum(reasons[owner].values()),
+            on_demand=running[owner]["on-demand"],
+            spot=running[owner]["spot"],
+            pools=tuple(sorted(pools.get(owner, ()))),
+            reasons=tuple(reason for reason, _ in reasons[owner].most_common()),
+        )
+        for owner in sorted(running)
+    ]
+
+
+def ready_replicas(pods: Iterable[Obj]) -> Counter[str]:
+    """Ready pods per workload (`Kind/name`), not counting pods being deleted."""
+    counts: Counter[str] = Counter()
+    for pod in pods:
+        if not is_workload_pod(pod):
+            continue
+        conditions = pod.get("status", {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            counts[owner_of(pod)] += 1
+    return counts
+
+
+def workload_floors(workloads: Iterable[Obj], pdbs: Iterable[Obj]) -> dict[str, tuple[int, int]]:
+    """(spec.replicas, the strictest selecting PDB's desired healthy pods, else 1) per `Kind/name`."""
+    budgets = list(pdbs)
+    out: dict[str, tuple[int, int]] = {}
+    for workload in workloads:
+        meta, spec = workload["metadata"], workload.get("spec", {})
+        replicas = int(spec.get("replicas", 1))
+        labels = (spec.get("template", {}).get("metadata") or {}).get("labels") or {}
+        floors = [
+            pdb_floor(pdb, replicas)
+            for pdb in budgets
+            if pdb["metadata"].get("namespace") == meta.get("namespace")
+            and from_label_selector(pdb.get("spec", {}).get("selector")).matches(labels)
+        ]
+        out[f"{workload['kind']}/{meta['name']}"] = (replicas, max([1, *floors]))
+    return out
+
+
+class LowestReady:
+    """The fewest Ready replicas each workload had, following pod events (an independent check of the
+    controller: it reads the emulator's own watch stream, not the controller's cache)."""
+
+    def __init__(self, pods: Iterable[Obj], workloads: Iterable[str]) -> None:
+        self.pods = {p["metadata"]["uid"]: p for p in pods}
+        ready = ready_replicas(self.pods.values())
+        self.lowest = {w: ready[w] for w in workloads}
+
+    def observe(self, event_type: str, pod: Obj) -> None:
+        if event_type == "DELETED":
+            self.pods.pop(pod["metadata"]["uid"], None)
+        else:
+            self.pods[pod["metadata"]["uid"]] = pod
+        owner = owner_of(pod)
+        if owner in self.lowest:
+            now = ready_replicas(p for p in self.pods.values() if owner_of(p) == owner)[owner]
+            self.lowest[owner] = min(self.lowest[owner], now)
+
+
+def controller_actions(workloads: Iterable[Obj], seen: set[tuple[str, str]]) -> list[str]:
+    """One line per surge or surge restart the controller recorded on a Deployment since `seen`
+    (which it updates): the notes it writes (`spot.shipshape.dev/surge`, `.../interruption-restart`)."""
+    lines = []
+    for workload in workloads:
+        name = f"{workload['kind']}/{workload['metadata']['name']}"
+        notes = workload["metadata"].get("annotations") or {}
+        surge, restart = notes.get(SURGE_NOTE), notes.get(RESTART_NOTE)
+        if surge and ("surge", name) not in seen:
+            seen.add(("surge", name))
+            try:
+                count = int(json.loads(surge).get("surge", 0))
+            except (ValueError, AttributeError, TypeError):
+                count = 0
+            lines.append(
+                f"controller surged {name}: +{count} replica(s), so that the replacements are Ready "
+                "before the noticed nodes go"
+            )
+        if restart and ("restart:" + restart, name) not in seen:
+            seen.add(("restart:" + restart, name))
+            lines.append(
+                f"controller restarted {name} with a surge: its new pod starts on a safe node before "
+                "the old one goes"
+            )
+    return lines
+
+
 def short_node(name: str) -> str:
     """`ip-10-0-1-5.ec2.internal` -> `ip-10-0-1-5` (enough to tell nodes apart on screen)."""
     return name.split(".", 1)[0]
@@ -216,11 +370,20 @@ class NodeTicker:
 class Show:
     """The scripted acts, reading the cluster's store and steering its cloud, on the emulator's loop."""
 
-    def __init__(self, cluster: Cluster, console: Console, settings: ShowSettings) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        console: Console,
+        settings: ShowSettings,
+        controller: ControllerProcess | None = None,
+    ) -> None:
         self.cluster = cluster
         self.console = console
         self.settings = settings
+        self.controller = controller
         self.started_at = cluster.now()
+        # The controller's own objects (headroom placeholders) are not the scenario's workloads.
+        self.controller_namespace = controller.config.namespace if controller is not None else None
 
     @property
     def cloud(self) -> CloudModel:
@@ -255,11 +418,42 @@ class Show:
         if tick is not None:
             tick()
 
+    def workloads(self) -> list[Obj]:
+        """The scenario's Deployments (not the controller's placeholders)."""
+        return [
+            d
+            for d in self.cluster.store.list(DEPLOYMENTS)
+            if d["metadata"].get("namespace") != self.controller_namespace
+        ]
+
+    def capacity_of_node(self) -> dict[str, str]:
+        kinds = {p["name"]: p["capacityType"] for p in self.cloud.pools_view()}
+        return {name: kinds[pool] for name, pool in self.pool_of_node().items() if pool in kinds}
+
     async def run(self) -> None:
         await self.show_nodes()
+        await self.start_controller()
         await self.roll_out()
         await self.interrupt()
         self.show_cost()
+
+    async def start_controller(self) -> None:
+        """Start the placement controller (blocking calls to the served API: off the emulator's loop)."""
+        controller = self.controller
+        if controller is None:
+            self.console.print(f"{self.stamp()} [yellow]no placement controller in this show[/yellow]")
+            return
+        self.console.print(f"{self.stamp()} starting the placement controller (shipshape controller)")
+        try:
+            await asyncio.to_thread(controller.start)
+        except Exception as exc:  # its start failed: the show cannot show the product
+            raise ShowFailed(f"the placement controller did not start: {exc}") from None
+        await self.until(lambda: controller.elector.is_leader, self.settings.rollout_timeout)
+        self.console.print(
+            f"{self.stamp()} [green]placement controller running[/green]: webhook registered on port "
+            f"{controller.webhook_port}, leader elected ({controller.settings.identity})",
+            highlight=False,
+        )
 
     async def show_nodes(self) -> None:
         store = self.cluster.store
@@ -293,7 +487,6 @@ class Show:
             await assembly.apply_objects(self.cluster)
         except errors.ApiError as exc:
             raise ShowFailed(f"the scenario's objects cannot be created: {exc.message}") from None
-        store = self.cluster.store
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -305,17 +498,38 @@ class Show:
             task = progress.add_task("replicas available", total=None, when="")
 
             def tick() -> None:
-                available, desired, _ = rollout_progress(store.list(DEPLOYMENTS))
+                available, desired, _ = rollout_progress(self.workloads())
                 progress.update(
                     task, completed=available, total=desired or None, when=f"t+{self.elapsed():.0f}s"
                 )
 
             await self.until(
-                lambda: rollout_progress(store.list(DEPLOYMENTS))[2], self.settings.rollout_timeout, tick
+                lambda: rollout_progress(self.workloads())[2], self.settings.rollout_timeout, tick
             )
-        names = ", ".join(d["metadata"]["name"] for d in store.list(DEPLOYMENTS))
+        names = ", ".join(d["metadata"]["name"] for d in self.workloads())
         self.console.print(f"{self.stamp()} [green]all Deployments available[/green] ({names})")
         self.show_placement("Workload pods by pool")
+        self.show_decisions()
+
+    def show_decisions(self) -> None:
+        """What the controller decided for each opted-in workload's pods, and where they run."""
+        rows = placement_rows(self.cluster.store.list(PODS), self.capacity_of_node())
+        if not rows:
+            self.console.print("no pod carries a placement decision (no workload is opted in)")
+            return
+        table = Table(title="Placement decided by the controller", title_justify="left")
+        for column in ("workload", "pods", "on-demand", "spot", "spot pools", "reasons"):
+            table.add_column(column, justify="right" if column in ("pods", "on-demand", "spot") else "left")
+        for row in rows:
+            table.add_row(
+                row.workload,
+                str(row.pods),
+                str(row.on_demand),
+                str(row.spot),
+                ", ".join(row.pools) or "-",
+                ", ".join(row.reasons),
+            )
+        self.console.print(table)
 
     def show_placement(self, title: str) -> None:
         counts = pods_per_pool(self.cluster.store.list(PODS), self.pool_of_node())
@@ -352,12 +566,16 @@ class Show:
         notice_at = self.cluster.now()
         ticker = NodeTicker(self)
         reached: set[str] = set()
+        floors = workload_floors([*self.workloads(), *store.list(STATEFULSETS)], store.list(PDBS))
+        lowest = LowestReady(store.list(PODS), floors)
+        unsubscribe = store.subscribe(lambda event: lowest.observe(event.type, event.object), kinds=[PODS])
+        acted: set[tuple[str, str]] = set()
 
         def landed() -> bool:
             live = {p["metadata"]["uid"] for p in store.list(PODS) if is_workload_pod(p)}
             return (
                 not (moving & live)
-                and rollout_progress(store.list(DEPLOYMENTS))[2]
+                and rollout_progress(self.workloads())[2]
                 and all(self._owner_settled(owner) for owner in owners)
             )
 
@@ -366,6 +584,8 @@ class Show:
 
         def milestones() -> None:
             ticker.tick()
+            for line in controller_actions(self.workloads(), acted):
+                self.console.print(f"{self.stamp()} {line}", highlight=False)
             if "landed" not in reached and landed():
                 reached.add("landed")
                 self._report_landed(notice_at, owners)
@@ -394,8 +614,35 @@ class Show:
                 progress.update(task, completed=gone, left=f"{max(0.0, notice - gone):.0f}s to termination")
                 milestones()
 
-            await self.until(lambda: len(reached) == 3, self.settings.recovery_timeout, tick)
+            try:
+                await self.until(lambda: len(reached) == 3, self.settings.recovery_timeout, tick)
+            finally:
+                unsubscribe()
         self.show_placement("Workload pods by pool after the interruption")
+        self.show_availability(floors, lowest.lowest)
+
+    def show_availability(self, floors: dict[str, tuple[int, int]], lowest: dict[str, int]) -> None:
+        """The fewest Ready replicas of each workload during the reclaim, against its budget."""
+        table = Table(title="Availability during the reclaim", title_justify="left")
+        for column in ("workload", "replicas", "floor (PDB)", "lowest ready", ""):
+            table.add_column(column, justify="left" if column in ("workload", "") else "right")
+        below = 0
+        for workload, (replicas, floor) in sorted(floors.items()):
+            low = lowest.get(workload, 0)
+            below += low < floor
+            verdict = "[green]ok[/green]" if low >= floor else "[red]below its floor[/red]"
+            table.add_row(workload, str(replicas), str(floor), str(low), verdict)
+        self.console.print(table)
+        if below == 0:
+            self.console.print(
+                f"{self.stamp()} [bold green]no outage[/bold green]: every workload kept at least its "
+                "floor of Ready replicas through the reclaim",
+                highlight=False,
+            )
+        else:
+            self.console.print(
+                f"{self.stamp()} [bold red]{below} workload(s) fell below their floor[/bold red]"
+            )
 
     def _report_landed(self, notice_at: float, owners: list[str]) -> None:
         took = self.cluster.now() - notice_at
@@ -460,6 +707,14 @@ class Show:
             table.add_row(name, entry["capacityType"], f"{entry['nodeHours']:.3f}", f"{entry['cost']:.4f}")
         table.add_row("total", "", f"{cost['nodeHours']:.3f}", f"{cost['total']:.4f}", style="bold")
         self.console.print(table)
+        now_rate, on_demand_rate = hourly_rates(pools)
+        if on_demand_rate > 0:
+            self.console.print(
+                f"right now: {now_rate:.4f} USD/hour for these nodes, {on_demand_rate:.4f} USD/hour for the "
+                f"same nodes on demand ({1 - now_rate / on_demand_rate:.0%} less; "
+                f"{(on_demand_rate - now_rate) * 730:.2f} USD a month)",
+                highlight=False,
+            )
         on_demand = on_demand_equivalent(cost, pools)
         if on_demand > 0:
             saved = 1 - cost["total"] / on_demand
@@ -492,6 +747,7 @@ async def _serve_and_show(
     workdir: Path,
     exit_after_show: bool,
     settings: ShowSettings,
+    with_controller: bool = True,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -504,37 +760,78 @@ async def _serve_and_show(
         console.print("Point kubectl at it:", highlight=False)
         console.print(f"  export KUBECONFIG={kubeconfig}", highlight=False, soft_wrap=True)
         console.print("  kubectl get nodes -L node.kubernetes.io/capacity,topology.kubernetes.io/zone")
-        show = Show(cluster, console, settings)
-        show_task = asyncio.create_task(show.run())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({show_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if not show_task.done():
-            show_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await show_task
-            console.print("stopped")
-            return 0
-        failure = show_task.exception()
-        if failure is not None:
-            stopper.cancel()
-            if isinstance(failure, ShowFailed):
-                console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
-                return 1
-            raise failure
-        console.print("show over")
-        if not exit_after_show:
-            console.print(
-                "serving until Ctrl-C; node changes from the scenario's timeline follow", highlight=False
-            )
-            follower = asyncio.create_task(show.follow())
-            await stopper
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
-        else:
-            stopper.cancel()
+        try:
+            process = placement_controller(cluster, kubeconfig, workdir) if with_controller else None
+        except ShowFailed as failure:
+            console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
+            return 1
+        try:
+            return await _show(cluster, console, settings, process, stop, exit_after_show)
+        finally:
+            if process is not None:
+                # Graceful: the Lease is released and the webhook drains while the API server still serves.
+                await asyncio.to_thread(process.stop)
+
+
+def placement_controller(cluster: Cluster, kubeconfig: Path, workdir: Path) -> ControllerProcess:
+    """The real placement controller, as `shipshape controller --kubeconfig` runs it, on the cluster's
+    clock (its deadlines and Lease times are emulated time)."""
+    try:
+        api_client = load_api_client(kubeconfig)
+    except KubeClientError as exc:
+        raise ShowFailed(f"the placement controller cannot read {kubeconfig}: {exc}") from None
+    settings = ProcessSettings(
+        identity="demo-controller",
+        lease=LeaseSettings(duration_seconds=15, retry_seconds=2.0),
+        loops=LoopSettings(),
+        # The emulated clock runs fast: a long back-off would be minutes of stale cache.
+        informer_backoff_max_seconds=1.0,
+    )
+    (workdir / "controller").mkdir(parents=True, exist_ok=True)
+    return ControllerProcess(
+        api_client, ControllerConfig(), settings, cluster.clock, workdir=workdir / "controller"
+    )
+
+
+async def _show(
+    cluster: Cluster,
+    console: Console,
+    settings: ShowSettings,
+    process: ControllerProcess | None,
+    stop: asyncio.Event,
+    exit_after_show: bool,
+) -> int:
+    show = Show(cluster, console, settings, process)
+    show_task = asyncio.create_task(show.run())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({show_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not show_task.done():
+        show_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await show_task
         console.print("stopped")
         return 0
+    failure = show_task.exception()
+    if failure is not None:
+        stopper.cancel()
+        if isinstance(failure, ShowFailed):
+            console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
+            return 1
+        raise failure
+    console.print("show over")
+    if not exit_after_show:
+        console.print(
+            "serving until Ctrl-C; node changes from the scenario's timeline follow", highlight=False
+        )
+        follower = asyncio.create_task(show.follow())
+        await stopper
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+    else:
+        stopper.cancel()
+    console.print("stopped")
+    return 0
 
 
 def demo(
@@ -545,6 +842,11 @@ def demo(
     port: int = typer.Option(6443, help="HTTPS port of the API server (0 picks a free one)."),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where the kubeconfig and certificates go."),
     exit_after_show: bool = typer.Option(False, "--exit-after-show", help="Stop once the show is over."),
+    with_controller: bool = typer.Option(
+        True,
+        "--controller/--no-controller",
+        help="Run the placement controller against the cluster (--no-controller: the emulator alone).",
+    ),
     start: str = typer.Option(
         DEFAULT_START,
         "--start",
@@ -552,7 +854,8 @@ def demo(
         "faster clock stays behind the wall clock (and kubectl's ages valid) for duration/(speed-1).",
     ),
 ) -> None:
-    """Serve an emulated cluster and narrate a spot interruption and its replacements."""
+    """Serve an emulated cluster, run the placement controller on it and narrate a spot interruption:
+    the controller's decisions, its surge before the nodes go, availability and cost."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = Console(highlight=False)
     path = scenario or _default_scenario()
@@ -579,6 +882,7 @@ def demo(
                 workdir=workdir,
                 exit_after_show=exit_after_show,
                 settings=ShowSettings(),
+                with_controller=with_controller,
             )
         )
     except OSError as exc:

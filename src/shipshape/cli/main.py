@@ -39,6 +39,14 @@ def _register() -> None:
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
+    from shipshape.cli import agent as agent_cli
+
+    app.command("agent")(agent_cli.agent)
+    from shipshape.cli import backend as backend_cli
+
+    app.command("backend")(backend_cli.backend)
+    app.command("worker")(backend_cli.worker)
+    app.add_typer(backend_cli.admin, name="admin")
     from shipshape.cli import analyze as analyze_cli
 
     app.command("analyze")(analyze_cli.analyze)

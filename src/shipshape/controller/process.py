@@ -24,8 +24,8 @@ from typing import Any
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, start_http_server
 
+from shipshape.controller import informers
 from shipshape.controller.cache import ClusterCache
-from shipshape.controller.informers import Informers
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
@@ -163,7 +163,9 @@ class ControllerProcess:
             self.metrics,
             shortages=self.shared.shortages.shortages,
         )
-        self.informers = Informers(api_client, self.cache, self.lock, settings.informer_backoff_max_seconds)
+        self.informers = informers.informers(
+            api_client, self.cache, self.lock, settings.informer_backoff_max_seconds
+        )
         self.elector = LeaseElector(
             api_client,
             settings.identity,

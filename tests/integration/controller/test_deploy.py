@@ -104,7 +104,14 @@ def test_every_manifest_matches_the_openapi_schema() -> None:
         "Role",
         "RoleBinding",
     } <= kinds
-    assert {"ConfigMap", "PriorityClass", "Deployment", "Service", "PodDisruptionBudget"} <= kinds
+    assert {
+        "ConfigMap",
+        "PriorityClass",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "DaemonSet",
+    } <= kinds
     problems: list[str] = []
     for obj in objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -115,8 +122,12 @@ def test_every_manifest_matches_the_openapi_schema() -> None:
 
 
 def test_the_shipped_priority_class_is_the_one_the_controller_applies() -> None:
-    shipped = next(o for o in manifests() if o["kind"] == "PriorityClass")
     applied = priority_class()
+    shipped = next(
+        o
+        for o in manifests()
+        if o["kind"] == "PriorityClass" and o["metadata"]["name"] == applied["metadata"]["name"]
+    )
     assert shipped["metadata"]["name"] == applied["metadata"]["name"]
     for field in ("value", "preemptionPolicy", "globalDefault"):
         assert shipped[field] == applied[field], field
@@ -153,8 +164,12 @@ def test_deployment_shape_and_configmap_settings(tmp_path: Path) -> None:
         + objects[("Role", "shipshape-controller")]["rules"]
     )
     assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)
+    # Secrets: never listed or watched; reads and writes by name only (create cannot be named).
     secret_rules = [r for r in rules if "secrets" in r["resources"]]
-    assert secret_rules and all(set(r["verbs"]) <= {"get", "create"} for r in secret_rules)
+    assert secret_rules and all(
+        r["verbs"] == ["create"] or r.get("resourceNames") == ["shipshape-webhook-tls"] for r in secret_rules
+    )
+    assert all(not {"list", "watch"} & set(r["verbs"]) for r in secret_rules)
     webhook_rules = [
         r for r in rules if "mutatingwebhookconfigurations" in r["resources"] and "update" in r["verbs"]
     ]
@@ -185,8 +200,9 @@ def test_kustomize_base_applies_with_server_dry_run(served_emulator: ServedEmula
     assert all(
         o["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "shipshape" for o in objects
     )
-    image = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert image["image"] == "ghcr.io/shipshape-dev/shipshape:0.1.0"
+    for kind in ("Deployment", "DaemonSet"):
+        image = next(o for o in objects if o["kind"] == kind)["spec"]["template"]["spec"]["containers"][0]
+        assert image["image"] == "ghcr.io/shipshape-dev/shipshape:0.1.0", kind
     # The emulator serves no RBAC API: those objects are checked against the schema above only.
     served = [o for o in objects if served_by_emulator(o)]
     assert {o["kind"] for o in objects if not served_by_emulator(o)} <= RBAC_KINDS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -124,8 +125,13 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     # They may still be booting, or be cordoned by the scenario's interruption handler.
     assert {row[1].split(",")[0] for row in rows[1:]} <= {"Ready", "NotReady"}
 
-    # The narration: ready, workloads up, the interruption, replacements, new nodes and cost.
+    # The narration: ready, the controller up, workloads up with its decisions, the interruption,
+    # what the controller did, replacements, new nodes, availability and cost.
+    assert re.search(r"placement controller running: webhook registered on port \d+, leader elected", text)
     assert "all Deployments available" in text
+    decided = re.search(r"Deployment/web\s+│\s+6\s+│\s+1\s+│\s+5\s+│", text)
+    assert decided is not None, text  # base 1 on-demand, the other five on spot
+    assert re.search(r"StatefulSet/db\s+│\s+2\s+│\s+1\s+│\s+1\s+│", text), text
     interrupted = re.search(r"spot interruption: pool (\S+), 2 node\(s\) \(([^)]*)\), 2-minute notice", text)
     assert interrupted is not None, text
     pool, nodes = interrupted.group(1), interrupted.group(2).split(", ")
@@ -135,6 +141,10 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     joined = re.findall(rf"node (\S+) joined pool {re.escape(pool)}", text)
     assert len(joined) == 2 and not set(joined) & set(nodes)
     assert f"pool {pool} back to size" in text
+    # The controller acted before the nodes went: a surge or a surge restart, and no workload fell
+    # below its floor (an independent count from the emulator's watch stream).
+    assert re.search(r"controller (surged|restarted) Deployment/\S+", text), text
+    assert "no outage: every workload kept at least its floor" in text, text
     assert re.search(r"cost so far: \d+\.\d{4} USD, \d+% less than the same nodes on demand", text), text
     assert text.rstrip().endswith("stopped")
 
@@ -265,3 +275,100 @@ def test_noticed_nodes_are_those_with_the_interruption_taint() -> None:
     other = {"metadata": {"name": "b"}, "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
     bare = {"metadata": {"name": "c"}, "spec": {}}
     assert demo.noticed_nodes([tainted, other, bare]) == {"a"}
+
+
+def _decided(name: str, node: str, owner: tuple[str, str], decision: dict[str, Any]) -> dict[str, Any]:
+    pod = _pod(name, node, owner, uid=name, annotations={demo.DECISION: json.dumps(decision)})
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return pod
+
+
+def test_placement_rows_count_where_decided_pods_run_and_why() -> None:
+    rs = ("ReplicaSet", "web-5d8f7c")
+    pods = [
+        _decided("web-1", "od1", rs, {"capacityType": "on-demand", "reason": "on-demand-base"}),
+        _decided("web-2", "s1", rs, {"capacityType": "spot", "pool": "m5.large/a", "reason": "spot-share"}),
+        _decided("web-3", "s2", rs, {"capacityType": "spot", "pool": "c5.large/b", "reason": "spot-share"}),
+        # Not decided by the controller (not opted in): not a row.
+        _pod("other-1", "s1", ("ReplicaSet", "other-7b9c")),
+    ]
+    rows = demo.placement_rows(pods, {"od1": "on-demand", "s1": "spot", "s2": "spot"})
+    assert rows == [
+        demo.PlacementRow(
+            workload="Deployment/web",
+            pods=3,
+            on_demand=1,
+            spot=2,
+            pools=("c5.large/b", "m5.large/a"),
+            reasons=("spot-share", "on-demand-base"),
+        )
+    ]
+
+
+def test_lowest_ready_follows_pod_events() -> None:
+    rs = ("ReplicaSet", "web-5d8f7c")
+    pods = [_decided(f"web-{i}", "n", rs, {"capacityType": "spot"}) for i in range(3)]
+    tracker = demo.LowestReady(pods, ["Deployment/web"])
+    assert tracker.lowest == {"Deployment/web": 3}
+    tracker.observe("DELETED", pods[0])
+    unready = {**pods[1], "status": {"phase": "Running", "conditions": []}}
+    tracker.observe("MODIFIED", unready)
+    replacement = _decided("web-9", "n", rs, {"capacityType": "on-demand"})
+    tracker.observe("ADDED", replacement)
+    tracker.observe("ADDED", _decided("web-10", "n", rs, {"capacityType": "on-demand"}))
+    # 3 -> 2 (deleted) -> 1 (unready) -> 2 -> 3: the lowest stays 1.
+    assert tracker.lowest == {"Deployment/web": 1}
+
+
+def test_workload_floors_take_the_strictest_selecting_pdb() -> None:
+    web = {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"replicas": 6, "template": {"metadata": {"labels": {"app": "web"}}}},
+    }
+    single = {
+        "kind": "Deployment",
+        "metadata": {"name": "one", "namespace": "shop"},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "one"}}}},
+    }
+    pdbs = [
+        {
+            "metadata": {"namespace": "shop"},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "web"}}},
+        },
+        {
+            "metadata": {"namespace": "shop"},
+            "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}},
+        },
+        {
+            "metadata": {"namespace": "else"},
+            "spec": {"minAvailable": 6, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    ]
+    assert demo.workload_floors([web, single], pdbs) == {"Deployment/web": (6, 4), "Deployment/one": (1, 1)}
+
+
+def test_controller_actions_are_reported_once_each() -> None:
+    web = {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {demo.SURGE_NOTE: json.dumps({"surge": 2, "pods": []})}},
+    }
+    one = {
+        "kind": "Deployment",
+        "metadata": {"name": "one", "annotations": {demo.RESTART_NOTE: '{"at": "t1"}'}},
+    }
+    seen: set[tuple[str, str]] = set()
+    lines = demo.controller_actions([web, one], seen)
+    assert lines[0].startswith("controller surged Deployment/web: +2 replica(s)")
+    assert lines[1].startswith("controller restarted Deployment/one")
+    assert demo.controller_actions([web, one], seen) == []
+    # A second restart (another notice) is reported again.
+    one["metadata"]["annotations"][demo.RESTART_NOTE] = '{"at": "t2"}'
+    assert len(demo.controller_actions([web, one], seen)) == 1
+
+
+def test_hourly_rates_price_running_nodes_both_ways() -> None:
+    pools = [_pool("spot-a", "spot", 2, price=0.03), _pool("od", "on-demand", 1, price=0.1)]
+    now, on_demand = demo.hourly_rates(pools)
+    assert now == pytest.approx(2 * 0.03 + 0.1)
+    assert on_demand == pytest.approx(3 * 0.1)

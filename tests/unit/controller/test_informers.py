@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from shipshape.controller.cache import ClusterCache
-from shipshape.controller.informers import Informer, Source
+from shipshape.controller.informers import LockedCache
+from shipshape.kube.informers import Informer, Source
 from shipshape.controller.policy import ControllerConfig
 
 Obj = dict[str, Any]
@@ -77,7 +78,7 @@ def test_lists_watches_relists_on_gone_and_retries_when_unreachable() -> None:
         ]
     )
     cache = ClusterCache(ControllerConfig())
-    informer = Informer(Source("Node", api), cache, threading.RLock(), stop, backoff_max=0.01)
+    informer = Informer(Source("Node", api), LockedCache(cache, threading.RLock()), stop, backoff_max=0.01)
     informer._run()  # on this thread: returns once the script is played and `stop` is set
 
     assert api.calls == [

@@ -1,0 +1,69 @@
+"""Sending pushes to the backend: gzip, an idempotency key per push, and a verdict per answer."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+
+import httpx
+
+LOG = logging.getLogger("shipshape.agent.pusher")
+PUSH_PATH = "/api/v1/pushes"
+
+
+class Outcome(Enum):
+    ACCEPTED = "accepted"  # 202 (a replay of an accepted push too)
+    RETRY = "retry"  # backend unreachable, 5xx, 408, 429: keep it and try later
+    REJECTED = "rejected"  # 4xx: this push will never be accepted; drop it and send a full snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    outcome: Outcome
+    detail: str
+
+
+class Pusher:
+    def __init__(
+        self, backend_url: str, token: str, timeout: float = 30.0, verify: bool | str = True
+    ) -> None:
+        self.client = httpx.Client(
+            base_url=backend_url.rstrip("/"),
+            timeout=timeout,
+            verify=verify,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
+        )
+
+    def send(self, sequence: int, gzipped: bytes) -> Answer:
+        try:
+            response = self.client.post(
+                PUSH_PATH,
+                content=gzipped,
+                headers={
+                    "Content-Encoding": "gzip",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": f"seq-{sequence}",
+                },
+            )
+        except httpx.HTTPError as error:
+            return Answer(Outcome.RETRY, f"backend unreachable: {error}")
+        status = response.status_code
+        if status == 202:
+            return Answer(Outcome.ACCEPTED, "duplicate" if response.json().get("duplicate") else "accepted")
+        detail = _detail(response)
+        if status in (408, 429) or status >= 500 or status in (401, 403):
+            # 401/403: a token being rotated or a backend misconfigured; keep the data and retry.
+            return Answer(Outcome.RETRY, f"{status} {detail}")
+        return Answer(Outcome.REJECTED, f"{status} {detail}")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    return str(body.get("detail", body))[:300] if isinstance(body, dict) else str(body)[:300]

@@ -1,0 +1,97 @@
+"""The agent's durable spool: every push is written here before it is sent, and removed once the
+backend accepted it, so nothing the agent took from the cluster is lost across a backend outage or
+an agent restart.
+
+One gzip file per push, named by its sequence, written atomically (temporary file, fsync, rename).
+Bounded: when a new push would pass `max_bytes`, everything spooled is dropped and a fresh full
+snapshot takes its place (it contains all those changes), so an outage of any length costs at most
+one snapshot's worth of disk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+_NAME = re.compile(r"^(\d{20})\.(snapshot|delta)\.json\.gz$")
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    sequence: int
+    kind: str  # snapshot | delta
+    path: Path
+
+    def body(self) -> bytes:
+        """The push as JSON (the file holds it gzip-compressed)."""
+        return gzip.decompress(self.path.read_bytes())
+
+    def gzipped(self) -> bytes:
+        return self.path.read_bytes()
+
+
+class Spool:
+    def __init__(self, directory: Path, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.glob("*.tmp"):
+            leftover.unlink(missing_ok=True)  # a write cut short by a crash: never acknowledged
+
+    def items(self) -> list[Spooled]:
+        """What waits to be sent, oldest first."""
+        out = []
+        for path in self.directory.iterdir():
+            match = _NAME.match(path.name)
+            if match:
+                out.append(Spooled(int(match.group(1)), match.group(2), path))
+        return sorted(out, key=lambda s: s.sequence)
+
+    def last_sequence(self) -> int:
+        items = self.items()
+        return items[-1].sequence if items else 0
+
+    def size(self) -> int:
+        return sum(s.path.stat().st_size for s in self.items())
+
+    def fits(self, compressed: int) -> bool:
+        return self.size() + compressed <= self.max_bytes
+
+    def add(self, sequence: int, kind: str, body: bytes) -> Spooled:
+        """Write a push durably; returns it. Raise ValueError when it does not fit (see `fold`)."""
+        data = gzip.compress(body, compresslevel=5)
+        with self._lock:
+            if not self.fits(len(data)):
+                raise ValueError(f"spool full ({self.max_bytes} bytes)")
+            path = self.directory / f"{sequence:020d}.{kind}.json.gz"
+            temporary = path.with_suffix(".tmp")
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+            _sync_directory(self.directory)
+            return Spooled(sequence, kind, path)
+
+    def fold(self, sequence: int, snapshot: bytes) -> Spooled:
+        """Drop everything spooled and keep one fresh snapshot instead (it holds all their changes)."""
+        with self._lock:
+            for item in self.items():
+                item.path.unlink(missing_ok=True)
+        return self.add(sequence, "snapshot", snapshot)
+
+    def remove(self, item: Spooled) -> None:
+        item.path.unlink(missing_ok=True)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

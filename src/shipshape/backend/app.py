@@ -1,0 +1,363 @@
+"""The backend's HTTP API (FastAPI): `/api/v1`, health, metrics.
+
+Endpoints are thin: authenticate, validate, call the repository in one transaction, answer. A push is
+answered 202 once it is committed and queued; the workers apply it. Domain errors become HTTP in one
+place (`_domain_errors`); no handler leaks a database or queue exception.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+import threading
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from shipshape.backend import auth
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
+from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import engine as store_engine
+from shipshape.backend.store import repository as repo
+from shipshape.contracts import push as push_contract
+
+LOG = logging.getLogger("shipshape.backend.api")
+_IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+# ---- wire schemas of the API (the push itself is a contract: shipshape.contracts.push) -------------
+
+
+class ClusterOut(BaseModel):
+    id: str
+    name: str
+    node_count: int
+    pod_count: int
+    last_seen: datetime | None
+    created_at: datetime
+    applied_sequence: int | None
+
+
+class ClusterCreate(BaseModel):
+    name: str = Field(pattern=_NAME.pattern)
+
+
+class ClusterCreated(BaseModel):
+    cluster_id: str
+    agent_token: str
+
+
+class AgentTokenOut(BaseModel):
+    agent_token: str
+
+
+class PushAccepted(BaseModel):
+    push_id: int
+    duplicate: bool
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry
+
+    def __post_init__(self) -> None:
+        self.requests = Counter(
+            "shipshape_backend_requests_total",
+            "API requests by route and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.pushes = Counter(
+            "shipshape_backend_pushes_total",
+            "Pushes by schema and result",
+            ["schema", "result"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "shipshape_backend_request_seconds",
+            "API request latency by route",
+            ["route"],
+            registry=self.registry,
+        )
+
+
+class RateLimiter:
+    """A token bucket per credential id, in this process (each API replica limits on its own)."""
+
+    def __init__(self, per_minute: int, clock: Any = time.monotonic) -> None:
+        self.capacity = float(per_minute)
+        self.rate = per_minute / 60.0
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.get(key, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - last) * self.rate)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                return False
+            self._buckets[key] = (tokens - 1.0, now)
+            return True
+
+
+@dataclass
+class Backend:
+    """What the API's handlers share: settings, database, queue, metrics, limiter."""
+
+    settings: BackendSettings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    queue: MemoryQueue | NatsQueue
+    metrics: Metrics
+    limiter: RateLimiter
+    # Wall-clock time for stored timestamps (injected: tests pass their own).
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self.sessions.begin() as session:
+            yield session
+
+
+def _backend(request: Request) -> Backend:
+    backend: Backend = request.app.state.backend
+    return backend
+
+
+def _principal(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> repo.UserPrincipal | repo.AgentPrincipal:
+    presented = auth.bearer(authorization)
+    if presented is None:
+        raise HTTPException(
+            401, "missing or malformed bearer credential", headers={"WWW-Authenticate": "Bearer"}
+        )
+    backend = _backend(request)
+    with backend.transaction() as session:
+        principal = repo.authenticate(session, presented)
+    if principal is None:
+        raise HTTPException(401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"})
+    if not backend.limiter.allow(presented.id):
+        raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": "1"})
+    return principal
+
+
+def _user(principal: Annotated[Any, Depends(_principal)]) -> repo.UserPrincipal:
+    if not isinstance(principal, repo.UserPrincipal):
+        raise HTTPException(403, "this endpoint needs a user API key")
+    return principal
+
+
+def _agent(principal: Annotated[Any, Depends(_principal)]) -> repo.AgentPrincipal:
+    if not isinstance(principal, repo.AgentPrincipal):
+        raise HTTPException(403, "this endpoint needs an agent token")
+    return principal
+
+
+def _cluster_out(cluster: Any) -> ClusterOut:
+    return ClusterOut(
+        id=cluster.id,
+        name=cluster.name,
+        node_count=cluster.node_count,
+        pod_count=cluster.pod_count,
+        last_seen=cluster.last_seen,
+        created_at=cluster.created_at,
+        applied_sequence=cluster.applied_sequence,
+    )
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The body, refusing (413) as soon as it passes `limit` bytes (a declared length is checked first)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"push larger than {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"push larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _inflate(body: bytes, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=31)  # gzip
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise HTTPException(400, f"body is not valid gzip: {error}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise HTTPException(413, f"push larger than {limit} bytes once inflated")
+    return out
+
+
+def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
+    """The API over `backend`; `run_workers` (an async context manager factory) runs in its lifespan."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if run_workers is None:
+            yield
+            return
+        async with run_workers():
+            yield
+
+    app = FastAPI(
+        title="Shipshape backend",
+        version="1",
+        lifespan=lifespan,
+        responses={401: {"model": ErrorOut}, 429: {"model": ErrorOut}},
+    )
+    app.state.backend = backend
+
+    @app.exception_handler(repo.NotFound)
+    async def _not_found(_: Request, error: repo.NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.exception_handler(repo.Conflict)
+    async def _conflict(_: Request, error: repo.Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=409)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response: Response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        backend.metrics.requests.labels(route, str(response.status_code)).inc()
+        backend.metrics.latency.labels(route).observe(time.perf_counter() - started)
+        return response
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz() -> JSONResponse:
+        try:
+            with backend.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            current = store_engine.is_current(backend.engine)
+        except Exception as error:  # any database failure means "not ready", with the reason
+            return JSONResponse({"status": "unavailable", "reason": type(error).__name__}, status_code=503)
+        if not current:
+            return JSONResponse({"status": "unavailable", "reason": "schema not migrated"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(backend.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post(
+        "/api/v1/pushes", status_code=202, response_model=PushAccepted, responses={413: {"model": ErrorOut}}
+    )
+    async def push(
+        request: Request,
+        agent: Annotated[repo.AgentPrincipal, Depends(_agent)],
+        idempotency_key: Annotated[str, Header(alias="Idempotency-Key")],
+        content_encoding: Annotated[str | None, Header()] = None,
+    ) -> PushAccepted:
+        """A snapshot or delta from the cluster's agent; stored once per idempotency key, then queued."""
+        if not _IDEMPOTENCY_KEY.match(idempotency_key):
+            raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
+        raw = await _read_limited(request, backend.settings.max_push_bytes)
+        encoding = (content_encoding or "identity").lower()
+        if encoding == "gzip":
+            body = _inflate(raw, backend.settings.max_inflated_bytes)
+        elif encoding == "identity":
+            body = raw
+        else:
+            raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
+        try:
+            message = push_contract.stripped(push_contract.parse_push(orjson.loads(body)))
+        except orjson.JSONDecodeError as error:
+            backend.metrics.pushes.labels("unknown", "malformed").inc()
+            raise HTTPException(400, f"body is not JSON: {error}") from None
+        except (ValidationError, ValueError) as error:
+            backend.metrics.pushes.labels("unknown", "invalid").inc()
+            raise HTTPException(422, _validation_message(error)) from None
+        stored = gzip.compress(push_contract.dump(message), compresslevel=1)
+        schema = message.schema_
+        with backend.transaction() as session:
+            recorded = repo.record_push(
+                session, agent.cluster_id, idempotency_key, schema, message.sequence, stored, backend.now()
+            )
+        if not recorded.duplicate:
+            await backend.queue.publish(
+                Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
+            )
+        backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
+        return PushAccepted(push_id=recorded.push_id, duplicate=recorded.duplicate)
+
+    @app.get("/api/v1/clusters", response_model=list[ClusterOut])
+    def list_clusters(user: Annotated[repo.UserPrincipal, Depends(_user)]) -> list[ClusterOut]:
+        with backend.transaction() as session:
+            return [_cluster_out(c) for c in repo.list_clusters(session, user.org_id)]
+
+    @app.post(
+        "/api/v1/clusters",
+        status_code=201,
+        response_model=ClusterCreated,
+        responses={409: {"model": ErrorOut}},
+    )
+    def create_cluster(
+        body: ClusterCreate, user: Annotated[repo.UserPrincipal, Depends(_user)]
+    ) -> ClusterCreated:
+        with backend.transaction() as session:
+            cluster, token = repo.create_cluster(session, user.org_id, body.name, backend.now())
+        return ClusterCreated(cluster_id=cluster.id, agent_token=token)
+
+    @app.get("/api/v1/clusters/{cluster_id}", response_model=ClusterOut, responses={404: {"model": ErrorOut}})
+    def get_cluster(cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]) -> ClusterOut:
+        with backend.transaction() as session:
+            return _cluster_out(repo.get_cluster(session, user.org_id, cluster_id))
+
+    @app.get("/api/v1/clusters/{cluster_id}/objects", responses={404: {"model": ErrorOut}})
+    def cluster_objects(
+        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)], kind: str | None = None
+    ) -> list[dict[str, Any]]:
+        with backend.transaction() as session:
+            return repo.cluster_objects(session, user.org_id, cluster_id, kind)
+
+    @app.post(
+        "/api/v1/clusters/{cluster_id}/agent-token",
+        response_model=AgentTokenOut,
+        responses={404: {"model": ErrorOut}},
+    )
+    def rotate_agent_token(
+        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]
+    ) -> AgentTokenOut:
+        """A new agent token for the cluster; the previous ones stop working at once."""
+        with backend.transaction() as session:
+            return AgentTokenOut(
+                agent_token=repo.rotate_agent_token(session, user.org_id, cluster_id, backend.now())
+            )
+
+    return app
+
+
+def _validation_message(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[:5]
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in first)
+    return str(error)

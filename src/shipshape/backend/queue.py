@@ -1,0 +1,206 @@
+"""The work queue between the API and the workers, behind one interface.
+
+`memory://` (the embedded default) is an asyncio queue inside the backend process, whose workers
+then run in the same process. `nats://host:port` is NATS JetStream: a file-backed stream, one
+durable pull consumer shared by every worker (each message goes to one of them), explicit acks, and
+redelivery of whatever a worker took but did not ack (a worker killed mid-message). JetStream also
+drops a second publish of the same message id within its duplicate window.
+
+A message names a stored push; the push itself is in the database (the queue carries no data that
+only it holds, so a message lost with a crashed process is found again by the workers' sweep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import orjson
+
+LOG = logging.getLogger("shipshape.backend.queue")
+# The stream (and its subjects) can be named in the URL (`nats://host:4222?stream=NAME`), so that
+# several backends (or test runs) share one NATS server without sharing work.
+DEFAULT_STREAM = "SHIPSHAPE_PUSHES"
+DURABLE = "workers"
+_STREAM_NAME = re.compile(r"^[A-Z0-9_]{1,64}$")
+
+
+class QueueError(Exception):
+    """The queue URL is unusable or the queue cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    push_id: int
+    cluster_id: str
+    # Unique per push: JetStream's duplicate detection key.
+    message_id: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"push_id": self.push_id, "cluster_id": self.cluster_id, "id": self.message_id})
+
+    @classmethod
+    def decode(cls, data: bytes) -> Job:
+        body = orjson.loads(data)
+        return cls(int(body["push_id"]), str(body["cluster_id"]), str(body["id"]))
+
+
+class Verdict(Enum):
+    DONE = "done"
+    RETRY = "retry"  # not now: deliver again after a delay
+
+
+Handler = Callable[[Job], Awaitable[Verdict]]
+
+
+class WorkQueue(Protocol):
+    async def publish(self, job: Job) -> None: ...
+
+    async def consume(self, handler: Handler) -> None:
+        """Hand each job to `handler` until cancelled."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryQueue:
+    """In-process queue: jobs die with the process (the workers' sweep finds their pushes again)."""
+
+    def __init__(self, retry_delay: float = 0.5) -> None:
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.retry_delay = retry_delay
+        self._later: set[asyncio.Task[None]] = set()
+
+    async def publish(self, job: Job) -> None:
+        await self._queue.put(job)
+
+    async def consume(self, handler: Handler) -> None:
+        while True:
+            job = await self._queue.get()
+            try:
+                verdict = await handler(job)
+            except Exception:
+                LOG.exception("job %s failed; retrying", job.message_id)
+                verdict = Verdict.RETRY
+            if verdict is Verdict.RETRY:
+                task = asyncio.create_task(self._again(job))
+                self._later.add(task)
+                task.add_done_callback(self._later.discard)
+
+    async def _again(self, job: Job) -> None:
+        await asyncio.sleep(self.retry_delay)
+        await self._queue.put(job)
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    async def close(self) -> None:
+        for task in list(self._later):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class NatsQueue:
+    """NATS JetStream: a durable pull consumer shared by all workers; ack after the work is committed."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        stream: str = DEFAULT_STREAM,
+        ack_wait: float = 30.0,
+        retry_delay: float = 0.5,
+        batch: int = 32,
+    ) -> None:
+        self.url = url
+        self.stream = stream
+        self.subject = stream.lower().replace("_", "-")
+        self.ack_wait = ack_wait
+        self.retry_delay = retry_delay
+        self.batch = batch
+        self._nc: Any = None
+        self._js: Any = None
+
+    async def connect(self) -> NatsQueue:
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+        from nats.js.errors import BadRequestError
+
+        try:
+            self._nc = await nats.connect(
+                self.url, connect_timeout=5, max_reconnect_attempts=-1, allow_reconnect=True
+            )
+        except Exception as error:  # nats-py raises OSError, TimeoutError or its own NoServersError
+            raise QueueError(f"cannot reach NATS at {self.url}: {error}") from error
+        self._js = self._nc.jetstream()
+        stream = StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.subject}.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=120.0,
+        )
+        try:
+            await self._js.add_stream(stream)
+        except BadRequestError:
+            await self._js.update_stream(stream)
+        consumer = ConsumerConfig(
+            durable_name=DURABLE,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait,
+            max_deliver=-1,
+        )
+        with contextlib.suppress(BadRequestError):
+            await self._js.add_consumer(self.stream, consumer)
+        return self
+
+    async def publish(self, job: Job) -> None:
+        await self._js.publish(
+            f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
+        )
+
+    async def consume(self, handler: Handler) -> None:
+        subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
+        while True:
+            try:
+                messages = await subscription.fetch(self.batch, timeout=1.0)
+            except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
+                continue
+            for message in messages:
+                try:
+                    verdict = await handler(Job.decode(message.data))
+                except Exception:
+                    LOG.exception("job failed; NATS will deliver it again")
+                    verdict = Verdict.RETRY
+                if verdict is Verdict.DONE:
+                    await message.ack()
+                else:
+                    await message.nak(delay=self.retry_delay)
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            # Unacked messages are redelivered to the other workers after the ack wait: nothing to drain.
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+
+
+async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQueue:
+    """`memory://` or `nats://host:port[?stream=NAME]`."""
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return MemoryQueue()
+    if parts.scheme in ("nats", "tls"):
+        stream = parse_qs(parts.query).get("stream", [DEFAULT_STREAM])[0]
+        if not _STREAM_NAME.match(stream):
+            raise QueueError(f"invalid stream name {stream!r}: 1-64 of A-Z, 0-9 and _")
+        server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        return await NatsQueue(server, stream=stream, ack_wait=ack_wait).connect()
+    raise QueueError(f"unsupported queue URL {url!r}: use memory:// or nats://host:port")

@@ -1,0 +1,65 @@
+"""The backend's settings: flags, then `SHIPSHAPE_BACKEND_*` environment variables, then a YAML file,
+then the defaults below (the embedded ones: SQLite and the in-process queue in the working folder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DB = "sqlite:///.shipshape/backend.db"
+
+
+class SettingsError(Exception):
+    """The settings file or a value is invalid."""
+
+
+class BackendSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHIPSHAPE_BACKEND_", extra="forbid", frozen=True)
+
+    db: str = Field(default=DEFAULT_DB, description="database URL: postgresql://… or sqlite:///path")
+    queue: str = Field(
+        default="memory://", description="work queue: memory:// (in-process workers) or nats://host:port"
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    # A push as sent (gzip or not) and once inflated; bigger ones get 413 and store nothing.
+    max_push_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    max_inflated_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    # Requests per minute per credential (a token bucket of this size, refilled continuously).
+    rate_limit_per_minute: int = Field(default=1200, gt=0)
+    # Raw pushes are kept this long after they are processed; the cluster state is kept.
+    retention_hours: float = Field(default=72.0, gt=0)
+    # How often workers look for pushes stored but never queued (an API process killed in between).
+    sweep_seconds: float = Field(default=10.0, gt=0)
+    # In-process workers with the memory queue (the API runs them itself).
+    workers: int = Field(default=2, ge=1, le=64)
+
+
+def load(file: Path | None = None, **flags: Any) -> BackendSettings:
+    """Settings from `flags` (those not None), the environment, `file`, the defaults."""
+    from_file: dict[str, Any] = {}
+    if file is not None:
+        try:
+            data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise SettingsError(f"cannot read {file}: {error}") from error
+        if not isinstance(data, dict):
+            raise SettingsError(f"{file}: expected a mapping of settings")
+        from_file = data
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        env_and_defaults = BackendSettings()
+        merged = {**from_file, **_from_environment(env_and_defaults), **given}
+        return BackendSettings.model_validate(merged)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+        raise SettingsError(f"invalid backend settings: {problems}") from error
+
+
+def _from_environment(settings: BackendSettings) -> dict[str, Any]:
+    """The fields the environment set (they win over the file)."""
+    return {name: getattr(settings, name) for name in settings.model_fields_set}

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, Alembic migrations, and the repository (the only module with SQL)."""

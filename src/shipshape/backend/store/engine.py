@@ -1,0 +1,82 @@
+"""Engines and schema migrations: PostgreSQL at scale, SQLite as the embedded default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+class StoreError(Exception):
+    """The database URL is unusable or the database cannot be reached."""
+
+
+def normalise_url(url: str) -> str:
+    """`postgresql://` means psycopg 3 here (the driver this package installs)."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def create(url: str) -> Engine:
+    """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError as error:
+        raise StoreError(f"invalid database URL {url!r}: {error}") from error
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    if parsed.get_backend_name() != "postgresql":
+        raise StoreError(
+            f"unsupported database {parsed.get_backend_name()!r}: use postgresql:// or sqlite://"
+        )
+    return create_engine(parsed, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def _config(engine: Engine) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration (idempotent; safe from several processes on PostgreSQL
+    thanks to the transactional DDL and the version table's primary key)."""
+    config = _config(engine)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def is_current(engine: Engine) -> bool:
+    """The database is at the newest migration (readiness)."""
+    head = ScriptDirectory.from_config(_config(engine)).get_current_head()
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision() == head
+
+
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

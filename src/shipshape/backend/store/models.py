@@ -1,0 +1,109 @@
+"""The backend's tables (SQLAlchemy 2). The schema itself is created and changed only by Alembic
+migrations (`migrations/versions/`); `tests` check that the migrations produce these models.
+
+Tenancy: every row below an organisation carries its `org_id` (directly or through its cluster), and
+every query of `repository.py` filters on it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
+
+
+class Organization(Base):
+    __tablename__ = "organizations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime]
+
+
+class ApiKey(Base):
+    """A user's key: `ssk_<id>_<secret>`; only the secret's SHA-256 is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+    __table_args__ = (UniqueConstraint("org_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+    last_seen: Mapped[datetime | None]
+    # The last push applied to `cluster_objects` (a delta must follow it).
+    applied_sequence: Mapped[int | None] = mapped_column(BigInteger)
+    node_count: Mapped[int] = mapped_column(Integer, default=0)
+    pod_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class AgentToken(Base):
+    """An agent's token, scoped to one cluster: `sst_<id>_<secret>`; only the secret's SHA-256 is stored."""
+
+    __tablename__ = "agent_tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), index=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class Push(Base):
+    """One accepted push, as received (gzip JSON), until retention removes it. Unique per cluster and
+    idempotency key: a retried push is recognised and not stored or processed twice."""
+
+    __tablename__ = "pushes"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "idempotency_key"),
+        Index("ix_pushes_cluster_received", "cluster_id", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    schema_name: Mapped[str] = mapped_column(String(64))
+    sequence: Mapped[int] = mapped_column(BigInteger)
+    received_at: Mapped[datetime]
+    processed_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(String(256))
+    body_gzip: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ClusterObject(Base):
+    """The cluster's state as the pushes describe it: one row per object."""
+
+    __tablename__ = "cluster_objects"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    body: Mapped[dict[str, Any]]

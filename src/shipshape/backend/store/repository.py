@@ -1,0 +1,367 @@
+"""Every query of the backend, and the only module with SQL. Each function takes the caller's
+Session (the caller owns the transaction) and, below an organisation, its `org_id`: a query never
+reaches another tenant's rows."""
+
+from __future__ import annotations
+
+import gzip
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from shipshape.backend import auth
+from shipshape.backend.store.models import (
+    AgentToken,
+    ApiKey,
+    Cluster,
+    ClusterObject,
+    Organization,
+    Push,
+)
+from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
+
+
+class NotFound(Exception):
+    """No such object for this tenant (the same answer whether it exists elsewhere or not)."""
+
+
+class Conflict(Exception):
+    """The object exists already (a name taken within the organisation)."""
+
+
+# ---- identity ------------------------------------------------------------------------------------
+
+
+def create_organization(session: Session, name: str, now: datetime) -> tuple[Organization, str]:
+    """A new organisation and its first user API key (plaintext returned once)."""
+    org = Organization(id=str(uuid.uuid4()), name=name, created_at=now)
+    session.add(org)
+    try:
+        session.flush()
+    except IntegrityError as error:
+        raise Conflict(f"an organisation named {name!r} exists") from error
+    return org, create_api_key(session, org.id, "initial", now)
+
+
+def create_api_key(session: Session, org_id: str, name: str, now: datetime) -> str:
+    if session.get(Organization, org_id) is None:
+        raise NotFound(f"organisation {org_id} not found")
+    credential = auth.issue(auth.CredentialKind.USER_KEY)
+    session.add(
+        ApiKey(
+            id=credential.id,
+            org_id=org_id,
+            name=name,
+            secret_sha256=credential.secret_sha256,
+            created_at=now,
+        )
+    )
+    session.flush()
+    return credential.plaintext
+
+
+def create_cluster(session: Session, org_id: str, name: str, now: datetime) -> tuple[Cluster, str]:
+    """A new cluster of `org_id` and its agent token (plaintext returned once)."""
+    if session.get(Organization, org_id) is None:
+        raise NotFound(f"organisation {org_id} not found")
+    cluster = Cluster(
+        id=str(uuid.uuid4()), org_id=org_id, name=name, created_at=now, node_count=0, pod_count=0
+    )
+    session.add(cluster)
+    try:
+        session.flush()
+    except IntegrityError as error:
+        raise Conflict(f"a cluster named {name!r} exists in this organisation") from error
+    return cluster, _issue_agent_token(session, cluster.id, now)
+
+
+def rotate_agent_token(session: Session, org_id: str, cluster_id: str, now: datetime) -> str:
+    """A new token for the cluster; the old ones stop working at once."""
+    cluster = get_cluster(session, org_id, cluster_id)
+    session.execute(
+        update(AgentToken)
+        .where(AgentToken.cluster_id == cluster.id, AgentToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    return _issue_agent_token(session, cluster.id, now)
+
+
+def revoke_api_key(session: Session, org_id: str, key_id: str, now: datetime) -> None:
+    key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.org_id == org_id))
+    if key is None:
+        raise NotFound(f"API key {key_id} not found")
+    key.revoked_at = key.revoked_at or now
+
+
+def _issue_agent_token(session: Session, cluster_id: str, now: datetime) -> str:
+    credential = auth.issue(auth.CredentialKind.AGENT_TOKEN)
+    session.add(
+        AgentToken(
+            id=credential.id, cluster_id=cluster_id, secret_sha256=credential.secret_sha256, created_at=now
+        )
+    )
+    session.flush()
+    return credential.plaintext
+
+
+@dataclass(frozen=True, slots=True)
+class UserPrincipal:
+    org_id: str
+    key_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPrincipal:
+    org_id: str
+    cluster_id: str
+    token_id: str
+
+
+def authenticate(
+    session: Session, presented: auth.PresentedCredential
+) -> UserPrincipal | AgentPrincipal | None:
+    """The principal of a credential that is ours, live and not revoked; else None."""
+    if presented.kind is auth.CredentialKind.USER_KEY:
+        key = session.get(ApiKey, presented.id)
+        if key is None or key.revoked_at is not None or not auth.matches(presented, key.secret_sha256):
+            return None
+        return UserPrincipal(org_id=key.org_id, key_id=key.id)
+    row = session.execute(
+        select(AgentToken, Cluster.org_id)
+        .join(Cluster, Cluster.id == AgentToken.cluster_id)
+        .where(AgentToken.id == presented.id)
+    ).first()
+    if row is None:
+        return None
+    token, org_id = row
+    if token.revoked_at is not None or not auth.matches(presented, token.secret_sha256):
+        return None
+    return AgentPrincipal(org_id=org_id, cluster_id=token.cluster_id, token_id=token.id)
+
+
+# ---- clusters ------------------------------------------------------------------------------------
+
+
+def list_clusters(session: Session, org_id: str) -> list[Cluster]:
+    return list(session.scalars(select(Cluster).where(Cluster.org_id == org_id).order_by(Cluster.name)))
+
+
+def get_cluster(session: Session, org_id: str, cluster_id: str) -> Cluster:
+    cluster = session.scalar(select(Cluster).where(Cluster.id == cluster_id, Cluster.org_id == org_id))
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id} not found")
+    return cluster
+
+
+def cluster_objects(
+    session: Session, org_id: str, cluster_id: str, kind: str | None = None
+) -> list[dict[str, Any]]:
+    """The stored objects of a cluster (of one kind), ordered by kind, namespace and name."""
+    get_cluster(session, org_id, cluster_id)
+    query = select(ClusterObject.body).where(ClusterObject.cluster_id == cluster_id)
+    if kind is not None:
+        query = query.where(ClusterObject.kind == kind)
+    query = query.order_by(ClusterObject.kind, ClusterObject.namespace, ClusterObject.name)
+    return list(session.scalars(query))
+
+
+# ---- pushes --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    push_id: int
+    duplicate: bool
+
+
+def record_push(
+    session: Session,
+    cluster_id: str,
+    idempotency_key: str,
+    schema_name: str,
+    sequence: int,
+    body_gzip: bytes,
+    now: datetime,
+) -> Recorded:
+    """Store an accepted push once per (cluster, idempotency key); a replay returns the first one."""
+    existing = session.scalar(
+        select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
+    )
+    if existing is not None:
+        return Recorded(existing, duplicate=True)
+    push = Push(
+        cluster_id=cluster_id,
+        idempotency_key=idempotency_key,
+        schema_name=schema_name,
+        sequence=sequence,
+        received_at=now,
+        body_gzip=body_gzip,
+    )
+    try:
+        with session.begin_nested():
+            session.add(push)
+            session.flush()
+    except IntegrityError:
+        # The same key raced in from another API process: theirs is the push.
+        raced = session.scalar(
+            select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
+        )
+        if raced is None:
+            raise
+        return Recorded(raced, duplicate=True)
+    session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+    return Recorded(push.id, duplicate=False)
+
+
+class NotYet(Exception):
+    """A delta arrived before the push it follows: try again later (the queue redelivers)."""
+
+
+def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
+    """Apply the stored push `push_id`, and every other unprocessed push of its cluster that can be
+    applied now, in sequence order; returns the outcome for `push_id`.
+
+    Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
+    the cluster's row lock applies what is ready in order, and a job whose push someone else already
+    applied is a `duplicate`. NotYet: `push_id` is a delta whose base has not arrived yet.
+    """
+    push = session.get(Push, push_id)
+    if push is None:
+        return "gone"  # removed by retention before it was processed
+    if push.processed_at is not None:
+        return "duplicate"
+    cluster = session.scalar(select(Cluster).where(Cluster.id == push.cluster_id).with_for_update())
+    assert cluster is not None
+    session.refresh(push)
+    if push.processed_at is not None:
+        return "duplicate"  # applied by the worker that held the lock before us
+    pending = session.scalars(
+        select(Push)
+        .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None))
+        .order_by(Push.sequence, Push.id)
+    ).all()
+    mine: str | None = None
+    for candidate in pending:
+        try:
+            outcome = _apply_one(session, cluster, candidate, now)
+        except NotYet:
+            if candidate.id == push.id:
+                raise
+            continue
+        if candidate.id == push.id:
+            mine = outcome
+    if cluster.applied_sequence is not None:
+        cluster.node_count, cluster.pod_count = _counts(session, cluster.id)
+    assert mine is not None
+    return mine
+
+
+def _apply_one(session: Session, cluster: Cluster, push: Push, now: datetime) -> str:
+    message = parse_push(orjson.loads(gzip.decompress(push.body_gzip)))
+    applied = cluster.applied_sequence
+    if isinstance(message, ClusterSnapshot):
+        if applied is not None and message.sequence < applied:
+            outcome = "stale"
+        else:
+            _replace_objects(session, cluster.id, message)
+            outcome = "applied"
+    else:
+        if applied is not None and message.sequence <= applied:
+            outcome = "stale"
+        elif applied is None or message.base_sequence > applied:
+            raise NotYet(f"delta {message.sequence} follows {message.base_sequence}, applied: {applied}")
+        elif message.base_sequence < applied:
+            outcome = "stale"  # a snapshot newer than its base replaced the state already
+        else:
+            _apply_changes(session, cluster.id, message)
+            outcome = "applied"
+    if outcome == "applied":
+        cluster.applied_sequence = message.sequence
+    push.processed_at = now
+    push.outcome = outcome
+    return outcome
+
+
+def _replace_objects(session: Session, cluster_id: str, snapshot: ClusterSnapshot) -> None:
+    session.execute(delete(ClusterObject).where(ClusterObject.cluster_id == cluster_id))
+    rows = [
+        {
+            "cluster_id": cluster_id,
+            "kind": key.kind,
+            "namespace": key.namespace,
+            "name": key.name,
+            "body": body,
+        }
+        for key, body in snapshot.keyed().items()
+    ]
+    if rows:
+        session.execute(insert(ClusterObject), rows)
+
+
+def _apply_changes(session: Session, cluster_id: str, delta: ClusterDelta) -> None:
+    # Only the last change of each object matters.
+    last: dict[Any, Any] = {}
+    for change in delta.changes:
+        last[change.key()] = change
+    for key, change in last.items():
+        session.execute(
+            delete(ClusterObject).where(
+                ClusterObject.cluster_id == cluster_id,
+                ClusterObject.kind == key.kind,
+                ClusterObject.namespace == key.namespace,
+                ClusterObject.name == key.name,
+            )
+        )
+        if change.type != "DELETED":
+            session.add(
+                ClusterObject(
+                    cluster_id=cluster_id,
+                    kind=key.kind,
+                    namespace=key.namespace,
+                    name=key.name,
+                    body=change.object,
+                )
+            )
+    session.flush()
+
+
+def _counts(session: Session, cluster_id: str) -> tuple[int, int]:
+    rows = dict(
+        session.execute(
+            select(ClusterObject.kind, func.count())
+            .where(ClusterObject.cluster_id == cluster_id, ClusterObject.kind.in_(("nodes", "pods")))
+            .group_by(ClusterObject.kind)
+        ).all()
+    )
+    return int(rows.get("nodes", 0)), int(rows.get("pods", 0))
+
+
+def unprocessed_pushes(session: Session, received_before: datetime, limit: int = 1000) -> list[int]:
+    """Pushes stored before `received_before` but not processed yet (a queue message lost with a
+    crashed API process, or a delta still waiting for its base)."""
+    query = (
+        select(Push.id)
+        .where(Push.processed_at.is_(None), Push.received_at < received_before)
+        .order_by(Push.id)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def expire_pushes(session: Session, before: datetime) -> int:
+    """Retention: raw pushes processed before `before` are removed (the state stays)."""
+    result = session.execute(delete(Push).where(Push.processed_at.is_not(None), Push.received_at < before))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def push_clusters(session: Session, push_ids: list[int]) -> dict[int, str]:
+    """The cluster of each push."""
+    if not push_ids:
+        return {}
+    return dict(session.execute(select(Push.id, Push.cluster_id).where(Push.id.in_(push_ids))).tuples().all())

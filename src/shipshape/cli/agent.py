@@ -1,0 +1,71 @@
+"""`shipshape agent`: follow a cluster and push its state to the backend."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shipshape.agent.mirror import Mirror
+from shipshape.agent.pusher import Pusher
+from shipshape.agent.runner import Agent, AgentSettings, sources
+from shipshape.agent.spool import Spool
+from shipshape.kube import informers as kit
+from shipshape.kube.client import KubeClientError, load_api_client
+from shipshape.kube.clock import RealClock
+from shipshape.kube.duration import parse_duration
+
+
+def agent(
+    backend: Annotated[str, typer.Option("--backend", help="the backend's URL (https://… in production)")],
+    token_file: Annotated[Path, typer.Option("--token-file", help="file holding this cluster's agent token")],
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig of the cluster (default: in-cluster, then ~/.kube/config)")
+    ] = None,
+    spool: Annotated[Path, typer.Option(help="folder of the on-disk spool")] = Path(".shipshape/agent-spool"),
+    snapshot_every: Annotated[str, typer.Option(help="full snapshot period")] = "10m",
+    delta_every: Annotated[str, typer.Option(help="period of the batched deltas")] = "15s",
+    spool_max: Annotated[int, typer.Option(help="spool bound in MiB (then folded into one snapshot)")] = 256,
+) -> None:
+    """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
+    while it is unreachable."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"{token_file} is empty")
+        settings = AgentSettings(
+            snapshot_interval=parse_duration(snapshot_every),
+            delta_interval=parse_duration(delta_every),
+            spool_max_bytes=spool_max * 1024 * 1024,
+        )
+        api_client = load_api_client(kubeconfig)
+    except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    mirror = Mirror()
+    runner = Agent(
+        kit.Informers(sources(api_client), mirror),
+        mirror,
+        Pusher(backend, token),
+        Spool(spool, settings.spool_max_bytes),
+        RealClock(),
+        settings,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        runner.start()
+    except RuntimeError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"shipshape agent: following the cluster, pushing to {backend} (spool {spool})")
+    stop.wait()
+    runner.stop()

@@ -1,0 +1,147 @@
+"""`shipshape backend`, `shipshape worker` and `shipshape admin`: the backend's processes and its
+bootstrap (an organisation with a user key, a cluster with an agent token)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlalchemy import Engine
+
+from shipshape.backend import service
+from shipshape.backend import settings as backend_settings
+from shipshape.backend.queue import QueueError
+from shipshape.backend.store import engine as store_engine
+from shipshape.backend.store import repository as repo
+
+admin = typer.Typer(help="Bootstrap tenants: organisations, user API keys, clusters and agent tokens.")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help=f"database URL (default {backend_settings.DEFAULT_DB}; env SHIPSHAPE_BACKEND_DB)"
+    ),
+]
+QueueOption = Annotated[
+    str | None, typer.Option("--queue", help="memory:// (default; workers in-process) or nats://host:port")
+]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML file of backend settings")]
+
+
+def _settings(config: Path | None, **flags: object) -> backend_settings.BackendSettings:
+    try:
+        return backend_settings.load(config, **flags)
+    except backend_settings.SettingsError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
+def backend(
+    port: Annotated[
+        int | None, typer.Option(help="port on 127.0.0.1 (default 8080; 0: any free port)")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    db: DbOption = None,
+    queue: QueueOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Serve the backend's API (/api/v1, /healthz, /readyz, /metrics); with the in-process queue it
+    runs its workers too."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = _settings(config, port=port, host=host, db=db, queue=queue)
+    try:
+        asyncio.run(service.serve_api(settings))
+    except (store_engine.StoreError, QueueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+def worker(db: DbOption = None, queue: QueueOption = None, config: ConfigOption = None) -> None:
+    """Consume the shared queue (NATS JetStream): apply pushes to the stored state."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = _settings(config, db=db, queue=queue)
+    if settings.queue.startswith("memory:"):
+        typer.echo(
+            "error: with the in-process queue the backend runs its own workers; give --queue nats://…",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await service.run_workers(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except (store_engine.StoreError, QueueError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _open(db: str | None) -> Engine:
+    settings = _settings(None, db=db)
+    try:
+        engine = store_engine.create(settings.db)
+        store_engine.migrate(engine)
+    except store_engine.StoreError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    return engine
+
+
+@admin.command("create-org")
+def create_org(
+    name: Annotated[str, typer.Argument(help="organisation name (unique)")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Create an organisation (tenant) and its first user API key (printed once)."""
+    engine = _open(db)
+    try:
+        with store_engine.sessions(engine).begin() as session:
+            org, key = repo.create_organization(session, name, datetime.now(UTC))
+            org_id = org.id
+    except repo.Conflict as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        engine.dispose()
+    if as_json:
+        typer.echo(json.dumps({"org_id": org_id, "api_key": key}))
+    else:
+        typer.echo(f"organisation {name}: {org_id}\nAPI key (shown once): {key}")
+
+
+@admin.command("create-cluster")
+def create_cluster(
+    name: Annotated[str, typer.Argument(help="cluster name (unique within the organisation)")],
+    org: Annotated[str, typer.Option("--org", help="organisation id")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Register a cluster and issue its agent token (printed once)."""
+    engine = _open(db)
+    try:
+        with store_engine.sessions(engine).begin() as session:
+            cluster, token = repo.create_cluster(session, org, name, datetime.now(UTC))
+            cluster_id = cluster.id
+    except (repo.Conflict, repo.NotFound) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        engine.dispose()
+    if as_json:
+        typer.echo(json.dumps({"cluster_id": cluster_id, "agent_token": token}))
+    else:
+        typer.echo(f"cluster {name}: {cluster_id}\nagent token (shown once): {token}")

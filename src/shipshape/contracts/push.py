@@ -1,0 +1,218 @@
+"""What an agent pushes to the backend: a full snapshot of its cluster, or a delta since one.
+
+Versioned by `schema` (`shipshape.dev/snapshot/v1`, `shipshape.dev/delta/v1`): a receiver rejects a
+schema it does not know instead of guessing. Objects are Kubernetes objects as the API serves them,
+less what must never leave the cluster (managedFields, secret-looking environment values: the agent
+strips them; `strip_object` is the one implementation) and less what analyzers never read.
+
+Pure: no I/O. The agent builds these, the backend validates them, both import only this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SnapshotSchema = Literal["shipshape.dev/snapshot/v1"]
+DeltaSchema = Literal["shipshape.dev/delta/v1"]
+SNAPSHOT_SCHEMA: SnapshotSchema = "shipshape.dev/snapshot/v1"
+DELTA_SCHEMA: DeltaSchema = "shipshape.dev/delta/v1"
+
+# The kinds an agent reports, by the plural the API uses, and whether objects have a namespace.
+KINDS: dict[str, bool] = {
+    "nodes": False,
+    "pods": True,
+    "deployments": True,
+    "replicasets": True,
+    "statefulsets": True,
+    "daemonsets": True,
+    "jobs": True,
+    "poddisruptionbudgets": True,
+    "horizontalpodautoscalers": True,
+    "priorityclasses": False,
+    "events": True,
+}
+# Bounds that keep one push small enough to validate and store in one go.
+MAX_OBJECTS_PER_PUSH = 200_000
+MAX_CHANGES_PER_DELTA = 50_000
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_ENV = re.compile(r"(?i)(pass(word)?|secret|token|api[-_]?key|credential|private[-_]?key)")
+REDACTED = "<redacted>"
+
+
+class ObjectKey(BaseModel):
+    """Where an object lives: kind (API plural), namespace ("" for cluster-scoped) and name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    namespace: str = ""
+    name: str
+
+
+def object_key(kind: str, obj: Mapping[str, Any]) -> ObjectKey:
+    """The key of a Kubernetes object of `kind`, checked: a known kind, a valid name, a namespace
+    exactly when the kind has one. ValueError says what is wrong."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"a {kind} object has no metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"a {kind} object has an invalid metadata.name: {name!r}")
+    namespace = metadata.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise ValueError(f"{kind} {name}: metadata.namespace must be a string")
+    if KINDS[kind] and not namespace:
+        raise ValueError(f"{kind} {name}: metadata.namespace is required")
+    if not KINDS[kind] and namespace:
+        raise ValueError(f"{kind} {name}: a cluster-scoped object has no namespace")
+    return ObjectKey(kind=kind, namespace=namespace, name=name)
+
+
+def strip_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy without managedFields and with secret-looking env values replaced by `<redacted>`."""
+    out = dict(obj)
+    metadata = dict(out.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, Mapping) and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
+        metadata["annotations"] = {
+            k: v for k, v in annotations.items() if k != "kubectl.kubernetes.io/last-applied-configuration"
+        }
+    out["metadata"] = metadata
+    spec = out.get("spec")
+    if isinstance(spec, Mapping):
+        out["spec"] = _strip_pod_spec_env(spec)
+    return out
+
+
+def _strip_pod_spec_env(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Redact env values in a pod spec, or in a workload's pod template."""
+    result = dict(spec)
+    template = result.get("template")
+    if isinstance(template, Mapping) and isinstance(template.get("spec"), Mapping):
+        result["template"] = {**template, "spec": _strip_pod_spec_env(template["spec"])}
+    for field in ("containers", "initContainers", "ephemeralContainers"):
+        containers = result.get(field)
+        if isinstance(containers, list):
+            result[field] = [_strip_container(c) for c in containers]
+    return result
+
+
+def _strip_container(container: Any) -> Any:
+    if not isinstance(container, Mapping) or not isinstance(container.get("env"), list):
+        return container
+    env = []
+    for var in container["env"]:
+        if isinstance(var, Mapping) and "value" in var and _SECRET_ENV.search(str(var.get("name", ""))):
+            var = {**var, "value": REDACTED}
+        env.append(var)
+    return {**container, "env": env}
+
+
+class ClusterSnapshot(BaseModel):
+    """Every object of the reported kinds at one moment; replaces what the backend knew."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: SnapshotSchema = Field(default=SNAPSHOT_SCHEMA, alias="schema")
+    # Increases with every push of one agent; a delta names the sequence it follows.
+    sequence: int = Field(ge=0)
+    taken_at: datetime
+    agent_version: str = Field(default="", max_length=64)
+    objects: dict[str, list[dict[str, Any]]]
+
+    @field_validator("objects")
+    @classmethod
+    def _known_kinds_and_keys(
+        cls, objects: dict[str, list[dict[str, Any]]]
+    ) -> dict[str, list[dict[str, Any]]]:
+        total = sum(len(items) for items in objects.values())
+        if total > MAX_OBJECTS_PER_PUSH:
+            raise ValueError(f"{total} objects in one snapshot (at most {MAX_OBJECTS_PER_PUSH})")
+        for kind, items in objects.items():
+            seen: set[ObjectKey] = set()
+            for obj in items:
+                key = object_key(kind, obj)
+                if key in seen:
+                    raise ValueError(f"{kind} {key.namespace}/{key.name} appears twice")
+                seen.add(key)
+        return objects
+
+    def keyed(self) -> dict[ObjectKey, dict[str, Any]]:
+        return {object_key(kind, obj): obj for kind, items in self.objects.items() for obj in items}
+
+
+class Change(BaseModel):
+    """One object added, modified (the whole new object) or deleted (its last known object)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    kind: str
+    object: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _valid_key(self) -> Change:
+        object_key(self.kind, self.object)
+        return self
+
+    def key(self) -> ObjectKey:
+        return object_key(self.kind, self.object)
+
+
+class ClusterDelta(BaseModel):
+    """Changes since the push numbered `base_sequence`, in the order they happened."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: DeltaSchema = Field(default=DELTA_SCHEMA, alias="schema")
+    sequence: int = Field(ge=1)
+    base_sequence: int = Field(ge=0)
+    taken_at: datetime
+    agent_version: str = Field(default="", max_length=64)
+    changes: list[Change] = Field(max_length=MAX_CHANGES_PER_DELTA)
+
+    @model_validator(mode="after")
+    def _follows_its_base(self) -> ClusterDelta:
+        if self.sequence <= self.base_sequence:
+            raise ValueError("sequence must be greater than base_sequence")
+        return self
+
+
+Push = ClusterSnapshot | ClusterDelta
+
+
+def parse_push(data: Any) -> Push:
+    """A snapshot or a delta by its `schema` field; pydantic's ValidationError (or ValueError for an
+    unknown schema) says what is wrong."""
+    if not isinstance(data, Mapping):
+        raise ValueError("a push is a JSON object")
+    schema = data.get("schema")
+    if schema == SNAPSHOT_SCHEMA:
+        return ClusterSnapshot.model_validate(data)
+    if schema == DELTA_SCHEMA:
+        return ClusterDelta.model_validate(data)
+    raise ValueError(f"unknown schema {schema!r} (known: {SNAPSHOT_SCHEMA}, {DELTA_SCHEMA})")
+
+
+def stripped(push: Push) -> Push:
+    """The same push with every object passed through `strip_object` (the receiver does it again, so
+    that what an older or foreign agent forgot to strip is never stored)."""
+    if isinstance(push, ClusterSnapshot):
+        objects = {kind: [strip_object(obj) for obj in items] for kind, items in push.objects.items()}
+        return push.model_copy(update={"objects": objects})
+    changes = [c.model_copy(update={"object": strip_object(c.object)}) for c in push.changes]
+    return push.model_copy(update={"changes": changes})
+
+
+def dump(push: Push) -> bytes:
+    """The push as JSON bytes, in its wire form (`schema`, not `schema_`)."""
+    return orjson.dumps(push.model_dump(mode="json", by_alias=True))

@@ -1,0 +1,125 @@
+"""Pushes through the API into the stored state: snapshots, deltas, idempotency, order, bad input,
+on SQLite and PostgreSQL with the in-process queue."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import repository as repo
+from tests.integration.backend.conftest import delta, harness, node, pod, snapshot
+
+
+def _stored(h: object, org_id: str, cluster_id: str) -> dict[tuple[str, str, str], dict[str, object]]:
+    backend = h.backend  # type: ignore[attr-defined]
+    with backend.transaction() as session:
+        objects = repo.cluster_objects(session, org_id, cluster_id)
+    kinds = {"Node": "nodes", "Pod": "pods"}
+    return {(kinds[o["kind"]], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
+
+
+@pytest.mark.integration
+async def test_snapshot_then_deltas_give_the_state_of_a_fresh_snapshot(database_url: str) -> None:
+    async with harness(BackendSettings(db=database_url)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, snapshot(1, nodes=3, pods=10))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        changes = [
+            ("ADDED", "pods", pod("p10", "n1")),
+            ("DELETED", "pods", pod("p0", "n0")),
+            ("MODIFIED", "nodes", {**node("n2"), "spec": {"unschedulable": True}}),
+            ("ADDED", "nodes", node("n3")),
+        ]
+        assert (await h.push(t.agent_token, delta(2, 1, changes))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+
+        expected = snapshot(3, nodes=4, pods=11)
+        expected["objects"]["pods"] = [
+            p for p in expected["objects"]["pods"] if p["metadata"]["name"] != "p0"
+        ]
+        expected["objects"]["nodes"][2]["spec"] = {"unschedulable": True}
+        stored = _stored(h, t.org_id, t.cluster_id)
+        fresh = {
+            (kind, o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+            for kind, items in expected["objects"].items()
+            for o in items
+        }
+        assert set(stored) == set(fresh)
+        assert stored[("nodes", "", "n2")]["spec"] == {"unschedulable": True}
+        # What must not leave the cluster was removed even though this sender did not strip it.
+        p1 = stored[("pods", "shop", "p1")]
+        assert "managedFields" not in p1["metadata"]
+        env = {e["name"]: e["value"] for e in p1["spec"]["containers"][0]["env"]}
+        assert env == {"DB_PASSWORD": "<redacted>", "MODE": "prod"}
+
+        listed = await h.client.get("/api/v1/clusters", headers={"Authorization": f"Bearer {t.api_key}"})
+        assert listed.status_code == 200
+        (cluster,) = listed.json()
+        assert (cluster["id"], cluster["node_count"], cluster["pod_count"]) == (t.cluster_id, 4, 10)
+        assert cluster["last_seen"] is not None
+
+
+@pytest.mark.integration
+async def test_a_replayed_push_is_stored_and_applied_once(sqlite_url: str) -> None:
+    async with harness(BackendSettings(db=sqlite_url)) as h:
+        t = h.tenant("acme")
+        first = await h.push(t.agent_token, snapshot(1, 1, 2), key="push-1")
+        again = await h.push(t.agent_token, snapshot(1, 1, 2), key="push-1")
+        assert first.status_code == again.status_code == 202
+        assert first.json() == {"push_id": first.json()["push_id"], "duplicate": False}
+        assert again.json() == {"push_id": first.json()["push_id"], "duplicate": True}
+        await h.settled(t.cluster_id, 1)
+        with h.backend.transaction() as session:
+            assert len(session.query(repo.Push).all()) == 1
+
+
+@pytest.mark.integration
+async def test_a_delta_before_its_base_waits_for_it(sqlite_url: str) -> None:
+    async with harness(BackendSettings(db=sqlite_url)) as h:
+        t = h.tenant("acme")
+        assert (
+            await h.push(t.agent_token, delta(2, 1, [("ADDED", "pods", pod("late", "n0"))]))
+        ).status_code == 202
+        assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+        assert ("pods", "shop", "late") in _stored(h, t.org_id, t.cluster_id)
+
+
+@pytest.mark.integration
+async def test_bad_pushes_get_4xx_and_store_nothing(sqlite_url: str, tmp_path: Path) -> None:
+    settings = BackendSettings(db=sqlite_url, max_push_bytes=64 * 1024, max_inflated_bytes=256 * 1024)
+    async with harness(settings) as h:
+        t = h.tenant("acme")
+        auth = {"Authorization": f"Bearer {t.agent_token}"}
+        post = h.client.post
+
+        async def status(body: bytes, **headers: str) -> int:
+            response = await post("/api/v1/pushes", content=body, headers={**auth, **headers})
+            assert "Traceback" not in response.text
+            return response.status_code
+
+        good = orjson.dumps(snapshot(1, 1, 1))
+        assert await status(good) == 422  # no Idempotency-Key
+        assert await status(b"{not json", **{"Idempotency-Key": "k1"}) == 400
+        assert await status(orjson.dumps({"schema": "v0"}), **{"Idempotency-Key": "k2"}) == 422
+        wrong = snapshot(1, 1, 1)
+        wrong["objects"]["pods"][0]["metadata"].pop("namespace")
+        assert await status(orjson.dumps(wrong), **{"Idempotency-Key": "k3"}) == 422
+        unknown = snapshot(1, 1, 1)
+        unknown["objects"]["secrets"] = [{"metadata": {"name": "s", "namespace": "a"}}]
+        assert await status(orjson.dumps(unknown), **{"Idempotency-Key": "k4"}) == 422
+        big = orjson.dumps(snapshot(1, 1, 400))
+        assert len(big) > 64 * 1024
+        assert await status(big, **{"Idempotency-Key": "k5"}) == 413
+        bomb = gzip.compress(b"[" + b" " * (1024 * 1024) + b"]")
+        assert await status(bomb, **{"Idempotency-Key": "k6", "Content-Encoding": "gzip"}) == 413
+        assert await status(b"garbage", **{"Idempotency-Key": "k7", "Content-Encoding": "gzip"}) == 400
+        assert await status(good, **{"Idempotency-Key": "k8", "Content-Encoding": "br"}) == 415
+        assert await status(good, **{"Idempotency-Key": "bad key!"}) == 400
+        with h.backend.transaction() as session:
+            assert session.query(repo.Push).count() == 0
+            assert session.query(repo.ClusterObject).count() == 0

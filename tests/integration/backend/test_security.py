@@ -1,0 +1,97 @@
+"""Tenancy and credentials on every endpoint: another tenant's objects do not exist for you; revoked,
+malformed and forged credentials get 401; each kind of credential only does its own job."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import repository as repo
+from tests.integration.backend.conftest import harness, snapshot
+
+
+@pytest.mark.integration
+async def test_tenants_are_isolated_and_credentials_do_only_their_job(database_url: str) -> None:
+    async with harness(BackendSettings(db=database_url)) as h:
+        a, b = h.tenant("acme"), h.tenant("globex")
+        get, post = h.client.get, h.client.post
+
+        def as_(token: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token}"}
+
+        assert (await h.push(b.agent_token, snapshot(1, 2, 3))).status_code == 202
+        await h.settled(b.cluster_id, 1)
+
+        # A's key sees A's cluster only; B's cluster answers as if it did not exist.
+        listed = await get("/api/v1/clusters", headers=as_(a.api_key))
+        assert [c["id"] for c in listed.json()] == [a.cluster_id]
+        for path in (f"/api/v1/clusters/{b.cluster_id}", f"/api/v1/clusters/{b.cluster_id}/objects"):
+            assert (await get(path, headers=as_(a.api_key))).status_code == 404
+        assert (
+            await post(f"/api/v1/clusters/{b.cluster_id}/agent-token", headers=as_(a.api_key))
+        ).status_code == 404
+        assert (
+            await get(f"/api/v1/clusters/{b.cluster_id}/objects", headers=as_(b.api_key))
+        ).status_code == 200
+
+        # An agent token cannot act as a user, a user key cannot push.
+        assert (await get("/api/v1/clusters", headers=as_(a.agent_token))).status_code == 403
+        assert (await h.push(a.api_key, snapshot(1, 1, 1))).status_code == 403
+
+        # Missing, malformed and forged credentials.
+        assert (await get("/api/v1/clusters")).status_code == 401
+        assert (await get("/api/v1/clusters", headers={"Authorization": "Basic abc"})).status_code == 401
+        assert (await get("/api/v1/clusters", headers=as_("ssk_nothex_x"))).status_code == 401
+        forged = a.api_key[: a.api_key.rindex("_") + 1] + "A" * 43
+        assert (await get("/api/v1/clusters", headers=as_(forged))).status_code == 401
+        unknown_id = "ssk_000000000000_" + a.api_key.rsplit("_", 1)[1]
+        assert (await get("/api/v1/clusters", headers=as_(unknown_id))).status_code == 401
+
+        # Rotation: the old agent token stops at once, the new one pushes.
+        rotated = await post(f"/api/v1/clusters/{a.cluster_id}/agent-token", headers=as_(a.api_key))
+        assert rotated.status_code == 200
+        assert (await h.push(a.agent_token, snapshot(1, 1, 1))).status_code == 401
+        assert (await h.push(rotated.json()["agent_token"], snapshot(1, 1, 1))).status_code == 202
+
+        # Revocation of a user key.
+        key_id = a.api_key.split("_")[1]
+        with h.backend.transaction() as session:
+            repo.revoke_api_key(session, a.org_id, key_id, datetime.now(UTC))
+        assert (await get("/api/v1/clusters", headers=as_(a.api_key))).status_code == 401
+
+        # Nothing that failed stored anything for A beyond its one accepted push.
+        with h.backend.transaction() as session:
+            assert session.query(repo.Push).filter(repo.Push.cluster_id == a.cluster_id).count() == 1
+
+
+@pytest.mark.integration
+async def test_rate_limit_per_credential(sqlite_url: str) -> None:
+    async with harness(BackendSettings(db=sqlite_url, rate_limit_per_minute=5)) as h:
+        a, b = h.tenant("acme"), h.tenant("globex")
+        codes = [
+            (
+                await h.client.get("/api/v1/clusters", headers={"Authorization": f"Bearer {a.api_key}"})
+            ).status_code
+            for _ in range(7)
+        ]
+        assert codes[:5] == [200] * 5 and codes[5:] == [429, 429]
+        other = await h.client.get("/api/v1/clusters", headers={"Authorization": f"Bearer {b.api_key}"})
+        assert other.status_code == 200
+
+
+@pytest.mark.integration
+async def test_health_readiness_metrics_and_openapi(sqlite_url: str) -> None:
+    async with harness(BackendSettings(db=sqlite_url)) as h:
+        assert (await h.client.get("/healthz")).json() == {"status": "ok"}
+        assert (await h.client.get("/readyz")).json() == {"status": "ready"}
+        t = h.tenant("acme")
+        await h.push(t.agent_token, snapshot(1, 1, 1))
+        metrics = (await h.client.get("/metrics")).text
+        assert (
+            'shipshape_backend_pushes_total{result="accepted",schema="shipshape.dev/snapshot/v1"} 1.0'
+            in metrics
+        )
+        paths = (await h.client.get("/openapi.json")).json()["paths"]
+        assert {"/api/v1/pushes", "/api/v1/clusters", "/api/v1/clusters/{cluster_id}"} <= set(paths)

@@ -1,0 +1,90 @@
+"""The push contract's validation and stripping, and the credential format."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from shipshape.backend import auth
+from shipshape.contracts import push
+
+
+def _pod(name: str, **metadata: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "a", **metadata}, "spec": {}}
+
+
+def test_object_keys_are_checked() -> None:
+    assert push.object_key("pods", _pod("p")) == push.ObjectKey(kind="pods", namespace="a", name="p")
+    assert push.object_key("nodes", {"metadata": {"name": "n"}}).namespace == ""
+    for kind, obj, problem in [
+        ("secrets", _pod("p"), "unknown kind"),
+        ("pods", {"metadata": {"name": "p"}}, "namespace is required"),
+        ("nodes", {"metadata": {"name": "n", "namespace": "a"}}, "cluster-scoped"),
+        ("pods", _pod("Not_Valid"), "invalid metadata.name"),
+        ("pods", {"spec": {}}, "no metadata"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            push.object_key(kind, obj)
+
+
+def test_a_snapshot_rejects_an_object_twice_and_parse_rejects_unknown_schemas() -> None:
+    body = {"schema": push.SNAPSHOT_SCHEMA, "sequence": 1, "taken_at": "2026-11-25T00:00:00Z"}
+    with pytest.raises(ValidationError, match="appears twice"):
+        push.parse_push({**body, "objects": {"pods": [_pod("p"), _pod("p")]}})
+    with pytest.raises(ValueError, match="unknown schema"):
+        push.parse_push({**body, "schema": "shipshape.dev/snapshot/v9", "objects": {}})
+    delta = {"schema": push.DELTA_SCHEMA, "sequence": 3, "base_sequence": 3, "taken_at": body["taken_at"]}
+    with pytest.raises(ValidationError, match="greater than base_sequence"):
+        push.parse_push({**delta, "changes": []})
+
+
+def test_stripping_removes_what_must_not_leave_the_cluster() -> None:
+    container = {
+        "name": "c",
+        "env": [
+            {"name": "API_KEY", "value": "k"},
+            {"name": "db_password", "value": "p"},
+            {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {"name": "LOG_LEVEL", "value": "info"},
+        ],
+    }
+    deployment = {
+        "metadata": {
+            "name": "d",
+            "managedFields": [{}],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "1"},
+        },
+        "spec": {"template": {"spec": {"containers": [container], "initContainers": [container]}}},
+    }
+    stripped = push.strip_object(deployment)
+    assert "managedFields" not in stripped["metadata"]
+    assert stripped["metadata"]["annotations"] == {"keep": "1"}
+    for field in ("containers", "initContainers"):
+        env = stripped["spec"]["template"]["spec"][field][0]["env"]
+        assert [e.get("value") for e in env] == ["<redacted>", "<redacted>", None, "info"]
+        assert env[2]["valueFrom"] == {"secretKeyRef": {"name": "s", "key": "k"}}
+    # The original is untouched.
+    assert deployment["metadata"]["managedFields"] == [{}]
+    assert container["env"][0]["value"] == "k"
+
+
+def test_credentials_round_trip_and_reject_look_alikes() -> None:
+    issued = auth.issue(auth.CredentialKind.AGENT_TOKEN)
+    presented = auth.bearer(f"Bearer {issued.plaintext}")
+    assert (
+        presented is not None
+        and presented.id == issued.id
+        and presented.kind is auth.CredentialKind.AGENT_TOKEN
+    )
+    assert auth.matches(presented, issued.secret_sha256)
+    other = auth.issue(auth.CredentialKind.AGENT_TOKEN)
+    assert not auth.matches(presented, other.secret_sha256)
+    for header in (
+        None,
+        "",
+        "Bearer",
+        f"Basic {issued.plaintext}",
+        "Bearer ssk_12_x",
+        "Bearer xyz_0123456789ab_" + "a" * 43,
+    ):
+        assert auth.bearer(header) is None
