@@ -154,6 +154,7 @@ def main() -> None:
     pods, nodes, usage, prices = build(args.seed, args.nodes)
     built = time.perf_counter()
     cpu_built = time.process_time()
+    peak_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     profiler = None
     if args.profile:
         import cProfile
@@ -193,6 +194,7 @@ def main() -> None:
         "analysis_cpu_seconds": round(cpu_done - cpu_built, 2),  # wall time is noisy on a shared machine
         "build_cpu_seconds": round(cpu_built - cpu_started, 2),
         "peak_rss_mib": round(peak),
+        "peak_rss_after_build_mib": round(peak_built),
         "usage_rows_mib": round((usage.containers.cpu.nbytes + usage.containers.memory.nbytes) / 2**20),
         "findings": len(report.findings),
         "workload_containers": len(report.recommendations),
