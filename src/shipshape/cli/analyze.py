@@ -184,15 +184,17 @@ def analyze(
             except client.KubeClientError as error:
                 lacking.append(f"{name} not readable ({error})")
         if prometheus is None:
-            from shipshape.analyzers.efficiency.metricsapi import MetricsApiError, usage_from_metrics
+            from shipshape.analyzers.efficiency.metricsapi import (
+                MetricsApiError,
+                latest_window,
+                usage_from_metrics,
+            )
 
             try:
                 pod_metrics = client.list_resource_metrics(api, "pods")
                 node_metrics = client.list_resource_metrics(api, "nodes")
-                now = time.time()
-                usage = usage_from_metrics(
-                    pod_metrics, node_metrics, Window(now - step_seconds / 2, step_seconds, 1)
-                )
+                latest = latest_window(pod_metrics, node_metrics, step_seconds)
+                usage = usage_from_metrics(pod_metrics, node_metrics, latest)
             except (client.KubeClientError, MetricsApiError) as error:
                 raise _fail(
                     console, f"metrics.k8s.io: {error} (give --prometheus URL for usage history)"

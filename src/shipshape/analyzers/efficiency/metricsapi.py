@@ -54,6 +54,14 @@ def _when(obj: Obj) -> float:
     return parse_time(stamp)
 
 
+def latest_window(pod_metrics: Sequence[Obj], node_metrics: Sequence[Obj], step: float) -> Window:
+    """One step ending at the newest sample (the API server's clock, not the caller's)."""
+    stamps = [_when(item) for item in (*pod_metrics, *node_metrics)]
+    if not stamps:
+        raise MetricsApiError("metrics.k8s.io returned no samples")
+    return Window(max(stamps), step, 1)
+
+
 def usage_from_metrics(
     pod_metrics: Sequence[Obj], node_metrics: Sequence[Obj], window: Window, cluster: str = ""
 ) -> UsageData:
