@@ -50,6 +50,9 @@ def _register() -> None:
     from shipshape.cli import analyze as analyze_cli
 
     app.command("analyze")(analyze_cli.analyze)
+    from shipshape.cli import batch_resources as batch_resources_cli
+
+    app.command("batch-resources")(batch_resources_cli.batch_resources)
 
 
 _register()

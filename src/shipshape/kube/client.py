@@ -222,3 +222,9 @@ def list_resource_metrics(api: k8s.ApiClient, plural: str) -> list[Obj]:
     return list(
         _call(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", plural).get("items") or []
     )
+
+
+def patch_node_status(api: k8s.ApiClient, name: str, body: Mapping[str, Any]) -> Obj:
+    """Merge-patch a node's status subresource (e.g. extended resources in capacity/allocatable)."""
+    core = k8s.CoreV1Api(api)
+    return _call(core.patch_node_status, name, dict(body), _content_type="application/merge-patch+json")

@@ -21,6 +21,7 @@ from shipshape.kube.clock import VirtualClock
 from shipshape.simulate.ops import complete
 
 GIB = 2**30
+RESERVED_MEMORY_BYTES = 16 * GIB - 15174656 * 1024  # capacity - allocatable of the emulated m5.xlarge
 WEB = {"app": "web"}
 SCENARIO: dict[str, Any] = {
     "name": "efficiency",

@@ -12,11 +12,11 @@ from shipshape.analyzers.efficiency import analysis, qos
 from shipshape.analyzers.efficiency.analysis import AnalysisSettings
 from shipshape.analyzers.efficiency.usage import UsageData, Window
 from shipshape.emulator import usage_history
-from tests.unit.analyzers.efficiency.scenario import GIB, running_cluster
+from tests.unit.analyzers.efficiency.scenario import GIB, RESERVED_MEMORY_BYTES, running_cluster
 
 MIB = 2**20
 PRICE = 0.192  # USD/h given for the node
-RESERVED_MEMORY = 16 * GIB - 15174656 * 1024  # capacity - allocatable of the emulated m5.xlarge
+RESERVED_MEMORY = RESERVED_MEMORY_BYTES
 CORE_SHARE = 4 * 0.031611 / (4 * 0.031611 + 16 * 0.004237)
 PER_CORE = PRICE * CORE_SHARE / 4
 PER_GIB = PRICE * (1 - CORE_SHARE) / 16
