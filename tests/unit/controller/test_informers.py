@@ -10,8 +10,8 @@ from typing import Any
 
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.informers import LockedCache
-from shipshape.kube.informers import Informer, Source
 from shipshape.controller.policy import ControllerConfig
+from shipshape.kube.informers import Informer, Source
 
 Obj = dict[str, Any]
 
