@@ -171,3 +171,35 @@ def test_row_percentile_matches_numpy_with_and_without_gaps() -> None:
     with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
         want = np.nanpercentile(rows, 87.5, axis=1)
     np.testing.assert_allclose(got, want, equal_nan=True)
+
+
+def test_missing_requests_gaps_and_short_history_are_said() -> None:
+    steps = 100
+    cpu = [0.2] * steps
+    cpu_gappy = [float("nan")] * 30 + [0.2] * 70
+    data = usage(
+        {"bare": (cpu, [300 * MIB] * steps), "gappy": (cpu_gappy, [300 * MIB] * steps)},
+        {"n1": ([1.0] * steps, [GIB] * steps)},
+    )
+    pods = [pod("bare", None, None), pod("gappy", "1", "1Gi")]
+    report = analysis.analyze(pods, [node()], data, node_prices={"n1": 0.2})
+    bare = next(f for f in report.findings if f.target == "ns/Pod/bare/c")
+    assert (
+        "requests: no CPU request set" in bare.lacking and "requests: no memory request set" in bare.lacking
+    )
+    assert bare.monthly_savings is not None and bare.monthly_savings < 0  # setting requests costs money
+    assert bare.instruction is None  # a bare pod has no template to patch
+    gappy = next(f for f in report.findings if f.target == "ns/Pod/gappy/c")
+    assert "gaps: 30% of the window has no samples" in gappy.lacking
+    assert any(line.startswith("history: 1.2 h") for line in gappy.lacking)
+
+
+def test_an_empty_cluster_and_nodes_without_pods() -> None:
+    empty = UsageData(Window(0, 60, 3), Series.empty(3), Series.empty(3), "test")
+    report = analysis.analyze([], [], empty)
+    assert report.findings == () and report.recommendations == () and report.oom_replay_kills == 0
+    lonely = analysis.analyze([], [node()], empty)
+    (n1,) = lonely.colocation.nodes
+    # no node usage in the data at all: system usage taken as the kubelet reservation (none here),
+    # and the report says what it lacked
+    assert n1.cpu.batch.maximum == 4 - 1.6 and lonely.colocation.lacking
