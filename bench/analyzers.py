@@ -4,7 +4,8 @@ strategy, QoS colocation on every node, findings). Prints JSON.
 
 Targets: analysis < 30 s and peak memory (the whole process, usage rows included) < 4 GiB.
 Usage rows are float32: 150,000 containers x 2,016 steps x 2 resources is 2.4 GB on its own.
-Pass `--strategy vpa` to time the decaying-histogram strategy instead.
+By default both strategies (`simple`, `vpa`) run, each in a child process, side by side with their
+ratios; `--strategy NAME` runs one in this process (`--profile` adds a cProfile on stderr).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
 import sys
 import time
 from typing import Any
@@ -139,13 +141,51 @@ def build(
     return pods, nodes, usage, prices
 
 
+def compare(args: argparse.Namespace) -> None:
+    """Each strategy in a child process of its own (its own peak memory), side by side."""
+    cases = []
+    for strategy in ("simple", "vpa"):
+        command = [
+            sys.executable,
+            __file__,
+            "--strategy",
+            strategy,
+            "--seed",
+            str(args.seed),
+            "--nodes",
+            str(args.nodes),
+        ]
+        print(f"analyzers: {strategy} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        cases.append(json.loads(done.stdout))
+    simple, vpa = cases
+    result = {
+        "benchmark": "analyzers",
+        "cases": cases,
+        "ratios": {
+            "vpa_over_simple_analysis_cpu": round(
+                vpa["analysis_cpu_seconds"] / simple["analysis_cpu_seconds"], 2
+            ),
+            "vpa_over_simple_peak_rss": round(vpa["peak_rss_mib"] / simple["peak_rss_mib"], 2),
+        },
+    }
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategy", default="simple")
+    parser.add_argument(
+        "--strategy", default=None, help="one strategy in this process (default: both, compared)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=NODES, help="30 pods each")
     parser.add_argument("--profile", action="store_true", help="print the analysis's cProfile to stderr")
     args = parser.parse_args()
+    if args.strategy is None and not args.profile:
+        compare(args)
+        return
+    args.strategy = args.strategy or "simple"
     from shipshape.analyzers.efficiency import analysis
     from shipshape.analyzers.efficiency.cluster import read_cluster
 
