@@ -53,6 +53,7 @@ BATCH_KINDS = frozenset({"Job", "CronJob"})
 CpuPolicy = Literal["usage", "maxUsageRequest"]
 MemoryPolicy = Literal["usage", "request", "maxUsageRequest"]
 CHUNK_ROWS = 512
+NODE_BLOCK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,18 +176,18 @@ def _node_sums(
     request: F64,
     node_of_row: NDArray[np.int64],
     ls_row: NDArray[np.bool_],
+    order: NDArray[np.int64],
+    first_node: int,
     n_nodes: int,
     with_max: bool,
 ) -> tuple[F64, F64, F64, F64 | None]:
-    """Per node and step: LS usage, batch usage, LS usage with the request where no sample, and
-    (with_max) LS max(usage, request). Rows go in (node, band) order a chunk at a time, each run
-    of one node's band summed by one `reduceat` (float64 sums of float32 rows)."""
+    """Per node of [first_node, first_node + n_nodes) and step: LS usage, batch usage, LS usage with
+    the request where no sample, and (with_max) LS max(usage, request). `order` lists the block's
+    rows in (node, band) order; they go a chunk at a time, each run of one node's band summed by
+    one `reduceat` (float64 sums of float32 rows)."""
     steps = rows.shape[1]
     ls_used, batch_used, ls_filled = (np.zeros((n_nodes, steps)) for _ in range(3))
     ls_max = np.zeros((n_nodes, steps)) if with_max else None
-    placed = np.flatnonzero(node_of_row >= 0)
-    group = node_of_row[placed] * 2 + (~ls_row[placed]).astype(np.int64)
-    order = placed[np.argsort(group, kind="stable")]
     req = np.nan_to_num(request, nan=0.0)
     for start in range(0, order.size, CHUNK_ROWS):
         chunk = order[start : start + CHUNK_ROWS]
@@ -194,7 +195,7 @@ def _node_sums(
         sub = rows[chunk[0] : chunk[-1] + 1] if contiguous else rows[chunk]
         keys = node_of_row[chunk] * 2 + (~ls_row[chunk]).astype(np.int64)
         cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        nodes, is_ls = keys[cuts] // 2, keys[cuts] % 2 == 0
+        nodes, is_ls = keys[cuts] // 2 - first_node, keys[cuts] % 2 == 0
         missing = np.isnan(sub)
         has_gaps = bool(missing.any())
         filled = np.where(missing, np.float32(0), sub) if has_gaps else sub
@@ -277,63 +278,84 @@ def colocation(
     lacking: list[str] = []
     if len(usage.nodes) == 0:
         lacking.append("node usage (system usage taken as the kubelet reservation)")
-    per_resource: dict[str, list[ResourceColocation]] = {"cpu": [], "memory": []}
-    stale_steps: dict[str, NDArray[np.int64]] = {}
-    for resource, rows_, node_rows, request, capacity, allocatable, threshold, policy in (
+    placed = np.flatnonzero(node_of_row >= 0)
+    order = placed[np.argsort(node_of_row[placed] * 2 + (~ls_row[placed]).astype(np.int64), kind="stable")]
+    node_sorted = node_of_row[order]
+    names = ("minimum", "percentile", "mean", "maximum", "ls_request", "ls_peak", "batch_peak", "system_peak",
+             "overflow", "stale")  # fmt: skip
+    figures = {r: {name: np.zeros(n_nodes) for name in names} for r in ("cpu", "memory")}
+    resources = (
         ("cpu", cpu_rows, node_cpu, containers.cpu_request, cluster.nodes.cpu_capacity,
          cluster.nodes.cpu_allocatable, settings.cpu_reclaim_threshold_percent,
          settings.cpu_calculate_policy),
         ("memory", memory_rows, node_memory, containers.memory_request, cluster.nodes.memory_capacity,
          cluster.nodes.memory_allocatable, settings.memory_reclaim_threshold_percent,
          settings.memory_calculate_policy),
-    ):  # fmt: skip
-        ls_actual, batch_used, ls_used, ls_max = _node_sums(
-            rows_, request, node_of_row, ls_row, n_nodes, policy == "maxUsageRequest"
-        )
-        all_used = ls_actual + batch_used
-        ls_request = np.zeros(n_nodes)
-        placed = node_of_row >= 0
-        np.add.at(ls_request, node_of_row[placed & ls_row], np.nan_to_num(request[placed & ls_row]))
-        cap = capacity[:, None]
-        safety = cap * (100.0 - threshold) / 100.0
-        reserved = (capacity - allocatable)[:, None]
-        fresh, stale = _fresh_node_usage(node_rows, step, degrade) if len(usage.nodes) else (
-            np.full_like(all_used, np.nan), np.zeros(all_used.shape, dtype=bool))  # fmt: skip
-        system = np.maximum(np.where(np.isnan(fresh), reserved, fresh - all_used), reserved)
-        if policy == "request":
-            batch = cap - safety - reserved - ls_request[:, None] + np.zeros_like(all_used)
-        elif ls_max is not None:
-            batch = cap - safety - system - ls_max
-        else:
-            batch = cap - safety - system - ls_used
-        batch = np.maximum(batch, 0.0)
-        if len(usage.nodes):
-            batch[stale] = 0.0
-        # summaries now, so that only one resource's node x step arrays are alive at a time
-        del all_used, ls_used, ls_max
-        if n_nodes:
-            b_min, b_pct = batch.min(axis=1), np.percentile(batch, settings.reclaim_percentile, axis=1)
-            b_mean, b_max = batch.mean(axis=1), batch.max(axis=1)
-            ls_peak, batch_peak, system_peak = (
-                ls_actual.max(axis=1),
-                batch_used.max(axis=1),
-                system.max(axis=1),
+    )  # fmt: skip
+    # a block of nodes at a time: the node x step arrays stay small whatever the cluster's size
+    for first in range(0, n_nodes, NODE_BLOCK):
+        last = min(n_nodes, first + NODE_BLOCK)
+        block = order[np.searchsorted(node_sorted, first) : np.searchsorted(node_sorted, last)]
+        for resource, rows_, node_rows, request, capacity, allocatable, threshold, policy in resources:
+            ls_actual, batch_used, ls_used, ls_max = _node_sums(
+                rows_, request, node_of_row, ls_row, block, first, last - first, policy == "maxUsageRequest"
             )
-            overflow = ((system + ls_actual + batch_used) > cap).sum(axis=1)
-        del batch, ls_actual, batch_used, system
-        stale_steps[resource] = stale.sum(axis=1)
+            all_used = ls_actual + batch_used
+            ls_request = np.zeros(last - first)
+            ls_block = block[ls_row[block]]
+            np.add.at(ls_request, node_of_row[ls_block] - first, np.nan_to_num(request[ls_block]))
+            cap = capacity[first:last, None]
+            safety = cap * (100.0 - threshold) / 100.0
+            reserved = (capacity - allocatable)[first:last, None]
+            if len(usage.nodes):
+                fresh, stale = _fresh_node_usage(node_rows[first:last], step, degrade)
+            else:
+                fresh, stale = np.full_like(all_used, np.nan), np.zeros(all_used.shape, dtype=bool)
+            system = np.maximum(np.where(np.isnan(fresh), reserved, fresh - all_used), reserved)
+            if policy == "request":
+                batch = cap - safety - reserved - ls_request[:, None] + np.zeros_like(all_used)
+            elif ls_max is not None:
+                batch = cap - safety - system - ls_max
+            else:
+                batch = cap - safety - system - ls_used
+            batch = np.maximum(batch, 0.0)
+            if len(usage.nodes):
+                batch[stale] = 0.0
+            out = figures[resource]
+            out["minimum"][first:last] = batch.min(axis=1)
+            out["percentile"][first:last] = np.percentile(batch, settings.reclaim_percentile, axis=1)
+            out["mean"][first:last] = batch.mean(axis=1)
+            out["maximum"][first:last] = batch.max(axis=1)
+            out["ls_request"][first:last] = ls_request
+            out["ls_peak"][first:last] = ls_actual.max(axis=1)
+            out["batch_peak"][first:last] = batch_used.max(axis=1)
+            out["system_peak"][first:last] = system.max(axis=1)
+            out["overflow"][first:last] = ((system + ls_actual + batch_used) > cap).sum(axis=1)
+            out["stale"][first:last] = stale.sum(axis=1)
+    per_resource: dict[str, list[ResourceColocation]] = {"cpu": [], "memory": []}
+    for resource, capacity, allocatable in (
+        ("cpu", cluster.nodes.cpu_capacity, cluster.nodes.cpu_allocatable),
+        ("memory", cluster.nodes.memory_capacity, cluster.nodes.memory_allocatable),
+    ):
+        f = figures[resource]
         for i in range(n_nodes):
+            peaks = f["ls_peak"][i] + f["batch_peak"][i] + f["system_peak"][i]
             per_resource[resource].append(
                 ResourceColocation(
                     float(capacity[i]),
                     float(allocatable[i]),
-                    Stats(float(b_min[i]), float(b_pct[i]), float(b_mean[i]), float(b_max[i])),
-                    float(ls_request[i]),
-                    float(ls_peak[i]),
-                    float(batch_peak[i]),
-                    float(system_peak[i]),
-                    int(overflow[i]),
-                    bool(ls_peak[i] + batch_peak[i] + system_peak[i] > capacity[i]),
+                    Stats(
+                        float(f["minimum"][i]),
+                        float(f["percentile"][i]),
+                        float(f["mean"][i]),
+                        float(f["maximum"][i]),
+                    ),
+                    float(f["ls_request"][i]),
+                    float(f["ls_peak"][i]),
+                    float(f["batch_peak"][i]),
+                    float(f["system_peak"][i]),
+                    int(f["overflow"][i]),
+                    bool(peaks > capacity[i]),
                 )
             )
     nodes_out: list[NodeColocation] = []
@@ -346,7 +368,7 @@ def colocation(
         "request": "capacity - safety margin - reserved - LS requests",
         "maxUsageRequest": "capacity - safety margin - system used - sum(max(LS used, LS request))",
     }
-    stale_cpu = stale_steps["cpu"]
+    stale_cpu = figures["cpu"]["stale"]
     for i, name in enumerate(cluster.nodes.names):
         nodes_out.append(
             NodeColocation(
