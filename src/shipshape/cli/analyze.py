@@ -51,6 +51,12 @@ def node_prices(nodes: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _cluster_of(usage: UsageData) -> str:
+    """The cluster named by the usage keys (a central Prometheus's label), when they agree on one."""
+    names = {key.cluster for key in usage.containers.keys}
+    return names.pop() if len(names) == 1 else ""
+
+
 def _seconds(console: Console, text: str, flag: str) -> float:
     from shipshape.kube.duration import DurationError, parse_duration
 
@@ -223,6 +229,7 @@ def analyze(
             priority_classes=classes,
             node_prices=node_prices(nodes),
             settings=analysis.AnalysisSettings(strategy=strategy, strategy_settings=strategy_settings),
+            cluster_name=_cluster_of(usage),
         )
     except (ClusterError, ValueError) as error:
         raise _fail(console, str(error)) from error

@@ -19,7 +19,6 @@ import numpy as np
 from shipshape.analyzers.efficiency.usage import (
     ContainerKey,
     ContainerSpec,
-    Series,
     UsageData,
     Window,
     series_from_rows,
@@ -251,6 +250,3 @@ def openmetrics(
         ]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
-
-
-__all__ = ["Incidents", "Series", "openmetrics", "record"]

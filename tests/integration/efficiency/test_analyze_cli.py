@@ -71,13 +71,15 @@ def test_prometheus_history_of_the_same_pods(served: Any, tmp_path: Path) -> Non
     model = emulator.cluster.services["usage"]
     end = (int(time.time()) // STEP) * STEP
     times = [float(end - 3 * 3600 + STEP * i) for i in range(3 * 3600 // STEP + 1)]
-    om = usage_history.openmetrics(model, pods, [n["metadata"]["name"] for n in nodes], times)
+    om = usage_history.openmetrics(model, pods, [n["metadata"]["name"] for n in nodes], times, cluster="east")
     with serving(backfill(om, tmp_path), tmp_path) as url:
         result = run(
             "--kubeconfig",
             str(emulator.kubeconfig),
             "--prometheus",
             url,
+            "--cluster",
+            "east",
             "--window",
             "2h",
             "--step",

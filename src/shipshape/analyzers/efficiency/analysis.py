@@ -22,7 +22,7 @@ from shipshape.analyzers.efficiency import rightsizing
 from shipshape.analyzers.efficiency.cluster import Cluster, read_cluster
 from shipshape.analyzers.efficiency.qos import ColocationReport, ColocationSettings
 from shipshape.analyzers.efficiency.rightsizing import SimpleSettings, VpaSettings
-from shipshape.analyzers.efficiency.usage import ContainerKey, UsageData, Window
+from shipshape.analyzers.efficiency.usage import UsageData, Window
 from shipshape.kube.quantity import format_bytes, format_cpu
 
 F64 = NDArray[np.float64]
@@ -466,9 +466,11 @@ def analyze(
     node_prices: Mapping[str, float] | None = None,
     settings: AnalysisSettings | None = None,
     cluster: Cluster | None = None,
+    cluster_name: str = "",
 ) -> EfficiencyReport:
+    """`cluster_name` is the cluster of the usage keys (a central Prometheus's cluster label)."""
     settings = settings or AnalysisSettings()
-    cluster = cluster or read_cluster(pods, nodes, hpas, priority_classes)
+    cluster = cluster or read_cluster(pods, nodes, hpas, priority_classes, cluster_name)
     cpu_rows, memory_rows = qos_model.aligned_rows(usage, cluster)
     prices = unit_prices(cluster, node_prices or {})
     recommendations, replay = _rightsizing(cluster, usage, cpu_rows, memory_rows, prices, settings)
@@ -485,7 +487,3 @@ def analyze(
     return EfficiencyReport(
         usage.window, usage.source, settings.strategy, recommendations, colocation, tuple(findings), replay
     )
-
-
-def container_keys(cluster: Cluster) -> tuple[ContainerKey, ...]:
-    return cluster.containers.keys

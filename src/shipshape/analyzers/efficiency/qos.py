@@ -225,7 +225,9 @@ def _fresh_node_usage(node_rows: F64, step: float, degrade_seconds: float) -> tu
     return np.where(stale, np.nan, filled), stale
 
 
-def _aligned_rows(usage: UsageData, cluster: Cluster) -> tuple[Array, Array]:
+def aligned_rows(usage: UsageData, cluster: Cluster) -> tuple[Array, Array]:
+    """Usage rows in the cluster's container order (NaN rows for containers without usage); the
+    source's own arrays, uncopied, when they are already in that order."""
     keys = cluster.containers.keys
     if usage.containers.keys == keys:
         return usage.containers.cpu, usage.containers.memory
@@ -239,11 +241,6 @@ def _aligned_rows(usage: UsageData, cluster: Cluster) -> tuple[Array, Array]:
     cpu[have] = usage.containers.cpu[index[have]]
     memory[have] = usage.containers.memory[index[have]]
     return cpu, memory
-
-
-def aligned_rows(usage: UsageData, cluster: Cluster) -> tuple[Array, Array]:
-    """Usage rows in the cluster's container order (NaN rows for containers without usage)."""
-    return _aligned_rows(usage, cluster)
 
 
 def _node_rows(usage: UsageData, cluster: Cluster) -> tuple[F64, F64]:
