@@ -191,7 +191,7 @@ def _node_sums(
     req = np.nan_to_num(request, nan=0.0)
     for start in range(0, order.size, CHUNK_ROWS):
         chunk = order[start : start + CHUNK_ROWS]
-        contiguous = chunk.size > 0 and chunk[-1] - chunk[0] == chunk.size - 1
+        contiguous = chunk.size > 0 and bool(np.all(np.diff(chunk) == 1))  # a slice, no copy
         sub = rows[chunk[0] : chunk[-1] + 1] if contiguous else rows[chunk]
         keys = node_of_row[chunk] * 2 + (~ls_row[chunk]).astype(np.int64)
         cuts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])

@@ -203,3 +203,40 @@ def test_an_empty_cluster_and_nodes_without_pods() -> None:
     # no node usage in the data at all: system usage taken as the kubelet reservation (none here),
     # and the report says what it lacked
     assert n1.cpu.batch.maximum == 4 - 1.6 and lonely.colocation.lacking
+
+
+def test_node_sums_equal_a_plain_loop_whatever_the_row_order() -> None:
+    rng = np.random.default_rng(5)
+    n_rows, n_nodes, steps = 700, 9, 12
+    rows = rng.random((n_rows, steps)).astype(np.float32)
+    rows[rng.random((n_rows, steps)) < 0.1] = np.nan
+    node_of_row = rng.integers(-1, n_nodes, n_rows)
+    ls_row = rng.random(n_rows) < 0.7
+    request = rng.random(n_rows)
+    placed = np.flatnonzero(node_of_row >= 0)
+    order = placed[np.argsort(node_of_row[placed] * 2 + (~ls_row[placed]).astype(np.int64), kind="stable")]
+    block = order[(node_of_row[order] >= 2) & (node_of_row[order] < 7)]
+    ls_used, batch_used, ls_filled, ls_max = qos._node_sums(
+        rows, request, node_of_row, ls_row, block, 2, 5, True
+    )
+    assert ls_max is not None
+    for node_index in range(2, 7):
+        mine = node_of_row == node_index
+        values = rows[mine].astype(np.float64)
+        ls = ls_row[mine]
+        filled = np.where(np.isnan(values), request[mine][:, None], values)
+        np.testing.assert_allclose(ls_used[node_index - 2], np.nansum(values[ls], axis=0), rtol=1e-6)
+        np.testing.assert_allclose(batch_used[node_index - 2], np.nansum(values[~ls], axis=0), rtol=1e-6)
+        np.testing.assert_allclose(ls_filled[node_index - 2], filled[ls].sum(axis=0), rtol=1e-6)
+        top = np.maximum(filled[ls], request[mine][ls][:, None])
+        np.testing.assert_allclose(ls_max[node_index - 2], top.sum(axis=0), rtol=1e-6)
+
+
+def test_node_sums_with_bands_interleaved_on_a_node() -> None:
+    # LS rows 0 and 2, batch rows 1 and 3: (node, band) order is 0, 2, 1, 3 (not a slice)
+    rows = np.array([[1.0], [10.0], [100.0], [1000.0]], dtype=np.float32)
+    node_of_row = np.zeros(4, dtype=np.int64)
+    ls_row = np.array([True, False, True, False])
+    order = np.array([0, 2, 1, 3])
+    ls_used, batch_used, _, _ = qos._node_sums(rows, np.zeros(4), node_of_row, ls_row, order, 0, 1, False)
+    assert ls_used[0, 0] == 101.0 and batch_used[0, 0] == 1010.0
