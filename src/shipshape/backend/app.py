@@ -7,6 +7,7 @@ place (`_domain_errors`); no handler leaks a database or queue exception.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import re
@@ -16,23 +17,25 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import auth
+from shipshape.backend import auth, dashboard, summary
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.contracts import push as push_contract
+from shipshape.contracts.instructions import InstructionEnvelope, InstructionOutcome, Recommendation
 
 LOG = logging.getLogger("shipshape.backend.api")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -72,6 +75,27 @@ class PushAccepted(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class RecommendationOut(BaseModel):
+    id: str
+    cluster_id: str
+    kind: str
+    title: str
+    status: str
+    monthly_savings_usd: float | None
+    seconds_saved: float | None
+    confidence: float
+    detail: str | None
+    recommendation: Recommendation
+    created_at: datetime
+    updated_at: datetime
+
+
+class Approved(BaseModel):
+    recommendation_id: str
+    instruction_id: str
+    status: str
 
 
 @dataclass
@@ -175,6 +199,23 @@ def _agent(principal: Annotated[Any, Depends(_principal)]) -> repo.AgentPrincipa
     return principal
 
 
+def _recommendation_out(row: Any) -> RecommendationOut:
+    return RecommendationOut(
+        id=row.id,
+        cluster_id=row.cluster_id,
+        kind=row.kind,
+        title=row.title,
+        status=row.status,
+        monthly_savings_usd=row.monthly_savings_usd,
+        seconds_saved=row.seconds_saved,
+        confidence=row.confidence,
+        detail=row.detail,
+        recommendation=Recommendation.model_validate(row.body),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
 def _cluster_out(cluster: Any) -> ClusterOut:
     return ClusterOut(
         id=cluster.id,
@@ -235,6 +276,10 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     async def _not_found(_: Request, error: repo.NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=404)
 
+    @app.exception_handler(repo.InvalidTransition)
+    async def _invalid_transition(_: Request, error: repo.InvalidTransition) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=409)
+
     @app.exception_handler(repo.Conflict)
     async def _conflict(_: Request, error: repo.Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=409)
@@ -247,6 +292,12 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         backend.metrics.requests.labels(route, str(response.status_code)).inc()
         backend.metrics.latency.labels(route).observe(time.perf_counter() - started)
         return response
+
+    app.mount("/dashboard", StaticFiles(directory=dashboard.STATIC, html=True), name="dashboard")
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard/")
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -352,6 +403,94 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
             return AgentTokenOut(
                 agent_token=repo.rotate_agent_token(session, user.org_id, cluster_id, backend.now())
             )
+
+    @app.get("/api/v1/clusters/{cluster_id}/summary", responses={404: {"model": ErrorOut}})
+    def cluster_summary(
+        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]
+    ) -> dict[str, Any]:
+        """What the dashboard draws: nodes by pool, cost beside on-demand, spot share per workload,
+        pod and node start-up."""
+        with backend.transaction() as session:
+            objects = {
+                kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in summary.KINDS
+            }
+        return summary.summarize(objects)
+
+    @app.get(
+        "/api/v1/clusters/{cluster_id}/recommendations",
+        response_model=list[RecommendationOut],
+        responses={404: {"model": ErrorOut}},
+    )
+    def list_recommendations(
+        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)], status: str | None = None
+    ) -> list[RecommendationOut]:
+        with backend.transaction() as session:
+            rows = repo.list_recommendations(session, user.org_id, cluster_id, status)
+            return [_recommendation_out(r) for r in rows]
+
+    @app.post(
+        "/api/v1/recommendations/{recommendation_id}/approve",
+        response_model=Approved,
+        responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
+    )
+    def approve(recommendation_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]) -> Approved:
+        """Approve an open recommendation: its instruction goes to the cluster's agent."""
+        with backend.transaction() as session:
+            sent = repo.approve(session, user.org_id, recommendation_id, backend.now())
+            return Approved(recommendation_id=recommendation_id, instruction_id=sent.id, status="approved")
+
+    @app.post(
+        "/api/v1/recommendations/{recommendation_id}/dismiss",
+        response_model=RecommendationOut,
+        responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
+    )
+    def dismiss(
+        recommendation_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]
+    ) -> RecommendationOut:
+        with backend.transaction() as session:
+            return _recommendation_out(repo.dismiss(session, user.org_id, recommendation_id, backend.now()))
+
+    @app.get("/api/v1/agent/instructions", response_model=list[InstructionEnvelope])
+    async def agent_instructions(
+        agent: Annotated[repo.AgentPrincipal, Depends(_agent)],
+        wait: Annotated[float, Query(ge=0, le=60, description="long-poll: seconds to wait for one")] = 0,
+    ) -> list[InstructionEnvelope]:
+        """Approved instructions for the agent's own cluster, each leased to the caller; waits up to
+        `wait` seconds for one to arrive."""
+        lease = timedelta(seconds=backend.settings.instruction_lease_seconds)
+        deadline = time.monotonic() + wait
+        while True:
+            with backend.transaction() as session:
+                rows = repo.lease_instructions(session, agent.cluster_id, backend.now(), lease)
+                envelopes = [
+                    InstructionEnvelope.model_validate(
+                        {
+                            "schema": "shipshape.dev/instruction/v1",
+                            "id": r.id,
+                            "recommendation_id": r.recommendation_id,
+                            "instruction": r.body,
+                        }
+                    )
+                    for r in rows
+                ]
+            if envelopes or time.monotonic() >= deadline:
+                return envelopes
+            await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+    @app.post(
+        "/api/v1/agent/instructions/{instruction_id}/outcome",
+        status_code=204,
+        responses={404: {"model": ErrorOut}},
+    )
+    def instruction_outcome(
+        instruction_id: str,
+        outcome: InstructionOutcome,
+        agent: Annotated[repo.AgentPrincipal, Depends(_agent)],
+    ) -> Response:
+        """The agent's report of what became of an instruction (idempotent)."""
+        with backend.transaction() as session:
+            repo.record_outcome(session, agent.cluster_id, instruction_id, outcome, backend.now())
+        return Response(status_code=204)
 
     return app
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -47,6 +48,7 @@ def workers_for(backend: Backend) -> Workers:
         backend.now,
         sweep_seconds=backend.settings.sweep_seconds,
         retention=timedelta(hours=backend.settings.retention_hours),
+        analysis_seconds=backend.settings.analysis_seconds,
     )
 
 
@@ -81,3 +83,61 @@ async def run_workers(settings: BackendSettings, stop: asyncio.Event) -> None:
     finally:
         await backend.queue.close()
         backend.engine.dispose()
+
+
+class EmbeddedBackend:
+    """The backend (API and in-process workers) on its own thread and event loop, inside another
+    program (the demo). uvicorn installs no signal handlers off the main thread, so the host keeps
+    its own; `stop()` ends it gracefully."""
+
+    def __init__(self, settings: BackendSettings) -> None:
+        self.settings = settings
+        self.url = f"http://{settings.host}:{settings.port}"
+        self._server: uvicorn.Server | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shipshape-backend", daemon=True)
+
+    def start(self, timeout: float = 60.0) -> str:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"the backend did not start within {timeout:.0f} s")
+        if self._failure is not None:
+            raise RuntimeError(f"the backend did not start: {self._failure}")
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as error:  # reported to start(); the thread ends
+            self._failure = error
+            self._ready.set()
+
+    async def _main(self) -> None:
+        backend = await build(self.settings)
+
+        @contextlib.asynccontextmanager
+        async def run_workers() -> AsyncIterator[None]:
+            async with workers_for(backend).running(self.settings.workers):
+                yield
+
+        in_process = isinstance(backend.queue, MemoryQueue)
+        app = create_app(backend, run_workers=run_workers if in_process else None)
+        config = uvicorn.Config(
+            app, host=self.settings.host, port=self.settings.port, log_level="warning", access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        serving = asyncio.create_task(self._server.serve())
+        while not self._server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has only a flag)
+            await asyncio.sleep(0.02)
+        self._ready.set()
+        try:
+            await serving
+        finally:
+            await backend.queue.close()
+            backend.engine.dispose()

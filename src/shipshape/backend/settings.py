@@ -35,6 +35,10 @@ class BackendSettings(BaseSettings):
     retention_hours: float = Field(default=72.0, gt=0)
     # How often workers look for pushes stored but never queued (an API process killed in between).
     sweep_seconds: float = Field(default=10.0, gt=0)
+    # A cluster's analyzers run at most this often (seconds), after a push changed its state.
+    analysis_seconds: float = Field(default=10.0, ge=0)
+    # How long an instruction handed to an agent is its own before it is offered again.
+    instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
 

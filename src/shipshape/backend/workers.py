@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from shipshape.backend import analysis
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
 from shipshape.backend.store import repository as repo
 
@@ -31,10 +35,28 @@ class Workers:
     now: Callable[[], datetime]
     sweep_seconds: float = 10.0
     retention: timedelta = timedelta(hours=72)
+    # A cluster's analyzers run at most this often (seconds), after a push changed its state.
+    analysis_seconds: float = 10.0
     processed: int = 0
+    analyses: int = 0
+    _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Jobs being applied in worker threads (a cancelled task does not stop its thread).
+    _inflight: int = 0
+    _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+    # One analysis of a cluster at a time in this process (the row lock does it across processes).
+    _analysis_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._apply(job)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _apply(self, job: Job) -> Verdict:
         try:
             with self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now())
@@ -43,29 +65,70 @@ class Workers:
             return Verdict.RETRY
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        if outcome == "applied":
+            self.analyze_if_due(job.cluster_id)
         return Verdict.DONE
+
+    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
+        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
+        after the next push)."""
+        moment = time.monotonic()
+        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
+            return False
+        self._analyzed_at[cluster_id] = moment
+        with self._inflight_lock:
+            lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
+        try:
+            with lock, self.sessions.begin() as session:
+                org_id = repo.lock_cluster(session, cluster_id)
+                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+        except IntegrityError:
+            # Another process stored the same finding first; the next push analyzes again.
+            LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
+            return False
+        except Exception:
+            LOG.exception("analysis of cluster %s failed", cluster_id)
+            return False
+        self.analyses += 1
+        LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
+        return True
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
-    def sweep_once(self) -> list[Job]:
-        """Jobs for pushes stored but not processed; removes expired raw pushes."""
+    def sweep_once(self, grace: float | None = None) -> list[Job]:
+        """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
+        are on their way through the queue) but not processed; removes expired raw pushes."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return self._sweep(self.sweep_seconds if grace is None else grace)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    def _sweep(self, grace: float) -> list[Job]:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
-            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=self.sweep_seconds))
+            pending = repo.unprocessed_pushes(session, now - timedelta(seconds=grace))
             clusters = repo.push_clusters(session, pending)
         return [Job(push_id, clusters[push_id], f"sweep:{push_id}") for push_id in pending]
 
     async def sweep(self) -> None:
+        # At start, everything left unprocessed (by a process that stopped) is taken at once: applying
+        # a push is idempotent, so a job also still in a shared queue costs nothing twice.
+        grace: float | None = 0.0
         while True:
-            await asyncio.sleep(self.sweep_seconds)
             try:
-                jobs = await asyncio.to_thread(self.sweep_once)
+                jobs = await asyncio.to_thread(self.sweep_once, grace)
                 for job in jobs:
                     await self.queue.publish(job)
+                grace = None
             except Exception:  # the database or queue is away: try again next round
                 LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
+            await asyncio.sleep(self.sweep_seconds)
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
@@ -80,3 +143,8 @@ class Workers:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # Let jobs already in a thread finish their transaction before the caller closes the database.
+            for _ in range(1000):
+                if not self._inflight:
+                    break
+                await asyncio.sleep(0.01)

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, sources
@@ -30,6 +31,16 @@ def agent(
     snapshot_every: Annotated[str, typer.Option(help="full snapshot period")] = "10m",
     delta_every: Annotated[str, typer.Option(help="period of the batched deltas")] = "15s",
     spool_max: Annotated[int, typer.Option(help="spool bound in MiB (then folded into one snapshot)")] = 256,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="execute instructions as server-side dry runs only (nothing changes)"),
+    ] = False,
+    instructions: Annotated[
+        bool,
+        typer.Option(
+            "--instructions/--no-instructions", help="execute approved instructions from the backend"
+        ),
+    ] = True,
 ) -> None:
     """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
     while it is unreachable."""
@@ -50,10 +61,11 @@ def agent(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     mirror = Mirror()
+    pusher = Pusher(backend, token)
     runner = Agent(
         kit.Informers(sources(api_client), mirror),
         mirror,
-        Pusher(backend, token),
+        pusher,
         Spool(spool, settings.spool_max_bytes),
         RealClock(),
         settings,
@@ -66,6 +78,14 @@ def agent(
     except RuntimeError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"shipshape agent: following the cluster, pushing to {backend} (spool {spool})")
+    executor = InstructionLoop(InstructionClient(pusher.client), Executor(api_client, dry_run=dry_run))
+    if instructions:
+        executor.start()
+    typer.echo(
+        f"shipshape agent: following the cluster, pushing to {backend} (spool {spool})"
+        + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
+    )
     stop.wait()
+    if instructions:
+        executor.stop()
     runner.stop()

@@ -30,7 +30,7 @@ def _fail(console: Console, message: str) -> typer.Exit:
 def node_prices(nodes: list[dict[str, Any]]) -> dict[str, float]:
     """USD/h per node from the shipped catalog: instance type x region, spot price on spot nodes."""
     from shipshape.analyzers.efficiency.cluster import SPOT, capacity_type
-    from shipshape.emulator.cloud.catalog import default_catalog
+    from shipshape.pricing.catalog import default_catalog
 
     catalog = default_catalog()
     out: dict[str, float] = {}

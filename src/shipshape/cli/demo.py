@@ -18,10 +18,12 @@ import errno
 import json
 import logging
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
+from shipshape.agent.mirror import Mirror
+from shipshape.agent.pusher import Pusher
+from shipshape.agent.runner import Agent, AgentSettings
+from shipshape.agent.runner import sources as agent_sources
+from shipshape.agent.spool import Spool
+from shipshape.backend.service import EmbeddedBackend
+from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import engine as store_engine
+from shipshape.backend.store import repository as repo
 from shipshape.cli import emulator as emulator_cli
 from shipshape.controller.availability import pdb_floor
 from shipshape.controller.leader import LeaseSettings
@@ -45,6 +57,7 @@ from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS, PODS, STATEFU
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
+from shipshape.kube import informers as kit
 from shipshape.kube.client import KubeClientError, load_api_client
 from shipshape.kube.clock import ScaledClock, parse_time
 from shipshape.kube.labels import from_label_selector
@@ -748,6 +761,7 @@ async def _serve_and_show(
     exit_after_show: bool,
     settings: ShowSettings,
     with_controller: bool = True,
+    with_dashboard: bool = True,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -760,17 +774,85 @@ async def _serve_and_show(
         console.print("Point kubectl at it:", highlight=False)
         console.print(f"  export KUBECONFIG={kubeconfig}", highlight=False, soft_wrap=True)
         console.print("  kubectl get nodes -L node.kubernetes.io/capacity,topology.kubernetes.io/zone")
+        board: Dashboard | None = None
         try:
             process = placement_controller(cluster, kubeconfig, workdir) if with_controller else None
+            if with_dashboard:
+                board = await asyncio.to_thread(start_dashboard, cluster, kubeconfig, workdir)
+                console.print(
+                    f"dashboard: {board.url}/dashboard/  (log in with the API key {board.api_key})",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         except ShowFailed as failure:
             console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
             return 1
         try:
             return await _show(cluster, console, settings, process, stop, exit_after_show)
         finally:
+            if board is not None:
+                await asyncio.to_thread(board.stop)
             if process is not None:
                 # Graceful: the Lease is released and the webhook drains while the API server still serves.
                 await asyncio.to_thread(process.stop)
+
+
+@dataclass
+class Dashboard:
+    """The other half of the product beside the cluster: the backend (API, workers, dashboard) and
+    the cluster's agent pushing to it and executing approved instructions."""
+
+    backend: EmbeddedBackend
+    agent: Agent
+    instructions: InstructionLoop
+    url: str
+    api_key: str
+
+    def stop(self) -> None:
+        self.instructions.stop()
+        self.agent.stop()
+        self.backend.stop()
+
+
+def start_dashboard(cluster: Cluster, kubeconfig: Path, workdir: Path) -> Dashboard:
+    """A fresh backend database in the workdir with one organisation and this cluster, the backend on a
+    free loopback port, and the agent (blocking: call off the emulator's loop)."""
+    for leftover in workdir.glob("backend.db*"):
+        leftover.unlink()
+    db = f"sqlite:///{workdir / 'backend.db'}"
+    try:
+        engine = store_engine.create(db)
+        store_engine.migrate(engine)
+        with store_engine.sessions(engine).begin() as session:
+            org, api_key = repo.create_organization(session, "demo", datetime.now(UTC))
+            _, token = repo.create_cluster(session, org.id, "demo", datetime.now(UTC))
+        engine.dispose()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        backend = EmbeddedBackend(BackendSettings(db=db, port=port, analysis_seconds=5))
+        url = backend.start()
+        api_client = load_api_client(kubeconfig)
+    except (store_engine.StoreError, RuntimeError, OSError, KubeClientError) as exc:
+        raise ShowFailed(f"the backend did not start: {exc}") from None
+    mirror = Mirror()
+    pusher = Pusher(url, token)
+    agent = Agent(
+        kit.Informers(agent_sources(api_client), mirror, backoff_max=1.0),
+        mirror,
+        pusher,
+        Spool(workdir / "agent-spool"),
+        cluster.clock,
+        AgentSettings(snapshot_interval=600, delta_interval=15),
+    )
+    try:
+        agent.start()
+    except RuntimeError as exc:
+        backend.stop()
+        raise ShowFailed(f"the agent did not start: {exc}") from None
+    instructions = InstructionLoop(InstructionClient(pusher.client), Executor(api_client), wait=10)
+    instructions.start()
+    return Dashboard(backend, agent, instructions, url, api_key)
 
 
 def placement_controller(cluster: Cluster, kubeconfig: Path, workdir: Path) -> ControllerProcess:
@@ -847,6 +929,11 @@ def demo(
         "--controller/--no-controller",
         help="Run the placement controller against the cluster (--no-controller: the emulator alone).",
     ),
+    with_dashboard: bool = typer.Option(
+        True,
+        "--dashboard/--no-dashboard",
+        help="Run the backend (dashboard) and the cluster's agent beside the cluster.",
+    ),
     start: str = typer.Option(
         DEFAULT_START,
         "--start",
@@ -883,6 +970,7 @@ def demo(
                 exit_after_show=exit_after_show,
                 settings=ShowSettings(),
                 with_controller=with_controller,
+                with_dashboard=with_dashboard,
             )
         )
     except OSError as exc:

@@ -35,7 +35,7 @@ def _register() -> None:
     app.command("demo")(demo_cli.demo)
     from shipshape.cli import controller as controller_cli
 
-    app.command("controller")(controller_cli.controller)
+    app.add_typer(controller_cli.app, name="controller")
     from shipshape.cli import simulate as simulate_cli
 
     app.command("simulate")(simulate_cli.simulate)
@@ -53,6 +53,9 @@ def _register() -> None:
     from shipshape.cli import batch_resources as batch_resources_cli
 
     app.command("batch-resources")(batch_resources_cli.batch_resources)
+    from shipshape.cli import gpu as gpu_cli
+
+    app.add_typer(gpu_cli.app, name="gpu")
 
 
 _register()

@@ -152,8 +152,9 @@ class KubeOps:
                 return "unchanged"  # created meanwhile (another replica)
             return "created"
         wanted = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
-        wanted["metadata"] = {"labels": (body.get("metadata") or {}).get("labels") or {}}
-        if not wanted["metadata"]["labels"]:
+        metadata = body.get("metadata") or {}
+        wanted["metadata"] = {key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)}
+        if not wanted["metadata"]:
             del wanted["metadata"]
         if _contains(existing, wanted):
             return "unchanged"
@@ -191,6 +192,11 @@ class KubeOps:
                 return False
             raise
         return True
+
+    def replace_secret(self, body: Obj) -> None:
+        """Replace a Secret (conditional on the body's resourceVersion: a concurrent change is a 409)."""
+        metadata = body["metadata"]
+        call(self.core.replace_namespaced_secret, metadata["name"], metadata["namespace"], body)
 
     def post_event(self, body: Obj) -> None:
         call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)

@@ -67,6 +67,12 @@ class ControllerMetrics:
             ["direction"],
             registry=registry,
         )
+        self.actions = Counter(
+            "shipshape_actions",
+            "Writes the loops made (dry_run=true: recommended only, not sent), by action.",
+            ["action", "dry_run"],
+            registry=registry,
+        )
         self.fallbacks = Counter(
             "shipshape_spot_fallbacks",
             "Spot fallbacks to on-demand and returns to spot.",

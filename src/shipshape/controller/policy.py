@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PREFIX = "spot.shipshape.dev/"
 # Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
@@ -79,6 +79,45 @@ class TolerationSpec(BaseModel):
         return body
 
 
+class SelectorRequirement(BaseModel):
+    """One `matchExpressions` entry of a Kubernetes LabelSelector."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(BaseModel):
+    """A Kubernetes LabelSelector (`matchLabels`, `matchExpressions`), as the API spells it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[SelectorRequirement, ...] = Field(default=(), alias="matchExpressions")
+
+    def body(self) -> dict[str, Any]:
+        """The selector as the API's JSON (empty parts left out; `{}` selects everything)."""
+        out: dict[str, Any] = {}
+        if self.match_labels:
+            out["matchLabels"] = dict(self.match_labels)
+        if self.match_expressions:
+            out["matchExpressions"] = [
+                {"key": r.key, "operator": r.operator, **({"values": list(r.values)} if r.values else {})}
+                for r in self.match_expressions
+            ]
+        return out
+
+
 class ControllerConfig(BaseModel):
     """Cluster defaults and tuning; every field has a safe default."""
 
@@ -113,6 +152,15 @@ class ControllerConfig(BaseModel):
     notice_queue_url: str | None = None
     # How long a received message stays hidden from other consumers before it is delivered again.
     notice_queue_visibility_seconds: float = Field(default=30.0, gt=0, le=43200)
+    # Recommend only: decisions are computed, logged, counted and posted as Events (pods get a decision
+    # annotation marked dryRun), but nothing is patched, evicted, deleted, created or tainted.
+    dry_run: bool = False
+    # Whether the rebalancer may move pods (evictions, surge restarts); off: it only logs its moves.
+    rebalance_evictions: bool = True
+    # Kubernetes LabelSelectors narrowing the webhook registration (None: the built-in defaults: every
+    # namespace but the controller's and `excluded_namespaces`; every pod but the controller's own).
+    webhook_namespace_selector: LabelSelector | None = None
+    webhook_object_selector: LabelSelector | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

@@ -16,20 +16,21 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, start_http_server
 
 from shipshape.controller import informers
+from shipshape.controller.acting import ActingOps
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
-from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
-from shipshape.controller.loops.interruptions import InterruptionResponder
+from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers
+from shipshape.controller.loops.interruptions import InterruptionResponder, remove_guards
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
@@ -37,15 +38,19 @@ from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.queue_client import queue_for
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
+from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
+    CONTROLLER_LABEL,
+    CONTROLLER_NAME,
     KubernetesWebhookConfigurations,
     ServiceTarget,
-    ensure_webhook_configuration,
     webhook_configuration,
 )
 from shipshape.controller.webhook.server import MUTATE_PATH, bind, create_app, https_server
 from shipshape.kube.certs import (
     CertificateBundle,
+    certificate_expires,
+    first_certificate,
     generate_certificates,
     service_dns_names,
     write_bundle,
@@ -57,6 +62,8 @@ LOG = logging.getLogger("shipshape.controller")
 # The loops' scheduler never sleeps less than this (real seconds), whatever the clock's speed.
 MIN_REAL_WAIT = 0.02
 TLS_SECRET = "shipshape-webhook-tls"
+# The leader replaces the shared serving certificate when it has less than this left (365-day certificates).
+ROTATE_BEFORE_SECONDS = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,10 @@ class ProcessSettings:
     # In a cluster: the Service in front of the webhook; the replicas share one certificate (a Secret).
     webhook_service: str | None = None
     webhook_timeout_seconds: int = 2
+    # How often (emulated seconds) the leader compares the webhook configuration with what it serves.
+    webhook_resync_seconds: float = 30.0
+    # How often (emulated seconds) every replica reads the shared certificate Secret (rotation).
+    certificate_check_seconds: float = 60.0
     sync_timeout_seconds: float = 60.0
     # Longest wait (real seconds) between two attempts to reach an API server that is down.
     informer_backoff_max_seconds: float = 30.0
@@ -90,10 +101,24 @@ class LockedPlacer(PodPlacer):
             return super().review(body)
 
 
+class Loop(Protocol):
+    """What the scheduler runs: the loops of `loops/` and the webhook's owner."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def interval(self) -> float: ...
+
+    def observe(self, now: float) -> None: ...
+
+    def reconcile(self, now: float) -> None: ...
+
+
 class LoopScheduler:
     """Runs each loop at its interval on the injected clock: `observe` always, `reconcile` when leading."""
 
-    def __init__(self, loops: list[Reconciler], clock: Clock, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, loops: Sequence[Loop], clock: Clock, is_leader: Callable[[], bool]) -> None:
         self.loops = loops
         self.clock = clock
         self.is_leader = is_leader
@@ -153,7 +178,9 @@ class ControllerProcess:
             window_seconds=config.risk_window_seconds,
         )
         self.shared = SharedState.for_config(config, settings.loops, risk, instance=settings.identity)
-        self.ops = KubeOps(api_client)
+        self.kube_ops = KubeOps(api_client)
+        # Every write of the loops goes through here: logged, and not sent in recommend-only mode.
+        self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run, clock=clock)
         self.placer = LockedPlacer(
             self.lock,
             self.cache,
@@ -176,6 +203,7 @@ class ControllerProcess:
                 settings.lease.duration_seconds,
                 settings.lease.retry_seconds,
             ),
+            on_change=self._lease_changed,
         )
         self.loops = all_reconcilers(
             clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
@@ -192,7 +220,18 @@ class ControllerProcess:
                             self.queue, config.notice_lead_seconds, config.notice_queue_visibility_seconds
                         )
                     )
-        self.scheduler = LoopScheduler(self.loops, clock, lambda: self.elector.is_leader)
+        self.webhook_owner = WebhookOwner(
+            clock,
+            KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(api_client)),
+            self._desired_configuration,
+            settings.webhook_resync_seconds,
+            certificates=self._follow_certificates if settings.webhook_service is not None else None,
+            certificate_check_seconds=settings.certificate_check_seconds,
+        )
+        scheduled: list[Loop] = list(self.loops)
+        if settings.register_webhook:
+            scheduled.append(self.webhook_owner)
+        self.scheduler = LoopScheduler(scheduled, clock, lambda: self.elector.is_leader)
         self._tmp = tempfile.TemporaryDirectory(prefix="shipshape-webhook-") if workdir is None else None
         self.workdir = workdir or Path(self._tmp.name if self._tmp else ".")
         self.webhook_port = 0
@@ -201,6 +240,7 @@ class ControllerProcess:
         self._server_thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._metrics_server: Any = None
+        self._bundle: CertificateBundle | None = None
         self.stopped = threading.Event()
 
     # --- start ------------------------------------------------------------------------------------
@@ -211,31 +251,54 @@ class ControllerProcess:
         if not self.informers.wait_synced(self.settings.sync_timeout_seconds):
             self.informers.stop()
             raise RuntimeError("the controller's informers did not list every kind in time")
-        ca_pem = self._start_webhook()
-        if self.settings.register_webhook:
-            self._register(ca_pem)
+        self._remove_expired_guards()
+        self._start_webhook()
         if self.settings.metrics_port is not None:
             self._metrics_server, _ = start_http_server(
                 self.settings.metrics_port, self.settings.metrics_host, registry=self.registry
             )
             self.metrics_port = int(self._metrics_server.server_port)
+        # One election step before returning, so that a lone replica has registered its webhook when
+        # `start()` returns; from then on the elector's thread and the scheduler take over.
+        try:
+            if self.elector.try_once() and self.settings.register_webhook:
+                self.webhook_owner.ensure()
+        except Exception as error:  # the elector and the owner's next rounds try again
+            LOG.warning("first leader election step failed, retrying: %s", error)
         self.elector.start()
         self.scheduler.start()
         LOG.info(
-            "controller %s serving the webhook on %s:%d",
+            "controller %s serving the webhook on %s:%d%s",
             self.settings.identity,
             self.settings.webhook_host,
             self.webhook_port,
+            " (recommend-only: nothing is changed)" if self.config.dry_run else "",
         )
+
+    def _lease_changed(self, leader: bool) -> None:
+        """The Lease changed hands: the new leader points the webhook configuration at itself now."""
+        if leader:
+            self.webhook_owner.request()
+
+    def _remove_expired_guards(self) -> None:
+        """Guard PDBs whose deadline passed (their controller is gone) hold up drains: any replica
+        removes them at start, leader or not (the leader re-creates the ones still needed)."""
+        if self.config.dry_run:
+            return
+        with self.lock:
+            pdbs = list(self.cache.objects("PodDisruptionBudget"))
+        removed = remove_guards(self.ops, pdbs, expired_at=self.clock.now())
+        if removed:
+            LOG.info("removed %d expired guard PodDisruptionBudget(s)", removed)
 
     def _ensure_namespace(self) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.config.namespace}}
         try:
-            self.ops.apply(body)
+            self.kube_ops.apply(body)  # the Lease lives there, in recommend-only mode too
         except OpsError as error:
             LOG.warning("cannot make sure namespace %s exists: %s", self.config.namespace, error)
 
-    def _start_webhook(self) -> bytes:
+    def _start_webhook(self) -> None:
         host = self.settings.webhook_host
         if self.settings.webhook_service is not None:
             bundle = self._shared_certificates(self.settings.webhook_service)
@@ -243,6 +306,7 @@ class ControllerProcess:
             ips = [host] if host.replace(".", "").isdigit() or ":" in host else []
             # Certificates are checked against wall-clock time, whatever clock the loops run on.
             bundle = generate_certificates(["localhost"], ips, now=time.time())
+        self._bundle = bundle
         _, cert, key = write_bundle(bundle, self.workdir)
         self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         self._socket = bind(host, self.settings.webhook_port)
@@ -259,68 +323,136 @@ class ControllerProcess:
             started.wait(0.01)
         if not server.started:
             raise RuntimeError("the webhook server did not start")
-        return bundle.ca_pem
+
+    def _read_shared(self) -> tuple[CertificateBundle, str] | None:
+        secret = self.kube_ops.read_secret(self.config.namespace, TLS_SECRET)
+        if secret is None:
+            return None
+        data = secret.get("data") or {}
+        bundle = CertificateBundle(
+            ca_pem=base64.b64decode(data["ca.crt"]),
+            cert_pem=base64.b64decode(data["tls.crt"]),
+            key_pem=base64.b64decode(data["tls.key"]),
+        )
+        return bundle, str((secret.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _secret_body(self, bundle: CertificateBundle, resource_version: str | None = None) -> Obj:
+        metadata: Obj = {
+            "name": TLS_SECRET,
+            "namespace": self.config.namespace,
+            "labels": {CONTROLLER_LABEL: CONTROLLER_NAME},
+        }
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {
+                "ca.crt": base64.b64encode(bundle.ca_pem).decode(),
+                "tls.crt": base64.b64encode(bundle.cert_pem).decode(),
+                "tls.key": base64.b64encode(bundle.key_pem).decode(),
+            },
+        }
 
     def _shared_certificates(self, service: str) -> CertificateBundle:
-        """The Secret holding the CA and serving certificate, created by the first replica to start."""
+        """The Secret holding the CA and serving certificate. Created only when absent (a create, which
+        one replica wins, never an overwrite), so replicas starting together end up serving one
+        certificate; from then on only the leader replaces it (`_follow_certificates`)."""
         namespace = self.config.namespace
         for _ in range(3):
-            secret = self.ops.read_secret(namespace, TLS_SECRET)
-            if secret is not None:
-                data = secret.get("data") or {}
-                return CertificateBundle(
-                    ca_pem=base64.b64decode(data["ca.crt"]),
-                    cert_pem=base64.b64decode(data["tls.crt"]),
-                    key_pem=base64.b64decode(data["tls.key"]),
-                )
+            shared = self._read_shared()
+            if shared is not None:
+                return shared[0]
             bundle = generate_certificates(service_dns_names(service, namespace), now=time.time())
-            body = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/tls",
-                "metadata": {"name": TLS_SECRET, "namespace": namespace},
-                "data": {
-                    "ca.crt": base64.b64encode(bundle.ca_pem).decode(),
-                    "tls.crt": base64.b64encode(bundle.cert_pem).decode(),
-                    "tls.key": base64.b64encode(bundle.key_pem).decode(),
-                },
-            }
-            if self.ops.create_secret(body):
+            if self.kube_ops.create_secret(self._secret_body(bundle)):
+                LOG.info("created the webhook certificate Secret %s/%s", namespace, TLS_SECRET)
                 return bundle
         raise RuntimeError(f"cannot read or create Secret {namespace}/{TLS_SECRET}")
 
-    def _register(self, ca_pem: bytes) -> None:
+    def _follow_certificates(self, now: float) -> None:
+        """Every replica: serve the Secret's certificate when it changed. The leader: replace it when it
+        is close to expiry; `ca.crt` keeps the old CA too, so that replicas not reloaded yet are still
+        trusted (the configuration's caBundle is `ca.crt`)."""
+        try:
+            shared = self._read_shared()
+            if shared is None:
+                return
+            bundle, version = shared
+            service = self.settings.webhook_service
+            if (
+                self.elector.is_leader
+                and service is not None
+                and certificate_expires(bundle.cert_pem) - time.time() < ROTATE_BEFORE_SECONDS
+            ):
+                fresh = generate_certificates(
+                    service_dns_names(service, self.config.namespace), now=time.time()
+                )
+                fresh = CertificateBundle(
+                    fresh.ca_pem + first_certificate(bundle.ca_pem), fresh.cert_pem, fresh.key_pem
+                )
+                self.kube_ops.replace_secret(self._secret_body(fresh, version))
+                LOG.info("rotated the webhook serving certificate", extra={"action": "rotate-certificate"})
+                bundle = fresh
+                self.webhook_owner.request()
+        except OpsError as error:
+            LOG.warning("cannot follow the webhook certificate Secret: %s", error)
+            return
+        if self._bundle is not None and bundle.cert_pem == self._bundle.cert_pem:
+            if bundle.ca_pem != self._bundle.ca_pem:
+                self._bundle = bundle
+            return
+        self._bundle = bundle
+        _, cert, key = write_bundle(bundle, self.workdir)
+        ssl_context = getattr(getattr(self._server, "config", None), "ssl", None)
+        if ssl_context is not None:
+            ssl_context.load_cert_chain(str(cert), str(key))  # new connections get the new certificate
+        LOG.info("serving the webhook certificate from Secret %s", TLS_SECRET)
+
+    def _desired_configuration(self) -> Obj:
+        """The webhook configuration pointing at this replica (its URL, or the Service) and its CA."""
+        assert self._bundle is not None, "the webhook serves before it is registered"
+        namespaces = self.config.webhook_namespace_selector
+        pods = self.config.webhook_object_selector
+        namespace_selector = namespaces.body() if namespaces is not None else None
+        object_selector = pods.body() if pods is not None else None
         if self.settings.webhook_service is not None:
-            desired = webhook_configuration(
-                ca_bundle=ca_pem,
+            return webhook_configuration(
+                ca_bundle=self._bundle.ca_pem,
                 namespace=self.config.namespace,
                 excluded_namespaces=self.config.excluded_namespaces,
                 service=ServiceTarget(self.config.namespace, self.settings.webhook_service, 443),
                 timeout_seconds=self.settings.webhook_timeout_seconds,
+                namespace_selector=namespace_selector,
+                object_selector=object_selector,
             )
-            outcome = ensure_webhook_configuration(
-                KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(self.api_client)), desired
-            )
-            LOG.info("webhook configuration %s", outcome)
-            return
         url_host = (
             self.settings.webhook_host
             if ":" not in self.settings.webhook_host
             else f"[{self.settings.webhook_host}]"
         )
-        desired = webhook_configuration(
-            ca_bundle=ca_pem,
+        return webhook_configuration(
+            ca_bundle=self._bundle.ca_pem,
             namespace=self.config.namespace,
             excluded_namespaces=self.config.excluded_namespaces,
             url=f"https://{url_host}:{self.webhook_port}{MUTATE_PATH}",
             timeout_seconds=self.settings.webhook_timeout_seconds,
+            namespace_selector=namespace_selector,
+            object_selector=object_selector,
         )
-        outcome = ensure_webhook_configuration(
-            KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(self.api_client)), desired
-        )
-        LOG.info("webhook configuration %s", outcome)
 
     # --- stop -------------------------------------------------------------------------------------
+
+    def _remove_own_guards(self) -> None:
+        """A leader stopping gracefully removes the guard PDBs it keeps: nobody would restart a guarded
+        pod while no controller runs, so a guard would only hold up drains; the next leader re-creates
+        the ones still needed within a round."""
+        with self.lock:
+            pdbs = list(self.cache.objects("PodDisruptionBudget"))
+        removed = remove_guards(self.ops, pdbs, owner=self.settings.identity)
+        if removed:
+            LOG.info("removed %d guard PodDisruptionBudget(s) on shutdown", removed)
 
     def stop(self, release_lease: bool = True) -> None:
         """Graceful: loops finish their round, the Lease is released, the webhook drains, watches end.
@@ -331,6 +463,8 @@ class ControllerProcess:
             return
         self.stopped.set()
         self.scheduler.stop()
+        if release_lease and self.elector.is_leader and not self.config.dry_run:
+            self._remove_own_guards()
         self.elector.stop(release=release_lease)
         if self._server is not None:
             self._server.should_exit = True
@@ -342,7 +476,7 @@ class ControllerProcess:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
         self.informers.stop()
-        self.ops.close()
+        self.kube_ops.close()
         if self.queue is not None:
             self.queue.close()
         if self._tmp is not None:

@@ -224,7 +224,7 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _priced_pools(self) -> Scenario:
         """Every pool needs a price: pricePerHour, or an instance type the shipped catalog knows."""
-        from shipshape.emulator.cloud.catalog import default_catalog  # data only, no models
+        from shipshape.pricing.catalog import default_catalog  # data only, no models
 
         catalog = default_catalog()
         for pool in self.pools:

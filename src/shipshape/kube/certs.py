@@ -137,3 +137,15 @@ def write_bundle(bundle: CertificateBundle, directory: Path) -> tuple[Path, Path
     key.chmod(0o600)
     key.write_bytes(bundle.key_pem)
     return ca, cert, key
+
+
+def certificate_expires(cert_pem: bytes) -> float:
+    """POSIX time at which the (first) certificate in `cert_pem` stops being valid."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc.timestamp()
+
+
+def first_certificate(pem: bytes) -> bytes:
+    """The first PEM certificate of a bundle (a CA bundle may hold the previous CA as well)."""
+    end = b"-----END CERTIFICATE-----"
+    index = pem.find(end)
+    return pem if index < 0 else pem[: index + len(end)] + b"\n"

@@ -30,6 +30,10 @@ class KubeClientError(RuntimeError):
         self.status = status
 
 
+# Connections one API client keeps per host (urllib3's pool; the client's default is 4 x CPUs).
+CONNECTIONS = 32
+
+
 def load_api_client(kubeconfig: Path | None = None, context: str | None = None) -> k8s.ApiClient:
     """An API client from a kubeconfig file; without one, the in-cluster service account, then
     the default kubeconfig (~/.kube/config or $KUBECONFIG)."""
@@ -50,6 +54,9 @@ def load_api_client(kubeconfig: Path | None = None, context: str | None = None) 
                 )
     except ConfigException as error:
         raise KubeClientError(f"cannot load the Kubernetes configuration: {error}") from error
+    # One client serves many threads (an informer per kind holds a watch open): a pool smaller than
+    # that discards connections and warns on every request.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, CONNECTIONS)
     return k8s.ApiClient(configuration)
 
 

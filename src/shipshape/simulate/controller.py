@@ -32,11 +32,11 @@ from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, Attributes
 from shipshape.emulator.admission.webhooks import review_request
-from shipshape.emulator.cloud.catalog import default_catalog
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import DELETED, WatchEvent
 from shipshape.kube import errors, patch
+from shipshape.pricing.catalog import default_catalog
 from shipshape.simulate.ops import ApiOps
 
 Obj = dict[str, Any]

@@ -16,8 +16,8 @@ from typing import Any
 
 from shipshape.controller.policy import CAPACITY_LABEL, INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 from shipshape.controller.webhook.mutators import pins_capacity
-from shipshape.emulator.cloud.catalog import default_catalog
 from shipshape.emulator.scenario import Pool, Scenario
+from shipshape.pricing.catalog import default_catalog
 
 Obj = dict[str, Any]
 POOL_LABEL = "emulator.shipshape.dev/pool"

@@ -3,13 +3,6 @@ subprocess): the stored state follows the cluster, and a backend outage loses no
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,52 +17,9 @@ from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PODS
 from shipshape.kube import informers as kit
+from tests.integration.agent.backend_process import backend_process, bootstrap, free_port
 from tests.integration.controller.harness import managed_deployment
 from tests.integration.emulator.served_cluster import ServedCluster, serve_cluster
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def backend_process(port: int, db: str, workdir: Path) -> Iterator[str]:
-    """`shipshape backend` on 127.0.0.1:port until the block ends (a terminate, as an outage)."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from shipshape.cli.main import app; app()",
-            "backend",
-            "--port",
-            str(port),
-            "--db",
-            db,
-        ],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the backend did not become ready"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        out, _ = process.communicate(timeout=30)
-        assert "Traceback" not in out, out
 
 
 def _stored(url: str, key: str, cluster_id: str, kind: str) -> dict[str, str]:
@@ -95,14 +45,8 @@ def _live(cluster: ServedCluster, rt: Any) -> dict[str, str]:
 @pytest.mark.integration
 def test_agent_follows_the_cluster_and_rides_out_a_backend_outage(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'backend.db'}"
-    engine = store_engine.create(db)
-    store_engine.migrate(engine)
-    with store_engine.sessions(engine).begin() as session:
-        org, key = repo.create_organization(session, "acme", datetime.now(UTC))
-        registered, token = repo.create_cluster(session, org.id, "prod", datetime.now(UTC))
-        cluster_id = registered.id
-    engine.dispose()
-    port = _free_port()
+    key, cluster_id, token = bootstrap(db)
+    port = free_port()
 
     with serve_cluster(tmp_path) as cluster:
         mirror = Mirror()
@@ -152,7 +96,7 @@ def test_agent_follows_the_cluster_and_rides_out_a_backend_outage(tmp_path: Path
                         url, key, cluster_id, "deployments"
                     ) == _live(cluster, DEPLOYMENTS)
 
-                cluster.wait("stored pods and Deployments equal the cluster's", caught_up, 120)
+                cluster.wait("stored pods and Deployments equal the cluster's", caught_up, 600)
                 clusters = httpx.get(
                     f"{url}/api/v1/clusters", headers={"Authorization": f"Bearer {key}"}
                 ).json()

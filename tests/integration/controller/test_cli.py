@@ -46,6 +46,7 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
         str(Path(sys.executable).parent / "shipshape"), "controller",
         "--kubeconfig", str(served_emulator.kubeconfig), "--config", str(config),
         "--metrics-port", "0", "--identity", "replica-a", "--notice-queue-url", "/emulator/v1/queue",
+        "--log-format", "json",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -57,9 +58,12 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
         store = served_emulator.cluster.store
         registered = served_emulator.call(lambda: store.get(MUTATING_WEBHOOKS, "", "shipshape-placement"))
         assert registered is not None
-        (hook,) = registered["webhooks"]
-        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook_port}/mutate"
-        assert hook["failurePolicy"] == "Ignore"
+        pods, workloads = registered["webhooks"]
+        for hook in (pods, workloads):
+            assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook_port}/mutate"
+            assert hook["failurePolicy"] == "Ignore"
+        assert pods["rules"][0]["resources"] == ["pods"]
+        assert workloads["rules"][0]["resources"] == ["deployments", "statefulsets"]
         deadline = time.monotonic() + 20
         while True:
             lease = served_emulator.call(
@@ -73,6 +77,12 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
         assert "shipshape_placement_decisions_total" in metrics or "shipshape_placement_decisions" in metrics
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+        assert process.stdout is not None
+        rest = [line for line in process.stdout.read().splitlines() if line.strip()]
+        logged = [json.loads(line) for line in rest if not line.startswith("stopping:")]
+        # One JSON object a line, and no line per HTTP request of the clients or the server.
+        assert logged and all({"time", "level", "logger", "message"} <= set(r) for r in logged)
+        assert not [r for r in logged if r["logger"].startswith(("httpx", "urllib3", "uvicorn"))]
         lease = served_emulator.call(lambda: store.get(LEASES, "shipshape-system", "shipshape-controller"))
         assert lease is not None and not lease["spec"].get("holderIdentity"), (
             "a graceful stop releases the lease"

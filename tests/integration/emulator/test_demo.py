@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from shipshape.cli import demo
@@ -23,6 +24,7 @@ from shipshape.cli import demo
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "examples" / "scenarios" / "demo.yaml"
 SHOW_LIMIT_SECONDS = 60.0
+DASHBOARD_LINE = r"dashboard: (http://127\.0\.0\.1:\d+)/dashboard/ +\(log in with the API key (\S+)\)"
 
 
 def _command(*args: str) -> list[str]:
@@ -91,6 +93,7 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True).start()
     output: list[str] = []
     nodes_seen: subprocess.CompletedProcess[str] | None = None
+    clusters_seen: tuple[int, list[str]] | None = None
     watch: subprocess.Popen[str] | None = None
     deadline = time.monotonic() + SHOW_LIMIT_SECONDS
     try:
@@ -105,6 +108,17 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
             if line.startswith("ready: API server at https://") and watch is None:
                 watch = kubectl.start("get", "nodes", "--watch", "--output-watch-events")
                 nodes_seen = kubectl.run("get", "nodes", "-L", "node.kubernetes.io/capacity")
+            board = re.match(
+                r"dashboard: (http://127\.0\.0\.1:\d+)/dashboard/ +\(log in with the API key (\S+)\)", line
+            )
+            if board is not None:
+                # While the demo runs, its backend answers with the key it printed.
+                listed = httpx.get(
+                    f"{board.group(1)}/api/v1/clusters", headers={"Authorization": f"Bearer {board.group(2)}"}
+                )
+                clusters_seen = (listed.status_code, [c["name"] for c in listed.json()])
+                page = httpx.get(f"{board.group(1)}/dashboard/")
+                assert page.status_code == 200 and "chart.umd.min.js" in page.text
         code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if process.poll() is None:
@@ -116,6 +130,7 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     text = "\n".join(output)
     assert code == 0, text
     assert watch is not None and nodes_seen is not None, text
+    assert clusters_seen == (200, ["demo"]), text
 
     # kubectl listed the six nodes of the scenario, spot and on-demand, while the demo ran.
     assert nodes_seen.returncode == 0, nodes_seen.stderr

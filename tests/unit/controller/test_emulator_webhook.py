@@ -23,7 +23,7 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.controller.webhook.registration import webhook_configuration
+from shipshape.controller.webhook.registration import WEBHOOK_NAME, webhook_configuration
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.emulator.api import Api
 from shipshape.emulator.controllers import all_controllers
@@ -108,6 +108,8 @@ def emulated(tmp_path: Path) -> Iterator[tuple[Cluster, Api, ClusterCache]]:
             namespace=config.namespace,
             url=f"https://127.0.0.1:{webhook.port}/mutate",
         )
+        # The pod webhook alone: the Deployment below is created without an event loop to call one.
+        registration["webhooks"] = [h for h in registration["webhooks"] if h["name"] == WEBHOOK_NAME]
         run_create(api, MUTATING_WEBHOOKS, "", registration)
         for model in all_controllers():
             cluster.add(model)

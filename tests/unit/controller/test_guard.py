@@ -134,3 +134,21 @@ def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining()
     assert dict(loop.recommended()) == {}
     assert rebalance_from_metadata(None) is False
     assert rebalance_from_metadata({"noticeTime": "2026-01-01T00:00:00Z"}) is True
+
+
+def test_a_new_single_replica_workload_is_guarded_at_once_not_after_the_interval() -> None:
+    # A handler that drains at the notice evicts at once: a workload created just before a notice must
+    # already have its guard, so a workload coming under management triggers a guard sync right away.
+    h = Harness()
+    h.add(namespace("shop"), node("spot-0", "spot"))
+    ops = RecordingOps()
+    loop = responder(h, ops)
+    loop.reconcile(h.clock.now())
+    assert ops.of("apply") == []
+    dep = deployment("solo", 1, ENABLED)
+    rs = replicaset(dep)
+    h.add(dep, rs, pod_of(rs, "solo-abc12-x", node="spot-0"))
+    loop.reconcile(h.clock.now() + 1)  # well within GUARD_INTERVAL_SECONDS
+    assert GUARD_INTERVAL_SECONDS > 1
+    (applied,) = ops.of("apply")
+    assert applied[0]["metadata"]["name"] == "solo-surge-guard"

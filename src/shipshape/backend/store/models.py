@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -107,3 +108,47 @@ class ClusterObject(Base):
     namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     body: Mapped[dict[str, Any]]
+
+
+class RecommendationRow(Base):
+    """A finding for one cluster, with its lifecycle: open → approved → applied | failed, or
+    dismissed; `superseded` when a later analysis no longer finds it while it was open."""
+
+    __tablename__ = "recommendations"
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "fingerprint"),
+        Index("ix_recommendations_cluster_status", "cluster_id", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(200))
+    title: Mapped[str] = mapped_column(String(300))
+    body: Mapped[dict[str, Any]]  # the contracts.instructions.Recommendation as analyzed last
+    monthly_savings_usd: Mapped[float | None] = mapped_column(Float)
+    seconds_saved: Mapped[float | None] = mapped_column(Float)
+    confidence: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(String(2000))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class InstructionRow(Base):
+    """An approved recommendation's instruction on its way to the cluster's agent, and its outcome."""
+
+    __tablename__ = "instructions"
+    __table_args__ = (Index("ix_instructions_cluster_status", "cluster_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"))
+    recommendation_id: Mapped[str] = mapped_column(ForeignKey("recommendations.id", ondelete="CASCADE"))
+    body: Mapped[dict[str, Any]]  # the contracts.instructions.Instruction
+    # pending (waiting for the agent) → delivered (leased to it until lease_until)
+    # → applied | refused | failed | dry-run
+    status: Mapped[str] = mapped_column(String(16))
+    lease_until: Mapped[datetime | None]
+    outcome: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -21,9 +21,12 @@ from shipshape.backend.store.models import (
     ApiKey,
     Cluster,
     ClusterObject,
+    InstructionRow,
     Organization,
     Push,
+    RecommendationRow,
 )
+from shipshape.contracts.instructions import InstructionOutcome, Recommendation
 from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
 
 
@@ -157,6 +160,22 @@ def get_cluster(session: Session, org_id: str, cluster_id: str) -> Cluster:
     if cluster is None:
         raise NotFound(f"cluster {cluster_id} not found")
     return cluster
+
+
+def cluster_org(session: Session, cluster_id: str) -> str:
+    """The organisation of a cluster (for internal callers that start from a cluster id)."""
+    org_id = session.scalar(select(Cluster.org_id).where(Cluster.id == cluster_id))
+    if org_id is None:
+        raise NotFound(f"cluster {cluster_id} not found")
+    return org_id
+
+
+def lock_cluster(session: Session, cluster_id: str) -> str:
+    """Lock the cluster's row for this transaction (one analysis at a time); returns its organisation."""
+    org_id = session.scalar(select(Cluster.org_id).where(Cluster.id == cluster_id).with_for_update())
+    if org_id is None:
+        raise NotFound(f"cluster {cluster_id} not found")
+    return org_id
 
 
 def cluster_objects(
@@ -365,3 +384,170 @@ def push_clusters(session: Session, push_ids: list[int]) -> dict[int, str]:
     if not push_ids:
         return {}
     return dict(session.execute(select(Push.id, Push.cluster_id).where(Push.id.in_(push_ids))).tuples().all())
+
+
+# ---- recommendations and instructions ------------------------------------------------------------
+
+# What a user may do to a recommendation in each status.
+APPROVABLE = ("open",)
+DISMISSABLE = ("open", "failed", "superseded")
+FINISHED = ("applied", "refused", "failed", "dry-run")
+
+
+class InvalidTransition(Exception):
+    """The recommendation or instruction is not in a state that allows this (HTTP 409)."""
+
+
+def upsert_recommendations(
+    session: Session, cluster_id: str, kinds: tuple[str, ...], findings: list[Recommendation], now: datetime
+) -> None:
+    """Store an analysis of `kinds`: new findings open, open ones updated, open ones no longer found
+    superseded; approved, applied and dismissed ones are left as they are."""
+    rows = {
+        row.fingerprint: row
+        for row in session.scalars(
+            select(RecommendationRow).where(
+                RecommendationRow.cluster_id == cluster_id, RecommendationRow.kind.in_(kinds)
+            )
+        )
+    }
+    found = set()
+    for finding in findings:
+        found.add(finding.fingerprint)
+        body = finding.model_dump(mode="json")
+        row = rows.get(finding.fingerprint)
+        if row is None:
+            session.add(
+                RecommendationRow(
+                    id=str(uuid.uuid4()),
+                    cluster_id=cluster_id,
+                    kind=finding.kind,
+                    fingerprint=finding.fingerprint,
+                    title=finding.title,
+                    body=body,
+                    monthly_savings_usd=finding.monthly_savings_usd,
+                    seconds_saved=finding.seconds_saved,
+                    confidence=finding.confidence,
+                    status="open",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        elif row.status in ("open", "superseded"):
+            row.title, row.body, row.status, row.updated_at = finding.title, body, "open", now
+            row.monthly_savings_usd, row.seconds_saved = finding.monthly_savings_usd, finding.seconds_saved
+            row.confidence = finding.confidence
+    for fingerprint, row in rows.items():
+        if fingerprint not in found and row.status == "open":
+            row.status, row.updated_at = "superseded", now
+    session.flush()
+
+
+def list_recommendations(
+    session: Session, org_id: str, cluster_id: str, status: str | None = None
+) -> list[RecommendationRow]:
+    get_cluster(session, org_id, cluster_id)
+    query = select(RecommendationRow).where(RecommendationRow.cluster_id == cluster_id)
+    if status is not None:
+        query = query.where(RecommendationRow.status == status)
+    query = query.order_by(RecommendationRow.monthly_savings_usd.desc().nulls_last(), RecommendationRow.title)
+    return list(session.scalars(query))
+
+
+def _recommendation(session: Session, org_id: str, recommendation_id: str) -> RecommendationRow:
+    row = session.scalar(
+        select(RecommendationRow)
+        .join(Cluster, Cluster.id == RecommendationRow.cluster_id)
+        .where(RecommendationRow.id == recommendation_id, Cluster.org_id == org_id)
+        .with_for_update()
+    )
+    if row is None:
+        raise NotFound(f"recommendation {recommendation_id} not found")
+    return row
+
+
+def approve(session: Session, org_id: str, recommendation_id: str, now: datetime) -> InstructionRow:
+    """Approve an open recommendation: its instruction waits for the cluster's agent."""
+    row = _recommendation(session, org_id, recommendation_id)
+    if row.status not in APPROVABLE:
+        raise InvalidTransition(f"recommendation {recommendation_id} is {row.status}, not open")
+    instruction = row.body.get("instruction")
+    if instruction is None:
+        raise InvalidTransition(f"recommendation {recommendation_id} has no instruction to apply")
+    row.status, row.updated_at = "approved", now
+    sent = InstructionRow(
+        id=str(uuid.uuid4()),
+        cluster_id=row.cluster_id,
+        recommendation_id=row.id,
+        body=instruction,
+        status="pending",
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(sent)
+    session.flush()
+    return sent
+
+
+def dismiss(session: Session, org_id: str, recommendation_id: str, now: datetime) -> RecommendationRow:
+    row = _recommendation(session, org_id, recommendation_id)
+    if row.status not in DISMISSABLE:
+        raise InvalidTransition(f"recommendation {recommendation_id} is {row.status}; it cannot be dismissed")
+    row.status, row.updated_at = "dismissed", now
+    return row
+
+
+def lease_instructions(
+    session: Session, cluster_id: str, now: datetime, lease: timedelta, limit: int = 10
+) -> list[InstructionRow]:
+    """Instructions for the cluster's agent: pending ones, and delivered ones whose lease ran out
+    (an agent that died before reporting); each is leased to the caller for `lease`."""
+    query = (
+        select(InstructionRow)
+        .where(
+            InstructionRow.cluster_id == cluster_id,
+            (InstructionRow.status == "pending")
+            | ((InstructionRow.status == "delivered") & (InstructionRow.lease_until < now)),
+        )
+        .order_by(InstructionRow.created_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    rows = list(session.scalars(query))
+    for row in rows:
+        row.status, row.lease_until, row.updated_at = "delivered", now + lease, now
+    session.flush()
+    return rows
+
+
+def record_outcome(
+    session: Session, cluster_id: str, instruction_id: str, outcome: InstructionOutcome, now: datetime
+) -> InstructionRow:
+    """The agent's report; idempotent (a repeated report of a finished instruction changes nothing)."""
+    row = session.scalar(
+        select(InstructionRow)
+        .where(InstructionRow.id == instruction_id, InstructionRow.cluster_id == cluster_id)
+        .with_for_update()
+    )
+    if row is None:
+        raise NotFound(f"instruction {instruction_id} not found")
+    if row.status in FINISHED:
+        return row
+    row.status, row.outcome, row.updated_at = outcome.status, outcome.model_dump(mode="json"), now
+    recommendation = session.get(RecommendationRow, row.recommendation_id)
+    if recommendation is not None:
+        recommendation.status = {"applied": "applied", "dry-run": "open"}.get(outcome.status, "failed")
+        recommendation.detail = outcome.detail
+        recommendation.updated_at = now
+    return row
+
+
+def instruction_of(session: Session, org_id: str, recommendation_id: str) -> InstructionRow | None:
+    """The newest instruction of a recommendation (for the API and the dashboard)."""
+    _recommendation(session, org_id, recommendation_id)
+    return session.scalar(
+        select(InstructionRow)
+        .where(InstructionRow.recommendation_id == recommendation_id)
+        .order_by(InstructionRow.created_at.desc())
+        .limit(1)
+    )

@@ -59,6 +59,9 @@ class LoopSettings(BaseModel):
     headroom_covers: Literal["floor", "pool"] = "floor"
     # Ask each spot node's instance-metadata endpoint for a notice (where the controller can reach it).
     poll_instance_metadata: bool = True
+    # How long a single-replica guard PDB holds without being renewed (the leader renews it while
+    # needed): once its controller is gone, a guard holds up a drain for at most this long.
+    guard_ttl_seconds: float = Field(default=180.0, gt=0)
 
 
 @dataclass(slots=True)

@@ -27,6 +27,13 @@ Ready. It is removed when the Deployment no longer needs it (more replicas, anot
 its own). So that the guard does not hold up a drain for good, a cordoned node holding the guarded
 pod gets the same surge restart as a notice. The guards live in the cluster, so a restarted
 controller finds them there.
+
+A guard expires on its own: it carries its deadline (`spot.shipshape.dev/guard-expires-at`, RFC 3339,
+`loops.guard_ttl_seconds` ahead) and the identity of the replica that keeps it
+(`spot.shipshape.dev/guard-owner`). The leader renews the deadline while the guard is needed and
+removes guards past it; any replica removes expired guards when it starts (`remove_guards`), and a
+leader stopping gracefully removes its own. A controller that is gone thus never holds up a drain for
+longer than the TTL, and anyone (`kubectl`) can tell whether a guard is still kept.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,10 +68,10 @@ from shipshape.controller.decisions import (
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Managed, Reconciler
 from shipshape.controller.notices import QueueNoticeSource
-from shipshape.controller.ops import EvictionOutcome, ObjectRef, OpsError
+from shipshape.controller.ops import ClusterOps, EvictionOutcome, ObjectRef, OpsError
 from shipshape.controller.placement import Pool, desired_split
 from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
-from shipshape.kube.clock import rfc3339
+from shipshape.kube.clock import parse_time, rfc3339
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops.interruptions")
@@ -80,6 +87,9 @@ DOOMED_COST = "-1000000"
 SURGE_GRACE_SECONDS = 300.0
 # Label on the guard PDBs the responder keeps for single-replica `surge` Deployments (value: its name).
 GUARD_LABEL = PREFIX + "guard"
+# On each guard PDB: until when it holds (RFC 3339; renewed by the leader while needed), and who keeps it.
+GUARD_EXPIRES = PREFIX + "guard-expires-at"
+GUARD_OWNER = PREFIX + "guard-owner"
 # Guard PDBs (and cordoned nodes under guarded pods) are looked at this often.
 GUARD_INTERVAL_SECONDS = 10.0
 # The instance-metadata endpoints (notices, rebalance recommendations) are asked this often.
@@ -185,16 +195,21 @@ def guard_name(deployment: str) -> str:
     return f"{deployment[:200]}-{digest}-surge-guard"
 
 
-def guard_pdb(deployment: Mapping[str, Any]) -> Obj:
-    """minAvailable 1 over a single-replica Deployment's pods, owned by the Deployment."""
+def guard_pdb(deployment: Mapping[str, Any], owner: str = "", expires_at: float | None = None) -> Obj:
+    """minAvailable 1 over a single-replica Deployment's pods, owned by the Deployment; `owner` (the
+    replica keeping it) and `expires_at` (its deadline) are annotations anyone can check."""
     metadata = deployment.get("metadata") or {}
     name = str(metadata.get("name"))
+    annotations = {GUARD_OWNER: owner}
+    if expires_at is not None:
+        annotations[GUARD_EXPIRES] = rfc3339(expires_at)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {
             "name": guard_name(name),
             "namespace": metadata.get("namespace"),
+            "annotations": annotations,
             "labels": {GUARD_LABEL: name if len(name) <= 63 else name[:63].rstrip("-._")},
             "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": metadata.get("uid")}
@@ -202,6 +217,49 @@ def guard_pdb(deployment: Mapping[str, Any]) -> Obj:
         },
         "spec": {"minAvailable": 1, "selector": (deployment.get("spec") or {}).get("selector") or {}},
     }
+
+
+def is_guard(pdb: Mapping[str, Any]) -> bool:
+    return GUARD_LABEL in ((pdb.get("metadata") or {}).get("labels") or {})
+
+
+def guard_expiry(pdb: Mapping[str, Any]) -> float:
+    """A guard's deadline; one without a readable deadline counts as expired."""
+    text = ((pdb.get("metadata") or {}).get("annotations") or {}).get(GUARD_EXPIRES)
+    try:
+        return parse_time(str(text)) if text else float("-inf")
+    except ValueError:
+        return float("-inf")
+
+
+def guard_owner(pdb: Mapping[str, Any]) -> str:
+    return str(((pdb.get("metadata") or {}).get("annotations") or {}).get(GUARD_OWNER) or "")
+
+
+def remove_guards(
+    ops: ClusterOps,
+    pdbs: Iterable[Mapping[str, Any]],
+    *,
+    expired_at: float | None = None,
+    owner: str | None = None,
+) -> int:
+    """Delete the guard PDBs past their deadline at `expired_at`, or kept by `owner`; how many went.
+    Best effort: a guard that cannot be deleted now is logged (it is tried again later)."""
+    removed = 0
+    for pdb in pdbs:
+        if not is_guard(pdb):
+            continue
+        expired = expired_at is not None and guard_expiry(pdb) <= expired_at
+        owned = owner is not None and guard_owner(pdb) == owner
+        if not (expired or owned):
+            continue
+        ref = ObjectRef.of({**pdb, "apiVersion": "policy/v1", "kind": "PodDisruptionBudget"})
+        try:
+            if ops.delete(ref):
+                removed += 1
+        except OpsError as error:
+            LOG.warning("cannot remove guard PodDisruptionBudget %s/%s: %s", ref.namespace, ref.name, error)
+    return removed
 
 
 def needs_guard(workload: Managed, other_pdbs: Sequence[Mapping[str, Any]]) -> bool:
@@ -247,6 +305,7 @@ class InterruptionResponder(Reconciler):
         # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> (node, until when).
         self._evicted: dict[str, tuple[str | None, float]] = {}
         self._last_guard_sync = float("-inf")
+        self._guarded_count = -1  # how many workloads were managed at the last guard sync
         # Metadata rebalance recommendations: node -> its pool.
         self._recommended: Mapping[str, Pool | None] = {}
         # A cloud event queue (leader only: its messages go to one consumer).
@@ -337,8 +396,11 @@ class InterruptionResponder(Reconciler):
             except OpsError as error:
                 LOG.warning("ending the surge of %s failed, retrying: %s", workload.state.key, error)
         self._observe_restarts(managed, now)
-        if now - self._last_guard_sync >= GUARD_INTERVAL_SECONDS:
+        # On the interval, and at once when the managed workloads come or go: a new single-replica
+        # workload must have its guard before the first notice, which a handler drains at once.
+        if now - self._last_guard_sync >= GUARD_INTERVAL_SECONDS or len(managed) != self._guarded_count:
             self._last_guard_sync = now
+            self._guarded_count = len(managed)
             self._sync_guards(managed, now)
         self._pending = {k: v for k, v in self._pending.items() if now < v[1]}
         self._evicted = {k: v for k, v in self._evicted.items() if now < v[1]}
@@ -554,11 +616,12 @@ class InterruptionResponder(Reconciler):
         and restart such a Deployment with a surge when its pod's node is cordoned (a drain)."""
         wanted: dict[tuple[str, str], Obj] = {}
         cordoned: list[tuple[Managed, str]] = []
+        ttl = self.settings.guard_ttl_seconds
         with self.reading():
             existing = {
                 (str(pdb["metadata"].get("namespace")), str(pdb["metadata"].get("name"))): pdb
                 for pdb in self.cache.objects("PodDisruptionBudget")
-                if GUARD_LABEL in ((pdb.get("metadata") or {}).get("labels") or {})
+                if is_guard(pdb)
             }
             for workload in managed:
                 if workload.ref.kind is not WorkloadKind.DEPLOYMENT or workload.ref.replicas != 1:
@@ -568,7 +631,7 @@ class InterruptionResponder(Reconciler):
                 others = [p for p in matching if GUARD_LABEL not in (p["metadata"].get("labels") or {})]
                 if not needs_guard(workload, others):
                     continue
-                body = guard_pdb(workload.ref.obj)
+                body = guard_pdb(workload.ref.obj, self.shared.instance, now + ttl)
                 wanted[(workload.ref.namespace, body["metadata"]["name"])] = body
                 for pod in workload.state.pods:
                     node = self.cache.get("Node", "", pod.node) if pod.node else None
@@ -576,8 +639,13 @@ class InterruptionResponder(Reconciler):
                         cordoned.append((workload, str(pod.node)))
         for key, body in wanted.items():
             have = existing.get(key)
-            if have is not None and (have.get("spec") or {}).get("minAvailable") == 1:
-                continue
+            if (
+                have is not None
+                and (have.get("spec") or {}).get("minAvailable") == 1
+                and guard_owner(have) == self.shared.instance
+                and guard_expiry(have) - now > ttl / 2
+            ):
+                continue  # renewed once half of its time is gone
             try:
                 if self.ops.apply(body) != "unchanged":
                     LOG.info("guard PodDisruptionBudget %s/%s kept for a single replica", *key)

@@ -86,6 +86,12 @@ class Rebalancer(Reconciler):
         namespace = workload.ref.namespace
         # Marked before the call: a move whose answer was lost is not sent again while the cache catches up.
         self._recent[f"{namespace}/{move.pod}"] = now
+        if not self.config.rebalance_evictions:
+            LOG.info(
+                "rebalance move not made (rebalance_evictions is off)",
+                extra={"workload": workload.state.key, "pod": move.pod, "direction": move.direction.value},
+            )
+            return False
         if move.kind is MoveKind.SURGE_RESTART:
             self.ops.patch_workload(
                 WorkloadKind.DEPLOYMENT,

@@ -21,9 +21,22 @@ from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
 from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
-from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, resolve_policy
+from shipshape.controller.policy import (
+    CapacityType,
+    ControllerConfig,
+    PolicyProblem,
+    WorkloadKind,
+    resolve_policy,
+)
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff, pins_capacity
+from shipshape.controller.webhook.mutators import (
+    CHAIN,
+    DRY_RUN_CHAIN,
+    MutationInput,
+    copy_pod,
+    diff,
+    pins_capacity,
+)
 from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
@@ -33,6 +46,7 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 _ORDINAL = re.compile(r"-(\d+)$")
 # Risk added to a pool with a node under a rebalance recommendation (one advisor band).
 RECOMMENDATION_RISK = 1.0
+WORKLOAD_RESOURCES = {"deployments": WorkloadKind.DEPLOYMENT, "statefulsets": WorkloadKind.STATEFULSET}
 
 
 class BadReview(ValueError):
@@ -112,6 +126,8 @@ class PodPlacer:
     def admit(self, request: Mapping[str, Any]) -> Outcome:
         """The decision and patch for one admission request (see module docstring for failure rules)."""
         resource = request.get("resource") or {}
+        if resource.get("group") == "apps" and resource.get("resource") in WORKLOAD_RESOURCES:
+            return self._workload_warnings(request)
         if (
             request.get("operation") != "CREATE"
             or resource.get("resource") != "pods"
@@ -138,10 +154,7 @@ class PodPlacer:
         if policy_result.problems or policy_result.policy is None:
             for problem in policy_result.problems:
                 self.metrics.invalid_policies.labels(annotation=problem.annotation).inc()
-            warnings = tuple(
-                f"shipshape: {workload.kind.value} {workload.name}: {problem}; placement left unchanged"
-                for problem in policy_result.problems
-            )
+            warnings = self._policy_warnings(workload.kind, workload.name, policy_result.problems)
             return Outcome(patch=[], warnings=warnings, skipped="invalid-policy")
         if pins_capacity(pod):
             return self._skip("capacity-pinned")
@@ -160,12 +173,62 @@ class PodPlacer:
         patch = self._mutate(pod, workload, decision, str(request["uid"]))
         if patch is None:
             return Outcome(patch=[], decision=decision, skipped="error")
+        metadata = pod.get("metadata") or {}
+        LOG.info(
+            "placement decision",
+            extra={
+                "workload": f"{namespace}/{workload.name}",
+                "kind": workload.kind.value,
+                "pod": str(metadata.get("name") or f"{metadata.get('generateName') or ''}*"),
+                "capacity_type": decision.capacity_type.value,
+                "pool": str(decision.pool) if decision.pool is not None else "",
+                "reason": decision.reason.value,
+                "dry_run": self.config.dry_run,
+            },
+        )
         if not request.get("dryRun"):
             self.cache.assume(str(request["uid"]), workload.group, decision.capacity_type, decision.pool, now)
         self.metrics.decisions.labels(
             capacity_type=decision.capacity_type.value, reason=decision.reason.value
         ).inc()
         return Outcome(patch=patch, decision=decision)
+
+    def _workload_warnings(self, request: Mapping[str, Any]) -> Outcome:
+        """A Deployment or StatefulSet written: admitted unchanged, with its policy's problems as
+        warnings, which `kubectl apply` prints to the one who wrote the annotations (never a denial)."""
+        if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
+            return self._skip("not-workload-write")
+        namespace = str(request.get("namespace") or "")
+        obj = request.get("object")
+        if namespace == self.config.namespace or namespace in self.config.excluded_namespaces:
+            return self._skip("excluded-namespace")
+        if not isinstance(obj, Mapping):
+            return self._skip("no-object")
+        kind = WORKLOAD_RESOURCES[str((request.get("resource") or {}).get("resource"))]
+        metadata = obj.get("metadata") or {}
+        result = resolve_policy(
+            kind, metadata.get("annotations") or {}, self.cache.namespace_labels(namespace), self.config
+        )
+        if not result.managed or not result.problems:
+            return self._skip("workload-valid" if result.managed else "not-managed")
+        name = str(metadata.get("name") or metadata.get("generateName") or "")
+        for problem in result.problems:
+            self.metrics.invalid_policies.labels(annotation=problem.annotation).inc()
+        LOG.warning(
+            "invalid spot policy",
+            extra={
+                "workload": f"{namespace}/{name}",
+                "kind": kind.value,
+                "problems": "; ".join(str(p) for p in result.problems),
+            },
+        )
+        return Outcome(patch=[], warnings=self._policy_warnings(kind, name, result.problems))
+
+    @staticmethod
+    def _policy_warnings(kind: WorkloadKind, name: str, problems: Sequence[PolicyProblem]) -> tuple[str, ...]:
+        return tuple(
+            f"shipshape: {kind.value} {name}: {problem}; placement left unchanged" for problem in problems
+        )
 
     def allowance(self, workload: WorkloadRef) -> int:
         """A workload's disruption allowance: replicas minus the PDB's (or rolling update's) floor."""
@@ -194,7 +257,8 @@ class PodPlacer:
         self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
     ) -> list[Obj] | None:
         tolerations = self.cache.spot_tolerations()
-        packed = self._packing(pod, decision, tolerations)
+        dry_run = self.config.dry_run
+        packed = () if dry_run else self._packing(pod, decision, tolerations)
         data = MutationInput(
             decision=decision,
             decision_id=decision_id,
@@ -202,9 +266,10 @@ class PodPlacer:
             spot_tolerations=tolerations,
             packing_hosts=tuple(room.host for room in packed),
             packing_node=packed[0].name if packed else "",
+            dry_run=dry_run,
         )
         mutated = copy_pod(pod)
-        for name, mutator in CHAIN:
+        for name, mutator in DRY_RUN_CHAIN if dry_run else CHAIN:
             try:
                 mutator(data, mutated)
             except Exception:

@@ -39,6 +39,8 @@ class MutationInput:
     # name of the first, recorded in the decision annotation (the pod counts there until it is bound).
     packing_hosts: Sequence[str] = ()
     packing_node: str = ""
+    # Recommend-only mode: the decision annotation (marked dryRun) is the only change.
+    dry_run: bool = False
 
 
 Mutator = Callable[[MutationInput, Obj], None]
@@ -170,8 +172,9 @@ def inject_topology_spread(data: MutationInput, pod: Obj) -> None:
         spec["topologySpreadConstraints"] = [*constraints, *added]
 
 
-def decision_annotation(decision: Decision, decision_id: str, node: str = "") -> str:
-    """The decision as JSON; `node`, when the pod was packed, names the node it should fill."""
+def decision_annotation(decision: Decision, decision_id: str, node: str = "", dry_run: bool = False) -> str:
+    """The decision as JSON; `node`, when the pod was packed, names the node it should fill; `dryRun`
+    marks a decision that was only recommended (nothing else of the pod was changed)."""
     body: Obj = {
         "capacityType": decision.capacity_type.value,
         "pool": str(decision.pool) if decision.pool is not None else "",
@@ -180,13 +183,15 @@ def decision_annotation(decision: Decision, decision_id: str, node: str = "") ->
     }
     if node:
         body["node"] = node
+    if dry_run:
+        body["dryRun"] = True
     return orjson.dumps(body).decode()
 
 
 def annotate_decision(data: MutationInput, pod: Obj) -> None:
     metadata = pod.setdefault("metadata", {})
     annotations = metadata.get("annotations") or {}
-    text = decision_annotation(data.decision, data.decision_id, data.packing_node)
+    text = decision_annotation(data.decision, data.decision_id, data.packing_node, data.dry_run)
     metadata["annotations"] = {**annotations, DECISION: text}
 
 
@@ -259,3 +264,5 @@ CHAIN: tuple[tuple[str, Mutator], ...] = (
     ("topology-spread", inject_topology_spread),
     ("decision-annotation", annotate_decision),
 )
+# Recommend-only mode writes nothing but the decision.
+DRY_RUN_CHAIN: tuple[tuple[str, Mutator], ...] = (("decision-annotation", annotate_decision),)

@@ -18,6 +18,7 @@ from shipshape.controller.webhook.server import MUTATE_PATH
 Obj = dict[str, Any]
 CONFIGURATION_NAME = "shipshape-placement"
 WEBHOOK_NAME = "placement.spot.shipshape.dev"
+WORKLOADS_WEBHOOK_NAME = "workloads.spot.shipshape.dev"
 CONTROLLER_LABEL = "app.kubernetes.io/name"
 CONTROLLER_NAME = "shipshape-controller"
 
@@ -38,10 +39,20 @@ def webhook_configuration(
     service: ServiceTarget | None = None,
     timeout_seconds: int = 2,
     name: str = CONFIGURATION_NAME,
+    namespace_selector: Mapping[str, Any] | None = None,
+    object_selector: Mapping[str, Any] | None = None,
 ) -> Obj:
-    """The configuration: pod CREATE only, failurePolicy Ignore, short timeout, own namespace excluded.
+    """The configuration: failurePolicy Ignore, short timeout, own namespace excluded; two webhooks:
+
+    - `placement.spot.shipshape.dev`: pod CREATE, the placement decision;
+    - `workloads.spot.shipshape.dev`: Deployment and StatefulSet CREATE/UPDATE, admitted unchanged
+      with the policy's warnings (so that `kubectl apply` prints them to whoever wrote the annotations).
 
     `url` is for out-of-cluster runs (the webhook on loopback); `service` for in-cluster ones.
+    `namespace_selector` / `object_selector` (LabelSelectors) narrow the registration further: they
+    are ANDed with the built-in exclusions (the controller's namespace, `excluded_namespaces`, the
+    controller's own pods). The object selector applies to pods only (opting in is an annotation on
+    the workload, which no selector can read).
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
@@ -59,6 +70,23 @@ def webhook_configuration(
             "port": service.port,
         }
     excluded = sorted({namespace, *excluded_namespaces})
+    namespaces = _and_selector(
+        namespace_selector,
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded},
+    )
+    pods = _and_selector(
+        object_selector, {"key": CONTROLLER_LABEL, "operator": "NotIn", "values": [CONTROLLER_NAME]}
+    )
+    common: Obj = {
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client_config,
+        "failurePolicy": "Ignore",
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "namespaceSelector": namespaces,
+    }
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -66,8 +94,7 @@ def webhook_configuration(
         "webhooks": [
             {
                 "name": WEBHOOK_NAME,
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": client_config,
+                **common,
                 "rules": [
                     {
                         "apiGroups": [""],
@@ -77,24 +104,31 @@ def webhook_configuration(
                         "scope": "Namespaced",
                     }
                 ],
-                "failurePolicy": "Ignore",
-                "matchPolicy": "Equivalent",
-                "reinvocationPolicy": "Never",
-                "sideEffects": "None",
-                "timeoutSeconds": timeout_seconds,
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}
-                    ]
-                },
-                "objectSelector": {
-                    "matchExpressions": [
-                        {"key": CONTROLLER_LABEL, "operator": "NotIn", "values": [CONTROLLER_NAME]}
-                    ]
-                },
-            }
+                "objectSelector": pods,
+            },
+            {
+                "name": WORKLOADS_WEBHOOK_NAME,
+                **json.loads(json.dumps(common)),
+                "rules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["deployments", "statefulsets"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "objectSelector": {},
+            },
         ],
     }
+
+
+def _and_selector(selector: Mapping[str, Any] | None, requirement: Obj) -> Obj:
+    """`selector` (a LabelSelector, or None) with one more required expression."""
+    out: Obj = json.loads(json.dumps(dict(selector or {})))
+    out["matchExpressions"] = [*(out.get("matchExpressions") or []), requirement]
+    return out
 
 
 class WebhookConfigurations(Protocol):

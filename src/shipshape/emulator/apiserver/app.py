@@ -24,6 +24,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from shipshape.emulator import admission
 from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.apiserver import codec, discovery, paths, reviews, tables
 from shipshape.emulator.apiserver import watch as watching
@@ -309,7 +310,14 @@ class ApiServer:
             }.get(method)
         if handler is None:
             raise errors.MethodNotAllowed(_NOT_ALLOWED)
-        return await handler(request, rt, target)
+        # Admission webhooks' warnings reach the client as `Warning: 299 - "..."` headers (kubectl
+        # prints each as "Warning: ..."), as kube-apiserver sends them.
+        with admission.collecting_warnings() as webhook_warnings:
+            response = await handler(request, rt, target)
+        for warning in webhook_warnings:
+            escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+            response.headers.append("warning", f'299 - "{escaped}"')
+        return response
 
     # ---- helpers ------------------------------------------------------------------------------
     def _respond(

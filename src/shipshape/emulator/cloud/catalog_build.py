@@ -2,8 +2,8 @@
 
 Run it again when the advisor files change:
 
-    python -m shipshape.emulator.cloud.catalog_build /path/to/aws-spot-advisor \
-        src/shipshape/emulator/cloud/data/catalog.json
+    python -m shipshape.pricing.catalog_build /path/to/aws-spot-advisor \
+        src/shipshape/pricing/data/catalog.json
 
 Inputs (see data/PROVENANCE.md): `spot-advisor-data.json` (2025: savings % and interruption band
 per region x instance type), `spot-advisor-data-2021.json` (2021-02 savings %) and
@@ -136,7 +136,7 @@ def build(advisor_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m shipshape.emulator.cloud.catalog_build ADVISOR_DIR OUT.json", file=sys.stderr)
+        print("usage: python -m shipshape.pricing.catalog_build ADVISOR_DIR OUT.json", file=sys.stderr)
         return 2
     catalog = build(Path(argv[0]))
     Path(argv[1]).write_text(json.dumps(catalog, separators=(",", ":"), sort_keys=False) + "\n")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shipshape.emulator.cloud import autoscaler, boot, catalog, handler, http, nodes
+from shipshape.emulator.cloud import autoscaler, boot, handler, http, nodes
 from shipshape.emulator.cloud.errors import CloudError, UnknownTarget
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.resources import NODES
@@ -30,6 +30,7 @@ from shipshape.emulator.scenario import Autoscaler, Interruptions, NodeBoot, Poo
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
 from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.pricing import catalog
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.emulator.cloud import boot, catalog
+from shipshape.emulator.cloud import boot
 from shipshape.emulator.scenario import NodeBoot
+from shipshape.pricing import catalog
 
 FIXTURES = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "node-latency-for-k8s-fixtures"
 

@@ -94,5 +94,5 @@ class Catalog:
 @cache
 def default_catalog() -> Catalog:
     """The catalog shipped with the package (parsed once per process; it is read-only)."""
-    text = resources.files("shipshape.emulator.cloud").joinpath("data/catalog.json").read_text()
+    text = resources.files("shipshape.pricing").joinpath("data/catalog.json").read_text()
     return Catalog(json.loads(text))

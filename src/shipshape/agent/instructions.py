@@ -1,0 +1,250 @@
+"""Approved instructions from the backend, executed in the cluster.
+
+The agent long-polls the backend for its cluster's instructions, and for each one re-reads the live
+target and refuses when it drifted since the recommendation (its generation or resourceVersion is not
+the one the instruction names), then applies it as a patch that carries the read resourceVersion (so
+a change in between makes the API server answer 409, reported as refused), and reports the outcome.
+Only the kinds in `contracts.instructions` are understood; the backend cannot make the agent do
+anything else. In dry-run mode the patch is sent with `dryRun=All`: validated by the API server,
+admitted by webhooks, stored nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+from pydantic import TypeAdapter, ValidationError
+
+from shipshape.contracts.instructions import (
+    InstructionEnvelope,
+    InstructionOutcome,
+    SetContainerRequests,
+    SetSpotPolicy,
+    WorkloadRef,
+)
+
+LOG = logging.getLogger("shipshape.agent.instructions")
+INSTRUCTIONS_PATH = "/api/v1/agent/instructions"
+_ENVELOPES = TypeAdapter(list[dict[str, Any]])
+
+
+class InstructionClient:
+    """The backend's instruction endpoints, with the agent's token."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    def poll(self, wait: float) -> list[InstructionEnvelope | str]:
+        """Instructions waiting for this cluster (an id string for one the agent cannot read)."""
+        response = self.client.get(INSTRUCTIONS_PATH, params={"wait": wait}, timeout=wait + 30)
+        response.raise_for_status()
+        out: list[InstructionEnvelope | str] = []
+        for item in _ENVELOPES.validate_python(response.json()):
+            try:
+                out.append(InstructionEnvelope.model_validate(item))
+            except ValidationError as error:
+                LOG.error("instruction %s is not one this agent executes: %s", item.get("id"), error)
+                out.append(str(item.get("id", "")))
+        return out
+
+    def report(self, instruction_id: str, outcome: InstructionOutcome) -> None:
+        response = self.client.post(
+            f"{INSTRUCTIONS_PATH}/{instruction_id}/outcome", json=outcome.model_dump(mode="json"), timeout=30
+        )
+        response.raise_for_status()
+
+
+class Executor:
+    """Applies one instruction to the cluster through the official client."""
+
+    def __init__(self, api_client: k8s.ApiClient, dry_run: bool = False) -> None:
+        self.apps = k8s.AppsV1Api(api_client)
+        self.dry_run = dry_run
+
+    def execute(self, envelope: InstructionEnvelope) -> InstructionOutcome:
+        instruction = envelope.instruction
+        target = instruction.target
+        try:
+            live = self._read(target)
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return InstructionOutcome(status="refused", detail=f"{target.text()} no longer exists")
+            return InstructionOutcome(
+                status="failed", detail=f"reading {target.text()}: {error.status} {error.reason}"
+            )
+        meta = live.get("metadata") or {}
+        generation = meta.get("generation")
+        if _already_applied(instruction, live):
+            # Applied before (e.g. by this agent, whose report was lost): report it, change nothing.
+            return InstructionOutcome(
+                status="applied",
+                detail=f"{target.text()} already as instructed",
+                observed_generation=generation,
+            )
+        expected = instruction.precondition
+        if expected.generation is not None and expected.generation != generation:
+            return InstructionOutcome(
+                status="refused",
+                detail=f"{target.text()} drifted since the recommendation: generation {generation}, "
+                f"the recommendation was made at {expected.generation}",
+                observed_generation=generation,
+            )
+        if expected.resource_version is not None and expected.resource_version != meta.get("resourceVersion"):
+            return InstructionOutcome(
+                status="refused",
+                detail=f"{target.text()} changed since the recommendation (resourceVersion)",
+                observed_generation=generation,
+            )
+        if isinstance(instruction, SetSpotPolicy):
+            patch: dict[str, Any] = {"metadata": {"annotations": dict(instruction.annotations)}}
+            content_type = "application/merge-patch+json"
+        else:
+            problem = _missing_containers(instruction, live)
+            if problem:
+                return InstructionOutcome(status="refused", detail=problem, observed_generation=generation)
+            patch = _requests_patch(instruction)
+            content_type = "application/strategic-merge-patch+json"
+        patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")
+        try:
+            self._patch(target, patch, content_type)
+        except k8s.ApiException as error:
+            if error.status == 409:
+                return InstructionOutcome(
+                    status="refused",
+                    detail=f"{target.text()} changed while applying",
+                    observed_generation=generation,
+                )
+            return InstructionOutcome(
+                status="failed", detail=f"patch of {target.text()}: {error.status} {_reason(error)}"
+            )
+        verb = "would apply" if self.dry_run else "applied"
+        return InstructionOutcome(
+            status="dry-run" if self.dry_run else "applied",
+            detail=f"{verb} {instruction.type} to {target.text()}",
+            observed_generation=generation,
+        )
+
+    def _read(self, target: WorkloadRef) -> dict[str, Any]:
+        read: Any = (
+            self.apps.read_namespaced_deployment
+            if target.kind == "Deployment"
+            else self.apps.read_namespaced_stateful_set
+        )
+        response = read(target.name, target.namespace, _preload_content=False, _request_timeout=(5, 30))
+        body: dict[str, Any] = json.loads(response.data)
+        return body
+
+    def _patch(self, target: WorkloadRef, patch: dict[str, Any], content_type: str) -> None:
+        send: Any = (
+            self.apps.patch_namespaced_deployment
+            if target.kind == "Deployment"
+            else self.apps.patch_namespaced_stateful_set
+        )
+        send(
+            target.name,
+            target.namespace,
+            patch,
+            dry_run="All" if self.dry_run else None,
+            _content_type=content_type,
+            _preload_content=False,
+            _request_timeout=(5, 30),
+        )
+
+
+def _already_applied(instruction: SetSpotPolicy | SetContainerRequests, live: dict[str, Any]) -> bool:
+    if isinstance(instruction, SetSpotPolicy):
+        annotations = live.get("metadata", {}).get("annotations") or {}
+        return all(annotations.get(key) == value for key, value in instruction.annotations.items())
+    containers = {
+        c.get("name"): c.get("resources") or {}
+        for c in live.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []
+    }
+    for name, wanted in instruction.containers.items():
+        have = containers.get(name)
+        if have is None:
+            return False
+        if any((have.get("requests") or {}).get(k) != v for k, v in wanted.requests.items()):
+            return False
+        if any((have.get("limits") or {}).get(k) != v for k, v in wanted.limits.items()):
+            return False
+    return True
+
+
+def _missing_containers(instruction: SetContainerRequests, live: dict[str, Any]) -> str | None:
+    containers = {
+        c.get("name")
+        for c in live.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []
+    }
+    missing = sorted(set(instruction.containers) - containers)
+    if missing:
+        return f"{instruction.target.text()} has no container {', '.join(missing)}"
+    return None
+
+
+def _requests_patch(instruction: SetContainerRequests) -> dict[str, Any]:
+    containers = []
+    for name, resources in instruction.containers.items():
+        wanted: dict[str, Any] = {"requests": dict(resources.requests)}
+        if resources.limits:
+            wanted["limits"] = dict(resources.limits)
+        containers.append({"name": name, "resources": wanted})
+    return {"spec": {"template": {"spec": {"containers": containers}}}}
+
+
+def _reason(error: k8s.ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message", error.reason))
+    except (TypeError, ValueError):
+        return str(error.reason)
+
+
+class InstructionLoop:
+    """Long-polls the backend, executes, reports; a thread until `stop`."""
+
+    def __init__(self, client: InstructionClient, executor: Executor, wait: float = 20.0) -> None:
+        self.client = client
+        self.executor = executor
+        self.wait = wait
+        self.stop_event = threading.Event()
+        self.outcomes: list[tuple[str, InstructionOutcome]] = []
+        self.thread = threading.Thread(target=self._run, name="agent-instructions", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(self.wait + 35)
+
+    def run_once(self, wait: float) -> int:
+        handled = 0
+        for envelope in self.client.poll(wait):
+            if isinstance(envelope, str):
+                outcome = InstructionOutcome(
+                    status="refused", detail="not an instruction kind this agent executes"
+                )
+                instruction_id = envelope
+            else:
+                instruction_id = envelope.id
+                outcome = self.executor.execute(envelope)
+            LOG.info("instruction %s: %s (%s)", instruction_id, outcome.status, outcome.detail)
+            self.client.report(instruction_id, outcome)
+            self.outcomes.append((instruction_id, outcome))
+            handled += 1
+        return handled
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            try:
+                self.run_once(self.wait)
+                backoff = 1.0
+            except (httpx.HTTPError, ValidationError) as error:
+                LOG.warning("instructions: %s; retrying in %.0fs", error, backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(60.0, backoff * 2)

@@ -1,0 +1,211 @@
+// The Shipshape dashboard: a small single-page app over the backend's /api/v1, charts by Chart.js.
+// The API key stays in this tab's sessionStorage and goes out only as a bearer token.
+"use strict";
+
+const KEY = "shipshape.apiKey";
+const charts = {};
+
+function apiKey() { return sessionStorage.getItem(KEY); }
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { Authorization: `Bearer ${apiKey()}`, "Content-Type": "application/json", ...(options.headers || {}) },
+  });
+  if (response.status === 401) { logout(); throw new Error("not logged in"); }
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(body.detail || `${response.status}`);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+function show(id) {
+  for (const section of document.querySelectorAll("main > section")) section.hidden = section.id !== id;
+  document.getElementById("nav").hidden = id === "login";
+}
+
+function logout() { sessionStorage.removeItem(KEY); location.hash = "#/login"; route(); }
+
+function cell(row, text, className) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+const money = (v) => (v === null || v === undefined ? "–" : `$${Number(v).toFixed(2)}`);
+const pct = (v) => (v === null || v === undefined ? "–" : `${v}%`);
+
+async function showClusters() {
+  show("clusters");
+  const clusters = await api("/api/v1/clusters");
+  // Rows are built aside and swapped in at once, so overlapping refreshes never mix their rows.
+  const body = document.createElement("tbody");
+  for (const c of clusters) {
+    const summary = await api(`/api/v1/clusters/${c.id}/summary`).catch(() => null);
+    const row = body.insertRow();
+    row.className = "link";
+    row.dataset.cluster = c.id;
+    row.onclick = () => { location.hash = `#/clusters/${c.id}`; };
+    cell(row, c.name);
+    cell(row, c.node_count, "num");
+    cell(row, c.pod_count, "num");
+    cell(row, summary ? money(summary.cost.usd_per_hour) : "–", "num");
+    cell(row, summary ? pct(summary.cost.savings_pct) : "–", "num");
+    cell(row, summary ? pct(summary.spot_share_pct) : "–", "num");
+    cell(row, c.last_seen ? new Date(c.last_seen).toLocaleString() : "never");
+  }
+  document.querySelector("#clusters-table tbody").replaceWith(body);
+}
+
+function draw(id, config) {
+  if (charts[id]) charts[id].destroy();
+  charts[id] = new Chart(document.getElementById(id), { ...config, options: { animation: false, responsive: true, ...(config.options || {}) } });
+}
+
+function figure(label, value) {
+  const div = document.createElement("div");
+  div.className = "figure";
+  const b = document.createElement("b");
+  b.textContent = value;
+  div.append(b, label);
+  return div;
+}
+
+async function showCluster(id) {
+  show("cluster");
+  const [cluster, summary, recommendations] = await Promise.all([
+    api(`/api/v1/clusters/${id}`),
+    api(`/api/v1/clusters/${id}/summary`),
+    api(`/api/v1/clusters/${id}/recommendations`),
+  ]);
+  document.getElementById("cluster-name").textContent = cluster.name;
+  document.getElementById("figures").replaceChildren(
+    figure("nodes", summary.nodes),
+    figure("pods", summary.pods),
+    figure("USD/hour now", money(summary.cost.usd_per_hour)),
+    figure("USD/hour on demand", money(summary.cost.on_demand_usd_per_hour)),
+    figure("saved vs on-demand", pct(summary.cost.savings_pct)),
+    figure("replicas on spot", pct(summary.spot_share_pct)),
+    figure("pod start-up p99 (s)", summary.pod_startup.overall?.endToEnd?.p99?.toFixed?.(1) ?? "–"),
+  );
+  const pools = summary.pools;
+  draw("chart-pools", {
+    type: "bar",
+    data: {
+      labels: pools.map((p) => `${p.instance_type} ${p.zone}`),
+      datasets: [
+        { label: "spot", data: pools.map((p) => (p.capacity_type === "spot" ? p.nodes : 0)), backgroundColor: "#f0a202" },
+        { label: "on-demand", data: pools.map((p) => (p.capacity_type !== "spot" ? p.nodes : 0)), backgroundColor: "#12324f" },
+      ],
+    },
+    options: { scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } },
+  });
+  const workloads = summary.workloads;
+  draw("chart-workloads", {
+    type: "bar",
+    data: {
+      labels: workloads.map((w) => w.workload),
+      datasets: [
+        { label: "spot", data: workloads.map((w) => w.spot), backgroundColor: "#f0a202" },
+        { label: "on-demand", data: workloads.map((w) => w.on_demand), backgroundColor: "#12324f" },
+      ],
+    },
+    options: { indexAxis: "y", scales: { x: { stacked: true, ticks: { precision: 0 } }, y: { stacked: true } } },
+  });
+  const histogram = summary.pod_startup.histogram;
+  draw("chart-startup", {
+    type: "bar",
+    data: { labels: histogram.map((b) => b.bucket), datasets: [{ label: "pods", data: histogram.map((b) => b.pods), backgroundColor: "#3c7dc4" }] },
+    options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+  });
+  const nodes = summary.node_startup.nodes.filter((n) => n.timeToReady !== null).slice(0, 30);
+  draw("chart-nodes", {
+    type: "bar",
+    data: { labels: nodes.map((n) => n.name), datasets: [{ label: "seconds to Ready", data: nodes.map((n) => n.timeToReady), backgroundColor: "#6a994e" }] },
+    options: { indexAxis: "y" },
+  });
+  const slowest = document.createElement("tbody");
+  for (const pod of summary.pod_startup.slowest.slice(0, 10)) {
+    const row = slowest.insertRow();
+    cell(row, `${pod.namespace}/${pod.name}`);
+    cell(row, pod.workload || "");
+    cell(row, pod.node || "");
+    cell(row, pod.endToEnd?.toFixed?.(1) ?? "–", "num");
+  }
+  document.querySelector("#slowest-table tbody").replaceWith(slowest);
+  const findings = document.getElementById("findings");
+  findings.replaceChildren();
+  for (const f of summary.pod_startup.findings) {
+    const li = document.createElement("li");
+    li.textContent = `${f.title}: ${f.cause} — ${f.fix}`;
+    findings.append(li);
+  }
+  if (!summary.pod_startup.findings.length) findings.append(Object.assign(document.createElement("li"), { textContent: "none" }));
+  renderRecommendations(id, recommendations);
+}
+
+function renderRecommendations(clusterId, recommendations) {
+  const body = document.createElement("tbody");
+  for (const r of recommendations) {
+    const row = body.insertRow();
+    row.dataset.recommendation = r.id;
+    cell(row, r.title);
+    const target = r.recommendation.target;
+    cell(row, target ? `${target.kind}/${target.namespace}/${target.name}` : "");
+    cell(row, money(r.monthly_savings_usd), "num");
+    cell(row, `${Math.round(r.confidence * 100)}%`, "num");
+    const status = cell(row, r.status, `status status-${r.status}`);
+    if (r.detail) status.title = r.detail;
+    const actions = row.insertCell();
+    if (r.status === "open") {
+      for (const [label, verb] of [["Approve", "approve"], ["Dismiss", "dismiss"]]) {
+        const button = document.createElement("button");
+        button.textContent = label;
+        button.className = verb;
+        button.onclick = async () => {
+          button.disabled = true;
+          try {
+            await api(`/api/v1/recommendations/${r.id}/${verb}`, { method: "POST" });
+          } catch (error) {
+            alert(error.message);
+          }
+          renderRecommendations(clusterId, await api(`/api/v1/clusters/${clusterId}/recommendations`));
+        };
+        actions.append(button);
+      }
+    }
+  }
+  document.querySelector("#recommendations-table tbody").replaceWith(body);
+}
+
+async function route() {
+  if (!apiKey()) { show("login"); return; }
+  const match = location.hash.match(/^#\/clusters\/([^/]+)$/);
+  try {
+    if (match) await showCluster(match[1]);
+    else await showClusters();
+  } catch (error) {
+    console.error(error);
+  }
+}
+
+document.getElementById("login-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const key = document.getElementById("api-key").value.trim();
+  const response = await fetch("/api/v1/clusters", { headers: { Authorization: `Bearer ${key}` } });
+  if (!response.ok) {
+    document.getElementById("login-error").textContent = "That key is not valid.";
+    return;
+  }
+  sessionStorage.setItem(KEY, key);
+  document.getElementById("login-error").textContent = "";
+  if (location.hash === "#/clusters") route();
+  else location.hash = "#/clusters";  // the hashchange routes
+});
+document.getElementById("logout").addEventListener("click", logout);
+window.addEventListener("hashchange", route);
+// Refresh what is on screen every 10 s (recommendations change as the agent reports back).
+setInterval(() => { if (apiKey() && !document.getElementById("cluster").hidden) route(); }, 10000);
+route();

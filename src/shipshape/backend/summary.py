@@ -1,0 +1,114 @@
+"""What the dashboard shows of one cluster, from its stored objects: nodes by pool, cost per hour
+beside on-demand, spot share per workload, pod and node start-up (the start-up analyzers)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
+from shipshape.backend.analysis import capacity_of, price_of
+
+Obj = Mapping[str, Any]
+KINDS = ("nodes", "pods", "replicasets", "events")
+
+
+def _ready(obj: Obj) -> bool:
+    conditions = obj.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _owner(pod: Obj, rs_owner: Mapping[tuple[str, str], str]) -> str | None:
+    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+        if not ref.get("controller"):
+            continue
+        if ref.get("kind") == "DaemonSet":
+            return None
+        if ref.get("kind") == "ReplicaSet":
+            namespace = pod["metadata"].get("namespace", "")
+            return rs_owner.get((namespace, ref.get("name", "")), f"ReplicaSet/{ref.get('name')}")
+        return f"{ref.get('kind')}/{ref.get('name')}"
+    return None
+
+
+# Bucket edges (seconds) of the dashboard's start-up histogram.
+BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def histogram(values: Sequence[float]) -> list[dict[str, Any]]:
+    """Counts per bucket: `<= 1 s`, `1-2 s`, ..., `> 300 s`."""
+    counts = [0] * (len(BUCKETS) + 1)
+    for value in values:
+        index = next((i for i, edge in enumerate(BUCKETS) if value <= edge), len(BUCKETS))
+        counts[index] += 1
+    labels = [f"<= {BUCKETS[0]:g} s"]
+    labels += [f"{lo:g}-{hi:g} s" for lo, hi in itertools.pairwise(BUCKETS)]
+    labels.append(f"> {BUCKETS[-1]:g} s")
+    return [{"bucket": label, "pods": count} for label, count in zip(labels, counts, strict=True)]
+
+
+def summarize(objects: Mapping[str, Sequence[Obj]], slowest: int = 20) -> dict[str, Any]:
+    nodes = list(objects.get("nodes", ()))
+    pods = list(objects.get("pods", ()))
+    events = list(objects.get("events", ()))
+    pools: dict[tuple[str, str, str], dict[str, Any]] = {}
+    capacity: dict[str, str] = {}
+    now_rate = on_demand_rate = 0.0
+    for node in nodes:
+        labels = node.get("metadata", {}).get("labels") or {}
+        kind = capacity_of(node)
+        capacity[node["metadata"]["name"]] = kind
+        key = (
+            labels.get("node.kubernetes.io/instance-type", "?"),
+            labels.get("topology.kubernetes.io/zone", "?"),
+            kind,
+        )
+        row = pools.setdefault(
+            key, {"instance_type": key[0], "zone": key[1], "capacity_type": kind, "nodes": 0, "ready": 0}
+        )
+        row["nodes"] += 1
+        row["ready"] += _ready(node)
+        price = price_of(node)
+        if price is not None:
+            now_rate += price.spot if kind == "spot" else price.on_demand
+            on_demand_rate += price.on_demand
+    rs_owner = {}
+    for rs in objects.get("replicasets", ()):
+        for ref in rs.get("metadata", {}).get("ownerReferences") or []:
+            if ref.get("controller"):
+                rs_owner[(rs["metadata"].get("namespace", ""), rs["metadata"]["name"])] = (
+                    f"{ref.get('kind')}/{ref.get('name')}"
+                )
+    per_workload: dict[str, Counter[str]] = {}
+    for pod in pods:
+        owner = _owner(pod, rs_owner)
+        node = pod.get("spec", {}).get("nodeName")
+        if owner is None or not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        namespace = pod["metadata"].get("namespace", "")
+        per_workload.setdefault(f"{namespace}/{owner}", Counter())[capacity.get(node, "unknown")] += 1
+    on_spot = sum(c["spot"] for c in per_workload.values())
+    placed = sum(sum(c.values()) for c in per_workload.values())
+    report = analyze_pod_startup(pods, events, nodes)
+    pod_report = report.to_json(slowest=slowest)
+    node_report = analyze_node_startup(nodes, pods, events).to_json()
+    latencies = [t.end_to_end for t in report.timelines if t.end_to_end is not None]
+    return {
+        "nodes": len(nodes),
+        "pods": len(pods),
+        "pools": sorted(pools.values(), key=lambda p: (p["capacity_type"], p["instance_type"], p["zone"])),
+        "cost": {
+            "usd_per_hour": round(now_rate, 4),
+            "on_demand_usd_per_hour": round(on_demand_rate, 4),
+            "savings_pct": round(100 * (1 - now_rate / on_demand_rate), 1) if on_demand_rate else None,
+        },
+        "spot_share_pct": round(100 * on_spot / placed, 1) if placed else None,
+        "workloads": [
+            {"workload": name, "spot": c["spot"], "on_demand": c["on-demand"], "other": c["unknown"]}
+            for name, c in sorted(per_workload.items())
+        ],
+        "pod_startup": {**pod_report, "histogram": histogram(latencies)},
+        "node_startup": {**node_report, "nodes": node_report["nodes"][:50]},
+    }

@@ -1,0 +1,90 @@
+"""`shipshape backend` in a subprocess for tests of the agent (the agent speaks HTTP to it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from shipshape.backend.store import engine as store_engine
+from shipshape.backend.store import repository as repo
+from shipshape.emulator.scenario import Scenario
+from tests.integration.emulator.served_cluster import scenario, scenario_doc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bootstrap(db: str) -> tuple[str, str, str]:
+    """(user API key, cluster id, agent token) of a new organisation with one cluster."""
+    engine = store_engine.create(db)
+    store_engine.migrate(engine)
+    try:
+        with store_engine.sessions(engine).begin() as session:
+            org, key = repo.create_organization(session, "acme", datetime.now(UTC))
+            cluster, token = repo.create_cluster(session, org.id, "prod", datetime.now(UTC))
+            return key, cluster.id, token
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Iterator[str]:
+    """`shipshape backend` on 127.0.0.1:port until the block ends (then terminated, as in an outage);
+    `settings` become SHIPSHAPE_BACKEND_* variables."""
+    env = {**os.environ, **{f"SHIPSHAPE_BACKEND_{k.upper()}": v for k, v in settings.items()}}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from shipshape.cli.main import app; app()",
+            "backend",
+            "--port",
+            str(port),
+            "--db",
+            db,
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the backend did not become ready"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=30)
+        assert "Traceback" not in out, out
+
+
+def on_demand_only_unless_tolerated() -> Scenario:
+    """The test cluster with its spot nodes tainted: pods that do not tolerate spot run on-demand."""
+    taint = {"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}
+    pools = [
+        {**pool, "taints": [taint]} if pool["capacityType"] == "spot" else pool
+        for pool in scenario_doc()["pools"]
+    ]
+    return scenario(pools=pools)

@@ -1,0 +1,160 @@
+"""From a finding to a change in the cluster: the agent pushes, the workers recommend spot for an
+on-demand Deployment, a user approves through the API, the agent applies it in the emulator and
+reports back; and the agent refuses an instruction whose target drifted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
+from shipshape.agent.mirror import Mirror
+from shipshape.agent.pusher import Pusher
+from shipshape.agent.runner import Agent, AgentSettings, sources
+from shipshape.agent.spool import Spool
+from shipshape.contracts.instructions import InstructionEnvelope, Precondition, SetSpotPolicy, WorkloadRef
+from shipshape.emulator.resources import DEPLOYMENTS
+from shipshape.kube import informers as kit
+from tests.integration.agent.backend_process import (
+    backend_process,
+    bootstrap,
+    free_port,
+    on_demand_only_unless_tolerated,
+)
+from tests.integration.emulator.served_cluster import ServedCluster, serve_cluster
+from tests.manifests import deployment
+
+
+def _annotations(cluster: ServedCluster, name: str) -> dict[str, str]:
+    dep = cluster.get(DEPLOYMENTS, "default", name)
+    assert dep is not None
+    return dict(dep["metadata"].get("annotations") or {})
+
+
+@pytest.mark.integration
+def test_a_recommendation_approved_is_applied_by_the_agent_and_reported(tmp_path: Path) -> None:
+    import yaml
+
+    db = f"sqlite:///{tmp_path / 'backend.db'}"
+    key, cluster_id, token = bootstrap(db)
+    port = free_port()
+    user = {"Authorization": f"Bearer {key}"}
+    with serve_cluster(tmp_path, on_demand_only_unless_tolerated()) as cluster:
+        web = deployment("web", 3, cpu="500m", memory="512Mi", grace_seconds=2)
+        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(web))
+        with backend_process(port, db, tmp_path, analysis_seconds="0") as url:
+            mirror = Mirror()
+            pusher = Pusher(url, token)
+            agent = Agent(
+                kit.Informers(sources(cluster.api_client), mirror, backoff_max=1.0),
+                mirror,
+                pusher,
+                Spool(tmp_path / "spool"),
+                cluster.clock,
+                AgentSettings(snapshot_interval=3600, delta_interval=5),
+            )
+            loop = InstructionLoop(InstructionClient(pusher.client), Executor(cluster.api_client), wait=2.0)
+            agent.start()
+            loop.start()
+            try:
+
+                def recommended() -> list[dict[str, Any]]:
+                    found = httpx.get(
+                        f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user
+                    ).json()
+                    return [
+                        r
+                        for r in found
+                        if r["kind"] == "spot-adoption" and r["recommendation"]["target"]["name"] == "web"
+                    ]
+
+                (rec,) = cluster.wait("a spot-adoption recommendation for web", recommended, 120)
+                assert rec["status"] == "open" and rec["monthly_savings_usd"] > 0
+                assert (
+                    rec["recommendation"]["instruction"]["annotations"]["spot.shipshape.dev/enabled"]
+                    == "true"
+                )
+
+                approved = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
+                assert approved.status_code == 200, approved.text
+                again = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
+                assert again.status_code == 409
+
+                cluster.wait(
+                    "web annotated by the agent",
+                    lambda: _annotations(cluster, "web").get("spot.shipshape.dev/enabled") == "true",
+                    60,
+                )
+
+                def applied() -> dict[str, Any] | None:
+                    rows = httpx.get(
+                        f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user
+                    ).json()
+                    row = next(r for r in rows if r["id"] == rec["id"])
+                    return row if row["status"] == "applied" else None
+
+                done = cluster.wait("the recommendation reported applied", applied, 60)
+                assert "applied set-spot-policy to Deployment/default/web" in (done["detail"] or "")
+            finally:
+                loop.stop()
+                agent.stop()
+
+
+@pytest.mark.integration
+def test_the_agent_refuses_an_instruction_whose_target_drifted(tmp_path: Path) -> None:
+    import yaml
+
+    with serve_cluster(tmp_path) as cluster:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(deployment("api", 2, cpu="50m", memory="64Mi", grace_seconds=2)),
+        )
+        before = cluster.get(DEPLOYMENTS, "default", "api")
+        assert before is not None
+        generation = int(before["metadata"]["generation"])
+        cluster.kubectl("scale", "deployment/api", "--replicas=4")  # a new generation
+        envelope = InstructionEnvelope(
+            id="i1",
+            recommendation_id="r1",
+            instruction=SetSpotPolicy(
+                target=WorkloadRef(kind="Deployment", namespace="default", name="api"),
+                precondition=Precondition(generation=generation),
+                annotations={"spot.shipshape.dev/enabled": "true"},
+            ),
+        )
+        outcome = Executor(cluster.api_client).execute(envelope)
+        assert outcome.status == "refused" and "drifted since the recommendation" in outcome.detail
+        assert "spot.shipshape.dev/enabled" not in _annotations(cluster, "api")
+
+        fresh = cluster.get(DEPLOYMENTS, "default", "api")
+        assert fresh is not None
+        current = envelope.model_copy(
+            update={
+                "instruction": envelope.instruction.model_copy(
+                    update={"precondition": Precondition(generation=int(fresh["metadata"]["generation"]))}
+                )
+            }
+        )
+        dry = Executor(cluster.api_client, dry_run=True).execute(current)
+        assert dry.status == "dry-run"
+        assert "spot.shipshape.dev/enabled" not in _annotations(cluster, "api")
+        done = Executor(cluster.api_client).execute(current)
+        assert done.status == "applied"
+        assert _annotations(cluster, "api")["spot.shipshape.dev/enabled"] == "true"
+        # A repeated delivery (the report was lost) finds it in place and changes nothing.
+        assert Executor(cluster.api_client).execute(current).detail.endswith("already as instructed")
+        gone = envelope.model_copy(
+            update={
+                "instruction": SetSpotPolicy(
+                    target=WorkloadRef(kind="Deployment", namespace="default", name="nope"),
+                    precondition=Precondition(generation=1),
+                    annotations={"spot.shipshape.dev/enabled": "true"},
+                )
+            }
+        )
+        assert Executor(cluster.api_client).execute(gone).status == "refused"
