@@ -24,6 +24,7 @@ while read -r cmd pkg; do
   [ -z "$cmd" ] && continue
   command -v "$cmd" >/dev/null 2>&1 || need_apt+=("$pkg")
 done <<'PEERS'
+prometheus prometheus
 chromium chromium
 PEERS
 if [ "${#need_apt[@]}" -gt 0 ]; then apt_install "${need_apt[@]}"; fi

@@ -57,6 +57,14 @@ COMMANDS: dict[str, Lazy] = {
     "worker": Lazy("shipshape.cli.backend", "worker", "Consume the backend's shared queue."),
     "admin": Lazy("shipshape.cli.backend", "admin", "Bootstrap tenants: organisations, API keys, clusters."),
     "gpu": Lazy("shipshape.cli.gpu", "app", "GPU placement: replay GPU cluster traces under policies."),
+    "analyze": Lazy(
+        "shipshape.cli.analyze", "analyze", "Right-sizing and QoS colocation from usage, priced per node."
+    ),
+    "batch-resources": Lazy(
+        "shipshape.cli.batch_resources",
+        "batch_resources",
+        "Opt-in: publish nodes' reclaimable batch capacity as extended resources.",
+    ),
 }
 
 

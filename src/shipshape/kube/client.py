@@ -243,3 +243,26 @@ def annotate_node(api: k8s.ApiClient, name: str, annotations: Mapping[str, str |
     core = k8s.CoreV1Api(api)
     body = {"metadata": {"annotations": dict(annotations)}}
     return _call(core.patch_node, name, body, _content_type="application/merge-patch+json")
+
+
+def list_priority_classes(api: k8s.ApiClient) -> list[Obj]:
+    return list(_paged(k8s.SchedulingV1Api(api).list_priority_class))
+
+
+def list_horizontal_pod_autoscalers(api: k8s.ApiClient) -> list[Obj]:
+    """autoscaling/v2 HPAs of every namespace."""
+    return list(_paged(k8s.AutoscalingV2Api(api).list_horizontal_pod_autoscaler_for_all_namespaces))
+
+
+def list_resource_metrics(api: k8s.ApiClient, plural: str) -> list[Obj]:
+    """metrics.k8s.io/v1beta1 `pods` or `nodes` (PodMetrics, NodeMetrics), as metrics-server serves them."""
+    custom = k8s.CustomObjectsApi(api)
+    return list(
+        _call(custom.list_cluster_custom_object, "metrics.k8s.io", "v1beta1", plural).get("items") or []
+    )
+
+
+def patch_node_status(api: k8s.ApiClient, name: str, body: Mapping[str, Any]) -> Obj:
+    """Merge-patch a node's status subresource (e.g. extended resources in capacity/allocatable)."""
+    core = k8s.CoreV1Api(api)
+    return _call(core.patch_node_status, name, dict(body), _content_type="application/merge-patch+json")
