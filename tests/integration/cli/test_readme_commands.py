@@ -575,7 +575,20 @@ def run_agent(world: World) -> None:
     assert int(_backend_and_agent(world)["node_count"]) > 0
 
 
+def run_analyze(world: World) -> None:
+    chart = world.scratch / "analyze.png"
+    out = _cli("analyze", "--kubeconfig", str(world.up.kubeconfig), "--json", "--chart", str(chart))
+    report = json.loads(out)
+    assert isinstance(report, dict) and report and chart.stat().st_size > 0
+
+
+def run_batch_resources(world: World) -> None:
+    _cli("batch-resources", "--kubeconfig", str(world.up.kubeconfig), "--once", "--dry-run")
+
+
 RUNS: dict[tuple[str, ...], Callable[[World], None]] = {
+    ("analyze",): run_analyze,
+    ("batch-resources",): run_batch_resources,
     ("controller", "uninstall"): run_controller_uninstall,
     ("gpu", "replay"): run_gpu_replay,
     ("backend",): run_backend,
