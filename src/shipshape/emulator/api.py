@@ -244,8 +244,6 @@ class Api:
             md["namespace"] = namespace
         else:
             md.pop("namespace", None)
-        if md.get("resourceVersion"):
-            raise errors.BadRequest("resourceVersion should not be set on objects to be created")
         uid: str | None = None
         if rt is r.JOBS:
             uid = new_uid()
@@ -279,6 +277,10 @@ class Api:
         quota.admit(self.store, attrs)  # last, as upstream: only a request about to be stored counts
         if rt is r.SERVICES:
             self.allocator.allocate(admitted)
+        if meta(admitted).get("resourceVersion") and not dry_run:
+            # Storage refuses it, after validation and admission, with an unclassified error (500);
+            # a dry run never reaches storage's check.
+            raise errors.Unclassified("resourceVersion should not be set on objects to be created")
         return self.store.create(rt, admitted, dry_run=dry_run, uid=uid)
 
     # ---- update -------------------------------------------------------------------------
@@ -356,6 +358,11 @@ class Api:
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None
+        # The resourceVersion precondition comes before validation, as in upstream's registry: a
+        # stale write is a 409 Conflict even when the object would also be invalid.
+        wanted_rv = meta(admitted).get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict.of(rt.plural, name, rt.group)
         self._validate_update(rt, name, admitted, current, subresource)
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
@@ -575,6 +582,7 @@ class Api:
         self, rt: ResourceType, namespace: str, name: str, options: DeleteOptions, *, user: UserInfo = SYSTEM
     ) -> tuple[Obj, bool]:
         current = self.store.must_get(rt, namespace, name)
+        check_preconditions(current, options)  # before admission, as upstream's BeforeDelete
         attrs = Attributes(
             DELETE,
             rt,
