@@ -601,8 +601,10 @@ class CloudModel:
             return
         now = self.c.now()
         since = inst.timeline.ready if ready else now
-        body = nodes.build_node(self._node_spec(inst), ready=ready, since=since, heartbeat=now)
         created_at = min(now, inst.timeline.registered)  # initial nodes registered before the start
+        body = nodes.build_node(
+            self._node_spec(inst), ready=ready, since=since, heartbeat=now, registered=created_at
+        )
         try:
             self.c.store.create(NODES, body, created_at=created_at)
         except errors.AlreadyExists:
