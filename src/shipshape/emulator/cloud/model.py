@@ -133,6 +133,11 @@ def _pool_state(pool: Pool, scenario: Scenario | None, cat: catalog.Catalog) -> 
     )
 
 
+def pool_price(pool: Pool, scenario: Scenario, cat: catalog.Catalog | None = None) -> float:
+    """What one node of the pool costs per hour, as the cloud model bills it."""
+    return _pool_state(pool, scenario, cat or catalog.default_catalog()).price_per_hour
+
+
 def _seeded(seed: int, *parts: str) -> random.Random:
     digest = hashlib.sha256(":".join((str(seed), *parts)).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
