@@ -115,3 +115,20 @@ def test_kubectl_sees_the_same_answers(served_emulator: ServedEmulator, tmp_path
     assert dry.returncode == 0, dry.stderr
     assert "resourceVersion" not in json.loads(dry.stdout)["metadata"]
     assert run("get", "pod", "web").returncode != 0  # nothing stored
+
+
+def test_replace_names_its_object_twice(core: client.CoreV1Api, served_emulator: ServedEmulator) -> None:
+    core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a")))
+    nameless = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}, "data": {"k": "v"}}
+    with pytest.raises(ApiException) as missing:
+        core.replace_namespaced_config_map("a", "default", nameless)
+    assert _answer(missing) == (400, "BadRequest")
+    assert "the name of the object () does not match the name on the URL (a)" in missing.value.body
+    elsewhere = {**nameless, "metadata": {"name": "a", "namespace": "kube-system"}}
+    with pytest.raises(ApiException) as moved:
+        core.replace_namespaced_config_map("a", "default", elsewhere)
+    assert _answer(moved) == (400, "BadRequest")
+    assert "namespace of the object (kube-system) does not match the namespace on the request" in (
+        moved.value.body
+    )
+    assert core.read_namespaced_config_map("a", "default").data is None  # nothing changed
