@@ -269,9 +269,15 @@ class Api:
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None
-        validation.raise_if_invalid(
-            rt, str(meta(admitted).get("name") or ""), validation.validate(rt, admitted)
-        )
+        # As upstream's registry does before validation (mutating admission saw none of these): the
+        # system fields and a name for `generateName`, so validating admission sees them.
+        admitted_md = meta(admitted)
+        uid = uid or new_uid()
+        admitted_md["uid"] = uid
+        admitted_md["creationTimestamp"] = rfc3339(self.cluster.clock.now())
+        if not admitted_md.get("name") and admitted_md.get("generateName"):
+            admitted_md["name"] = self._generate_name(rt, namespace, str(admitted_md["generateName"]))
+        validation.raise_if_invalid(rt, str(admitted_md.get("name") or ""), validation.validate(rt, admitted))
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
         quota.admit(self.store, attrs)  # last, as upstream: only a request about to be stored counts
@@ -282,6 +288,15 @@ class Api:
             # a dry run never reaches storage's check.
             raise errors.Unclassified("resourceVersion should not be set on objects to be created")
         return self.store.create(rt, admitted, dry_run=dry_run, uid=uid)
+
+    def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        """`prefix` and a random suffix not taken yet (upstream retries a generated name that is)."""
+        candidate = prefix + _suffix()
+        for _ in range(100):
+            if self.store.get(rt, namespace if rt.namespaced else "", candidate) is None:
+                break
+            candidate = prefix + _suffix()
+        return candidate
 
     # ---- update -------------------------------------------------------------------------
     async def update(
