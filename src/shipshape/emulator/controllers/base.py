@@ -38,6 +38,7 @@ class Controller(Reconciler):
         # This controller's client-side rate limit (each controller has its own client upstream);
         # None: no limit (no scenario, or qps 0).
         self.client_limit: ratelimit.TokenBucket | None = None
+        self._released_at: dict[float, list[Callable[[], None]]] = {}  # requests waiting, by release time
 
     def start(self, cluster: Cluster) -> None:
         settings = cluster.scenario.controller_manager if cluster.scenario is not None else None
@@ -58,9 +59,16 @@ class Controller(Reconciler):
         if when <= now:
             api.submit_create(PODS, namespace, body, on_done=on_done, user=self.user())
             return
-        self.c.engine.call_at(
-            when, lambda: api.submit_create(PODS, namespace, body, on_done=on_done, user=self.user())
-        )
+        release = ratelimit.release_time(when, now)
+        waiting = self._released_at.get(release)
+        if waiting is None:
+            waiting = self._released_at[release] = []
+            self.c.engine.call_at(release, lambda: self._release(release))
+        waiting.append(lambda: api.submit_create(PODS, namespace, body, on_done=on_done, user=self.user()))
+
+    def _release(self, at: float) -> None:
+        for request in self._released_at.pop(at, []):
+            request()
 
     def _on_event(self, event: WatchEvent) -> None:
         # Every store change reaches every controller: a set lookup instead of comparing types.

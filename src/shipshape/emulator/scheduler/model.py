@@ -336,7 +336,7 @@ class SchedulerModel:
                 ready_at = self.client_limit.available_at(now)
                 if ready_at > now:  # the client waits for its next token: so does the queue
                     self._running = True
-                    self.c.engine.call_at(ready_at, self._run)
+                    self.c.engine.call_at(ratelimit.release_time(ready_at, now), self._run)
                     return
             entry = self.queue.pop()
             if entry is None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from shipshape.emulator import assembly
-from shipshape.emulator.ratelimit import TokenBucket
+from shipshape.emulator.ratelimit import RELEASE_STEP, TokenBucket, release_time
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.scenario import parse
 from shipshape.emulator.store import WatchEvent
@@ -101,3 +101,10 @@ def test_scheduler_binds_at_its_own_limit_and_limits_can_be_lifted() -> None:
     assert bound[-1] == pytest.approx(200 / 50.0, abs=0.1)  # then 50 bindings/s
     _, free = _run(300, 20.0, nodes=2, scheduler={"kubeApiQps": 0}, **lifted)
     assert len(free) == 300 and free[-1] < 0.01
+
+
+def test_waiting_requests_go_on_the_release_grid_never_early() -> None:
+    assert release_time(10.0, 10.0) == 10.0  # a token at hand: at once
+    for when in (10.01, 10.2, 10.5, 11.49):
+        released = release_time(when, 10.0)
+        assert when <= released < when + RELEASE_STEP + 1e-9
