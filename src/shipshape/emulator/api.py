@@ -272,11 +272,11 @@ class Api:
         # As upstream's registry does before validation (mutating admission saw none of these): the
         # system fields and a name for `generateName`, so validating admission sees them.
         admitted_md = meta(admitted)
-        uid = uid or new_uid()
-        admitted_md["uid"] = uid
-        admitted_md["creationTimestamp"] = rfc3339(self.cluster.clock.now())
         if not admitted_md.get("name") and admitted_md.get("generateName"):
             admitted_md["name"] = self._generate_name(rt, namespace, str(admitted_md["generateName"]))
+        uid = uid or new_uid()  # after the name, as the store drew them: seeded runs replay as before
+        admitted_md["uid"] = uid
+        admitted_md["creationTimestamp"] = rfc3339(self.cluster.clock.now())
         validation.raise_if_invalid(rt, str(admitted_md.get("name") or ""), validation.validate(rt, admitted))
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
