@@ -55,7 +55,7 @@ def simulate(
     from shipshape.emulator import scenario as scenario_file
     from shipshape.kube import errors
     from shipshape.kube.duration import parse_duration
-    from shipshape.simulate import report
+    from shipshape.simulate import findings, report
     from shipshape.simulate.run import SimulationSettings, StrategyResult, compare
     from shipshape.simulate.steering import StrategyError
     from shipshape.simulate.strategies import STRATEGIES, Shipshape, Strategy, strategy_named
@@ -103,10 +103,13 @@ def simulate(
             ) from error
     if chart is not None:
         report.write_chart(results, chart)
+    found = findings.findings(loaded, results)
     if json_output:
-        typer.echo(json.dumps(report.report_json(results, loaded.name), indent=2))
+        typer.echo(json.dumps(report.report_json(results, loaded.name, found), indent=2))
         return
     output.print_unclipped(console, report.summary_table(results))
     output.print_unclipped(console, report.workload_table(results))
+    for finding in found:
+        console.print(f"finding ({finding.code}): {finding.message}", highlight=False)
     if chart is not None:
         console.print(f"chart written to {chart}")

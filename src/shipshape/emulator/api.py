@@ -244,8 +244,6 @@ class Api:
             md["namespace"] = namespace
         else:
             md.pop("namespace", None)
-        if md.get("resourceVersion"):
-            raise errors.BadRequest("resourceVersion should not be set on objects to be created")
         uid: str | None = None
         if rt is r.JOBS:
             uid = new_uid()
@@ -271,15 +269,34 @@ class Api:
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None
-        validation.raise_if_invalid(
-            rt, str(meta(admitted).get("name") or ""), validation.validate(rt, admitted)
-        )
+        # As upstream's registry does before validation (mutating admission saw none of these): the
+        # system fields and a name for `generateName`, so validating admission sees them.
+        admitted_md = meta(admitted)
+        if not admitted_md.get("name") and admitted_md.get("generateName"):
+            admitted_md["name"] = self._generate_name(rt, namespace, str(admitted_md["generateName"]))
+        uid = uid or new_uid()  # after the name, as the store drew them: seeded runs replay as before
+        admitted_md["uid"] = uid
+        admitted_md["creationTimestamp"] = rfc3339(self.cluster.clock.now())
+        validation.raise_if_invalid(rt, str(admitted_md.get("name") or ""), validation.validate(rt, admitted))
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
         quota.admit(self.store, attrs)  # last, as upstream: only a request about to be stored counts
         if rt is r.SERVICES:
             self.allocator.allocate(admitted)
+        if meta(admitted).get("resourceVersion") and not dry_run:
+            # Storage refuses it, after validation and admission, with an unclassified error (500);
+            # a dry run never reaches storage's check.
+            raise errors.Unclassified("resourceVersion should not be set on objects to be created")
         return self.store.create(rt, admitted, dry_run=dry_run, uid=uid)
+
+    def _generate_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        """`prefix` and a random suffix not taken yet (upstream retries a generated name that is)."""
+        candidate = prefix + _suffix()
+        for _ in range(100):
+            if self.store.get(rt, namespace if rt.namespaced else "", candidate) is None:
+                break
+            candidate = prefix + _suffix()
+        return candidate
 
     # ---- update -------------------------------------------------------------------------
     async def update(
@@ -356,6 +373,11 @@ class Api:
             defaults.apply_defaults(rt, attrs.object)
         admitted = attrs.object
         assert admitted is not None
+        # The resourceVersion precondition comes before validation, as in upstream's registry: a
+        # stale write is a 409 Conflict even when the object would also be invalid.
+        wanted_rv = meta(admitted).get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict.of(rt.plural, name, rt.group)
         self._validate_update(rt, name, admitted, current, subresource)
         builtin.validate(self.store, attrs)
         await self.webhooks.validate(attrs)
@@ -575,6 +597,7 @@ class Api:
         self, rt: ResourceType, namespace: str, name: str, options: DeleteOptions, *, user: UserInfo = SYSTEM
     ) -> tuple[Obj, bool]:
         current = self.store.must_get(rt, namespace, name)
+        check_preconditions(current, options)  # before admission, as upstream's BeforeDelete
         attrs = Attributes(
             DELETE,
             rt,

@@ -47,11 +47,15 @@ class EventRecorder:
         component: str = "",
         host: str = "",
         field_path: str = "",
+        at: float | None = None,
     ) -> Obj:
+        """Record (or count again) an Event. `at` stamps an Event about something that happened
+        before now (a node that was Ready before the emulated cluster started): its timestamps and
+        its creation are then that moment's."""
         md = involved["metadata"]
         namespace = md.get("namespace") or "default"
         key = (namespace, md.get("uid", ""), reason, message, component, field_path)
-        now = self.clock.now()
+        now = self.clock.now() if at is None else min(at, self.clock.now())
         existing_name = self._recent.get(key)
         if existing_name is not None:
             existing = self.store.get(EVENTS, namespace, existing_name)
@@ -94,7 +98,7 @@ class EventRecorder:
             "reportingComponent": component,
             "reportingInstance": host,
         }
-        created = self.store.create(EVENTS, event)
+        created = self.store.create(EVENTS, event, created_at=None if at is None else now)
         self._recent[key] = created["metadata"]["name"]
         if len(self._recent) > 50_000:
             self._recent.clear()

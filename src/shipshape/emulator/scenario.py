@@ -146,9 +146,20 @@ class Autoscaler(Strict):
 
 
 class SchedulerSettings(Strict):
-    """kube-scheduler's profile: NodeResourcesFit's scoring strategy (bin packing with MostAllocated)."""
+    """kube-scheduler's profile: NodeResourcesFit's scoring strategy (bin packing with MostAllocated),
+    and its client's rate limit (`clientConnection.qps`/`burst`; qps 0 lifts it)."""
 
     scoring: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+    kube_api_qps: float = Field(default=50.0, ge=0, alias="kubeApiQps")
+    kube_api_burst: int = Field(default=100, ge=1, alias="kubeApiBurst")
+
+
+class ControllerManager(Strict):
+    """kube-controller-manager's client rate limit (`--kube-api-qps`, `--kube-api-burst`), applied to
+    each controller's own client as upstream does; qps 0 lifts it."""
+
+    kube_api_qps: float = Field(default=20.0, ge=0, alias="kubeApiQps")
+    kube_api_burst: int = Field(default=30, ge=1, alias="kubeApiBurst")
 
 
 class Interruptions(Strict):
@@ -201,6 +212,9 @@ class Scenario(Strict):
     kubelet: Kubelet = Field(default_factory=Kubelet)
     autoscaler: Autoscaler = Field(default_factory=Autoscaler)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    controller_manager: ControllerManager = Field(
+        default_factory=ControllerManager, alias="controllerManager"
+    )
     interruptions: Interruptions = Field(default_factory=Interruptions)
     usage: list[UsageProfile] = Field(default_factory=list)
     timeline: list[TimelineEvent] = Field(default_factory=list)

@@ -338,7 +338,8 @@ class Store:
         md["creationTimestamp"] = rfc3339(self.clock.now() if created_at is None else created_at)
         md["generation"] = 1
         if dry_run:
-            md["resourceVersion"] = ""
+            # Nothing is written, so nothing has a resourceVersion: the object comes back as admitted
+            # (with its uid and creationTimestamp), as upstream's dry-run storage returns it.
             return obj
         md["resourceVersion"] = self._next_rv()
         bucket[key] = obj

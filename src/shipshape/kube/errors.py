@@ -145,6 +145,21 @@ class InternalError(ApiError):
     reason = "InternalError"
 
 
+class Unclassified(ApiError):
+    """An error the API server did not classify (upstream's `StatusReasonUnknown`): 500, no reason.
+
+    kube-apiserver answers so when storage refuses a request with a plain error, e.g. a create that
+    carries a resourceVersion."""
+
+    code = 500
+    reason = ""
+
+    def status(self) -> dict[str, Any]:
+        body = super().status()
+        del body["reason"]  # omitted when empty, as in the Status upstream serialises
+        return body
+
+
 class ServiceUnavailable(ApiError):
     code = 503
     reason = "ServiceUnavailable"

@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_TOKEN = re.compile(r"\s*(!=|==|=|!|,|\(|\)|[A-Za-z0-9_./\-]+)\s*")
-_SET_OPS = {"in", "notin"}
-
 
 class SelectorError(ValueError):
     """A selector that cannot be parsed."""
@@ -83,60 +80,205 @@ EVERYTHING = Selector()
 NOTHING = Selector(match_nothing=True)
 
 
+# The lexer of upstream's `labels.Parse`: these characters are tokens of their own; anything else
+# up to whitespace or one of them is an identifier (or the keyword `in`/`notin` after a key).
+_SPECIAL = "=!(),><"
+_OPERATORS = {"=": "In", "==": "In", "!=": "NotIn", "in": "In", "notin": "NotIn", ">": "Gt", "<": "Lt"}
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_MSG_NAME = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_MSG_VALUE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+
+def _lex(text: str) -> list[str]:
+    tokens: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+        elif ch in _SPECIAL:
+            two = text[i : i + 2]
+            if two in ("==", "!="):
+                tokens.append(two)
+                i += 2
+            else:
+                tokens.append(ch)
+                i += 1
+        else:
+            j = i
+            while j < n and not text[j].isspace() and text[j] not in _SPECIAL:
+                j += 1
+            tokens.append(text[i:j])
+            i = j
+    return tokens
+
+
+def key_error(key: str) -> str | None:
+    """Why `key` is not a valid label key (a qualified name), as upstream words it; None if valid."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix:
+        return (
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start "
+            "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', "
+            "regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional "
+            "DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        )
+    if key.count("/") == 1:
+        if not prefix:
+            return "prefix part must be non-empty"
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+            return (
+                "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                "characters, '-' or '.', and must start and end with an alphanumeric character"
+            )
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _NAME.match(name):
+        return _MSG_NAME
+    return None
+
+
+def value_error(value: str) -> str | None:
+    """Why `value` is not a valid label value, as upstream words it; None if valid."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if value and not _NAME.match(value):
+        return _MSG_VALUE
+    return None
+
+
 def parse(text: str | None) -> Selector:
-    """Parse the string form: `a=b,c!=d,e in (x,y),f notin (z),g,!h`."""
+    """Parse the string form as upstream's `labels.Parse`: `a=b,c!=d,e in (x,y),f notin (z),g,!h,i>1`.
+
+    Keys must be qualified names and values label values; `in ()` means the empty value. A selector
+    that does not parse raises `SelectorError` (the API answers 400 BadRequest)."""
     if text is None or not text.strip():
         return EVERYTHING
-    tokens: list[str] = list(_TOKEN.findall(text))
-    if "".join(tokens).replace(" ", "") != text.replace(" ", ""):
-        raise SelectorError(f"unable to parse requirement: {text!r}")
-    reqs: list[Requirement] = []
-    i = 0
+    tokens = _lex(text)
+    pos = 0
 
-    def expect_value(pos: int) -> str:
-        if pos >= len(tokens) or tokens[pos] in {",", "(", ")", "=", "==", "!=", "!"}:
-            raise SelectorError(f"unable to parse requirement: found no value in {text!r}")
-        return tokens[pos]
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
 
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok == "!":
-            key = expect_value(i + 1)
-            reqs.append(Requirement(key, "DoesNotExist"))
-            i += 2
-        else:
-            key = tok
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else ","
-            if nxt in ("=", "=="):
-                value = tokens[i + 2] if i + 2 < len(tokens) and tokens[i + 2] not in {",", "(", ")"} else ""
-                reqs.append(Requirement(key, "In", (value,)))
-                i += 3 if value else 2
-            elif nxt == "!=":
-                value = tokens[i + 2] if i + 2 < len(tokens) and tokens[i + 2] not in {",", "(", ")"} else ""
-                reqs.append(Requirement(key, "NotIn", (value,)))
-                i += 3 if value else 2
-            elif nxt in _SET_OPS:
-                if i + 2 >= len(tokens) or tokens[i + 2] != "(":
-                    raise SelectorError(f"unable to parse requirement: expected '(' in {text!r}")
-                j = i + 3
-                values: list[str] = []
-                while j < len(tokens) and tokens[j] != ")":
-                    if tokens[j] != ",":
-                        values.append(tokens[j])
-                    j += 1
-                if j >= len(tokens):
-                    raise SelectorError(f"unable to parse requirement: missing ')' in {text!r}")
-                reqs.append(Requirement(key, "In" if nxt == "in" else "NotIn", tuple(values)))
-                i = j + 1
-            elif nxt == ",":
-                reqs.append(Requirement(key, "Exists"))
-                i += 1
+    def take() -> str | None:
+        nonlocal pos
+        token = peek()
+        pos += 1
+        return token
+
+    def is_identifier(token: str | None) -> bool:
+        return token is not None and token[0] not in _SPECIAL
+
+    def shown(token: str | None) -> str:
+        return "" if token is None else token
+
+    def fail(message: str) -> SelectorError:
+        return SelectorError(f"unable to parse requirement: {message}")
+
+    def requirement() -> Requirement:
+        token = take()
+        negated = token == "!"
+        if negated:
+            token = take()
+        if not is_identifier(token):
+            raise fail(f"found '{shown(token)}', expected: identifier")
+        assert token is not None
+        key = token
+        problem = key_error(key)
+        if problem:
+            raise fail(f'key: Invalid value: "{key}": {problem}')
+        if peek() in (None, ","):
+            return Requirement(key, "DoesNotExist" if negated else "Exists")
+        if negated:
+            raise fail(f"found '{shown(peek())}', expected: ',' or 'end of string'")
+        op_token = take()
+        if op_token not in _OPERATORS:
+            raise fail(f"found '{shown(op_token)}', expected: !=, =, ==, >, <, in, notin")
+        assert op_token is not None
+        values: list[str] = []
+        if op_token in ("in", "notin"):
+            token = take()
+            if token != "(":
+                raise fail(f"found '{shown(token)}' expected: '('")
+            if peek() == ")":
+                take()
+                values = [""]
+            elif is_identifier(peek()) or peek() == ",":
+                while True:
+                    token = take()
+                    if is_identifier(token):
+                        assert token is not None
+                        values.append(token)
+                        if peek() == ",":
+                            continue
+                        if peek() == ")":
+                            take()
+                            break
+                        raise fail(f"found '{shown(peek())}', expected: ',' or ')'")
+                    if token == ",":  # "(,", ",)" and ",," stand for the empty value, as upstream
+                        if not values:
+                            values.append("")
+                        if peek() == ")":
+                            take()
+                            values.append("")
+                            break
+                        if peek() == ",":
+                            take()
+                            values.append("")
+                        continue
+                    raise fail(f"found '{shown(token)}', expected: ',', or identifier")
             else:
-                raise SelectorError(f"unable to parse requirement: unexpected {nxt!r} in {text!r}")
-        if i < len(tokens):
-            if tokens[i] != ",":
-                raise SelectorError(f"unable to parse requirement: expected ',' in {text!r}")
-            i += 1
+                raise fail(f"found '{shown(peek())}', expected: ',', ')' or identifier")
+        elif peek() in (None, ","):
+            values = [""]
+        else:
+            token = take()
+            if not is_identifier(token):
+                raise fail(f"found '{shown(token)}', expected: identifier")
+            assert token is not None
+            values = [token]
+        operator = _OPERATORS[op_token]
+        unique = tuple(sorted(set(values)))
+        for value in unique:
+            problem = value_error(value)
+            if problem:
+                raise fail(f'values[0]: Invalid value: "{value}": {problem}')
+        if operator in ("Gt", "Lt"):
+            try:
+                int(unique[0])
+            except ValueError:
+                raise fail(
+                    f"values[0]: Invalid value: \"{unique[0]}\": for 'Gt', 'Lt' operators, the value "
+                    "must be an integer"
+                ) from None
+        return Requirement(key, operator, unique)
+
+    reqs: list[Requirement] = []
+    while True:
+        token = peek()
+        if token is None:
+            break
+        if not (is_identifier(token) or token == "!"):
+            raise SelectorError(f"found '{token}', expected: !, identifier, or 'end of string'")
+        reqs.append(requirement())
+        token = take()
+        if token is None:
+            break
+        if token != ",":
+            raise SelectorError(f"found '{token}', expected: ',' or 'end of string'")
+        if not (is_identifier(peek()) or peek() == "!"):
+            raise SelectorError(f"found '{shown(peek())}', expected: identifier after ','")
     return Selector(tuple(reqs))
 
 

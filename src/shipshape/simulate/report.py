@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from shipshape.simulate.findings import Finding
 from shipshape.simulate.run import StrategyResult, WorkloadFigures, percentile
 
 SCHEMA = "shipshape.simulate/v1"
@@ -82,8 +83,15 @@ def result_json(result: StrategyResult) -> dict[str, Any]:
     }
 
 
-def report_json(results: Sequence[StrategyResult], scenario: str) -> dict[str, Any]:
-    return {"schema": SCHEMA, "scenario": scenario, "strategies": [result_json(r) for r in results]}
+def report_json(
+    results: Sequence[StrategyResult], scenario: str, findings: Sequence[Finding] = ()
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "scenario": scenario,
+        "strategies": [result_json(r) for r in results],
+        "findings": [f.to_json() for f in findings],
+    }
 
 
 def _minutes(value: float | None) -> str:

@@ -365,16 +365,20 @@ class ApiServer:
         if not isinstance(md, dict):
             raise errors.BadRequest("metadata must be an object")
         if rt.namespaced and md.get("namespace") and md["namespace"] != target.namespace:
+            if target.name:  # an update: the handler's own check, before anything is read
+                raise errors.BadRequest(
+                    f"the namespace of the object ({md['namespace']}) does not match the namespace on "
+                    f"the request ({target.namespace})"
+                )
             raise errors.BadRequest(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
-        if target.name:
-            if md.get("name") and md["name"] != target.name:
-                raise errors.BadRequest(
-                    f"the name of the object ({md['name']}) does not match the name on the URL "
-                    f"({target.name})"
-                )
-            md["name"] = target.name
+        if target.name and md.get("name") != target.name:
+            # An update names its object twice, and both must agree (a missing name does not).
+            raise errors.BadRequest(
+                f"the name of the object ({md.get('name') or ''}) does not match the name on the URL "
+                f"({target.name})"
+            )
         return body
 
     @staticmethod

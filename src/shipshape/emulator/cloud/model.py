@@ -134,6 +134,11 @@ def _pool_state(pool: Pool, scenario: Scenario | None, cat: catalog.Catalog) -> 
     )
 
 
+def pool_price(pool: Pool, scenario: Scenario, cat: catalog.Catalog | None = None) -> float:
+    """What one node of the pool costs per hour, as the cloud model bills it."""
+    return _pool_state(pool, scenario, cat or catalog.default_catalog()).price_per_hour
+
+
 def _seeded(seed: int, *parts: str) -> random.Random:
     digest = hashlib.sha256(":".join((str(seed), *parts)).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
@@ -602,8 +607,10 @@ class CloudModel:
             return
         now = self.c.now()
         since = inst.timeline.ready if ready else now
-        body = nodes.build_node(self._node_spec(inst), ready=ready, since=since, heartbeat=now)
         created_at = min(now, inst.timeline.registered)  # initial nodes registered before the start
+        body = nodes.build_node(
+            self._node_spec(inst), ready=ready, since=since, heartbeat=now, registered=created_at
+        )
         try:
             self.c.store.create(NODES, body, created_at=created_at)
         except errors.AlreadyExists:

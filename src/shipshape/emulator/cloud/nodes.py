@@ -111,26 +111,38 @@ def node_labels(pool: Pool, region: str, node_name: str) -> dict[str, str]:
     return dict(sorted(labels.items()))
 
 
-def _conditions(ready: bool, since: float, heartbeat: float) -> list[dict[str, Any]]:
-    def cond(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+def _conditions(
+    ready: bool, since: float, heartbeat: float, registered: float | None = None
+) -> list[dict[str, Any]]:
+    """The kubelet's conditions: Ready changed at `since`; the pressure conditions were first set
+    when the node registered (`registered`, default `since`)."""
+
+    def cond(kind: str, status: str, reason: str, message: str, changed: float) -> dict[str, Any]:
         return {
             "type": kind,
             "status": status,
             "lastHeartbeatTime": rfc3339(heartbeat),
-            "lastTransitionTime": rfc3339(since),
+            "lastTransitionTime": rfc3339(changed),
             "reason": reason,
             "message": message,
         }
 
+    first = since if registered is None else registered
     return [
         cond(
-            "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+            first,
         ),
-        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure", first),
+        cond(
+            "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available", first
+        ),
+        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status", since)
         if ready
-        else cond("Ready", "False", "KubeletNotReady", NOT_READY_MESSAGE),
+        else cond("Ready", "False", "KubeletNotReady", NOT_READY_MESSAGE, since),
     ]
 
 
@@ -152,7 +164,9 @@ class NodeSpec:
     metadata_url: str | None = None
 
 
-def build_node(spec: NodeSpec, *, ready: bool, since: float, heartbeat: float) -> dict[str, Any]:
+def build_node(
+    spec: NodeSpec, *, ready: bool, since: float, heartbeat: float, registered: float | None = None
+) -> dict[str, Any]:
     """The Node object (registered NotReady with the not-ready taint, or already Ready)."""
     pool = spec.pool
     shape = Shape.of(pool)
@@ -184,7 +198,7 @@ def build_node(spec: NodeSpec, *, ready: bool, since: float, heartbeat: float) -
         "status": {
             "capacity": shape.capacity(),
             "allocatable": shape.allocatable(),
-            "conditions": _conditions(ready, since, heartbeat),
+            "conditions": _conditions(ready, since, heartbeat, registered),
             "addresses": [
                 {"type": "InternalIP", "address": spec.ip},
                 {"type": "InternalDNS", "address": spec.name},

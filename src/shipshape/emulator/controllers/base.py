@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from shipshape.emulator import ratelimit
 from shipshape.emulator.admission import UserInfo
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.claims import OrphanIndex
@@ -34,6 +35,40 @@ class Controller(Reconciler):
         self._failures: dict[Any, int] = {}
         self._late_failures: dict[Any, errors.ApiError] = {}
         self._watched = frozenset(rt.key for rt in self.watches)
+        # This controller's client-side rate limit (each controller has its own client upstream);
+        # None: no limit (no scenario, or qps 0).
+        self.client_limit: ratelimit.TokenBucket | None = None
+        self._released_at: dict[float, list[Callable[[], None]]] = {}  # requests waiting, by release time
+
+    def start(self, cluster: Cluster) -> None:
+        settings = cluster.scenario.controller_manager if cluster.scenario is not None else None
+        if settings is not None:
+            self.client_limit = ratelimit.bucket_for(
+                settings.kube_api_qps, settings.kube_api_burst, cluster.clock.now()
+            )
+        super().start(cluster)
+
+    def submit_pod_create(
+        self, namespace: str, body: Obj, on_done: Callable[[Obj | None, errors.ApiError | None], None]
+    ) -> None:
+        """Create a pod through the Api once this controller's client has a token for the request
+        (at once when it has one, as without a limit)."""
+        api = self.c.services["api"]
+        now = self.c.clock.now()
+        when = self.client_limit.reserve(now) if self.client_limit is not None else now
+        if when <= now:
+            api.submit_create(PODS, namespace, body, on_done=on_done, user=self.user())
+            return
+        release = ratelimit.release_time(when, now)
+        waiting = self._released_at.get(release)
+        if waiting is None:
+            waiting = self._released_at[release] = []
+            self.c.engine.call_at(release, lambda: self._release(release))
+        waiting.append(lambda: api.submit_create(PODS, namespace, body, on_done=on_done, user=self.user()))
+
+    def _release(self, at: float) -> None:
+        for request in self._released_at.pop(at, []):
+            request()
 
     def _on_event(self, event: WatchEvent) -> None:
         # Every store change reaches every controller: a set lookup instead of comparing types.
@@ -75,7 +110,6 @@ class Controller(Reconciler):
         requeue; one that comes later is kept for the next sync (`take_late_failure`) and requeues
         the key with backoff itself.
         """
-        api = self.c.services["api"]
         pending = list(bodies)
         expectations.expect_creations(key, len(pending))
         state: dict[str, Any] = {"batch": 1, "in_flight": 0, "failure": None, "returned": False}
@@ -108,7 +142,7 @@ class Controller(Reconciler):
             state["in_flight"] = len(batch)
             for body in batch:
                 namespace = str(podutil.meta(body).get("namespace", ""))
-                api.submit_create(PODS, namespace, body, on_done=done, user=self.user())
+                self.submit_pod_create(namespace, body, done)
 
         if pending:
             submit_batch()

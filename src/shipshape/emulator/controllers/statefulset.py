@@ -273,7 +273,7 @@ class StatefulSetController(Controller):
                 self.forget((ns, set_name))
                 self.event(sts, "SuccessfulCreate", f"create Pod {name} in StatefulSet {set_name} successful")
 
-        self.c.services["api"].submit_create(PODS, ns, body, on_done=done, user=self.user())
+        self.submit_pod_create(ns, body, done)
 
     def _delete_pod(self, sts: Obj, pod: Obj) -> bool:
         ns, name = podutil.key_of(pod)

@@ -15,7 +15,7 @@ from shipshape.emulator.kubelet.resources import admission_check, pod_requests
 from shipshape.emulator.resources import LEASES, NODES, PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
-from shipshape.kube.clock import rfc3339, rfc3339_micro
+from shipshape.kube.clock import parse_time, rfc3339, rfc3339_micro
 
 if TYPE_CHECKING:
     from shipshape.emulator.kubelet.model import KubeletModel
@@ -147,23 +147,40 @@ class NodeAgent:
 
     # ---- heartbeats and node status ----------------------------------------------------------
     def _node_events(self) -> None:
+        # A node that registered (and became Ready) before the emulated cluster started gets its
+        # kubelet's start-up Events stamped when those happened, as its creation and conditions are.
+        registered = self._past_time(self.node["metadata"].get("creationTimestamp"))
+
         def event(reason: str, message: str) -> None:
-            self.recorder.record(self.node, reason, message, component="kubelet", host=self.name)
+            self.recorder.record(
+                self.node, reason, message, component="kubelet", host=self.name, at=registered
+            )
 
         event("Starting", "Starting kubelet.")
         event("NodeAllocatableEnforced", "Updated Node Allocatable limit across pods")
         for status in ("NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID"):
             event(status, f"Node {self.name} status is now: {status}")
         if self.was_ready:
-            self._record_node_ready()
+            ready: Obj = next(
+                (c for c in self.node["status"].get("conditions") or [] if c.get("type") == "Ready"), {}
+            )
+            self._record_node_ready(at=self._past_time(ready.get("lastTransitionTime")))
 
-    def _record_node_ready(self) -> None:
+    def _past_time(self, stamp: str | None) -> float | None:
+        """`stamp` as a time when it lies before now, else None (an Event of now)."""
+        if not stamp:
+            return None
+        when = parse_time(stamp)
+        return when if when < self.engine.now() else None
+
+    def _record_node_ready(self, at: float | None = None) -> None:
         self.recorder.record(
             self.node,
             "NodeReady",
             f"Node {self.name} status is now: NodeReady",
             component="kubelet",
             host=self.name,
+            at=at,
         )
 
     def _heartbeat(self) -> None:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from shipshape.emulator import ratelimit
 from shipshape.emulator.admission.builtin import class_priority
 from shipshape.emulator.resources import (
     NAMESPACES,
@@ -120,6 +121,9 @@ class SchedulerModel:
         self.rng = random.Random(0)
         self._running = False
         self.attempts = 0
+        # The scheduler's client-side rate limit: each scheduling attempt ends in a request (the
+        # binding, or the status of a pod that does not fit). None: no limit.
+        self.client_limit: ratelimit.TokenBucket | None = None
 
     # ---- wiring ---------------------------------------------------------------------------
     @property
@@ -133,6 +137,9 @@ class SchedulerModel:
         settings = self._settings or getattr(scenario, "scheduler", None)
         if settings is not None:
             self.profile = Profile(scoring=settings.scoring)
+            self.client_limit = ratelimit.bucket_for(
+                settings.kube_api_qps, settings.kube_api_burst, cluster.clock.now()
+            )
         seed = self._seed if self._seed is not None else (scenario.seed if scenario is not None else 0)
         self.rng = random.Random(seed)
         cluster.services["scheduler"] = self
@@ -324,6 +331,13 @@ class SchedulerModel:
             if deadline is not None and time.perf_counter() >= deadline:
                 self._kick()
                 return
+            if self.client_limit is not None and self.queue.may_have_active():
+                now = self._now()
+                ready_at = self.client_limit.available_at(now)
+                if ready_at > now:  # the client waits for its next token: so does the queue
+                    self._running = True
+                    self.c.engine.call_at(ratelimit.release_time(ready_at, now), self._run)
+                    return
             entry = self.queue.pop()
             if entry is None:
                 return
@@ -340,6 +354,8 @@ class SchedulerModel:
             self.queue.done(key)
             return
         self.attempts += 1
+        if self.client_limit is not None:
+            self.client_limit.reserve(self._now())
         info = pod_info(
             pod, priority=self._priority(pod), default_spread_selector=self._default_spread_selector(pod)
         )

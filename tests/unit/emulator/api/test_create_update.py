@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -249,11 +250,43 @@ async def test_malformed_quantity_is_a_bad_request(api: Api, cluster: Cluster) -
     assert cluster.store.get(PODS, "default", "web") is None
 
 
-async def test_resource_version_on_create_is_rejected(api: Api) -> None:
+async def test_resource_version_on_create_is_refused_by_storage_after_validation(api: Api) -> None:
+    # Upstream's storage refuses it with an unclassified error (500, no reason), after validation
+    # and admission: an invalid object with a resourceVersion is a 422 first.
     body = pod_body()
     body["metadata"]["resourceVersion"] = "12"
-    with pytest.raises(errors.BadRequest, match="resourceVersion should not be set"):
+    with pytest.raises(errors.Unclassified, match="resourceVersion should not be set") as refused:
         await api.create(PODS, "default", body)
+    assert (refused.value.code, "reason" in refused.value.status()) == (500, False)
+    body["metadata"]["name"] = "Bad_Name"
+    with pytest.raises(errors.Invalid):
+        await api.create(PODS, "default", body)
+
+
+async def test_dry_run_create_has_no_resource_version_and_stores_nothing(api: Api, cluster: Cluster) -> None:
+    before = cluster.store.resource_version
+    created = await api.create(PODS, "default", pod_body(), dry_run=True)
+    md = created["metadata"]
+    assert "resourceVersion" not in md
+    assert md["uid"] and md["creationTimestamp"]
+    assert cluster.store.get(PODS, "default", "web") is None
+    assert cluster.store.resource_version == before
+
+
+async def test_stale_update_is_a_conflict_before_validation(api: Api, cluster: Cluster) -> None:
+    stored = await api.create(PODS, "default", pod_body())
+    stale = json.loads(json.dumps(stored))
+    fresh = json.loads(json.dumps(stored))
+    fresh["metadata"]["labels"] = {"v": "2"}
+    await api.update(PODS, "default", "web", fresh)
+    stale["spec"]["containers"][0]["image"] = ""  # invalid too: the precondition answers first
+    with pytest.raises(errors.Conflict):
+        await api.update(PODS, "default", "web", stale)
+    stale["metadata"]["resourceVersion"] = cluster.store.must_get(PODS, "default", "web")["metadata"][
+        "resourceVersion"
+    ]
+    with pytest.raises(errors.Invalid):
+        await api.update(PODS, "default", "web", stale)
 
 
 @pytest.mark.parametrize(

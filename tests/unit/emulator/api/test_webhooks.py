@@ -469,3 +469,40 @@ async def test_mutation_into_a_malformed_object_is_refused(
     with pytest.raises(errors.BadRequest, match="cannot be handled as a Pod"):
         await api.create(PODS, "default", pod_body())
     assert cluster.store.get(PODS, "default", "web") is None
+
+
+async def test_generated_name_and_system_fields_reach_validating_not_mutating_webhooks(
+    api: Api, server: WebhookServer, certificates: Certificates
+) -> None:
+    # Upstream's registry fills uid, creationTimestamp and the generated name after mutating
+    # admission and before validation: validating webhooks see them, the request's name stays "".
+    server.handlers["/seen"] = lambda request: {"allowed": True}
+    await configure(api, "mutating", "m", hook("m.example.com", url_client(server, certificates, "/seen")))
+    await configure(api, "validating", "v", hook("v.example.com", url_client(server, certificates, "/seen")))
+    body = pod_body()
+    del body["metadata"]["name"]
+    body["metadata"]["generateName"] = "web-"
+    created = await api.create(PODS, "default", body)
+    mutating, validating = server.calls("/seen")
+    assert mutating["name"] == validating["name"] == ""
+    assert "name" not in mutating["object"]["metadata"] and "uid" not in mutating["object"]["metadata"]
+    seen = validating["object"]["metadata"]
+    assert seen["name"] == created["metadata"]["name"] and seen["name"].startswith("web-")
+    assert seen["uid"] == created["metadata"]["uid"]
+    assert seen["creationTimestamp"] == created["metadata"]["creationTimestamp"]
+
+
+async def test_failed_delete_precondition_answers_before_webhooks(
+    api: Api, cluster: Cluster, server: WebhookServer, certificates: Certificates
+) -> None:
+    server.handlers["/guard"] = lambda request: {"allowed": False, "status": {"code": 403, "message": "no"}}
+    await configure(
+        api,
+        "validating",
+        "guard",
+        hook("guard.example.com", url_client(server, certificates, "/guard"), operations=["DELETE"]),
+    )
+    await api.create(PODS, "default", pod_body())
+    with pytest.raises(errors.Conflict, match="Precondition failed: UID in precondition"):
+        await api.delete(PODS, "default", "web", DeleteOptions(uid="someone-else"))
+    assert server.calls("/guard") == []
