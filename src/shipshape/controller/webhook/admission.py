@@ -23,7 +23,7 @@ from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
 from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff, pins_capacity
+from shipshape.controller.webhook.mutators import CHAIN, MutationInput, copy_pod, diff
 from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
@@ -143,7 +143,7 @@ class PodPlacer:
                 for problem in policy_result.problems
             )
             return Outcome(patch=[], warnings=warnings, skipped="invalid-policy")
-        if pins_capacity(pod):
+        if self.cache.pins_capacity(pod):
             return self._skip("capacity-pinned")
         now = self.clock.now()
         ordinal, allowance, loss_allowance = None, None, None
@@ -155,7 +155,9 @@ class PodPlacer:
         shortages = self._shortages(now) if self._shortages is not None else ()
         view = self.cache.placement_view(now, self.risk, shortages)
         view = self._with_avoided(view)
-        pod_request = PodRequest(policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance)
+        pod_request = PodRequest(
+            policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance, pod_requests(pod)
+        )
         decision = decide(pod_request, counts, view)
         patch = self._mutate(pod, workload, decision, str(request["uid"]))
         if patch is None:
@@ -202,6 +204,7 @@ class PodPlacer:
             spot_tolerations=tolerations,
             packing_hosts=tuple(room.host for room in packed),
             packing_node=packed[0].name if packed else "",
+            capacity_terms=self.cache.capacity_terms(decision.capacity_type),
         )
         mutated = copy_pod(pod)
         for name, mutator in CHAIN:
