@@ -421,6 +421,16 @@ def test_placeholder_bodies() -> None:
     assert [b["spec"]["replicas"] for b in bodies] == [1, 2]
     template = bodies[1]["spec"]["template"]["spec"]
     assert template["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
-    assert template["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
+    required = template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    on_demand = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+    assert required["nodeSelectorTerms"] == [{"matchExpressions": [on_demand]}]
+    gke = [[{"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]]
+    gke_body = placeholder_deployments(plan, "shipshape-system", on_demand_terms=gke)[0]
+    terms = gke_body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": gke[0]}
+    ]
+    unlabelled = placeholder_deployments(plan, "shipshape-system", on_demand_terms=[[]])[0]
+    assert "nodeAffinity" not in unlabelled["spec"]["template"]["spec"]["affinity"]
     assert template["priorityClassName"] == priority_class()["metadata"]["name"]
     assert priority_class()["value"] < 0 and priority_class()["preemptionPolicy"] == "Never"
