@@ -223,8 +223,6 @@ class NodeSummary:
     # The names of each spot pool's nodes.
     pool_nodes: Mapping[Pool, frozenset[str]] = field(default_factory=dict)
     on_demand_nodes: frozenset[str] = frozenset()
-    # The node-group names each spot pool's nodes carry (`growth.NODE_GROUP_LABELS`).
-    pool_groups: Mapping[Pool, frozenset[str]] = field(default_factory=dict)
 
 
 def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -274,7 +272,6 @@ def summarize_nodes(
     present = frozenset(present) if present is not None else None
     pools: dict[Pool, str | None] = {}
     pool_nodes: dict[Pool, set[str]] = {}
-    pool_groups: dict[Pool, set[str]] = {}
     on_demand: set[str] = set()
     noticed: set[Pool] = set()
     avoided: set[str] = set()
@@ -287,7 +284,6 @@ def summarize_nodes(
         if pool is not None:
             pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
             pool_nodes.setdefault(pool, set()).add(str(metadata.get("name")))
-            pool_groups.setdefault(pool, set()).update(growth.node_groups_of(metadata.get("labels") or {}))
         keys = taint_keys(node)
         if keys & (NOTICE_TAINTS | REBALANCE_TAINTS):
             avoided.add(str(metadata.get("name")))
@@ -319,7 +315,6 @@ def summarize_nodes(
         tuple(found[i] for i in ordered),
         {pool: frozenset(names) for pool, names in pool_nodes.items()},
         frozenset(on_demand),
-        {pool: frozenset(names) for pool, names in pool_groups.items()},
     )
 
 
@@ -441,6 +436,7 @@ class ClusterCache:
                 self._nodes_moved()
             allocatable = node_allocatable(obj)
             amounts = (allocatable.get("cpu", 0), allocatable.get("memory", 0), allocatable.get("pods", 0))
+            self._know_pool(obj)
             capacity = self.node_capacity(obj)
             facts = (capacity, takes_replacements(obj, capacity))
             if self._allocatable.get(key[1]) != amounts or self._node_facts.get(key[1]) != facts:
@@ -982,6 +978,19 @@ class ClusterCache:
             self._node_facts[name] = (capacity, takes_replacements(other, capacity))
         self._nodes_moved()
 
+    def _know_pool(self, node: Mapping[str, Any]) -> None:
+        """Remember a spot node's pool, region and node-group names (they outlive the node)."""
+        pool = self.pool_of(node)
+        if pool is None:
+            return
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if self._known_pools.get(pool) is None:
+            self._known_pools[pool] = labels.get(REGION_LABEL)
+        names = growth.node_groups_of(labels)
+        if not names <= self._known_groups.get(pool, frozenset()):
+            self._known_groups[pool] = self._known_groups.get(pool, frozenset()) | names
+            self._growth = None
+
     def spot_pools(self) -> dict[Pool, str | None]:
         """Known spot pools and their region: every pool seen on a node or configured, also after its
         last node is gone."""
@@ -1014,11 +1023,6 @@ class ClusterCache:
             summary = summarize_nodes(
                 self._objects["Node"].values(), self.config, self._present, self.conventions
             )
-            for pool, region in summary.spot_pools.items():
-                if self._known_pools.get(pool) is None:
-                    self._known_pools[pool] = region
-            for pool, names in summary.pool_groups.items():
-                self._known_groups[pool] = self._known_groups.get(pool, frozenset()) | names
             self._node_summary = summary
             self._growth = None
         return self._node_summary

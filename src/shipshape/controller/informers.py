@@ -14,12 +14,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
 from shipshape.controller.cache import ClusterCache
+from shipshape.controller.growth import AUTOSCALER_STATUS
 from shipshape.controller.kube_ops import REQUEST_TIMEOUT, call
 from shipshape.controller.ops import OpsError
 
@@ -35,16 +37,35 @@ class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
+# Seconds between lists of an optional kind the API server does not serve (or the controller may not
+# read): a Karpenter NodePool CRD installed later is picked up within this time.
+OPTIONAL_RETRY_SECONDS = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     kind: str
     list_function: Callable[..., Any]
+    # A kind the cluster may not have (a CRD) or the controller may not be allowed to read: a 404 or 403
+    # counts as none of it (listed again every `OPTIONAL_RETRY_SECONDS`), not as a failure to sync.
+    optional: bool = False
 
 
 def sources(api_client: k8s.ApiClient) -> list[Source]:
-    """What the cache holds (`cache.KINDS`), cluster-wide."""
+    """What the cache holds (`cache.KINDS`), cluster-wide; cluster-autoscaler's status ConfigMap and
+    Karpenter NodePools only where the cluster has them (`growth.py` reads them)."""
     core, apps, policy = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.PolicyV1Api(api_client)
+    custom = k8s.CustomObjectsApi(api_client)
+    namespace, name = AUTOSCALER_STATUS
     return [
+        Source(
+            "ConfigMap",
+            partial(core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"),
+            optional=True,
+        ),
+        Source(
+            "NodePool", partial(custom.list_cluster_custom_object, "karpenter.sh", "v1", "nodepools"), True
+        ),
         Source("Namespace", core.list_namespace),
         Source("Node", core.list_node),
         Source("Deployment", apps.list_deployment_for_all_namespaces),
@@ -105,7 +126,21 @@ class Informer:
             except Gone:
                 LOG.info("%s watch expired; listing again", self.source.kind)
                 version = None
-            except (OpsError, OSError, ValueError) as error:
+            except OpsError as error:
+                if self.stop.is_set():
+                    break
+                if self.source.optional and error.status in (403, 404):
+                    LOG.debug("%s not served or not readable (%s); none for now", self.source.kind, error)
+                    with self.lock:
+                        self.cache.replace(self.source.kind, [])
+                    self.synced.set()
+                    version = None
+                    self.stop.wait(OPTIONAL_RETRY_SECONDS)
+                    continue
+                LOG.warning("%s informer: %s; retrying in %.1fs", self.source.kind, error, backoff)
+                self.stop.wait(backoff)
+                backoff = min(self.backoff_max, backoff * 2)
+            except (OSError, ValueError) as error:
                 if self.stop.is_set():
                     break
                 LOG.warning("%s informer: %s; retrying in %.1fs", self.source.kind, error, backoff)
