@@ -74,8 +74,14 @@ class Pool(Strict):
         return self
 
     def capacity_node_labels(self) -> dict[str, str]:
-        """The labels that say this pool's capacity type on its nodes."""
-        return kube_capacity.node_labels(self.capacity_labels or "capacity", self.capacity_type)
+        """The labels that say this pool's capacity type on its nodes, and under a cloud's or
+        provisioner's convention the node group (named as the pool) they belong to."""
+        convention = self.capacity_labels or "capacity"
+        labels = kube_capacity.node_labels(convention, self.capacity_type)
+        group = kube_capacity.NODE_GROUP_LABEL.get(convention)
+        if group is not None:
+            labels[group] = self.name
+        return labels
 
     @model_validator(mode="after")
     def _sizes(self) -> Pool:

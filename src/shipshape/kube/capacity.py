@@ -121,6 +121,16 @@ NODE_LABELS: Mapping[str, Mapping[CapacityName, Mapping[str, str]]] = {
 }
 
 
+# The label naming a node's node group (or NodePool) under each named convention's provisioner.
+NODE_GROUP_LABEL: Mapping[str, str] = {
+    "karpenter": "karpenter.sh/nodepool",
+    "eks": "eks.amazonaws.com/nodegroup",
+    "gke": "cloud.google.com/gke-nodepool",
+    "gke-preemptible": "cloud.google.com/gke-nodepool",
+    "aks": "kubernetes.azure.com/agentpool",
+}
+
+
 def node_labels(convention: str, capacity: CapacityName) -> dict[str, str]:
     """The capacity labels a node of `capacity` carries under a named convention (see `NODE_LABELS`)."""
     try:

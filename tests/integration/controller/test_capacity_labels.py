@@ -23,6 +23,7 @@ import pytest
 
 from shipshape.controller.cache import read_decision
 from shipshape.controller.loops.interruptions import SURGE_NOTE
+from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS
 from shipshape.kube import capacity
@@ -154,3 +155,49 @@ def test_every_spot_node_reclaimed_leaves_every_workload_whole(tmp_path: Path, c
         assert process.registry.get_sample_value(
             "shipshape_rebalance_moves_total", {"direction": "on-demand-to-spot"}
         ) in (None, 0.0)
+
+
+def test_a_pool_the_autoscaler_can_grow_gets_its_spot_share_back(tmp_path: Path) -> None:
+    """The other side: on an EKS-labelled cluster with cluster-autoscaler, the controller reads over the
+    API that the pools' node groups can grow (the status ConfigMap, matched to the pools by the nodes'
+    `eks.amazonaws.com/nodegroup`); a reclaimed pool that regrows gets its spot share back, with the
+    Deployments never below their floor and nothing left Pending."""
+    doc: dict[str, Any] = scenario_doc(
+        interruptions={"rateMultiplier": 0, "handler": True},
+        autoscaler={"enabled": True, "scaleDownUnneeded": "1h", "scaleDownDelayAfterAdd": "1h"},
+    )
+    sc = scenario(**{**doc, "capacityLabels": "eks"})
+    config = ControllerConfig(risk_cooldown_seconds=0)
+    with (
+        serve_cluster(tmp_path, sc) as cluster,
+        controller(cluster, tmp_path / "controller", config=config) as process,
+    ):
+        spot_key = "eks.amazonaws.com/capacityType"
+        cluster.kubectl("apply", "-f", "-", stdin=MANIFESTS)
+        assert cluster.wait("every replica ready", lambda: whole(cluster, spot_key), 180) == {
+            "multi": 6,
+            "solo": 1,
+        }
+        cluster.wait("the guard PDB", lambda: cluster.get(PDBS, "default", "solo-surge-guard"), 30)
+        pool_a = Pool("m5.large", "us-east-1a")
+
+        def grows() -> bool:
+            with process.lock:
+                return process.cache.pool_growth().get(pool_a) is True
+
+        cluster.wait("the autoscaler's status read", grows, 60)
+        watcher = AvailabilityWatcher(cluster, "default", tuple(REPLICAS))
+        watcher.start()
+        cloud = cluster.served.cluster.services["cloud"]
+        doomed = set(cluster.nodes_of(SPOT_A))
+        assert set(cluster.call(lambda: cloud.interrupt(pool=SPOT_A, notice=120.0))) == doomed
+
+        def back() -> bool:
+            names = {n["metadata"]["name"] for n in cluster.objects(NODES)}
+            placed = whole(cluster, spot_key)
+            return not doomed & names and placed == {"multi": 6, "solo": 1}
+
+        cluster.wait("the spot share back on spot", back, 900)
+        watcher.stop()
+        assert watcher.breaches == [], watcher.breaches[:5]
+        assert not pending(cluster)
