@@ -656,11 +656,13 @@ class InterruptionPlan:
 
 
 def reclaimed_scope(
-    notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]]
+    notices: Sequence[Notice],
+    nodes: Mapping[str, Mapping[str, Any]],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
 ) -> tuple[frozenset[Pool], frozenset[str]]:
     """Pools with a noticed node, and zones reclaimed as a whole (notices in two or more of their pools)."""
     noticed = {n.node for n in notices if n.node in nodes}
-    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name])) is not None)
+    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name], conventions)) is not None)
     pools_per_zone = Counter(pool.zone for pool in pools)
     return pools, frozenset(zone for zone, hit in pools_per_zone.items() if hit >= 2)
 
@@ -669,6 +671,7 @@ def plan_interruptions(
     notices: Sequence[Notice],
     nodes: Mapping[str, Mapping[str, Any]],
     workloads: Sequence[WorkloadState],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
 ) -> InterruptionPlan:
     """One plan for every notice at hand: what to avoid, and per workload how to keep it available."""
     if not notices:
@@ -676,11 +679,11 @@ def plan_interruptions(
     deadlines: dict[str, float] = {}
     for notice in notices:
         deadlines[notice.node] = min(deadlines.get(notice.node, math.inf), notice.deadline)
-    pools, zones = reclaimed_scope(notices, nodes)
+    pools, zones = reclaimed_scope(notices, nodes, conventions)
     avoid = {
         name
         for name, node in nodes.items()
-        if (pool := node_pool(node)) is not None and (pool in pools or pool.zone in zones)
+        if (pool := node_pool(node, conventions)) is not None and (pool in pools or pool.zone in zones)
     }
     avoid |= set(deadlines)
     actions: list[WorkloadAction] = []
