@@ -336,6 +336,7 @@ class ClusterCache:
         self._known_groups: dict[Pool, frozenset[str]] = {}
         self._growth: dict[Pool, bool] | None = None
         self._spot_anywhere = False
+        self._autoscaled = False
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self._pods_by_group: dict[GroupKey, dict[tuple[str, str], Obj]] = {}
         # In insertion order, which is expiry order (one TTL, time never goes back).
@@ -1041,6 +1042,7 @@ class ClusterCache:
                 growth.karpenter_growth(nodepools, self._known_pools),
             )
             self._spot_anywhere = bool(growth.spot_nodepools(nodepools))
+            self._autoscaled = status is not None or bool(nodepools)
         return self._growth
 
     def pool_rooms(
@@ -1076,7 +1078,9 @@ class ClusterCache:
         uncertain = [
             pool
             for pool in self._known_pools
-            if pool not in excluded and pool_growth.get(pool) is not True and (strict or pool in pool_growth)
+            if pool not in excluded
+            and pool_growth.get(pool) is not True
+            and (pool in pool_growth or (strict and not self._autoscaled))
         ]
         return PlacementView(
             pool_risk=risk.scores(self._known_pools, now),
@@ -1087,6 +1091,7 @@ class ClusterCache:
             populated=frozenset(nodes.pool_nodes),
             rooms=self.pool_rooms(uncertain, nodes.avoided) if uncertain else {},
             spot_anywhere=self._spot_anywhere,
+            autoscaled=self._autoscaled,
         )
 
     def spot_tolerations(self) -> list[Obj]:

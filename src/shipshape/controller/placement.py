@@ -216,6 +216,9 @@ class PlacementView:
     # A provisioner (Karpenter) makes spot nodes of pools not known yet: spot with no known pool may
     # go to "any spot node".
     spot_anywhere: bool = False
+    # An autoscaler or provisioner is visible in the cluster (cluster-autoscaler's status, Karpenter
+    # NodePools), though it may not say which pools it grows.
+    autoscaled: bool = False
 
     @property
     def zones(self) -> frozenset[str]:
@@ -262,15 +265,16 @@ def can_land(pool: Pool, requests: tuple[int, int], view: PlacementView, strict:
     """Whether a pod with these requests would be scheduled in the pool: room now, or the pool can grow.
 
     A pool known to grow can take it; one known not to grow only with room now. Where nothing says
-    whether it grows, a pool that still has nodes is taken to grow as it did (cluster-autoscaler adds
-    what pending pods need; the spot fallback re-decides a pod that waits too long), unless `strict`
-    (a move that would evict a running pod: it needs room now or a pool known to grow). A pool whose
-    nodes are all gone and that nothing says can grow takes nothing.
+    whether it grows, a pool that still has nodes is taken to grow as it did (an autoscaler adds what
+    pending pods need; the spot fallback re-decides a pod that waits too long); for a `strict` check
+    (a move that would evict a running pod) only where an autoscaler is visible in the cluster, else
+    it needs room now. A pool whose nodes are all gone and that nothing says can grow takes nothing.
     """
     growth = view.growth.get(pool)
     if growth is True:
         return True
-    if growth is None and not strict and (view.populated is None or pool in view.populated):
+    populated = view.populated is None or pool in view.populated
+    if growth is None and populated and (not strict or view.autoscaled):
         return True
     return has_room(pool, requests, view)
 

@@ -59,6 +59,10 @@ def test_a_pool_takes_a_pod_with_room_now_or_when_it_can_grow() -> None:
     assert not can_land(A, (1, 1), fixed)
     unknown = PlacementView(pool_risk={A: 1.0}, populated=frozenset({A}))
     assert can_land(A, (1, 1), unknown) and not can_land(A, (1, 1), unknown, strict=True)
+    # An autoscaler is visible, though it does not say which pools it grows: a pool with nodes grows.
+    autoscaled = PlacementView(pool_risk={A: 1.0}, populated=frozenset({A}), autoscaled=True)
+    assert can_land(A, (1, 1), autoscaled, strict=True)
+    assert not can_land(A, (1, 1), PlacementView(pool_risk={A: 1.0}, populated=frozenset(), autoscaled=True))
     gone = PlacementView(pool_risk={A: 1.0}, populated=frozenset())
     assert not can_land(A, (1, 1), gone)
 
