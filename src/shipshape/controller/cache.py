@@ -337,6 +337,7 @@ class ClusterCache:
         self._growth: dict[Pool, bool] | None = None
         self._spot_anywhere = False
         self._autoscaled = False
+        self._autoscaler_groups: list[growth.GroupStatus] | None = None
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self._pods_by_group: dict[GroupKey, dict[tuple[str, str], Obj]] = {}
         # In insertion order, which is expiry order (one TTL, time never goes back).
@@ -414,7 +415,7 @@ class ClusterCache:
             if kind == "ConfigMap" and key != growth.AUTOSCALER_STATUS:
                 return
             self._objects[kind][key] = obj
-            self._growth = None
+            self._growth = self._autoscaler_groups = None
             return
         if kind != "Node":
             self._workloads_version = next(self._versions)
@@ -478,7 +479,7 @@ class ClusterCache:
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
         if kind in ("ConfigMap", "NodePool"):
             if self._objects[kind].pop(key, None) is not None:
-                self._growth = None
+                self._growth = self._autoscaler_groups = None
             return
         if kind != "Node":
             self._workloads_version = next(self._versions)
@@ -1035,10 +1036,12 @@ class ClusterCache:
         if self._growth is None:
             counts = {pool: len(names) for pool, names in nodes.pool_nodes.items()}
             status = self._objects["ConfigMap"].get(growth.AUTOSCALER_STATUS)
+            if self._autoscaler_groups is None:  # parsed once per version of the ConfigMap
+                self._autoscaler_groups = growth.autoscaler_groups(status)
             nodepools = list(self._objects["NodePool"].values())
             self._growth = growth.pool_growth(
                 growth.configured_growth(self.config.node_groups, counts),
-                growth.autoscaler_growth(growth.autoscaler_groups(status), self._known_groups),
+                growth.autoscaler_growth(self._autoscaler_groups, self._known_groups),
                 growth.karpenter_growth(nodepools, self._known_pools),
             )
             self._spot_anywhere = bool(growth.spot_nodepools(nodepools))
