@@ -30,6 +30,8 @@ from shipshape.kube.capacity import KARPENTER_LABEL, SPOT
 from shipshape.kube.quantity import QuantityError, parse_quantity
 
 AUTOSCALER_STATUS = ("kube-system", "cluster-autoscaler-status")
+# libyaml's safe loader where PyYAML was built with it (several times faster), else the pure one.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Labels that name the node group (or NodePool) a node belongs to.
 NODE_GROUP_LABELS = (
     "eks.amazonaws.com/nodegroup",
@@ -84,7 +86,7 @@ def autoscaler_groups(configmap: Mapping[str, Any] | None) -> list[GroupStatus]:
     if not isinstance(text, str):
         return []
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError:
         return []
     groups = doc.get("nodeGroups") if isinstance(doc, dict) else None

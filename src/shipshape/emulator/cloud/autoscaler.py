@@ -58,6 +58,8 @@ RECENTLY_READY = 30.0  # a node Ready for less than this is still "upcoming" (th
 PLAN_INTERVAL = 30.0  # the scale-down plan is made again at most this often (unless a removal needs it)
 COMPONENT = "cluster-autoscaler"
 STATUS_NAMESPACE, STATUS_CONFIGMAP = "kube-system", "cluster-autoscaler-status"
+# libyaml's safe dumper where PyYAML was built with it (several times faster), else the pure one.
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 FitFn = Callable[[Obj, Obj, list[Obj]], list[str]]
 
@@ -490,7 +492,7 @@ class ClusterAutoscaler:
         if doc == self._status_written:
             return
         self._status_written = doc
-        text = yaml.safe_dump({"time": rfc3339(self.cloud.c.now()), **doc}, sort_keys=False)
+        text = yaml.dump({"time": rfc3339(self.cloud.c.now()), **doc}, Dumper=_DUMPER, sort_keys=False)
         store = self.cloud.c.store
 
         def put(obj: Obj) -> None:
