@@ -116,15 +116,23 @@ def group_matches(group: str, names: Iterable[str]) -> bool:
 def autoscaler_growth(
     groups: Iterable[GroupStatus], pool_groups: Mapping[Pool, Iterable[str]]
 ) -> dict[Pool, bool]:
-    """Growth of the pools whose nodes' node-group labels name an autoscaler node group."""
-    listed = list(groups)
-    out: dict[Pool, bool] = {}
-    for pool, names in pool_groups.items():
-        names = list(names)
-        matched = [g for g in listed if group_matches(g.name, names)]
-        if matched:
-            out[pool] = any(g.can_grow for g in matched)
-    return out
+    """Growth of the pools whose nodes' node-group labels name an autoscaler node group. A group goes to
+    the pools with the longest name it matches (`eks-spot-a-b-<id>` is node group `spot-a-b`, not
+    `spot-a`); a pool in several groups can grow when one of them can."""
+    named = {pool: list(names) for pool, names in pool_groups.items()}
+    found: dict[Pool, list[bool]] = {}
+    for group in groups:
+        lengths = {
+            pool: max((len(name) for name in names if group_matches(group.name, [name])), default=0)
+            for pool, names in named.items()
+        }
+        best = max(lengths.values(), default=0)
+        if best == 0:
+            continue
+        for pool, length in lengths.items():
+            if length == best:
+                found.setdefault(pool, []).append(group.can_grow)
+    return {pool: any(answers) for pool, answers in found.items()}
 
 
 def _requirement_allows(requirement: Mapping[str, Any], value: str | None) -> bool:

@@ -121,6 +121,9 @@ def test_autoscaler_status_node_groups_are_matched_to_pools_by_node_group_label(
     ]
     found = growth.autoscaler_growth(groups, {A: {"spot-a"}, B: {"spot-b"}, Pool("x", "y"): {"other"}})
     assert found == {A: True, B: False}
+    # A group goes to the pool with the longest name it holds: spot-a-b's group is not spot-a's.
+    longer = [growth.GroupStatus("eks-spot-a-b-1f2e", 4, 4, False), groups[0]]
+    assert growth.autoscaler_growth(longer, {A: {"spot-a"}, B: {"spot-a-b"}}) == {A: True, B: False}
     assert growth.autoscaler_groups({"data": {"status": "Cluster-autoscaler status: {{"}}) == []
     assert growth.autoscaler_groups(None) == []
 
