@@ -14,26 +14,19 @@ from sqlalchemy.orm import Session
 
 from shipshape.analyzers import spot_adoption
 from shipshape.backend.store import repository as repo
+from shipshape.kube import capacity as kube_capacity
 from shipshape.pricing.catalog import default_catalog
 
 Obj = Mapping[str, Any]
 KINDS = (spot_adoption.KIND,)
 NEEDED = ("nodes", "pods", "deployments", "replicasets", "statefulsets")
 DEFAULT_REGION = "us-east-1"
-# The node labels that say a node is spot, as the common provisioners set them.
-_SPOT_LABELS = {
-    "node.kubernetes.io/capacity": "spot",
-    "karpenter.sh/capacity-type": "spot",
-    "eks.amazonaws.com/capacityType": "SPOT",
-    "cloud.google.com/gke-spot": "true",
-    "cloud.google.com/gke-preemptible": "true",
-    "kubernetes.azure.com/scalesetpriority": "spot",
-}
 
 
 def capacity_of(node: Obj) -> str:
-    labels = node.get("metadata", {}).get("labels") or {}
-    return "spot" if any(labels.get(key) == value for key, value in _SPOT_LABELS.items()) else "on-demand"
+    """`spot` or `on-demand` by the capacity-label conventions the node carries (`kube.capacity`)."""
+    kind = kube_capacity.capacity_type_of(node.get("metadata", {}).get("labels") or {})
+    return "spot" if kind is not None and str(kind) == "spot" else "on-demand"
 
 
 def price_of(node: Obj) -> spot_adoption.NodePrice | None:

@@ -65,7 +65,6 @@ from shipshape.kube.labels import from_label_selector
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "emulator.shipshape.dev/pool"
-CAPACITY_LABEL = "node.kubernetes.io/capacity"
 SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
     Room,
@@ -29,7 +30,6 @@ from shipshape.controller.packing import (
 )
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
 from shipshape.controller.policy import (
-    CAPACITY_LABEL,
     DECISION,
     HOSTNAME_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -40,6 +40,7 @@ from shipshape.controller.policy import (
     WorkloadKind,
 )
 from shipshape.controller.risk import RiskModel
+from shipshape.kube import capacity as capacity_labels
 from shipshape.kube.labels import from_label_selector
 from shipshape.kube.scheduling import (
     DO_NOT_SCHEDULE_EFFECTS,
@@ -64,21 +65,24 @@ QUEUE_REBALANCE_TAINT = "spot.shipshape.dev/rebalance-recommendation"
 # Taints that recommend moving off a node without draining it.
 REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation", QUEUE_REBALANCE_TAINT})
 # Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.
-SPOT_TAINT_KEYS = frozenset(
-    {
-        CAPACITY_LABEL,
-        "spot",
-        "kubernetes.azure.com/scalesetpriority",
-        "cloud.google.com/gke-spot",
-        "eks.amazonaws.com/capacityType",
-        "karpenter.sh/capacity-type",
-    }
-)
+SPOT_TAINT_KEYS = frozenset({"spot", *capacity_labels.DEFAULT.keys})
 
 # A namespace without labels: one object, so that what is derived from it can be kept by identity.
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
-KINDS = ("Namespace", "Deployment", "StatefulSet", "ReplicaSet", "Pod", "Node", "PodDisruptionBudget")
+KINDS = (
+    "Namespace",
+    "Deployment",
+    "StatefulSet",
+    "ReplicaSet",
+    "Pod",
+    "Node",
+    "PodDisruptionBudget",
+    # Where the cluster says which pools can grow (`growth.py`): cluster-autoscaler's status ConfigMap
+    # (the only ConfigMap held) and Karpenter NodePools, when the cluster has them.
+    "ConfigMap",
+    "NodePool",
+)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -147,9 +151,13 @@ def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def node_pool(node: Mapping[str, Any]) -> Pool | None:
+def node_pool(
+    node: Mapping[str, Any], conventions: capacity_labels.Conventions = capacity_labels.DEFAULT
+) -> Pool | None:
+    """A spot node's pool (instance type x zone); None for other nodes. Spot is said by a label value,
+    so no knowledge of the cluster's other nodes is needed (`kube.capacity`)."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    if labels.get(CAPACITY_LABEL) != CapacityType.SPOT:
+    if conventions.classify(labels) != capacity_labels.SPOT:
         return None
     instance_type, zone = labels.get(INSTANCE_TYPE_LABEL), labels.get(ZONE_LABEL)
     if not instance_type or not zone:
@@ -162,17 +170,17 @@ def node_pool(node: Mapping[str, Any]) -> Pool | None:
 _CAPACITY_TYPES = {capacity.value: capacity for capacity in CapacityType}
 
 
-def node_capacity(node: Mapping[str, Any]) -> CapacityType | None:
-    value = ((node.get("metadata") or {}).get("labels") or {}).get(CAPACITY_LABEL)
-    if not value:
-        return None
-    found = _CAPACITY_TYPES.get(value) if isinstance(value, str) else None
-    if found is not None:
-        return found
-    try:
-        return CapacityType(value)
-    except ValueError:
-        return None
+def node_capacity(
+    node: Mapping[str, Any],
+    present: Iterable[str] | None = None,
+    conventions: capacity_labels.Conventions = capacity_labels.DEFAULT,
+) -> CapacityType | None:
+    """A node's capacity type by the capacity-label conventions; `present`, the convention keys the
+    cluster's nodes carry (an unlabelled node is on-demand where a convention in use labels only spot
+    nodes, see `kube.capacity`)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    value = conventions.classify(labels, present)
+    return None if value is None else _CAPACITY_TYPES[value]
 
 
 def _takes_pods(node: Mapping[str, Any]) -> bool:
@@ -233,7 +241,12 @@ def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     )
 
 
-def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
+# Keys whose change may change a node's capacity type (those of any convention, configured ones
+# included, are read by `ClusterCache`; this set is what the summary compares).
+_CAPACITY_KEYS: frozenset[str] = capacity_labels.DEFAULT.keys
+
+
+def _summary_facts(node: Mapping[str, Any], keys: frozenset[str] = _CAPACITY_KEYS) -> tuple[Any, ...]:
     """What `summarize_nodes` reads of a node: a change elsewhere (status, heartbeats) keeps the summary."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -241,7 +254,8 @@ def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
         (t.get("key"), t.get("value"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []
     )
     return (
-        labels.get(CAPACITY_LABEL),
+        tuple(sorted((key, value) for key, value in labels.items() if key in keys)),
+        tuple(sorted((key, value) for key, value in labels.items() if key in growth.NODE_GROUP_LABELS)),
         labels.get(INSTANCE_TYPE_LABEL),
         labels.get(ZONE_LABEL),
         labels.get(REGION_LABEL),
@@ -249,7 +263,13 @@ def _summary_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig) -> NodeSummary:
+def summarize_nodes(
+    nodes: Iterable[Mapping[str, Any]],
+    config: ControllerConfig,
+    present: Iterable[str] | None = None,
+    conventions: capacity_labels.Conventions = capacity_labels.DEFAULT,
+) -> NodeSummary:
+    present = frozenset(present) if present is not None else None
     pools: dict[Pool, str | None] = {}
     pool_nodes: dict[Pool, set[str]] = {}
     on_demand: set[str] = set()
@@ -260,7 +280,7 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
         found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
     for node in nodes:
         metadata = node.get("metadata") or {}
-        pool = node_pool(node)
+        pool = node_pool(node, conventions)
         if pool is not None:
             pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
             pool_nodes.setdefault(pool, set()).add(str(metadata.get("name")))
@@ -269,14 +289,17 @@ def summarize_nodes(nodes: Iterable[Mapping[str, Any]], config: ControllerConfig
             avoided.add(str(metadata.get("name")))
         if pool is not None and keys & SPOT_NOTICE_TAINTS:
             noticed.add(pool)
-        capacity = node_capacity(node)
+        capacity = node_capacity(node, present, conventions)
         if capacity is CapacityType.ON_DEMAND:
             on_demand.add(str(metadata.get("name")))
         if capacity is not CapacityType.SPOT:
             continue
         for taint in (node.get("spec") or {}).get("taints") or []:
             key = str(taint.get("key"))
-            if key not in SPOT_TAINT_KEYS or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            if (key not in SPOT_TAINT_KEYS and key not in conventions.keys) or taint.get("effect") not in (
+                "NoSchedule",
+                "NoExecute",
+            ):
                 continue
             ident = (key, taint.get("value"), taint.get("effect"))
             if ident not in found:
@@ -300,6 +323,21 @@ class ClusterCache:
 
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
+        self.conventions = config.conventions()
+        self._capacity_keys = self.conventions.keys
+        # The capacity-label keys the cluster's nodes carry or carried (they outlive the nodes: a GKE
+        # cluster whose spot nodes are gone still labels on-demand by the label's absence).
+        self._present: frozenset[str] = frozenset()
+        # Spot pools ever seen (or configured), with their region and the node-group names their nodes
+        # carried: a pool outlives its nodes, with its risk history and cool-down.
+        self._known_pools: dict[Pool, str | None] = {
+            Pool(spec.instance_type, spec.zone): config.region for spec in config.node_groups
+        }
+        self._known_groups: dict[Pool, frozenset[str]] = {}
+        self._growth: dict[Pool, bool] | None = None
+        self._spot_anywhere = False
+        self._autoscaled = False
+        self._autoscaler_groups: list[growth.GroupStatus] | None = None
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self._pods_by_group: dict[GroupKey, dict[tuple[str, str], Obj]] = {}
         # In insertion order, which is expiry order (one TTL, time never goes back).
@@ -373,10 +411,17 @@ class ClusterCache:
             self._put(kind, _key(item), item)
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
+        if kind in ("ConfigMap", "NodePool"):
+            if kind == "ConfigMap" and key != growth.AUTOSCALER_STATUS:
+                return
+            self._objects[kind][key] = obj
+            self._growth = self._autoscaler_groups = None
+            return
         if kind != "Node":
             self._workloads_version = next(self._versions)
         if kind == "Node":
             old = self._objects["Node"].get(key)
+            self._see_conventions(obj)
             if old is not None and _same_node_facts(old, obj):
                 # A status report or heartbeat: nothing derived from the node changes.
                 self._node_by_name[key[1]] = obj
@@ -385,13 +430,17 @@ class ClusterCache:
                     self._node_placements[key[1]] = (obj, placement[1])
                 self._objects[kind][key] = obj
                 return
-            if old is None or _summary_facts(old) != _summary_facts(obj):
+            if old is None or _summary_facts(old, self._capacity_keys) != _summary_facts(
+                obj, self._capacity_keys
+            ):
                 self._node_summary = None
-            if old is None or (node_capacity(old), node_pool(old)) != (node_capacity(obj), node_pool(obj)):
+            if old is None or self.node_placement(old) != self.node_placement(obj):
                 self._nodes_moved()
             allocatable = node_allocatable(obj)
             amounts = (allocatable.get("cpu", 0), allocatable.get("memory", 0), allocatable.get("pods", 0))
-            facts = (node_capacity(obj), takes_replacements(obj))
+            self._know_pool(obj)
+            capacity = self.node_capacity(obj)
+            facts = (capacity, takes_replacements(obj, capacity))
             if self._allocatable.get(key[1]) != amounts or self._node_facts.get(key[1]) != facts:
                 self._spare_rooms = None
             self._allocatable[key[1]] = amounts
@@ -428,6 +477,10 @@ class ClusterCache:
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
+        if kind in ("ConfigMap", "NodePool"):
+            if self._objects[kind].pop(key, None) is not None:
+                self._growth = self._autoscaler_groups = None
+            return
         if kind != "Node":
             self._workloads_version = next(self._versions)
         if kind == "Node":
@@ -526,7 +579,7 @@ class ClusterCache:
                 continue
             cpu, memory, pods = (allocatable[0] - held[0], allocatable[1] - held[1], allocatable[2] - held[2])
             if cpu > 0 and memory > 0 and pods > 0:
-                rooms.append(Room(node_pool(node), cpu, memory, pods))
+                rooms.append(Room(self.pool_of(node), cpu, memory, pods))
         self._spare_rooms = tuple(rooms)
         return self._spare_rooms
 
@@ -789,7 +842,7 @@ class ClusterCache:
                 kept = self._node_placements.get(node_name)
                 if kept is not None and kept[0] is node:
                     return kept[1]
-                placement = node_capacity(node), node_pool(node)
+                placement = self.node_placement(node)
                 self._node_placements[node_name] = (node, placement)
                 return placement
         decision = read_decision(pod)
@@ -889,9 +942,62 @@ class ClusterCache:
 
     # --- nodes and pools -------------------------------------------------------------------------
 
+    def node_capacity(self, node: Mapping[str, Any]) -> CapacityType | None:
+        """A node's capacity type by the configured conventions and the keys the cluster's nodes carry."""
+        return node_capacity(node, self._present, self.conventions)
+
+    def pool_of(self, node: Mapping[str, Any]) -> Pool | None:
+        """A spot node's pool by the configured conventions (None for other nodes)."""
+        return node_pool(node, self.conventions)
+
+    def node_placement(self, node: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
+        return self.node_capacity(node), self.pool_of(node)
+
+    def capacity_terms(self, capacity: CapacityType) -> list[list[Obj]]:
+        """Node selector terms (ORed) that steer a pod to `capacity` with the labels the nodes carry."""
+        return self.conventions.terms(capacity.value, self._present)
+
+    def pins_capacity(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod already chooses a capacity type (nodeSelector or required node affinity on any
+        capacity label)."""
+        spec = pod.get("spec") or {}
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        return self.conventions.pins(spec.get("nodeSelector"), required.get("nodeSelectorTerms") or [])
+
+    def _see_conventions(self, node: Mapping[str, Any]) -> None:
+        """Record the capacity-label keys a node carries; a key new to the cluster can change how the
+        other nodes are classified (an unlabelled node becomes on-demand), so every node is read again."""
+        keys = self.conventions.present_in((node.get("metadata") or {}).get("labels") or {})
+        if keys <= self._present:
+            return
+        self._present = self._present | keys
+        self._node_summary = None
+        self._node_placements.clear()
+        for (_, name), other in self._objects["Node"].items():
+            capacity = self.node_capacity(other)
+            self._node_facts[name] = (capacity, takes_replacements(other, capacity))
+        self._nodes_moved()
+
+    def _know_pool(self, node: Mapping[str, Any]) -> None:
+        """Remember a spot node's pool, region and node-group names (they outlive the node)."""
+        pool = self.pool_of(node)
+        if pool is None:
+            return
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if self._known_pools.get(pool) is None:
+            self._known_pools[pool] = labels.get(REGION_LABEL)
+        names = growth.node_groups_of(labels)
+        if not names <= self._known_groups.get(pool, frozenset()):
+            self._known_groups[pool] = self._known_groups.get(pool, frozenset()) | names
+            self._growth = None
+
     def spot_pools(self) -> dict[Pool, str | None]:
-        """Known spot pools and their region."""
-        return dict(self._nodes().spot_pools)
+        """Known spot pools and their region: every pool seen on a node or configured, also after its
+        last node is gone."""
+        self._nodes()
+        return dict(self._known_pools)
 
     def pool_nodes(self) -> Mapping[Pool, frozenset[str]]:
         """The names of each spot pool's nodes (read-only)."""
@@ -916,20 +1022,79 @@ class ClusterCache:
     def _nodes(self) -> NodeSummary:
         """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""
         if self._node_summary is None:
-            self._node_summary = summarize_nodes(self._objects["Node"].values(), self.config)
+            summary = summarize_nodes(
+                self._objects["Node"].values(), self.config, self._present, self.conventions
+            )
+            self._node_summary = summary
+            self._growth = None
         return self._node_summary
 
-    def placement_view(self, now: float, risk: RiskModel, shortages: Iterable[Pool] = ()) -> PlacementView:
-        """Pools with their risk, pools excluded (notice now or in cool-down, shortage), nodes avoided."""
+    def pool_growth(self) -> dict[Pool, bool]:
+        """Which known pools can grow (True) or cannot (False), from the configuration, cluster-autoscaler's
+        status and Karpenter NodePools (`growth.py`); pools nothing speaks of are absent."""
         nodes = self._nodes()
+        if self._growth is None:
+            counts = {pool: len(names) for pool, names in nodes.pool_nodes.items()}
+            status = self._objects["ConfigMap"].get(growth.AUTOSCALER_STATUS)
+            if self._autoscaler_groups is None:  # parsed once per version of the ConfigMap
+                self._autoscaler_groups = growth.autoscaler_groups(status)
+            nodepools = list(self._objects["NodePool"].values())
+            self._growth = growth.pool_growth(
+                growth.configured_growth(self.config.node_groups, counts),
+                growth.autoscaler_growth(self._autoscaler_groups, self._known_groups),
+                growth.karpenter_growth(nodepools, self._known_pools),
+            )
+            self._spot_anywhere = bool(growth.spot_nodepools(nodepools))
+            self._autoscaled = status is not None or bool(nodepools)
+        return self._growth
+
+    def pool_rooms(
+        self, pools: Iterable[Pool], avoided: frozenset[str]
+    ) -> dict[Pool, tuple[tuple[int, int, int], ...]]:
+        """The room (cpu millicores, memory bytes, pods) left on each Ready, schedulable node of each pool
+        that is not avoided, from the per-node sums of the pods' requests."""
+        summary = self._nodes()
+        out: dict[Pool, tuple[tuple[int, int, int], ...]] = {}
+        for pool in pools:
+            rooms: list[tuple[int, int, int]] = []
+            for name in sorted(summary.pool_nodes.get(pool, ())):
+                node = self._node_by_name.get(name)
+                allocatable = self._allocatable.get(name)
+                if node is None or allocatable is None or name in avoided or not _takes_pods(node):
+                    continue
+                cpu, memory, pods = self.requested_on(name)
+                rooms.append((allocatable[0] - cpu, allocatable[1] - memory, allocatable[2] - pods))
+            out[pool] = tuple(rooms)
+        return out
+
+    def placement_view(
+        self, now: float, risk: RiskModel, shortages: Iterable[Pool] = (), strict: bool = False
+    ) -> PlacementView:
+        """Pools with their risk, pools excluded (notice now or in cool-down, shortage), nodes avoided,
+        which pools can grow and, for those whose growth a decision cannot count on, their room now
+        (`placement.can_land`; `strict` for a move that evicts)."""
+        nodes = self._nodes()
+        pool_growth = self.pool_growth()
         excluded: dict[Pool, Exclusion] = dict.fromkeys(shortages, Exclusion.SHORTAGE)
         for pool in risk.at_risk(now) | nodes.noticed_pools:
             excluded[pool] = Exclusion.AT_RISK
+        uncertain = [
+            pool
+            for pool in self._known_pools
+            if pool not in excluded
+            and pool_growth.get(pool) is not True
+            and (pool in pool_growth or (strict and not self._autoscaled))
+        ]
         return PlacementView(
-            pool_risk=risk.scores(nodes.spot_pools, now),
+            pool_risk=risk.scores(self._known_pools, now),
             excluded=excluded,
             avoided_nodes=nodes.avoided,
             default_pool_share=self.config.max_pool_share,
+            growth=pool_growth,
+            populated=frozenset(nodes.pool_nodes),
+            rooms=self.pool_rooms(uncertain, nodes.avoided) if uncertain else {},
+            spot_anywhere=self._spot_anywhere,
+            autoscaled=self._autoscaled,
         )
 
     def spot_tolerations(self) -> list[Obj]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -32,6 +32,7 @@ from shipshape.controller.cache import (
 )
 from shipshape.controller.packing import pod_requests
 from shipshape.controller.placement import (
+    Exclusion,
     GroupCounts,
     PlacementView,
     Pool,
@@ -44,7 +45,6 @@ from shipshape.controller.placement import (
     zone_counts,
 )
 from shipshape.controller.policy import (
-    CAPACITY_LABEL,
     DELETION_COST,
     INSTANCE_TYPE_LABEL,
     ZONE_LABEL,
@@ -54,6 +54,7 @@ from shipshape.controller.policy import (
     WorkloadPolicy,
 )
 from shipshape.controller.webhook.admission import statefulset_ordinal
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
 
 Obj = dict[str, Any]
@@ -402,6 +403,38 @@ def _spot_available(
     return choose_pool(spot_target, counts, view, policy)[2] is None
 
 
+def replacement_lands(state: WorkloadState, move: Move, view: PlacementView) -> bool:
+    """Whether the pod that replaces the moved one would be scheduled: for a move to spot or across
+    pools, a spot pool (other than the pod's own, across pools) that has room for its requests now or is
+    known to grow (`placement.can_land`, strict), in a view built with rooms (`strict=True`).
+
+    Moves toward on-demand are toward safety and are not held back here.
+    """
+    if move.direction is Direction.TO_ON_DEMAND:
+        return True
+    pod = next((p for p in state.pods if p.name == move.pod), None)
+    if pod is None:
+        return False
+    requests = (pod.cpu_millis, pod.memory_bytes)
+    without = _counts(p for p in state.pods if p.name != pod.name)
+    zone_cap: int | None = None
+    if state.kind is WorkloadKind.STATEFULSET:
+        limit = spot_limit(state.allowance, len(view.zones))
+        spot_target = statefulset_split(state.replicas, state.policy, limit).spot
+        zone_cap = state.allowance
+    else:
+        spot_target = desired_split(state.replicas, state.policy).spot
+    loss_allowance = state.allowance if state.policy.max_pool_share is None else None
+    if move.direction is Direction.ACROSS_POOLS:
+        view = replace(
+            view, excluded={**view.excluded, **({pod.pool: Exclusion.AT_RISK} if pod.pool else {})}
+        )
+    chosen = choose_pool(
+        max(spot_target, 1), without, view, state.policy, zone_cap, loss_allowance, requests, strict=True
+    )
+    return chosen[2] is None
+
+
 def _riskiest(pods: Sequence[PodState], view: PlacementView) -> PodState:
     per_pool = Counter(pod.pool for pod in pods)
     return min(
@@ -470,7 +503,9 @@ class Fallback:
     since: float
 
 
-def allowed_pools_of(pod: Mapping[str, Any]) -> tuple[Pool, ...]:
+def allowed_pools_of(
+    pod: Mapping[str, Any], conventions: kube_capacity.Conventions = kube_capacity.DEFAULT
+) -> tuple[Pool, ...]:
     """Spot pools a pod's required node affinity allows (empty: any spot pool)."""
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
@@ -478,13 +513,10 @@ def allowed_pools_of(pod: Mapping[str, Any]) -> tuple[Pool, ...]:
     ) or []
     pools: set[Pool] = set()
     for term in terms:
-        values = {
-            e.get("key"): e.get("values") or []
-            for e in term.get("matchExpressions") or []
-            if e.get("operator") == "In"
-        }
-        if values.get(CAPACITY_LABEL) != [CapacityType.SPOT.value]:
+        expressions = term.get("matchExpressions") or []
+        if not any(conventions.is_spot_requirement(e) for e in expressions):
             continue
+        values = {e.get("key"): e.get("values") or [] for e in expressions if e.get("operator") == "In"}
         for instance_type in values.get(INSTANCE_TYPE_LABEL, []):
             for zone in values.get(ZONE_LABEL, []):
                 pools.add(Pool(instance_type, zone))
@@ -506,7 +538,11 @@ def unschedulable_since(pod: Mapping[str, Any]) -> float | None:
 
 
 def fallback_candidates(
-    pods: Iterable[Mapping[str, Any]], now: float, threshold_seconds: float, known_pools: Iterable[Pool]
+    pods: Iterable[Mapping[str, Any]],
+    now: float,
+    threshold_seconds: float,
+    known_pools: Iterable[Pool],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
 ) -> list[Fallback]:
     """Spot-decided pods, not bound, unschedulable for longer than the threshold."""
     known = tuple(sorted(known_pools))
@@ -525,7 +561,7 @@ def fallback_candidates(
             Fallback(
                 str(metadata.get("namespace")),
                 str(metadata.get("name")),
-                allowed_pools_of(pod) or known,
+                allowed_pools_of(pod, conventions) or known,
                 since,
             )
         )
@@ -620,11 +656,13 @@ class InterruptionPlan:
 
 
 def reclaimed_scope(
-    notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]]
+    notices: Sequence[Notice],
+    nodes: Mapping[str, Mapping[str, Any]],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
 ) -> tuple[frozenset[Pool], frozenset[str]]:
     """Pools with a noticed node, and zones reclaimed as a whole (notices in two or more of their pools)."""
     noticed = {n.node for n in notices if n.node in nodes}
-    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name])) is not None)
+    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name], conventions)) is not None)
     pools_per_zone = Counter(pool.zone for pool in pools)
     return pools, frozenset(zone for zone, hit in pools_per_zone.items() if hit >= 2)
 
@@ -633,6 +671,7 @@ def plan_interruptions(
     notices: Sequence[Notice],
     nodes: Mapping[str, Mapping[str, Any]],
     workloads: Sequence[WorkloadState],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
 ) -> InterruptionPlan:
     """One plan for every notice at hand: what to avoid, and per workload how to keep it available."""
     if not notices:
@@ -640,11 +679,11 @@ def plan_interruptions(
     deadlines: dict[str, float] = {}
     for notice in notices:
         deadlines[notice.node] = min(deadlines.get(notice.node, math.inf), notice.deadline)
-    pools, zones = reclaimed_scope(notices, nodes)
+    pools, zones = reclaimed_scope(notices, nodes, conventions)
     avoid = {
         name
         for name, node in nodes.items()
-        if (pool := node_pool(node)) is not None and (pool in pools or pool.zone in zones)
+        if (pool := node_pool(node, conventions)) is not None and (pool in pools or pool.zone in zones)
     }
     avoid |= set(deadlines)
     actions: list[WorkloadAction] = []

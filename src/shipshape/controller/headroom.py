@@ -20,7 +20,8 @@ from shipshape.controller.decisions import (
 )
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import CAPACITY_LABEL, HEADROOM_LABEL, CapacityType
+from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import format_bytes, format_cpu
 
 Obj = dict[str, Any]
@@ -139,10 +140,29 @@ def _packed_together() -> Obj:
     }
 
 
+def _on_demand_affinity(terms: Sequence[Sequence[Obj]] | None) -> Obj:
+    """Placeholders prefer nodes that hold placeholders and require on-demand nodes, selected by the
+    capacity labels the nodes carry (`terms`, `ClusterCache.capacity_terms`; by default the original
+    convention's label)."""
+    if terms is None:
+        key, value = kube_capacity.CAPACITY_LABEL, CapacityType.ON_DEMAND.value
+        terms = [[{"key": key, "operator": "In", "values": [value]}]]
+    affinity = _packed_together()
+    if any(terms):
+        selector = [{"matchExpressions": list(term)} for term in terms]
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": selector}
+        }
+    return affinity
+
+
 def placeholder_deployments(
-    plan: HeadroomPlan, namespace: str, priority_class_name: str = PRIORITY_CLASS
+    plan: HeadroomPlan,
+    namespace: str,
+    priority_class_name: str = PRIORITY_CLASS,
+    on_demand_terms: Sequence[Sequence[Obj]] | None = None,
 ) -> list[Obj]:
-    """One Deployment per placeholder shape, pinned to on-demand nodes."""
+    """One Deployment per placeholder shape, pinned to on-demand nodes (`on_demand_terms`)."""
     bodies: list[Obj] = []
     for shape in plan.placeholders:
         if shape.cpu_millis <= 0 and shape.memory_bytes <= 0:
@@ -168,8 +188,7 @@ def placeholder_deployments(
                             "priorityClassName": priority_class_name,
                             "terminationGracePeriodSeconds": 0,
                             "automountServiceAccountToken": False,
-                            "nodeSelector": {CAPACITY_LABEL: CapacityType.ON_DEMAND.value},
-                            "affinity": _packed_together(),
+                            "affinity": _on_demand_affinity(on_demand_terms),
                             "containers": [
                                 {
                                     "name": "pause",

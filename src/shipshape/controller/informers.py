@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
 
 from shipshape.controller.cache import ClusterCache
+from shipshape.controller.growth import AUTOSCALER_STATUS
 from shipshape.kube import informers as kit
 
 Obj = dict[str, Any]
 
 
 def sources(api_client: k8s.ApiClient) -> list[kit.Source]:
-    """What the cache holds (`cache.KINDS`), cluster-wide."""
+    """What the cache holds (`cache.KINDS`), cluster-wide; cluster-autoscaler's status ConfigMap and
+    Karpenter NodePools only where the cluster has them and the controller may read them (`growth.py`
+    reads them): a 404 or 403 counts as none, listed again every `kit.NOT_SERVED_RETRY_SECONDS`."""
     core, apps, policy = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.PolicyV1Api(api_client)
+    custom = k8s.CustomObjectsApi(api_client)
+    namespace, name = AUTOSCALER_STATUS
     return [
+        kit.Source(
+            "ConfigMap",
+            partial(core.list_namespaced_config_map, namespace, field_selector=f"metadata.name={name}"),
+            optional=True,
+        ),
+        kit.Source(
+            "NodePool",
+            partial(custom.list_cluster_custom_object, "karpenter.sh", "v1", "nodepools"),
+            optional=True,
+        ),
         kit.Source("Namespace", core.list_namespace),
         kit.Source("Node", core.list_node),
         kit.Source("Deployment", apps.list_deployment_for_all_namespaces),

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import CAPACITY_LABEL, HEADROOM_LABEL, HOSTNAME_LABEL, CapacityType
+from shipshape.controller.policy import HEADROOM_LABEL, HOSTNAME_LABEL, CapacityType
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import cpu_millis, to_int
 
 # Weights of the preferred terms for the fullest node, the next one, ...: the scheduler normalises
@@ -104,12 +105,15 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def takes_replacements(node: Mapping[str, Any]) -> bool:
+def takes_replacements(node: Mapping[str, Any], capacity: CapacityType | str | None = "") -> bool:
     """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
-    not cordoned, not under a notice, not being removed): where replacements after a notice can go."""
+    not cordoned, not under a notice, not being removed): where replacements after a notice can go.
+    `capacity`: the node's capacity type where the caller knows it (else read by `kube.capacity`'s
+    default conventions)."""
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
-    capacity = (metadata.get("labels") or {}).get(CAPACITY_LABEL)
+    if capacity == "":
+        capacity = kube_capacity.capacity_type_of(metadata.get("labels") or {})
     if capacity not in (CapacityType.ON_DEMAND.value, CapacityType.SPOT.value):
         return False
     if spec.get("unschedulable") or metadata.get("deletionTimestamp") or not node_ready(node):

@@ -72,6 +72,8 @@ class Reason(StrEnum):
     ZONE_ALLOWANCE_REACHED = "zone-disruption-allowance-reached"
     NO_SPOT_POOL = "no-safe-spot-pool"
     SPOT_FALLBACK = "spot-fallback"
+    # No known spot pool has room for the pod now or can grow.
+    NO_SPOT_CAPACITY = "no-spot-capacity"
 
 
 class Exclusion(StrEnum):
@@ -203,6 +205,20 @@ class PlacementView:
     # Nodes that take no new pods: rebalance recommendation or termination notice.
     avoided_nodes: frozenset[str] = frozenset()
     default_pool_share: float = 0.5
+    # Whether each pool can grow (an autoscaler or provisioner adds nodes to it): True, False, or
+    # absent when nothing says (`can_land`).
+    growth: Mapping[Pool, bool] = field(default_factory=dict)
+    # Pools with at least one node now (None: not said; every known pool counts as having nodes).
+    populated: frozenset[Pool] | None = None
+    # The room (cpu millicores, memory bytes, pods) left on each Ready, schedulable node of a pool that
+    # takes new pods; given for the pools whose growth the decision cannot count on.
+    rooms: Mapping[Pool, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
+    # A provisioner (Karpenter) makes spot nodes of pools not known yet: spot with no known pool may
+    # go to "any spot node".
+    spot_anywhere: bool = False
+    # An autoscaler or provisioner is visible in the cluster (cluster-autoscaler's status, Karpenter
+    # NodePools), though it may not say which pools it grows.
+    autoscaled: bool = False
 
     @property
     def zones(self) -> frozenset[str]:
@@ -234,6 +250,33 @@ class PodRequest:
     # For a Deployment: replicas it may lose at once without going below its floor, which bounds its
     # spot replicas per pool (`spread_cap`). None: only max-pool-share bounds them.
     loss_allowance: int | None = None
+    # What the pod requests (cpu millicores, memory bytes): it goes only to pools with room for it now
+    # or that can grow (`can_land`).
+    requests: tuple[int, int] = (0, 0)
+
+
+def has_room(pool: Pool, requests: tuple[int, int], view: PlacementView) -> bool:
+    """Whether a Ready, schedulable node of the pool has room for the requests now."""
+    cpu, memory = requests
+    return any(c >= cpu and m >= memory and p >= 1 for c, m, p in view.rooms.get(pool, ()))
+
+
+def can_land(pool: Pool, requests: tuple[int, int], view: PlacementView, strict: bool = False) -> bool:
+    """Whether a pod with these requests would be scheduled in the pool: room now, or the pool can grow.
+
+    A pool known to grow can take it; one known not to grow only with room now. Where nothing says
+    whether it grows, a pool that still has nodes is taken to grow as it did (an autoscaler adds what
+    pending pods need; the spot fallback re-decides a pod that waits too long); for a `strict` check
+    (a move that would evict a running pod) only where an autoscaler is visible in the cluster, else
+    it needs room now. A pool whose nodes are all gone and that nothing says can grow takes nothing.
+    """
+    growth = view.growth.get(pool)
+    if growth is True:
+        return True
+    populated = view.populated is None or pool in view.populated
+    if growth is None and populated and (not strict or view.autoscaled):
+        return True
+    return has_room(pool, requests, view)
 
 
 def zone_counts(counts: GroupCounts) -> dict[str, int]:
@@ -267,24 +310,31 @@ def choose_pool(
     policy: WorkloadPolicy,
     zone_cap: int | None = None,
     loss_allowance: int | None = None,
+    requests: tuple[int, int] = (0, 0),
+    strict: bool = False,
 ) -> tuple[Pool | None, tuple[Pool, ...], Reason | None]:
     """Pick a spot pool: below the pool cap (`spread_cap`; and the zone cap), not excluded; fewest of
     this group's pods, then lowest risk.
 
     Returns (preferred pool, allowed pools, None) or (None, (), reason) when no spot pool may take the pod.
-    With no spot pool known at all, spot is unconstrained (pool None, allowed empty, no reason), unless a
-    zone cap of 0 forbids spot altogether.
+    Only pools where a pod with `requests` can land count (`can_land`; `strict` for moves that evict).
+    With no spot pool known at all, spot goes to any spot node only where a provisioner makes spot nodes
+    of any pool (`view.spot_anywhere`); otherwise no spot pool may take the pod. A zone cap of 0
+    forbids spot altogether.
     """
     if zone_cap is not None and zone_cap <= 0:
         return None, (), Reason.ZONE_ALLOWANCE_REACHED
     known = sorted(view.pool_risk)
     if not known:
-        return None, (), None
+        return (None, (), None) if view.spot_anywhere else (None, (), Reason.NO_SPOT_CAPACITY)
     usable = [pool for pool in known if pool not in view.excluded]
     if not usable:
         if all(view.excluded[pool] is Exclusion.SHORTAGE for pool in known):
             return None, (), Reason.SPOT_FALLBACK
         return None, (), Reason.NO_SPOT_POOL
+    usable = [pool for pool in usable if can_land(pool, requests, view, strict)]
+    if not usable:
+        return None, (), Reason.NO_SPOT_CAPACITY
     share = policy.pool_share(len(known), view.default_pool_share)
     cap = spread_cap(
         spot_target, share, len(usable), loss_allowance if policy.max_pool_share is None else None
@@ -332,7 +382,9 @@ def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Dec
             capacity, reason = CapacityType.ON_DEMAND, Reason.ON_DEMAND_SHARE
     if capacity is CapacityType.ON_DEMAND:
         return Decision(CapacityType.ON_DEMAND, reason)
-    pool, allowed, refusal = choose_pool(spot_target, counts, view, policy, zone_cap, request.loss_allowance)
+    pool, allowed, refusal = choose_pool(
+        spot_target, counts, view, policy, zone_cap, request.loss_allowance, request.requests
+    )
     if refusal is not None:
         return Decision(CapacityType.ON_DEMAND, refusal)
     return Decision(

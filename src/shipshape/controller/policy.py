@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shipshape.kube import capacity as kube_capacity
 
 PREFIX = "spot.shipshape.dev/"
 # Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
@@ -27,7 +29,8 @@ SINGLE_REPLICA = PREFIX + "single-replica"
 DECISION = PREFIX + "decision"
 POLICY_ANNOTATIONS = (ENABLED, ON_DEMAND_BASE, SPOT_PERCENTAGE, MAX_POOL_SHARE, SINGLE_REPLICA)
 
-CAPACITY_LABEL = "node.kubernetes.io/capacity"
+# The original design's capacity label; every convention is in `kube.capacity` (see `capacity_labels`).
+CAPACITY_LABEL = kube_capacity.CAPACITY_LABEL
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
@@ -118,6 +121,39 @@ class LabelSelector(BaseModel):
         return out
 
 
+class CapacityLabelSpec(BaseModel):
+    """A capacity-type label convention added to (or replacing, by key) the built-in ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str
+    spot: tuple[str, ...]
+    on_demand: tuple[str, ...] = ()
+    # The cloud labels only its spot nodes: a node without the label is on-demand.
+    absent_means_on_demand: bool = False
+
+    @model_validator(mode="after")
+    def _usable(self) -> CapacityLabelSpec:
+        try:
+            self.convention()
+        except kube_capacity.ConventionError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def convention(self) -> kube_capacity.Convention:
+        return kube_capacity.Convention(self.key, self.spot, self.on_demand, self.absent_means_on_demand)
+
+
+class NodeGroupSpec(BaseModel):
+    """A spot pool the cluster has (instance type x zone), known before or after its nodes exist, and
+    whether it can grow (an autoscaler or provisioner adds nodes to it), up to `max_size` nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    instance_type: str = Field(min_length=1)
+    zone: str = Field(min_length=1)
+    can_grow: bool = True
+    max_size: int | None = Field(default=None, ge=0)
+
+
 class ControllerConfig(BaseModel):
     """Cluster defaults and tuning; every field has a safe default."""
 
@@ -161,6 +197,24 @@ class ControllerConfig(BaseModel):
     # namespace but the controller's and `excluded_namespaces`; every pod but the controller's own).
     webhook_namespace_selector: LabelSelector | None = None
     webhook_object_selector: LabelSelector | None = None
+    # Capacity-type label conventions besides (or replacing, by key) the built-in ones
+    # (`kube.capacity.DEFAULT_CONVENTIONS`).
+    capacity_labels: tuple[CapacityLabelSpec, ...] = ()
+    # Spot pools known from configuration, with whether they can grow (see docs/controller.md).
+    node_groups: tuple[NodeGroupSpec, ...] = ()
+
+    @field_validator("capacity_labels")
+    @classmethod
+    def _distinct_keys(cls, value: tuple[CapacityLabelSpec, ...]) -> tuple[CapacityLabelSpec, ...]:
+        keys = [spec.key for spec in value]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ValueError(f"each key may be given once, repeated: {', '.join(repeated)}")
+        return value
+
+    def conventions(self) -> kube_capacity.Conventions:
+        """The capacity-label conventions in force: the configured ones, then the built-in ones."""
+        return kube_capacity.Conventions.with_overrides(spec.convention() for spec in self.capacity_labels)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.duration import parse_duration
 from shipshape.kube.quantity import QuantityError, parse_quantity
 
@@ -56,8 +57,31 @@ class Pool(Strict):
     # Spot interruptions per node per hour; None = derive from the spot advisor band.
     interruption_rate: float | None = Field(default=None, ge=0, alias="interruptionRate")
     labels: dict[str, str] = Field(default_factory=dict)
+    # How the pool's nodes say their capacity type (`kube.capacity.NODE_LABELS`): capacity
+    # (node.kubernetes.io/capacity, the default), karpenter, eks, gke, gke-preemptible or aks.
+    # None: the scenario's `capacityLabels`.
+    capacity_labels: str | None = Field(default=None, alias="capacityLabels")
     taints: list[dict[str, str]] = Field(default_factory=list)
     bandwidth_mbps: float | None = Field(default=None, gt=0, alias="bandwidthMBps")
+
+    @model_validator(mode="after")
+    def _capacity_labels(self) -> Pool:
+        if self.capacity_labels is not None and self.capacity_labels not in kube_capacity.NODE_LABELS:
+            known = ", ".join(kube_capacity.NODE_LABELS)
+            raise ValueError(
+                f"pool {self.name}: capacityLabels {self.capacity_labels!r} is not one of {known}"
+            )
+        return self
+
+    def capacity_node_labels(self) -> dict[str, str]:
+        """The labels that say this pool's capacity type on its nodes, and under a cloud's or
+        provisioner's convention the node group (named as the pool) they belong to."""
+        convention = self.capacity_labels or "capacity"
+        labels = kube_capacity.node_labels(convention, self.capacity_type)
+        group = kube_capacity.NODE_GROUP_LABEL.get(convention)
+        if group is not None:
+            labels[group] = self.name
+        return labels
 
     @model_validator(mode="after")
     def _sizes(self) -> Pool:
@@ -207,6 +231,8 @@ class Scenario(Strict):
     kubernetes_version: str = Field(default="v1.32.0", alias="kubernetesVersion")
     region: str = "us-east-1"
     seed: int = 1
+    # How nodes say their capacity type, for pools that do not say (`Pool.capacity_labels`).
+    capacity_labels: str = Field(default="capacity", alias="capacityLabels")
     pools: list[Pool] = Field(min_length=1)
     node_boot: NodeBoot = Field(default_factory=NodeBoot, alias="nodeBoot")
     kubelet: Kubelet = Field(default_factory=Kubelet)
@@ -220,6 +246,16 @@ class Scenario(Strict):
     timeline: list[TimelineEvent] = Field(default_factory=list)
     namespaces: list[str] = Field(default_factory=list)
     objects: list[dict[str, Any]] = Field(default_factory=list, description="manifests applied at start")
+
+    @model_validator(mode="after")
+    def _pool_capacity_labels(self) -> Scenario:
+        if self.capacity_labels not in kube_capacity.NODE_LABELS:
+            known = ", ".join(kube_capacity.NODE_LABELS)
+            raise ValueError(f"capacityLabels {self.capacity_labels!r} is not one of {known}")
+        for pool in self.pools:
+            if pool.capacity_labels is None:
+                pool.capacity_labels = self.capacity_labels
+        return self
 
     @model_validator(mode="after")
     def _unique_pools(self) -> Scenario:

@@ -47,7 +47,13 @@ class Gone(Exception):
 
 
 class NotServed(Exception):
-    """The API server does not serve this kind (404 on the list: an API group the cluster lacks)."""
+    """The API server does not serve this kind (404 on the list: an API group the cluster lacks), or an
+    optional kind may not be read (403)."""
+
+
+# Seconds between lists of a kind that is not served (or, optional, not readable): a CRD installed
+# later (Karpenter's NodePools) is picked up within this time.
+NOT_SERVED_RETRY_SECONDS = 60.0
 
 
 class WatchFailed(Exception):
@@ -60,6 +66,8 @@ class Source:
 
     kind: str
     list_function: Callable[..., Any]
+    # A kind the caller may not be allowed to read: a 403 counts as none of it, like a 404.
+    optional: bool = False
 
 
 class Informer:
@@ -110,9 +118,10 @@ class Informer:
                 # Counts as an empty kind (synced), asked again now and then (an API group installed later).
                 if not self.synced.is_set():
                     LOG.info("%s is not served by this cluster; treating it as empty", self.source.kind)
-                    self.sink.replace(self.source.kind, [])
-                    self.synced.set()
-                self.stop.wait(self.backoff_max)
+                self.sink.replace(self.source.kind, [])  # (gone again: whatever was there is gone)
+                self.synced.set()
+                version = None
+                self.stop.wait(NOT_SERVED_RETRY_SECONDS)
             except Exception as error:  # unreachable, an error status, a broken stream: retry
                 if self.stop.is_set():
                     break
@@ -178,7 +187,7 @@ def _call(source: Source, **kwargs: Any) -> Obj:
     except k8s.ApiException as error:
         if error.status == 410:
             raise Gone() from error
-        if error.status == 404:
+        if error.status == 404 or (error.status == 403 and source.optional):
             raise NotServed() from error
         raise WatchFailed(f"list of {source.kind}: {error.status} {error.reason}") from error
     except (OSError, urllib3.exceptions.HTTPError) as error:  # connection refused, TLS, timeouts

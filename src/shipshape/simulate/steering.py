@@ -38,7 +38,7 @@ def pool_node_labels(pool: Pool, region: str) -> dict[str, str]:
         INSTANCE_TYPE_LABEL: pool.instance_type,
         ZONE_LABEL: pool.zone,
         REGION_LABEL: region,
-        CAPACITY_LABEL: pool.capacity_type,
+        **pool.capacity_node_labels(),
         POOL_LABEL: pool.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",

@@ -94,7 +94,11 @@ def test_placeholders_cover_what_the_room_outside_a_pool_cannot_take(tmp_path: P
         cluster.wait("placeholder pods", lambda: len(placeholder_pods(cluster)) == expected, 60)
         for pod in placeholder_pods(cluster):
             assert pod["spec"]["priority"] == priority["value"]
-            assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
+            required = pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]
+            on_demand = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+            assert required["nodeSelectorTerms"] == [{"matchExpressions": [on_demand]}]
 
         # The on-demand ballast gone, the on-demand room takes a whole pool's pods: no placeholders.
         cluster.kubectl("delete", "daemonset/ballast-on-demand")

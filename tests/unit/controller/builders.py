@@ -144,6 +144,13 @@ def node(
     }
 
 
+def with_room(item: Obj, cpu: str = "2", memory: str = "8Gi", pods: str = "110") -> Obj:
+    """The node Ready, with allocatable room (the rebalancer moves a pod only where it would land)."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
+    ready = [{"type": "Ready", "status": "True"}]
+    return {**item, "status": {"allocatable": allocatable, "capacity": allocatable, "conditions": ready}}
+
+
 def review(
     pod: Obj, ns: str = "shop", uid: str | None = None, operation: str = "CREATE", dry_run: bool = False
 ) -> Obj:

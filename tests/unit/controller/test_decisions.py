@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import (
     ActionKind,
     Direction,
+    Move,
     MoveKind,
     Notice,
     PodState,
@@ -25,6 +27,7 @@ from shipshape.controller.decisions import (
     notices_from_taints,
     plan_interruptions,
     removal_order,
+    replacement_lands,
     spot_pods_by_pool,
     workload_state,
 )
@@ -421,6 +424,40 @@ def test_placeholder_bodies() -> None:
     assert [b["spec"]["replicas"] for b in bodies] == [1, 2]
     template = bodies[1]["spec"]["template"]["spec"]
     assert template["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
-    assert template["nodeSelector"] == {"node.kubernetes.io/capacity": "on-demand"}
+    required = template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    on_demand = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+    assert required["nodeSelectorTerms"] == [{"matchExpressions": [on_demand]}]
+    gke = [[{"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]]
+    gke_body = placeholder_deployments(plan, "shipshape-system", on_demand_terms=gke)[0]
+    terms = gke_body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": gke[0]}
+    ]
+    unlabelled = placeholder_deployments(plan, "shipshape-system", on_demand_terms=[[]])[0]
+    assert "nodeAffinity" not in unlabelled["spec"]["template"]["spec"]["affinity"]
     assert template["priorityClassName"] == priority_class()["metadata"]["name"]
     assert priority_class()["value"] < 0 and priority_class()["preemptionPolicy"] == "Never"
+
+
+def test_the_rebalancer_moves_only_where_the_replacement_would_be_scheduled() -> None:
+    """`next_move` says what is off target; `replacement_lands` (over a view with each pool's room now)
+    says whether the evicted pod's replacement would be scheduled."""
+    after_fallback = state(pods(6, [A, B, A, B]))  # desired 4 on-demand / 6 spot: one to move to spot
+    room = ((2000, 4 * 2**30, 10),)
+    with_room = PlacementView(pool_risk={A: 1.0, B: 2.0}, populated=frozenset({A, B}), rooms={A: room})
+    move = next_move(after_fallback, with_room)
+    assert move is not None and move.direction is Direction.TO_SPOT
+    assert replacement_lands(after_fallback, move, with_room)
+    full = PlacementView(pool_risk={A: 1.0, B: 2.0}, populated=frozenset({A, B}))
+    assert not replacement_lands(after_fallback, move, full)  # no room, nothing says the pools grow
+    assert replacement_lands(after_fallback, move, replace(full, growth={B: True}))
+    gone = PlacementView(pool_risk={A: 1.0, B: 2.0}, populated=frozenset(), autoscaled=True)
+    assert not replacement_lands(after_fallback, move, gone)  # the pools' nodes are gone
+    # Across pools: only another pool counts.
+    crowded = state(pods(4, [A, A, A, A, A, B]), policy=replace(POLICY, max_pool_share=0.5))
+    across = Move(crowded.key, "spot-0", MoveKind.EVICT, Direction.ACROSS_POOLS)
+    assert not replacement_lands(crowded, across, with_room)  # only A has room, and it is the pod's own
+    assert replacement_lands(crowded, across, replace(with_room, rooms={B: room}))
+    # Toward on-demand: toward safety, not held back.
+    back = Move(crowded.key, "spot-0", MoveKind.EVICT, Direction.TO_ON_DEMAND)
+    assert replacement_lands(crowded, back, gone)

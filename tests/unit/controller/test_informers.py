@@ -8,10 +8,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from kubernetes.client import ApiException
+
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.informers import LockedCache
 from shipshape.controller.policy import ControllerConfig
-from shipshape.kube.informers import Informer, Source
+from shipshape.kube.informers import NOT_SERVED_RETRY_SECONDS, Informer, Source
 
 Obj = dict[str, Any]
 
@@ -91,3 +93,33 @@ def test_lists_watches_relists_on_gone_and_retries_when_unreachable() -> None:
     ]
     assert sorted(n["metadata"]["name"] for n in cache.objects("Node")) == ["c"]
     assert informer.relists == 2 and informer.synced.is_set()
+
+
+class RecordingStop(threading.Event):
+    """A stop event whose waits return at once and are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def test_an_optional_kind_the_server_does_not_serve_counts_as_none_and_is_listed_again_later() -> None:
+    stop = RecordingStop()
+    nodepool = {"metadata": {"name": "spot", "resourceVersion": "3"}, "spec": {}}
+    api = ScriptedApi([ApiException(status=404, reason="Not Found"), ListResponse([nodepool], "3")])
+    watch = WatchResponse([], after=stop)
+    cache = ClusterCache(ControllerConfig())
+
+    def answer(**kwargs: Any) -> Any:
+        return watch if kwargs.get("watch") else api(**kwargs)
+
+    informer = Informer(
+        Source("NodePool", answer, optional=True), LockedCache(cache, threading.RLock()), stop
+    )
+    informer._run()
+    assert informer.synced.is_set() and stop.waits == [NOT_SERVED_RETRY_SECONDS]
+    assert [n["metadata"]["name"] for n in cache.objects("NodePool")] == ["spot"]

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shipshape.analyzers.efficiency.usage import ContainerKey
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import QuantityError, cpu_millis, to_int
 
 Obj = Mapping[str, Any]
@@ -29,27 +30,15 @@ BEST_EFFORT = "BestEffort"
 SPOT = "spot"
 ON_DEMAND = "on-demand"
 
-# Capacity-type conventions of the brief (the node label a node actually carries decides).
-_CAPACITY_LABELS: tuple[tuple[str, Mapping[str, str]], ...] = (
-    ("node.kubernetes.io/capacity", {"spot": SPOT, "on-demand": ON_DEMAND}),
-    ("karpenter.sh/capacity-type", {"spot": SPOT, "on-demand": ON_DEMAND}),
-    ("eks.amazonaws.com/capacityType", {"SPOT": SPOT, "ON_DEMAND": ON_DEMAND}),
-    ("cloud.google.com/gke-spot", {"true": SPOT}),
-    ("cloud.google.com/gke-preemptible", {"true": SPOT}),
-    ("kubernetes.azure.com/scalesetpriority", {"spot": SPOT}),
-)
-
 
 class SnapshotError(ValueError):
     """A snapshot that is not what `EfficiencySnapshot.from_json` documents."""
 
 
 def capacity_type(labels: Mapping[str, str]) -> str | None:
-    for label, values in _CAPACITY_LABELS:
-        value = labels.get(label)
-        if value is not None and value in values:
-            return values[value]
-    return None
+    """`spot`, `on-demand` or None, by the label conventions the node carries (`kube.capacity`)."""
+    kind = kube_capacity.capacity_type_of(labels)
+    return None if kind is None else str(kind)
 
 
 def _cores(value: object) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from shipshape.analyzers.startup import model
 from shipshape.analyzers.startup.events import Event, EventIndex, PulledMessage, TimeParser, parse_pulled
 from shipshape.analyzers.startup.model import ContainerTiming, NodeInfo, Obj, PodTimeline, WorkloadRef
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import cpu_millis
 
 # A scale-up older than this before a pod's creation is not taken as the request that made it.
@@ -24,20 +25,17 @@ _CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)")
 _KUBELET_CONTAINER_REASONS = frozenset({"Pulling", "Pulled", "Created", "Started"})
 _SANDBOX_ERRORS = frozenset({"FailedCreatePodSandBox", "NetworkNotReady"})
 
-CAPACITY_LABEL = "node.kubernetes.io/capacity"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 POOL_LABEL = "emulator.shipshape.dev/pool"
-# Capacity-type labels of common provisioners, tried after the Shipshape convention.
-_CAPACITY_LABELS = (CAPACITY_LABEL, "karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType")
 
 
 def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
     """A node's grouping labels."""
     metadata = node.get("metadata") or {}
     labels: Mapping[str, str] = metadata.get("labels") or {}
-    capacity = next((labels[key] for key in _CAPACITY_LABELS if labels.get(key)), "")
-    capacity = {"SPOT": "spot", "ON_DEMAND": "on-demand", "on_demand": "on-demand"}.get(capacity, capacity)
+    # Every common convention (`kube.capacity`); "" where the node's labels do not say.
+    capacity = kube_capacity.capacity_type_of(labels) or ""
     parse = parse_time or TimeParser()
     return NodeInfo(
         name=metadata.get("name") or "",

@@ -37,7 +37,11 @@ class SpotFallback(Reconciler):
     def _scan(self, now: float) -> list[Fallback]:
         with self.reading():
             candidates = fallback_candidates(
-                self.cache.unbound_pods(), now, self.config.fallback_after_seconds, self.cache.spot_pools()
+                self.cache.unbound_pods(),
+                now,
+                self.config.fallback_after_seconds,
+                self.cache.spot_pools(),
+                self.cache.conventions,
             )
             nodes_by_pool = self.cache.pool_nodes()
         # The webhook reads the tracker under the same lock.

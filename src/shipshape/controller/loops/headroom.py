@@ -21,7 +21,7 @@ from shipshape.controller.headroom import (
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.ops import ObjectRef, OpsError
 from shipshape.controller.packing import Room
-from shipshape.controller.policy import HEADROOM_LABEL
+from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
 
@@ -61,7 +61,9 @@ class HeadroomKeeper(Reconciler):
         namespace = self.config.namespace
         with self.reading():
             plan = self._plan(self.cache.spare_rooms(), tuple(m.state for m in self.managed()))
-            wanted = placeholder_deployments(plan, namespace)
+            wanted = placeholder_deployments(
+                plan, namespace, on_demand_terms=self.cache.capacity_terms(CapacityType.ON_DEMAND)
+            )
             existing = {
                 d["metadata"]["name"]: d
                 for d in self.cache.objects("Deployment")

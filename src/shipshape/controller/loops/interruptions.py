@@ -51,7 +51,6 @@ from shipshape.controller.cache import (
     QUEUE_NOTICE_TAINT,
     QUEUE_REBALANCE_TAINT,
     REBALANCE_TAINTS,
-    node_pool,
     taint_keys,
 )
 from shipshape.controller.decisions import (
@@ -351,18 +350,20 @@ class InterruptionResponder(Reconciler):
         lead = self.config.notice_lead_seconds
         for notice in notices:
             node = nodes.get(notice.node)
-            pool = node_pool(node) if node is not None else None
+            pool = self.cache.pool_of(node) if node is not None else None
             if pool is not None and self.shared.risk.record_notice(
                 notice.node, pool, min(now, notice.deadline - lead)
             ):
                 self.metrics.notices.labels(source=notice.source).inc()
                 LOG.info("termination notice for node %s (pool %s) from %s", notice.node, pool, notice.source)
-        pools = {pool for n in notices if n.node in nodes and (pool := node_pool(nodes[n.node])) is not None}
+        pools = {
+            p for n in notices if n.node in nodes and (p := self.cache.pool_of(nodes[n.node])) is not None
+        }
         zones = {pool.zone for pool in pools if sum(1 for other in pools if other.zone == pool.zone) >= 2}
         if not zones:
             return
         for node in nodes.values():
-            pool = node_pool(node)
+            pool = self.cache.pool_of(node)
             if pool is not None and pool.zone in zones and pool not in pools:
                 self.shared.risk.record_notice(f"zone-reclaim/{pool}", pool, now)
 
@@ -376,7 +377,7 @@ class InterruptionResponder(Reconciler):
             queued = self._queue.notices(nodes) if self._queue is not None else []
             notices += queued
             managed = self.managed()
-            plan = plan_interruptions(notices, nodes, [m.state for m in managed])
+            plan = plan_interruptions(notices, nodes, [m.state for m in managed], self.cache.conventions)
         self._record(notices, nodes, now)
         self._mark(queued, nodes, now)
         by_key = {m.state.key: m for m in managed}
@@ -432,7 +433,7 @@ class InterruptionResponder(Reconciler):
             if recommendation:
                 with self.reading():
                     node = self.cache.get("Node", "", name)
-                pool = node_pool(node) if node is not None else self._recommended.get(name)
+                pool = self.cache.pool_of(node) if node is not None else self._recommended.get(name)
                 recommended[name] = pool
                 if name not in self._recommended:
                     LOG.info("rebalance recommendation for node %s (pool %s)", name, pool)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Move, MoveKind, WorkloadState, next_move
+from shipshape.controller.decisions import Move, MoveKind, WorkloadState, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Managed, Reconciler
 from shipshape.controller.loops.interruptions import restart_patch, surging
@@ -56,6 +56,8 @@ class Rebalancer(Reconciler):
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
             balanced: dict[str, tuple[WorkloadState, PlacementView]] = {}
+            # The view with each pool's room now, for the pre-check of a move (built once, when needed).
+            strict: PlacementView | None = None
             for workload in self.managed():
                 if surging(workload.ref.obj) or _rolling_out(workload.ref.obj):
                     continue
@@ -67,8 +69,18 @@ class Rebalancer(Reconciler):
                 move = next_move(workload.state, view)
                 if move is None:
                     balanced[key] = (workload.state, view)
-                elif f"{workload.ref.namespace}/{move.pod}" not in self._recent:
-                    moves.append((workload, move))
+                    continue
+                if f"{workload.ref.namespace}/{move.pod}" in self._recent:
+                    continue
+                if strict is None:
+                    strict = self.cache.placement_view(
+                        now, self.shared.risk, self.shared.shortages.shortages(now), strict=True
+                    )
+                if not replacement_lands(workload.state, move, strict):
+                    # Its replacement would stay Pending: no move now (looked at again next round).
+                    LOG.debug("%s: no move of %s, its replacement would not be scheduled", key, move.pod)
+                    continue
+                moves.append((workload, move))
             self._balanced = balanced
         for workload, move in moves:
             if self._tokens < 1.0:

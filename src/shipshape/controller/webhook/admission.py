@@ -35,7 +35,6 @@ from shipshape.controller.webhook.mutators import (
     MutationInput,
     copy_pod,
     diff,
-    pins_capacity,
 )
 from shipshape.kube.clock import Clock
 
@@ -156,7 +155,7 @@ class PodPlacer:
                 self.metrics.invalid_policies.labels(annotation=problem.annotation).inc()
             warnings = self._policy_warnings(workload.kind, workload.name, policy_result.problems)
             return Outcome(patch=[], warnings=warnings, skipped="invalid-policy")
-        if pins_capacity(pod):
+        if self.cache.pins_capacity(pod):
             return self._skip("capacity-pinned")
         now = self.clock.now()
         ordinal, allowance, loss_allowance = None, None, None
@@ -168,7 +167,9 @@ class PodPlacer:
         shortages = self._shortages(now) if self._shortages is not None else ()
         view = self.cache.placement_view(now, self.risk, shortages)
         view = self._with_avoided(view)
-        pod_request = PodRequest(policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance)
+        pod_request = PodRequest(
+            policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance, pod_requests(pod)
+        )
         decision = decide(pod_request, counts, view)
         patch = self._mutate(pod, workload, decision, str(request["uid"]))
         if patch is None:
@@ -267,6 +268,7 @@ class PodPlacer:
             packing_hosts=tuple(room.host for room in packed),
             packing_node=packed[0].name if packed else "",
             dry_run=dry_run,
+            capacity_terms=self.cache.capacity_terms(decision.capacity_type),
         )
         mutated = copy_pod(pod)
         for name, mutator in DRY_RUN_CHAIN if dry_run else CHAIN:

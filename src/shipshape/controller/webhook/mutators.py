@@ -15,13 +15,13 @@ import orjson
 from shipshape.controller.packing import packing_preferences
 from shipshape.controller.placement import Decision, Pool
 from shipshape.controller.policy import (
-    CAPACITY_LABEL,
     DECISION,
     HOSTNAME_LABEL,
     INSTANCE_TYPE_LABEL,
     ZONE_LABEL,
     CapacityType,
 )
+from shipshape.kube import capacity as kube_capacity
 
 Obj = dict[str, Any]
 PREFERRED_POOL_WEIGHT = 100
@@ -41,46 +41,64 @@ class MutationInput:
     packing_node: str = ""
     # Recommend-only mode: the decision annotation (marked dryRun) is the only change.
     dry_run: bool = False
+    # Node selector terms (ORed) that select the decided capacity type with the labels the cluster's
+    # nodes carry (`kube.capacity.Conventions.terms`); the default convention when not given.
+    capacity_terms: Sequence[Sequence[Obj]] | None = None
 
 
 Mutator = Callable[[MutationInput, Obj], None]
 
 
-def pins_capacity(pod: Mapping[str, Any]) -> bool:
-    """True when the pod already chooses a capacity type itself (its own choice is kept)."""
+def pins_capacity(
+    pod: Mapping[str, Any], conventions: kube_capacity.Conventions = kube_capacity.DEFAULT
+) -> bool:
+    """True when the pod already chooses a capacity type itself (its own choice is kept): a nodeSelector
+    or a required node affinity on any capacity label."""
     spec = pod.get("spec") or {}
-    if CAPACITY_LABEL in (spec.get("nodeSelector") or {}):
-        return True
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
-    return any(
-        expr.get("key") == CAPACITY_LABEL
-        for term in required.get("nodeSelectorTerms") or []
-        for expr in term.get("matchExpressions") or []
+    return conventions.pins(spec.get("nodeSelector"), required.get("nodeSelectorTerms") or [])
+
+
+def _default_terms(decision: Decision) -> list[list[Obj]]:
+    key, value = kube_capacity.CAPACITY_LABEL, decision.capacity_type.value
+    return [[{"key": key, "operator": "In", "values": [value]}]]
+
+
+def placement_terms(
+    decision: Decision, capacity_terms: Sequence[Sequence[Obj]] | None = None
+) -> list[list[Obj]]:
+    """The decision as node selector terms (ORed), each a list of match expressions (ANDed).
+
+    `capacity_terms` select the decided capacity type (one term per label convention the nodes carry);
+    an empty list of expressions means every node is of that type (no requirement).
+    """
+    capacities = (
+        [list(term) for term in capacity_terms] if capacity_terms is not None else _default_terms(decision)
     )
-
-
-def placement_terms(decision: Decision) -> list[list[Obj]]:
-    """The decision as node selector terms (ORed), each a list of match expressions (ANDed)."""
-    capacity = {"key": CAPACITY_LABEL, "operator": "In", "values": [decision.capacity_type.value]}
     if decision.capacity_type is CapacityType.ON_DEMAND:
-        return [[capacity]]
+        return capacities
+    if not capacities:  # spot with no convention in use yet (a provisioner's first spot node)
+        capacities = [
+            [{"key": kube_capacity.KARPENTER_LABEL, "operator": "In", "values": [kube_capacity.SPOT]}]
+        ]
     avoid: list[Obj] = []
     if decision.avoided_nodes:
         avoid = [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(decision.avoided_nodes)}]
     if not decision.allowed_pools:
-        return [[capacity, *avoid]]
+        return [[*capacity, *avoid] for capacity in capacities]
     zones_by_type: dict[str, list[str]] = {}
     for pool in sorted(decision.allowed_pools):
         zones_by_type.setdefault(pool.instance_type, []).append(pool.zone)
     return [
         [
-            capacity,
+            *capacity,
             {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [instance_type]},
             {"key": ZONE_LABEL, "operator": "In", "values": zones},
             *avoid,
         ]
+        for capacity in capacities
         for instance_type, zones in zones_by_type.items()
     ]
 
@@ -94,21 +112,27 @@ def inject_node_affinity(data: MutationInput, pod: Obj) -> None:
     """
     spec = pod.setdefault("spec", {})
     node_affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    existing = required.get("nodeSelectorTerms") or [{}]
-    merged: list[Obj] = []
-    for term in existing:
-        for ours in placement_terms(data.decision):
-            combined: Obj = dict(term)
-            combined["matchExpressions"] = [*(term.get("matchExpressions") or []), *ours]
-            merged.append(combined)
-    required["nodeSelectorTerms"] = merged
+    terms = placement_terms(data.decision, data.capacity_terms)
+    if any(terms):  # no expression at all: every node is of the decided type, nothing to require
+        required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        existing = required.get("nodeSelectorTerms") or [{}]
+        merged: list[Obj] = []
+        for term in existing:
+            for ours in terms:
+                combined: Obj = dict(term)
+                combined["matchExpressions"] = [*(term.get("matchExpressions") or []), *ours]
+                merged.append(combined)
+        required["nodeSelectorTerms"] = merged
     if data.decision.pool is not None and len(data.decision.allowed_pools) > 1:
         preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
         preferred.append(_pool_preference(data.decision.pool))
     if data.packing_hosts:
         preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
         preferred.extend(packing_preferences(data.packing_hosts))
+    if not node_affinity:
+        del spec["affinity"]["nodeAffinity"]
+        if not spec["affinity"]:
+            del spec["affinity"]
 
 
 def _pool_preference(pool: Pool) -> Obj:

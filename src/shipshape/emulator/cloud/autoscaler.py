@@ -24,9 +24,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
+import yaml
 
 from shipshape.emulator.admission.builtin import class_priority
 from shipshape.emulator.cloud import fit, nodes, scaledown
@@ -43,7 +44,7 @@ from shipshape.emulator.resources import (
     ResourceType,
 )
 from shipshape.emulator.store import Obj, WatchEvent
-from shipshape.kube.clock import parse_time
+from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.kube.quantity import resource_amount
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ RECENTLY_READY = 30.0  # a node Ready for less than this is still "upcoming" (th
 PLAN_INTERVAL = 30.0  # the scale-down plan is made again at most this often (unless a removal needs it)
 COMPONENT = "cluster-autoscaler"
 STATUS_NAMESPACE, STATUS_CONFIGMAP = "kube-system", "cluster-autoscaler-status"
+# libyaml's safe dumper where PyYAML was built with it (several times faster), else the pure one.
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 FitFn = Callable[[Obj, Obj, list[Obj]], list[str]]
 
@@ -265,6 +268,7 @@ class ClusterAutoscaler:
         self._last_failure = float("-inf")
         self._drains: dict[str, NodeDrain] = {}
         self.plans_made = 0
+        self._status_written: dict[str, Any] | None = None
 
     def start(self) -> None:
         store = self.cloud.c.store
@@ -419,6 +423,12 @@ class ClusterAutoscaler:
             self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
 
     def run_once(self) -> None:
+        try:
+            self._run_once()
+        finally:
+            self.write_status()
+
+    def _run_once(self) -> None:
         scaled_up = self.scale_up()
         if scaled_up:
             self._last_scale_up = self.cloud.c.now()
@@ -429,6 +439,73 @@ class ClusterAutoscaler:
         self.update_unneeded()
         if not scaled_up and not self._in_cooldown():
             self.scale_down()
+
+    def status(self) -> dict[str, Any]:
+        """cluster-autoscaler's status document (the YAML `status` of its ConfigMap, 1.30 and later):
+        per node group (one per pool) its node counts, target and size bounds, and a scale-up
+        `Backoff` while a scale-up failed for lack of capacity (the shortage it reported)."""
+        cloud = self.cloud
+        now = cloud.c.now()
+        groups: list[dict[str, Any]] = []
+        total = ready = 0
+        for state in cloud.pools.values():
+            active = cloud.active_instances(state.name)
+            up = sum(1 for inst in active if inst.ready)
+            total, ready = total + len(active), ready + up
+            backoff = (
+                state.shortage_until > now and self._failure_reported.get(state.name) == state.shortage_until
+            )
+            scale_up: dict[str, Any] = {"status": "Backoff" if backoff else "NoActivity"}
+            if backoff:
+                scale_up["backoffInfo"] = {
+                    "errorCode": "InsufficientInstanceCapacity",
+                    "errorMessage": f"not enough {state.spec.instance_type} capacity in {state.spec.zone}",
+                }
+            groups.append(
+                {
+                    "name": state.name,
+                    "health": {
+                        "status": "Healthy",
+                        "nodeCounts": {"registered": {"total": len(active), "ready": up}},
+                        "cloudProviderTarget": state.desired,
+                        "minSize": state.spec.min_size,
+                        "maxSize": state.spec.max_size,
+                    },
+                    "scaleUp": scale_up,
+                }
+            )
+        return {
+            "autoscalerStatus": "Running",
+            "clusterWide": {
+                "health": {
+                    "status": "Healthy",
+                    "nodeCounts": {"registered": {"total": total, "ready": ready}},
+                },
+            },
+            "nodeGroups": groups,
+        }
+
+    def write_status(self) -> None:
+        """Write the status into kube-system/cluster-autoscaler-status when it changed (with the time it
+        changed; cluster-autoscaler rewrites it every loop, which a reader cannot tell apart)."""
+        doc = self.status()
+        if doc == self._status_written:
+            return
+        self._status_written = doc
+        text = yaml.dump({"time": rfc3339(self.cloud.c.now()), **doc}, Dumper=_DUMPER, sort_keys=False)
+        store = self.cloud.c.store
+
+        def put(obj: Obj) -> None:
+            obj.setdefault("data", {})["status"] = text
+
+        if store.mutate(CONFIGMAPS, STATUS_NAMESPACE, STATUS_CONFIGMAP, put) is None:
+            store.create(
+                CONFIGMAPS,
+                {
+                    "metadata": {"name": STATUS_CONFIGMAP, "namespace": STATUS_NAMESPACE},
+                    "data": {"status": text},
+                },
+            )
 
     def _booting(self) -> bool:
         return any(not i.ready and i.notice is None for i in self.cloud.active_instances())
@@ -538,11 +615,9 @@ class ClusterAutoscaler:
         store = self.cloud.c.store
         status = store.get(CONFIGMAPS, STATUS_NAMESPACE, STATUS_CONFIGMAP)
         if status is None:
-            body = {
-                "metadata": {"name": STATUS_CONFIGMAP, "namespace": STATUS_NAMESPACE},
-                "data": {"status": "Cluster-autoscaler status (emulated): see the Events of this ConfigMap."},
-            }
-            status = store.create(CONFIGMAPS, body)
+            self.write_status()
+            status = store.get(CONFIGMAPS, STATUS_NAMESPACE, STATUS_CONFIGMAP)
+            assert status is not None
         self.cloud.c.recorder.record(status, reason, message, type=type, component=COMPONENT)
 
     def _upcoming(self) -> list[SimNode]:

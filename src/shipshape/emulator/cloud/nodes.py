@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.emulator.scenario import Pool
+from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import rfc3339
 from shipshape.kube.quantity import cpu_millis, format_cpu, to_int
 
-CAPACITY_LABEL = "node.kubernetes.io/capacity"
+# The default convention's capacity label (every convention: `kube.capacity`).
+CAPACITY_LABEL = kube_capacity.CAPACITY_LABEL
 POOL_LABEL = "emulator.shipshape.dev/pool"
 METADATA_URL_ANNOTATION = "emulator.shipshape.dev/metadata-url"
 INSTANCE_ID_ANNOTATION = "emulator.shipshape.dev/instance-id"
@@ -104,7 +106,7 @@ def node_labels(pool: Pool, region: str, node_name: str) -> dict[str, str]:
         "node.kubernetes.io/instance-type": pool.instance_type,
         "topology.kubernetes.io/region": region,
         "topology.kubernetes.io/zone": pool.zone,
-        CAPACITY_LABEL: pool.capacity_type,
+        **pool.capacity_node_labels(),
         POOL_LABEL: pool.name,
     }
     labels.update(pool.labels)

@@ -7,19 +7,21 @@ from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.placement import Pool
 
-from ..builders import deployment, namespace, node
+from ..builders import deployment, namespace, node, with_room
 from .test_loops import World
 
 
 def test_a_balanced_workload_is_looked_at_again_once_it_changes() -> None:
     w = World()
+    w.spot_room()
     w.workload("web", 4, ["od-1", "a-1", "b-1", "a-1"])  # base 1, 100 %: 1 on-demand, 3 spot
     rebalancer = w.loop(Rebalancer)
     rebalancer.reconcile(w.h.clock.now())
     w.h.clock.advance(600)
     rebalancer.reconcile(w.h.clock.now())
     assert w.ops.of("evict") == []
-    w.h.add(node("b-1", "on-demand"))  # b-1 turns out to be on-demand: one on-demand pod too many
+    # b-1 turns out to be on-demand (one on-demand pod too many), and pool B gets a node with room.
+    w.h.add(node("b-1", "on-demand"), with_room(node("b-2", "spot", "m5.large", "us-east-1b")))
     w.h.clock.advance(600)
     rebalancer.reconcile(w.h.clock.now())
     assert len(w.ops.of("evict")) == 1

@@ -26,7 +26,7 @@ from shipshape.controller.policy import DECISION, DELETION_COST, WorkloadKind
 from shipshape.kube.clock import rfc3339
 from shipshape.kube.patch import merge_patch
 
-from ..builders import Harness, deployment, namespace, node, pod_of, replicaset
+from ..builders import Harness, deployment, namespace, node, pod_of, replicaset, with_room
 
 Obj = dict[str, Any]
 ON = {"spot.shipshape.dev/enabled": "true"}
@@ -49,6 +49,13 @@ class World:
             node("od-1", "on-demand"),
             node("a-1", "spot", "m5.large", "us-east-1a"),
             node("b-1", "spot", "m5.large", "us-east-1b"),
+        )
+
+    def spot_room(self) -> None:
+        """The spot nodes Ready with room (what a move to spot needs, `decisions.replacement_lands`)."""
+        self.h.add(
+            with_room(node("a-1", "spot", "m5.large", "us-east-1a")),
+            with_room(node("b-1", "spot", "m5.large", "us-east-1b")),
         )
 
     def loop(self, cls: type[Any]) -> Any:
@@ -226,6 +233,7 @@ def test_instance_metadata_notice_without_taint() -> None:
 
 def test_rebalancer_returns_pods_to_spot_one_at_a_time_and_respects_blocked_evictions() -> None:
     w = World()
+    w.spot_room()
     w.workload("web", 4, ["od-1", "od-1", "od-1", "od-1"])
     rebalancer = w.loop(Rebalancer)
     rebalancer.reconcile(w.h.clock.now())
@@ -237,10 +245,31 @@ def test_rebalancer_returns_pods_to_spot_one_at_a_time_and_respects_blocked_evic
     assert len(w.ops.of("evict")) == 1
 
     w2 = World()
+    w2.spot_room()
     w2.workload("web", 4, ["od-1", "od-1", "od-1", "od-1"])
     w2.ops.evictions["shop/web-3"] = EvictionOutcome.BLOCKED
     w2.loop(Rebalancer).reconcile(w2.h.clock.now())
     assert w2.h.metric("shipshape_rebalance_moves_total", {"direction": "on-demand-to-spot"}) == 0
+
+
+def test_rebalancer_moves_nothing_to_spot_pools_without_room_or_growth() -> None:
+    """The spot nodes are not Ready with room (and nothing says their pools grow), then are gone: the
+    on-demand pods stay where they are; once a pool has room, one moves."""
+    w = World()
+    w.workload("web", 4, ["od-1", "od-1", "od-1", "od-1"])
+    rebalancer = w.loop(Rebalancer)
+    rebalancer.reconcile(w.h.clock.now())
+    assert w.ops.of("evict") == []
+    w.h.cache.apply({"type": "DELETED", "object": node("a-1", "spot", "m5.large", "us-east-1a")})
+    w.h.cache.apply({"type": "DELETED", "object": node("b-1", "spot", "m5.large", "us-east-1b")})
+    w.h.clock.advance(600)
+    rebalancer.reconcile(w.h.clock.now())
+    assert w.ops.of("evict") == []
+    assert set(w.h.cache.spot_pools()) == {Pool("m5.large", "us-east-1a"), Pool("m5.large", "us-east-1b")}
+    w.spot_room()
+    w.h.clock.advance(600)
+    rebalancer.reconcile(w.h.clock.now())
+    assert w.ops.of("evict") == [("shop", "web-3")]
 
 
 def test_rebalancer_leaves_a_surging_workload_alone() -> None:

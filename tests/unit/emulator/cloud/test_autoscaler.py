@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from shipshape.controller import growth
 from shipshape.emulator.cloud import fit, nodes
 from shipshape.emulator.cloud.autoscaler import SCAN_INTERVAL
-from shipshape.emulator.resources import PODS
+from shipshape.emulator.resources import CONFIGMAPS, PODS
 from shipshape.emulator.scenario import Scenario
 
 from .builders import ON_DEMAND_B, SPOT_A, Env, add_running, add_unschedulable, scenario, start
@@ -284,3 +285,22 @@ def test_expendable_pods_do_not_trigger_a_scale_up() -> None:
     add_unschedulable(env, "edge", cpu="1")  # priority 0, at or above the cutoff: it counts
     env.run(SCAN_INTERVAL * 2)
     assert env.cloud.pools["spot-a"].desired == 1
+
+
+def test_the_status_configmap_reports_each_node_group_as_cluster_autoscaler_does() -> None:
+    """What a reader of kube-system/cluster-autoscaler-status sees: each pool's target and bounds, and a
+    scale-up back-off once a scale-up failed for lack of capacity (read back by the controller's
+    `growth.autoscaler_groups`, the same function that reads a real cluster-autoscaler's)."""
+    env = start(_quiet([{**SPOT_A, "initialSize": 1}, {**ON_DEMAND_B, "initialSize": 1}]))
+    env.run(SCAN_INTERVAL * 2)
+
+    def groups() -> dict[str, tuple[int | None, int | None, bool]]:
+        status = env.cluster.store.get(CONFIGMAPS, "kube-system", "cluster-autoscaler-status")
+        return {g.name: (g.target, g.max_size, g.backoff) for g in growth.autoscaler_groups(status)}
+
+    assert groups() == {"spot-a": (1, 6, False), "od-b": (1, 4, False)}
+    env.cloud.shortage("spot-a", 3600)
+    add_unschedulable(env, "big", cpu="1500m", node_selector={"node.kubernetes.io/capacity": "spot"})
+    env.run(SCAN_INTERVAL * 3)
+    assert groups()["spot-a"] == (1, 6, True)
+    assert len(env.events("FailedToScaleUpGroup")) == 1
