@@ -71,8 +71,8 @@ def controller(
     notice_queue_url: Annotated[
         str | None,
         typer.Option(
-            help="cloud event queue (SQS JSON protocol) of interruption warnings; a path is reached "
-            "through the API server (replaces the config file's notice_queue_url)"
+            help="SQS queue URL of EventBridge interruption events, read with the AWS SDK's default "
+            "credentials (replaces the config file's notice_queue_url)"
         ),
     ] = None,
 ) -> None:
@@ -81,7 +81,9 @@ def controller(
     try:
         controller_config, loop_settings = load_settings(config)
         if notice_queue_url is not None:
-            controller_config = controller_config.model_copy(update={"notice_queue_url": notice_queue_url})
+            controller_config = ControllerConfig.from_mapping(
+                {**controller_config.model_dump(), "notice_queue_url": notice_queue_url}
+            )
         advisor: SpotAdvisor | None = load_spot_advisor(spot_advisor) if spot_advisor else None
         api_client = load_api_client(kubeconfig)
     except (ConfigError, KubeClientError, OSError, ValueError) as error:

@@ -30,6 +30,9 @@ def _register() -> None:
     from shipshape.nodecollector import cli as node_collector_cli
 
     app.command("node-collector")(node_collector_cli.node_collector)
+    from shipshape.nodecollector.notices import cli as node_notices_cli
+
+    app.command("node-notices")(node_notices_cli.node_notices)
     from shipshape.cli import demo as demo_cli
 
     app.command("demo")(demo_cli.demo)

@@ -108,11 +108,16 @@ class ControllerConfig(BaseModel):
     # Pods whose placement prefers the fullest nodes that fit them, so that emptier nodes can be
     # scaled down: all (default; spot pods within their chosen pool), on-demand ones only, or none.
     packing: Packing = Packing.ALL
-    # A cloud event queue (SQS JSON protocol) of EventBridge EC2 events as a notice source. A path
-    # ("/emulator/v1/queue") is reached through the API server with the kubeconfig's credentials.
-    notice_queue_url: str | None = None
+    # An SQS queue of EventBridge events (spot interruption warnings, rebalance recommendations, state
+    # changes, AWS Health scheduled changes) as a notice source, read through the AWS SDK with its
+    # default credential chain (IRSA included). The region comes from the URL when it is AWS's.
+    notice_queue_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+/\S*$")
+    # Region for a queue URL that names none (an SQS-compatible endpoint); default: `region`, the SDK's.
+    notice_queue_region: str | None = None
     # How long a received message stays hidden from other consumers before it is delivered again.
     notice_queue_visibility_seconds: float = Field(default=30.0, gt=0, le=43200)
+    # Long polling: how long one ReceiveMessage waits for a message (SQS allows 0 to 20 s).
+    notice_queue_wait_seconds: int = Field(default=20, ge=0, le=20)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

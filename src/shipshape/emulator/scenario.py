@@ -190,9 +190,16 @@ class TimelineEvent(Strict):
         return self
 
 
+# Spot notice lead per cloud (the cloud's notice when the scenario gives none): AWS two minutes,
+# GCP preemption and Azure `Preempt` about 30 s.
+NOTICE_BY_CLOUD = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
+
+
 class Scenario(Strict):
     name: str = "cluster"
     description: str = ""
+    # The cloud whose instance metadata the nodes serve (formats, paths, headers, notice lead).
+    cloud: Literal["aws", "gcp", "azure"] = "aws"
     kubernetes_version: str = Field(default="v1.32.0", alias="kubernetesVersion")
     region: str = "us-east-1"
     seed: int = 1
@@ -206,6 +213,17 @@ class Scenario(Strict):
     timeline: list[TimelineEvent] = Field(default_factory=list)
     namespaces: list[str] = Field(default_factory=list)
     objects: list[dict[str, Any]] = Field(default_factory=list, description="manifests applied at start")
+
+    @model_validator(mode="after")
+    def _cloud_notice(self) -> Scenario:
+        """Notices the scenario does not time itself get the cloud's lead."""
+        lead = NOTICE_BY_CLOUD[self.cloud]
+        if "notice" not in self.interruptions.model_fields_set and self.interruptions.notice != lead:
+            self.interruptions.notice = lead
+        for event in self.timeline:
+            if "notice" not in event.model_fields_set and event.notice != lead:
+                event.notice = lead
+        return self
 
     @model_validator(mode="after")
     def _unique_pools(self) -> Scenario:
