@@ -30,6 +30,7 @@ HEADERS = {"Metadata": "true"}
 # Event types that end the VM: Spot eviction, and a scale set's scheduled deletion.
 TERMINATING = {"Preempt": "Preempted", "Terminate": "ScheduledTermination"}
 ACKNOWLEDGED = ("Preempt",)
+FIRST_REQUEST_SECONDS = 130.0
 
 
 def parse_not_before(value: str) -> float | None:
@@ -87,11 +88,19 @@ class ScheduledEvents:
         self.base = base.rstrip("/")
         self._vm_name: str | None = None
         self._acknowledged: set[str] = set()
+        self._enabled = False
 
-    def _request(self, method: str, path: str, params: dict[str, str], body: Any = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, params: dict[str, str], body: Any = None, timeout: float | None = None
+    ) -> httpx.Response:
         try:
             return self.http.request(
-                method, self.base + path, params=params, headers=HEADERS, json=body if body else None
+                method,
+                self.base + path,
+                params=params,
+                headers=HEADERS,
+                json=body if body else None,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as error:
             raise MetadataError(f"Azure IMDS {path} unreachable: {error}") from error
@@ -107,7 +116,10 @@ class ScheduledEvents:
         return self._vm_name
 
     def document(self) -> dict[str, Any]:
-        response = self._request("GET", EVENTS_PATH, {"api-version": API_VERSION})
+        # The first request turns the service on for the VM and may take up to two minutes.
+        timeout = None if self._enabled else FIRST_REQUEST_SECONDS
+        response = self._request("GET", EVENTS_PATH, {"api-version": API_VERSION}, timeout=timeout)
+        self._enabled = True
         if response.status_code != 200:
             raise MetadataError(f"Azure scheduled events: HTTP {response.status_code}")
         try:

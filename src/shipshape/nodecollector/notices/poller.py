@@ -86,7 +86,11 @@ class NoticePoller:
         return True
 
     def run(self, stop: Callable[[], bool], sleep: Callable[[float], object]) -> None:
+        """Rounds until `stop()`, one per interval: a round that took less (a short poll, a long poll
+        answered at once, an error) is followed by a sleep for the rest of it."""
         while not stop():
-            ok = self.step()
-            if not ok or not self.source.long_polls:
-                sleep(self.interval)
+            started = self.clock()
+            self.step()
+            rest = self.interval - (self.clock() - started)
+            if rest > 0:
+                sleep(rest)
