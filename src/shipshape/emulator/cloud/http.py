@@ -1,10 +1,10 @@
-"""HTTP faces of the cloud: the per-node instance metadata endpoint and the control API.
+"""HTTP faces of the cloud: the per-node instance metadata, the SQS endpoint and the control API.
 
-`metadata_app(cluster)` answers like EC2's IMDS under a per-node prefix
-(`/<node>/latest/meta-data/spot/instance-action`, ...), plain HTTP with no auth, with IMDS's 404
-page where there is nothing to say. `control_routes(cluster)` are Starlette routes under
-`/emulator/v1/` (interrupt, shortage, cost, pools, and the event queue, which speaks SQS's JSON
-protocol) that the API server mounts behind its auth.
+`metadata_app(cluster)` answers under a per-node prefix (`/<node>/...`) in the scenario's cloud's
+format (EC2's IMDSv2, Compute Engine's metadata server, Azure's Scheduled Events), plain HTTP with no
+auth, and serves the cloud's SQS queue at `POST /` (SQS's JSON protocol, SigV4-signed requests only).
+`control_routes(cluster)` are Starlette routes under `/emulator/v1/` (interrupt, shortage, cost,
+pools) that the API server mounts behind its auth.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from shipshape.emulator.cloud.model import CloudModel
 
 CONTROL_PREFIX = "/emulator/v1"
-QUEUE_PATH = CONTROL_PREFIX + "/queue"
 SQS_TARGET = "AmazonSQS."
 MAX_BODY = 64 * 1024
 
@@ -295,9 +294,10 @@ def _int(data: dict[str, Any], key: str, default: int) -> int:
     return int(value)
 
 
-async def sqs_answer(queue: event_queue.EventQueue, request: Request, name: str | None) -> Response:
-    """One SQS JSON-protocol call on `queue`; `name`: the queue name the QueueUrl must end with (None:
-    any). ReceiveMessage long-polls up to WaitTimeSeconds (at most 20) for a visible message."""
+async def sqs_answer(queue: event_queue.EventQueue, request: Request, name: str) -> Response:
+    """One SQS JSON-protocol call on `queue`, named `name` (the QueueUrl must end with
+    `/<account>/<name>`). ReceiveMessage long-polls up to WaitTimeSeconds (at most 20) for a visible
+    message."""
     target = request.headers.get("x-amz-target", "")
     action = target[len(SQS_TARGET) :] if target.startswith(SQS_TARGET) else ""
     raw = await request.body()
@@ -309,7 +309,7 @@ async def sqs_answer(queue: event_queue.EventQueue, request: Request, name: str 
         data = None
     if not isinstance(data, dict):
         return _sqs_error("InvalidParameterValue", "the body must be a JSON object")
-    if name is not None and action != "GetQueueUrl":
+    if action != "GetQueueUrl":
         url = str(data.get("QueueUrl") or "")
         if not url.rstrip("/").endswith(f"/{queue.account}/{name}"):
             return _sqs_error("QueueDoesNotExist", "The specified queue does not exist.")
@@ -458,16 +458,11 @@ def control_routes(cluster: Cluster) -> list[Route]:
     async def pools(request: Request) -> Response:
         return _json({"pools": _cloud(cluster).pools_view()})
 
-    queue = queue_of(cluster)
-
-    async def sqs(request: Request) -> Response:
-        """SQS's JSON protocol (`X-Amz-Target: AmazonSQS.<Action>`) behind the API server's own auth."""
-        return await sqs_answer(queue, request, None)
+    queue_of(cluster)  # the queue exists from the start: it receives every notice
 
     return [
         Route(f"{CONTROL_PREFIX}/interrupt", _guarded(interrupt), methods=["POST"]),
         Route(f"{CONTROL_PREFIX}/shortage", _guarded(shortage), methods=["POST"]),
         Route(f"{CONTROL_PREFIX}/cost", _guarded(cost), methods=["GET"]),
         Route(f"{CONTROL_PREFIX}/pools", _guarded(pools), methods=["GET"]),
-        Route(QUEUE_PATH, sqs, methods=["POST"]),
     ]
