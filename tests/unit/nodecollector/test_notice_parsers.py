@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+
+import httpx
+import pytest
 
 from shipshape.contracts import notices as contract
 from shipshape.controller.decisions import notices_from_taints
 from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.nodecollector.notices import aws, azure, detect, gcp, publish
-from shipshape.nodecollector.notices.model import Kind
+from shipshape.nodecollector.notices.model import Kind, MetadataError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cloud-notices"
 NOW = parse_time("2026-11-25T10:15:03Z")
@@ -149,3 +153,60 @@ def test_a_notice_already_on_the_node_is_not_written_again() -> None:
     ]
     assert fresh.condition is None
     assert publish.plan(node, rebalance, NOW).taints is None
+
+
+def wire(answer: Callable[[httpx.Request], httpx.Response]) -> tuple[httpx.Client, list[str]]:
+    """An httpx client whose requests reach `answer` (a fake metadata service at the wire); the
+    requests are logged as "METHOD path"."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        return answer(request)
+
+    return httpx.Client(transport=httpx.MockTransport(handler)), seen
+
+
+def test_without_a_provider_id_the_answering_service_names_the_cloud() -> None:
+    def gce_only(request: httpx.Request) -> httpx.Response:
+        flavoured = request.headers.get("Metadata-Flavor") == "Google"
+        if request.url.path.startswith("/computeMetadata/v1/") and flavoured:
+            return httpx.Response(200, text="4711", headers={"Metadata-Flavor": "Google", "ETag": "e1"})
+        return httpx.Response(404)
+
+    http, seen = wire(gce_only)
+    source = detect.detect(http, "http://metadata.test", None, lambda: 0.0)
+    assert source.cloud == "gcp"
+    assert seen == ["PUT /latest/api/token", "GET /computeMetadata/v1/instance/id"]
+
+    http, _ = wire(lambda request: httpx.Response(404))
+    with pytest.raises(MetadataError, match="no instance metadata service answers"):
+        detect.detect(http, "http://metadata.test", "", lambda: 0.0)
+
+
+def test_imds_renews_a_refused_token_once() -> None:
+    issued: list[str] = []
+
+    def imds(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            assert request.headers["X-aws-ec2-metadata-token-ttl-seconds"] == "21600"
+            issued.append(f"token-{len(issued)}")
+            ttl = {"X-aws-ec2-metadata-token-ttl-seconds": "21600"}
+            return httpx.Response(200, text=issued[-1], headers=ttl)
+        if request.headers.get("X-aws-ec2-metadata-token") != issued[-1] or len(issued) < 2:
+            return httpx.Response(401)  # the first token "expired"
+        if request.url.path.endswith("spot/instance-action"):
+            return httpx.Response(200, text=fixture("aws-imds/spot-instance-action-terminate.json"))
+        return httpx.Response(404)
+
+    http, seen = wire(imds)
+    source = aws.Imds(http, "http://169.254.169.254", monotonic=lambda: 0.0)
+    (notice,) = source.poll(lambda: NOW)
+    assert notice.deadline == parse_time("2026-11-25T10:17:00Z")
+    assert seen == [
+        "PUT /latest/api/token",
+        "GET /latest/meta-data/spot/instance-action",
+        "PUT /latest/api/token",
+        "GET /latest/meta-data/spot/instance-action",
+        "GET /latest/meta-data/events/recommendations/rebalance",
+    ]
