@@ -48,6 +48,20 @@ def test_aws_instance_action_and_rebalance() -> None:
     assert aws.parse_rebalance('{"noticeTime": "yesterday"}') is None
 
 
+def test_aws_scheduled_events_that_end_the_instance() -> None:
+    body = fixture("aws-imds/events-maintenance-scheduled.json")
+    assert aws.parse_scheduled_events(body) == []  # a reboot: the instance comes back
+    (event,) = json.loads(body)
+    retirement = json.dumps([{**event, "Code": "instance-retirement"}])
+    (notice,) = aws.parse_scheduled_events(retirement)
+    assert notice.deadline == parse_time("2026-12-03T09:00:00Z") and notice.reason == "ScheduledRetirement"
+    assert (
+        aws.parse_scheduled_events(json.dumps([{**event, "Code": "instance-stop", "State": "canceled"}]))
+        == []
+    )
+    assert aws.parse_scheduled_events("not json") == []
+
+
 def test_gcp_preempted_and_maintenance_event() -> None:
     assert gcp.parse_preempted(fixture("gcp-metadata/preempted-false.txt"), NOW) is None
     preempted = gcp.parse_preempted(fixture("gcp-metadata/preempted-true.txt"), NOW, "c8a41f07e2d95b36")
@@ -209,4 +223,5 @@ def test_imds_renews_a_refused_token_once() -> None:
         "PUT /latest/api/token",
         "GET /latest/meta-data/spot/instance-action",
         "GET /latest/meta-data/events/recommendations/rebalance",
+        "GET /latest/meta-data/events/maintenance/scheduled",
     ]

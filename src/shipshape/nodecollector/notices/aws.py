@@ -1,8 +1,9 @@
-"""AWS: EC2 instance metadata (IMDSv2) — `spot/instance-action` and `events/recommendations/rebalance`.
+"""AWS: EC2 instance metadata (IMDSv2) — `spot/instance-action`, `events/recommendations/rebalance` and
+`events/maintenance/scheduled` (instance stop and retirement).
 
 The parsers are pure. `Imds` is the HTTP client: a session token from `PUT /latest/api/token` (header
 `X-aws-ec2-metadata-token-ttl-seconds`), sent as `X-aws-ec2-metadata-token` on every GET; a 401 (token
-expired or unknown) gets a fresh token and one retry; 404 on either item means "no notice".
+expired or unknown) gets a fresh token and one retry; 404 on an item means "no notice".
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import httpx
 
@@ -23,6 +25,10 @@ TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
 INSTANCE_ACTION = "spot/instance-action"
 REBALANCE = "events/recommendations/rebalance"
+SCHEDULED = "events/maintenance/scheduled"
+# Scheduled events after which the instance is gone (reboots come back: no notice for them).
+ENDING_CODES = {"instance-stop": "ScheduledStop", "instance-retirement": "ScheduledRetirement"}
+FINISHED_STATES = ("completed", "canceled")
 TOKEN_TTL_SECONDS = 21600
 # A token is renewed this long before it expires (as aws-node-termination-handler does).
 TOKEN_REFRESH_MARGIN = 60.0
@@ -76,6 +82,38 @@ def parse_rebalance(body: str) -> NodeNotice | None:
         detail=f"EC2 rebalance recommendation at {rfc3339(issued)}",
         issued=issued,
     )
+
+
+def parse_scheduled_events(body: str) -> list[NodeNotice]:
+    """`events/maintenance/scheduled`: the `instance-stop` and `instance-retirement` events not
+    completed or canceled, deadline `NotBefore` (`3 Dec 2026 09:00:00 GMT`)."""
+    try:
+        events = json.loads(body)
+    except ValueError:
+        return []
+    found: list[NodeNotice] = []
+    for event in events if isinstance(events, list) else []:
+        if not isinstance(event, dict) or event.get("Code") not in ENDING_CODES:
+            continue
+        if str(event.get("State", "")).lower() in FINISHED_STATES:
+            continue
+        try:
+            when = datetime.strptime(str(event.get("NotBefore")), "%d %b %Y %H:%M:%S GMT")
+        except ValueError:
+            continue
+        deadline = when.replace(tzinfo=UTC).timestamp()
+        code = str(event["Code"])
+        found.append(
+            NodeNotice(
+                cloud=CLOUD,
+                kind=Kind.INTERRUPTION,
+                event_id=f"aws-scheduled-{_id(str(event.get('EventId')), code)}",
+                reason=ENDING_CODES[code],
+                detail=f"EC2 scheduled event {event.get('EventId')} ({code}) not before {rfc3339(deadline)}",
+                deadline=deadline,
+            )
+        )
+    return found
 
 
 class Imds:
@@ -142,6 +180,9 @@ class Imds:
         recommendation = parse_rebalance(rebalance) if rebalance is not None else None
         if recommendation is not None:
             found.append(recommendation)
+        scheduled = self.get(SCHEDULED)
+        if scheduled is not None:
+            found.extend(parse_scheduled_events(scheduled))
         return found
 
     def published(self, notice: NodeNotice) -> None:
