@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
@@ -194,6 +194,8 @@ class QueueNoticeSource:
     duplicates: int = 0
     # Messages that were no event of a handled kind (deleted).
     unknown: int = 0
+    # Called with each message's kind (an event kind, "unknown" or "foreign"), e.g. to count it.
+    on_message: Callable[[str], None] | None = None
 
     def poll(self, nodes: Mapping[str, Mapping[str, Any]], now: float) -> list[Notice]:
         """Read what the queue holds; returns the notices new in this poll (for metrics and logs)."""
@@ -222,6 +224,7 @@ class QueueNoticeSource:
         events = parse_events(message.body)
         if events is None:
             self.unknown += 1  # no event of a handled kind: deleted, so that it does not come back
+            self._count("unknown")
             LOG.info("event queue: message %s is no event handled here; deleted", message.message_id)
             self._delete(message.receipt)
             return []
@@ -229,8 +232,10 @@ class QueueNoticeSource:
             (event, by_instance[event.instance_id]) for event in events if event.instance_id in by_instance
         ]
         if not ours:
+            self._count("foreign")
             self._delete(message.receipt)  # not ours to handle (another cluster's instance, or no notice)
             return []
+        self._count(ours[0][0].kind.value)
         fresh: list[Notice] = []
         keep = False
         for event, node in ours:
@@ -251,6 +256,10 @@ class QueueNoticeSource:
         if not keep:
             self._delete(message.receipt)
         return fresh
+
+    def _count(self, kind: str) -> None:
+        if self.on_message is not None:
+            self.on_message(kind)
 
     def _deadline(self, event: CloudEvent) -> float:
         """A warning: its time plus the lead; a state change: its time; a scheduled change: acted on

@@ -196,7 +196,10 @@ class ControllerProcess:
                 if self.queue is not None:
                     loop.use_notice_source(
                         QueueNoticeSource(
-                            self.queue, config.notice_lead_seconds, config.notice_queue_visibility_seconds
+                            self.queue,
+                            config.notice_lead_seconds,
+                            config.notice_queue_visibility_seconds,
+                            on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
                         )
                     )
         self.scheduler = LoopScheduler(self.loops, clock, lambda: self.elector.is_leader)

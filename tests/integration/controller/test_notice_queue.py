@@ -113,7 +113,8 @@ def check_real_events(queue: SqsQueue) -> None:
         "spot-2": node_of("spot-2", "i-0a9b8c7d6e5f40312"),  # stopping
         "old-1": node_of("old-1", "i-0c4d5e6f7a8b90123"),  # scheduled retirement (id and ARN forms)
     }
-    source = QueueNoticeSource(queue, lead_seconds=120.0, visibility_seconds=30.0)
+    kinds: list[str] = []
+    source = QueueNoticeSource(queue, lead_seconds=120.0, visibility_seconds=30.0, on_message=kinds.append)
     now = parse_time("2026-11-25T10:15:30Z")
     fresh = source.poll(nodes, now)
     by_node = {n.node: n.deadline for n in fresh}
@@ -124,6 +125,15 @@ def check_real_events(queue: SqsQueue) -> None:
     assert by_node["old-1"] == parse_time("2026-11-20T14:04:11Z")  # acted on as a warning, long before start
     assert sorted(source.recommended()) == ["spot-1"]
     assert source.unknown == 1
+    assert sorted(kinds) == [
+        "rebalance-recommendation",
+        "scheduled-change",  # two files: the entity as an instance id and as an ARN
+        "scheduled-change",
+        "spot-interruption",
+        "state-change",  # stopping, terminated
+        "state-change",
+        "unknown",
+    ]
     # The nodes are gone: every kept message is deleted.
     source.poll({}, now + 1)
     assert (
