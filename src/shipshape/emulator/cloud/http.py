@@ -99,7 +99,8 @@ def metadata_app(cluster: Cluster) -> Starlette:
     (`/computeMetadata/v1/...`) or Azure's IMDS (`/metadata/scheduledevents`, `/metadata/instance/...`).
     The other clouds' paths answer 404, as they would on that cloud. The same server answers the
     cloud's SQS endpoint (`POST /`, see `sqs_route`)."""
-    tokens: dict[str, float] = {}  # IMDSv2 session token -> when it expires (emulated time)
+    # IMDSv2 session token -> the node (instance) it was issued by, and when it expires (emulated time).
+    tokens: dict[str, tuple[str, float]] = {}
 
     def flavour(request: Request, cloud: str) -> CloudModel | None:
         model = _cloud(cluster)
@@ -117,10 +118,10 @@ def metadata_app(cluster: Cluster) -> Starlette:
             return PlainTextResponse("Bad Request", status_code=400)
         value = secrets.token_urlsafe(40)
         now = cloud.c.now()
-        for known, expiry in list(tokens.items()):
+        for known, (_, expiry) in list(tokens.items()):
             if expiry <= now:
                 del tokens[known]
-        tokens[value] = now + int(ttl)
+        tokens[value] = (request.path_params["node"], now + int(ttl))
         return PlainTextResponse(value, headers={IMDS_TTL_HEADER: ttl})
 
     async def versioned_token(request: Request) -> Response:
@@ -130,13 +131,12 @@ def metadata_app(cluster: Cluster) -> Starlette:
         cloud = flavour(request, "aws")
         if cloud is None:
             return _not_found()
-        presented = request.headers.get(IMDS_TOKEN_HEADER)
-        expiry = tokens.get(presented or "")
+        node = request.path_params["node"]
+        issuer, expiry = tokens.get(request.headers.get(IMDS_TOKEN_HEADER) or "", ("", 0.0))
         now = cloud.c.now()
-        if expiry is None or expiry <= now:
+        if issuer != node or expiry <= now:  # another instance's token is no token here
             return PlainTextResponse("Unauthorized", status_code=401)
         remaining = {IMDS_TTL_HEADER: str(max(0, int(expiry - now)))}
-        node = request.path_params["node"]
         path = request.path_params["path"].strip("/")
         if path == "spot/instance-action":
             action = cloud.instance_action(node)

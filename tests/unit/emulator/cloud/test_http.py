@@ -101,6 +101,8 @@ async def test_imdsv2_token_semantics(imds: httpx.AsyncClient, env: Env) -> None
     assert (await imds.get(path)).status_code == 401
     assert (await imds.get(path, headers={"X-aws-ec2-metadata-token": "made-up"})).status_code == 401
     token = await token_of(imds, node, ttl=60)
+    other = env.nodes_of("spot-a")[0]
+    assert (await imds.get(f"/{other}/latest/meta-data/instance-id", headers=token)).status_code == 401
     answer = await imds.get(path, headers=token)
     assert answer.status_code == 200 and int(answer.headers["x-aws-ec2-metadata-token-ttl-seconds"]) <= 60
     env.run(61)  # the token expires on the cloud's clock
