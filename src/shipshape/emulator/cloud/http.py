@@ -129,9 +129,9 @@ def metadata_app(cluster: Cluster) -> Starlette:
 
     async def meta_data(request: Request) -> Response:
         cloud = flavour(request, "aws")
-        if cloud is None:
-            return _not_found()
         node = request.path_params["node"]
+        if cloud is None or cloud.instance_for(node) is None:
+            return _not_found()
         issuer, expiry = tokens.get(request.headers.get(IMDS_TOKEN_HEADER) or "", ("", 0.0))
         now = cloud.c.now()
         if issuer != node or expiry <= now:  # another instance's token is no token here
