@@ -155,6 +155,10 @@ class Interruptions(Strict):
     enabled: bool = True
     notice: Seconds = Field(default=120.0)
     handler: bool = Field(default=False, description="cordon and drain a node on its notice (like NTH)")
+    # The cloud marks a noticed node with `emulator.shipshape.dev/spot-interruption` (as an interruption
+    # handler would). Off: only the instance metadata (and the AWS queue) tell, as on a cluster whose
+    # only notice source is the node-side poller.
+    node_taint: bool = Field(default=True, alias="nodeTaint")
     region: str = "us-east-1"
     rate_multiplier: float = Field(default=1.0, ge=0, alias="rateMultiplier")
 

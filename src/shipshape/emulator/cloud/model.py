@@ -752,7 +752,10 @@ class CloudModel:
             taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != taint["key"]]
             node["spec"]["taints"] = [*taints, taint]
 
-        updated = self.c.store.mutate(NODES, "", inst.node_name, add_taint)
+        if self.interruption_settings.node_taint:
+            updated = self.c.store.mutate(NODES, "", inst.node_name, add_taint)
+        else:
+            updated = self.c.store.get(NODES, "", inst.node_name)
         if updated is None:
             return
         pool = self.pools[inst.pool].spec
