@@ -9,12 +9,13 @@ validated here and turned into a `WorkloadPolicy`. Cluster-wide defaults come fr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 PREFIX = "spot.shipshape.dev/"
 # Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
@@ -111,13 +112,23 @@ class ControllerConfig(BaseModel):
     # An SQS queue of EventBridge events (spot interruption warnings, rebalance recommendations, state
     # changes, AWS Health scheduled changes) as a notice source, read through the AWS SDK with its
     # default credential chain (IRSA included). The region comes from the URL when it is AWS's.
-    notice_queue_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+/\S*$")
+    notice_queue_url: str | None = None
     # Region for a queue URL that names none (an SQS-compatible endpoint); default: `region`, the SDK's.
     notice_queue_region: str | None = None
     # How long a received message stays hidden from other consumers before it is delivered again.
     notice_queue_visibility_seconds: float = Field(default=30.0, gt=0, le=43200)
     # Long polling: how long one ReceiveMessage waits for a message (SQS allows 0 to 20 s).
     notice_queue_wait_seconds: int = Field(default=20, ge=0, le=20)
+
+    @field_validator("notice_queue_url")
+    @classmethod
+    def _queue_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+/\S+", value):
+            raise ValueError(
+                f"must be an SQS queue URL such as https://sqs.<region>.amazonaws.com/<account>/<name>, "
+                f"got {value!r}"
+            )
+        return value
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

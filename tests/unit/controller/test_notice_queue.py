@@ -305,3 +305,34 @@ def test_a_gcp_poller_taint_gives_the_clouds_30_second_deadline() -> None:
     assert notice.deadline == added_at + 30  # the earliest of the node's notices
     queued = {**tainted, "spec": {"taints": [{**tainted["spec"]["taints"][0], "value": "event-queue"}]}}
     assert notices_from_taints([queued], NOW, lead_seconds=120.0)[0].deadline == added_at + 120
+
+
+def test_a_queue_url_that_is_no_url_is_refused_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from shipshape.cli.main import app
+
+    result = CliRunner().invoke(app, ["controller", "--notice-queue-url", "/emulator/v1/queue"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "must be an SQS queue URL" in line
+
+
+def test_karpenter_and_nth_taints_of_every_version_are_notices() -> None:
+    for key, value in (
+        ("karpenter.sh/disrupted", None),  # Karpenter v1
+        ("karpenter.sh/disruption", "disrupting"),  # v1beta1 (v0.32 - v0.37)
+        ("aws-node-termination-handler/spot-itn", "spot-itn-event-3462"),
+        ("aws-node-termination-handler/scheduled-maintenance", "instance-event-0a7c"),
+        ("aws-node-termination-handler/asg-lifecycle-termination", "asg-lifecycle-term-61"),
+    ):
+        tainted = spot_node("n1", "i-1")
+        taint = {"key": key, "effect": "NoSchedule", **({"value": value} if value else {})}
+        tainted["spec"]["taints"] = [taint]
+        ((notice),) = notices_from_taints([tainted], NOW, lead_seconds=120.0)
+        assert (notice.node, notice.deadline, notice.source) == ("n1", NOW + 120, f"taint:{key}")
+    rebalance = spot_node("n2", "i-2")
+    rebalance["spec"]["taints"] = [
+        {"key": "aws-node-termination-handler/rebalance-recommendation", "effect": "NoSchedule"}
+    ]
+    assert notices_from_taints([rebalance], NOW, lead_seconds=120.0) == []  # no drain for those
