@@ -82,8 +82,8 @@ def controller(
     notice_queue_url: Annotated[
         str | None,
         typer.Option(
-            help="cloud event queue (SQS JSON protocol) of interruption warnings; a path is reached "
-            "through the API server (replaces the config file's notice_queue_url)"
+            help="SQS queue URL of EventBridge interruption events, read with the AWS SDK's default "
+            "credentials (replaces the config file's notice_queue_url)"
         ),
     ] = None,
     dry_run: Annotated[
@@ -124,7 +124,8 @@ def controller(
         if rebalance_evictions is not None:
             updates["rebalance_evictions"] = rebalance_evictions
         if updates:
-            controller_config = controller_config.model_copy(update=updates)
+            # Validated like the file (a queue URL that is not one is a clear error).
+            controller_config = ControllerConfig.from_mapping({**controller_config.model_dump(), **updates})
         advisor: SpotAdvisor | None = load_spot_advisor(spot_advisor) if spot_advisor else None
         api_client = load_api_client(kubeconfig)
     except (ConfigError, KubeClientError, OSError, ValueError) as error:

@@ -39,6 +39,11 @@ COMMANDS: dict[str, Lazy] = {
     "node-collector": Lazy(
         "shipshape.nodecollector.cli", "node_collector", "A node's boot logs as its start-up timeline."
     ),
+    "node-notices": Lazy(
+        "shipshape.nodecollector.notices.cli",
+        "node_notices",
+        "Per node: the cloud's spot notices as taints, a condition and an Event on its Node.",
+    ),
     "demo": Lazy(
         "shipshape.cli.demo", "demo", "The whole product on an emulated cluster, with a spot reclaim."
     ),

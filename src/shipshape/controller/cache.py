@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from shipshape.contracts import notices as notice_contract
 from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
@@ -51,17 +52,26 @@ from shipshape.kube.scheduling import (
 
 Obj = dict[str, Any]
 
-# The taint the leader puts on a node whose notice came from the cloud event queue alone, so that every
-# replica's webhook (and kube-scheduler) sees the notice, and a restarted controller reads it again.
-QUEUE_NOTICE_TAINT = "spot.shipshape.dev/interruption-notice"
+# The notice taint of the node contract (`contracts.notices`): the node-side poller writes it for what the
+# instance metadata says (value `<cloud>-metadata`), the leader for a notice the cloud event queue alone
+# carried (value `event-queue`), so that every replica's webhook (and kube-scheduler) sees the notice,
+# and a restarted controller reads it again.
+QUEUE_NOTICE_TAINT = notice_contract.NOTICE_TAINT
 # Taints that announce a node is going away (interruption handlers, Karpenter, the emulator's cloud,
-# the leader for queue notices).
+# the node-side poller and the leader).
 SPOT_NOTICE_TAINTS = frozenset(
-    {"aws-node-termination-handler/spot-itn", "emulator.shipshape.dev/spot-interruption", QUEUE_NOTICE_TAINT}
+    {
+        "aws-node-termination-handler/spot-itn",
+        "aws-node-termination-handler/asg-lifecycle-termination",
+        "aws-node-termination-handler/scheduled-maintenance",
+        "emulator.shipshape.dev/spot-interruption",
+        QUEUE_NOTICE_TAINT,
+    }
 )
-NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted"}
-# The taint the leader puts on a node whose rebalance recommendation came from the event queue alone.
-QUEUE_REBALANCE_TAINT = "spot.shipshape.dev/rebalance-recommendation"
+# Karpenter v1 (`karpenter.sh/disrupted`) and v1beta1 (`karpenter.sh/disruption=disrupting`).
+NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted", "karpenter.sh/disruption"}
+# The rebalance-recommendation taint of the node contract (PreferNoSchedule; poller or leader).
+QUEUE_REBALANCE_TAINT = notice_contract.REBALANCE_TAINT
 # Taints that recommend moving off a node without draining it.
 REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation", QUEUE_REBALANCE_TAINT})
 # Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.

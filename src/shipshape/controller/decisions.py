@@ -20,10 +20,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from shipshape.contracts import notices as notice_contract
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import (
     NOTICE_TAINTS,
     POD_STATE,
+    QUEUE_NOTICE_TAINT,
     ClusterCache,
     WorkloadRef,
     is_active,
@@ -817,18 +819,29 @@ def nodes_by_name(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, 
 
 
 def notices_from_taints(nodes: Iterable[Mapping[str, Any]], now: float, lead_seconds: float) -> list[Notice]:
-    """Notices read from interruption handlers' node taints; the deadline is the taint's time plus the
-    lead time (or now plus the lead time when the taint carries no time)."""
+    """Notices read from node taints (interruption handlers, Karpenter, the node-side poller), one per
+    node; the deadline is the taint's time (now when it carries none) plus the lead time: the lead of
+    the cloud a node-side poller's taint names (`gcp-metadata`: 30 s), else `lead_seconds`. A node
+    carrying several notice taints gives the earliest deadline."""
     found: list[Notice] = []
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name"))
+        best: Notice | None = None
         for taint in (node.get("spec") or {}).get("taints") or []:
-            if taint.get("key") not in NOTICE_TAINTS:
+            key = taint.get("key")
+            if key not in NOTICE_TAINTS:
                 continue
             added = taint.get("timeAdded")
-            start = parse_time(added) if added else now
-            found.append(Notice(name, start + lead_seconds, f"taint:{taint['key']}"))
-            break
+            try:
+                start = parse_time(added) if added else now
+            except ValueError:
+                start = now
+            lead = notice_contract.lead_of(taint.get("value")) if key == QUEUE_NOTICE_TAINT else None
+            notice = Notice(name, start + (lead if lead is not None else lead_seconds), f"taint:{key}")
+            if best is None or notice.deadline < best.deadline:
+                best = notice
+        if best is not None:
+            found.append(best)
     return found
 
 

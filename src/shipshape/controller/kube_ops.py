@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import httpx
 import urllib3
 from kubernetes import client as k8s
 
@@ -32,8 +31,6 @@ from shipshape.kube import client
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.kube_ops")
 MERGE_PATCH = "application/merge-patch+json"
-# Nodes of the emulated cloud carry the address of their instance-metadata endpoint.
-METADATA_URL_ANNOTATION = "emulator.shipshape.dev/metadata-url"
 # Seconds a single API call may take before it counts as failed (connect, read).
 REQUEST_TIMEOUT = (5.0, 30.0)
 
@@ -74,16 +71,15 @@ def _contains(have: Any, want: Any) -> bool:
 class KubeOps:
     """The loops' writes through the official client (`api_client` from `kube.client.load_api_client`)."""
 
-    def __init__(self, api_client: k8s.ApiClient, metadata_timeout: float = 1.0) -> None:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
         self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.scheduling = k8s.SchedulingV1Api(api_client)
         self.policy = k8s.PolicyV1Api(api_client)
-        self._metadata = httpx.Client(timeout=metadata_timeout)
 
     def close(self) -> None:
-        self._metadata.close()
+        """Nothing to release (the API client is the caller's)."""
 
     def evict(self, namespace: str, pod: str) -> EvictionOutcome:
         return evict_through(
@@ -207,34 +203,6 @@ class KubeOps:
         call(self.core.patch_node, node, body, _content_type=MERGE_PATCH)
 
     def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
-        """Only nodes that publish a metadata endpoint (the emulator's annotation) are asked; an endpoint
-        that does not answer is `unreachable`."""
-        out: dict[str, SpotMetadata] = {}
-        for node in nodes:
-            name = str((node.get("metadata") or {}).get("name"))
-            try:
-                action = self._metadata_json(node, "spot/instance-action")
-                rebalance = self._metadata_json(node, "events/recommendations/rebalance")
-            except OpsError as error:
-                LOG.debug("instance metadata of node %s: %s", name, error)
-                out[name] = SpotMetadata(unreachable=True)
-                continue
-            if action is not None or rebalance is not None:
-                out[name] = SpotMetadata(action, rebalance)
-        return out
-
-    def _metadata_json(self, node: Mapping[str, Any], path: str) -> Obj | None:
-        base = ((node.get("metadata") or {}).get("annotations") or {}).get(METADATA_URL_ANNOTATION)
-        if not base:
-            return None
-        try:
-            response = self._metadata.get(f"{base.rstrip('/')}/latest/meta-data/{path}")
-        except httpx.HTTPError as error:
-            raise OpsError(f"instance metadata of {base} unreachable: {error}") from error
-        if response.status_code != 200:
-            return None
-        try:
-            body = response.json()
-        except ValueError:
-            return None
-        return body if isinstance(body, dict) else None
+        """Nothing: in a cluster, instance metadata is reachable only from the node itself, where
+        `shipshape node-notices` reads it and publishes what it says as the Node's taints."""
+        return {}

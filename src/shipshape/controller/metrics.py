@@ -55,6 +55,13 @@ class ControllerMetrics:
             ["source"],
             registry=registry,
         )
+        self.queue_messages = Counter(
+            "shipshape_notice_queue_messages",
+            "Event-queue messages read, by kind (unknown: no event a parser exists for; foreign: about "
+            "no node of this cluster).",
+            ["kind"],
+            registry=registry,
+        )
         self.notice_to_ready = Histogram(
             "shipshape_notice_to_replacement_ready_seconds",
             "Time from a termination notice to the replacement pod being Ready.",

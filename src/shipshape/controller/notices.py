@@ -1,26 +1,32 @@
 """A cloud event queue as a notice source: EventBridge EC2 events delivered at least once.
 
-Pure: the queue itself is behind `EventQueue` (`queue_client.SqsQueue` speaks SQS's JSON protocol).
+Pure: the queue itself is behind `EventQueue` (`queue_client.SqsQueue` reads SQS through the AWS SDK).
 `QueueNoticeSource.poll` receives what is visible, maps each event's instance id to a node through
 the nodes' `spec.providerID` (`aws:///<zone>/<instance-id>`), deduplicates (SQS delivers again what
 was not deleted in time, and EventBridge may send an event twice), and keeps:
 
-- "EC2 Spot Instance Interruption Warning" as a `Notice` (deadline: the event's time plus the lead
-  time), fed to the same plan as taint notices. Its message is deleted only once the node is gone or
-  its deadline has passed: until then it comes back after each visibility timeout, so a controller
-  that restarts (or another replica that takes over) receives it again;
+- "EC2 Spot Instance Interruption Warning", "EC2 Instance State-change Notification" (stopping,
+  stopped, shutting-down, terminated) and "AWS Health Event" scheduled changes for EC2 (e.g. instance
+  retirement) as a `Notice` (deadline: a warning's time plus the lead time, a state change's time, a
+  scheduled change acted on as a warning), fed to the same plan as taint notices. Its message is
+  deleted only once the node is gone or its deadline has passed: until then it comes back after each
+  visibility timeout, so a controller that restarts (or another replica that takes over) receives it
+  again;
 - "EC2 Instance Rebalance Recommendation" as a recommended node (no new pods there, no drain); its
   message is deleted once handled.
 
-Events for instances that are not nodes of this cluster are deleted and dropped.
+Events for instances that are not nodes of this cluster are deleted and dropped; messages of any
+other kind are deleted and counted (`unknown`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from shipshape.controller.cache import node_pool
@@ -32,6 +38,11 @@ from shipshape.kube.clock import parse_time
 LOG = logging.getLogger("shipshape.controller.notices")
 INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+HEALTH = "AWS Health Event"
+SPOT_ACTIONS = ("terminate", "stop", "hibernate")
+# States of an instance that is going away (the ones aws-node-termination-handler and Karpenter act on).
+GOING_STATES = ("stopping", "stopped", "shutting-down", "terminated")
 SOURCE = "event-queue"
 # Receives per poll at most (ten messages each): a zone reclaimed at once is read in one poll.
 MAX_BATCHES = 20
@@ -53,40 +64,108 @@ class EventQueue(Protocol):
     def delete(self, receipt: str) -> None: ...
 
 
+class EventKind(StrEnum):
+    INTERRUPTION = "spot-interruption"
+    REBALANCE = "rebalance-recommendation"
+    STATE_CHANGE = "state-change"
+    SCHEDULED_CHANGE = "scheduled-change"
+
+
+# detail-type -> (source, kind): the events a parser exists for.
+KINDS: dict[str, tuple[str, EventKind]] = {
+    INTERRUPTION: ("aws.ec2", EventKind.INTERRUPTION),
+    REBALANCE: ("aws.ec2", EventKind.REBALANCE),
+    STATE_CHANGE: ("aws.ec2", EventKind.STATE_CHANGE),
+    HEALTH: ("aws.health", EventKind.SCHEDULED_CHANGE),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class CloudEvent:
+    """One instance's part of an EventBridge event. `deadline` is when the instance goes, as far as
+    the event says (None: the reader's lead after `time`; a rebalance recommendation has none)."""
+
     event_id: str
     detail_type: str
     instance_id: str
     time: float
+    kind: EventKind = EventKind.INTERRUPTION
+    deadline: float | None = None
 
 
-def parse_event(body: str) -> CloudEvent | None:
-    """An EventBridge aws.ec2 event from a message body; None for anything else."""
+def _instance(value: Any) -> str | None:
+    """An instance id, bare (`i-0abc`) or as an ARN (`arn:aws:ec2:...:instance/i-0abc`)."""
+    if not isinstance(value, str) or not value:
+        return None
+    last = value.rsplit("/", 1)[-1]
+    return last if last.startswith("i-") else None
+
+
+def _health_time(value: Any) -> float | None:
+    """AWS Health times: RFC 1123-style (`Thu, 03 Dec 2026 09:00:00 GMT`, also with an unpadded day)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_events(body: str) -> list[CloudEvent] | None:
+    """The instances an EventBridge event (an SQS message's body) is about; None for a message that is
+    no event of a kind handled here (an unknown kind, garbage), [] for one that names no instance.
+
+    - `EC2 Spot Instance Interruption Warning` (aws.ec2; `instance-action` terminate, stop or
+      hibernate): the instance goes the lead time after `time`;
+    - `EC2 Instance Rebalance Recommendation` (aws.ec2): no deadline;
+    - `EC2 Instance State-change Notification` (aws.ec2) with `state` stopping, stopped, shutting-down
+      or terminated: the instance is going now (deadline `time`); other states are not notices;
+    - `AWS Health Event` (aws.health) of `service` EC2 and `eventTypeCategory` scheduledChange (e.g.
+      instance retirement): every affected instance (bare id or ARN), deadline its `startTime`.
+    """
     try:
         event = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(event, dict) or event.get("detail-type") not in (INTERRUPTION, REBALANCE):
+    if not isinstance(event, dict) or str(event.get("version", "0")) != "0":
         return None
-    detail = event.get("detail")
-    if not isinstance(detail, dict):
-        return None
-    instance = detail.get("instance-id")
-    if not isinstance(instance, str) or not instance:
-        return None
-    if event.get("detail-type") == INTERRUPTION and detail.get("instance-action", "terminate") not in (
-        "terminate",
-        "stop",
-        "hibernate",
-    ):
+    detail_type, source, detail = event.get("detail-type"), event.get("source"), event.get("detail")
+    if not isinstance(detail, dict) or detail_type not in KINDS or KINDS[detail_type][0] != source:
         return None
     try:
         time = parse_time(str(event.get("time")))
     except (TypeError, ValueError):
         return None
-    event_id = str(event.get("id") or f"{event['detail-type']}:{instance}:{time}")
-    return CloudEvent(event_id, str(event["detail-type"]), instance, time)
+    kind = KINDS[detail_type][1]
+    base_id = str(event.get("id") or f"{detail_type}:{time}")
+    if kind is EventKind.SCHEDULED_CHANGE:
+        if detail.get("service") != "EC2" or detail.get("eventTypeCategory") != "scheduledChange":
+            return None
+        start = _health_time(detail.get("startTime"))
+        entities = detail.get("affectedEntities") or []
+        ids = [_instance(e.get("entityValue")) for e in entities if isinstance(e, dict)]
+        return [
+            CloudEvent(f"{base_id}:{iid}", str(detail_type), iid, time, EventKind.SCHEDULED_CHANGE, start)
+            for iid in dict.fromkeys(ids)
+            if iid is not None
+        ]
+    instance = _instance(detail.get("instance-id"))
+    if instance is None:
+        return []
+    deadline: float | None = None
+    if kind is EventKind.INTERRUPTION and detail.get("instance-action", "terminate") not in SPOT_ACTIONS:
+        return None
+    if kind is EventKind.STATE_CHANGE:
+        if detail.get("state") not in GOING_STATES:
+            return []
+        deadline = time
+    return [CloudEvent(base_id, str(detail_type), instance, time, kind, deadline)]
+
+
+def parse_event(body: str) -> CloudEvent | None:
+    """The first instance of `parse_events` (one-instance events), None when there is none."""
+    events = parse_events(body)
+    return events[0] if events else None
 
 
 def instance_id(node: Mapping[str, Any]) -> str | None:
@@ -113,6 +192,10 @@ class QueueNoticeSource:
     # Event id -> when first received (duplicates are recognised for a day).
     _seen_events: dict[str, float] = field(default_factory=dict)
     duplicates: int = 0
+    # Messages that were no event of a handled kind (deleted).
+    unknown: int = 0
+    # Called with each message's kind (an event kind, "unknown" or "foreign"), e.g. to count it.
+    on_message: Callable[[str], None] | None = None
 
     def poll(self, nodes: Mapping[str, Mapping[str, Any]], now: float) -> list[Notice]:
         """Read what the queue holds; returns the notices new in this poll (for metrics and logs)."""
@@ -125,9 +208,7 @@ class QueueNoticeSource:
                 LOG.warning("cannot read the event queue: %s", error)
                 break
             for message in batch:
-                notice = self._handle(message, by_instance, nodes, now)
-                if notice is not None:
-                    fresh.append(notice)
+                fresh.extend(self._handle(message, by_instance, nodes, now))
             if len(batch) < 10:
                 break
         self._finish(by_instance, now)
@@ -139,27 +220,56 @@ class QueueNoticeSource:
         by_instance: Mapping[str, str],
         nodes: Mapping[str, Mapping[str, Any]],
         now: float,
-    ) -> Notice | None:
-        event = parse_event(message.body)
-        node = by_instance.get(event.instance_id) if event is not None else None
-        if event is None or node is None:
-            self._delete(message.receipt)  # not ours to handle (another cluster's instance, or garbage)
-            return None
-        duplicate = event.event_id in self._seen_events
-        self._seen_events.setdefault(event.event_id, now)
-        if event.detail_type == REBALANCE:
-            if duplicate:
-                self.duplicates += 1
-            self._recommended[node] = node_pool(nodes[node])
+    ) -> list[Notice]:
+        events = parse_events(message.body)
+        if events is None:
+            self.unknown += 1  # no event of a handled kind: deleted, so that it does not come back
+            self._count("unknown")
+            LOG.info("event queue: message %s is no event handled here; deleted", message.message_id)
             self._delete(message.receipt)
-            return None
-        self._receipts.setdefault(event.instance_id, []).append(message.receipt)
-        if event.instance_id in self._notices:
-            self.duplicates += duplicate
-            return None
-        notice = Notice(node, event.time + self.lead_seconds, SOURCE)
-        self._notices[event.instance_id] = notice
-        return notice
+            return []
+        ours = [
+            (event, by_instance[event.instance_id]) for event in events if event.instance_id in by_instance
+        ]
+        if not ours:
+            self._count("foreign")
+            self._delete(message.receipt)  # not ours to handle (another cluster's instance, or no notice)
+            return []
+        self._count(ours[0][0].kind.value)
+        fresh: list[Notice] = []
+        keep = False
+        for event, node in ours:
+            duplicate = event.event_id in self._seen_events
+            self._seen_events.setdefault(event.event_id, now)
+            if event.kind is EventKind.REBALANCE:
+                self.duplicates += duplicate
+                self._recommended[node] = node_pool(nodes[node])
+                continue
+            keep = True
+            self._receipts.setdefault(event.instance_id, []).append(message.receipt)
+            if event.instance_id in self._notices:
+                self.duplicates += duplicate
+                continue
+            notice = Notice(node, self._deadline(event), SOURCE)
+            self._notices[event.instance_id] = notice
+            fresh.append(notice)
+        if not keep:
+            self._delete(message.receipt)
+        return fresh
+
+    def _count(self, kind: str) -> None:
+        if self.on_message is not None:
+            self.on_message(kind)
+
+    def _deadline(self, event: CloudEvent) -> float:
+        """A warning: its time plus the lead; a state change: its time; a scheduled change: acted on
+        now, as a warning would be (its start may be days ahead), never later than its start."""
+        warned = event.time + self.lead_seconds
+        if event.kind is EventKind.STATE_CHANGE:
+            return event.time
+        if event.kind is EventKind.SCHEDULED_CHANGE and event.deadline is not None:
+            return min(event.deadline, warned)
+        return warned
 
     def _finish(self, by_instance: Mapping[str, str], now: float) -> None:
         """Delete interruption messages of nodes that are gone or past their deadline."""

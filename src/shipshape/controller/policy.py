@@ -9,6 +9,7 @@ validated here and turned into a `WorkloadPolicy`. Cluster-wide defaults come fr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -183,9 +184,12 @@ class ControllerConfig(BaseModel):
     # Pods whose placement prefers the fullest nodes that fit them, so that emptier nodes can be
     # scaled down: all (default; spot pods within their chosen pool), on-demand ones only, or none.
     packing: Packing = Packing.ALL
-    # A cloud event queue (SQS JSON protocol) of EventBridge EC2 events as a notice source. A path
-    # ("/emulator/v1/queue") is reached through the API server with the kubeconfig's credentials.
+    # An SQS queue of EventBridge events (spot interruption warnings, rebalance recommendations, state
+    # changes, AWS Health scheduled changes) as a notice source, read through the AWS SDK with its
+    # default credential chain (IRSA included). The region comes from the URL when it is AWS's.
     notice_queue_url: str | None = None
+    # Region for a queue URL that names none (an SQS-compatible endpoint); default: `region`, the SDK's.
+    notice_queue_region: str | None = None
     # How long a received message stays hidden from other consumers before it is delivered again.
     notice_queue_visibility_seconds: float = Field(default=30.0, gt=0, le=43200)
     # Recommend only: decisions are computed, logged, counted and posted as Events (pods get a decision
@@ -215,6 +219,19 @@ class ControllerConfig(BaseModel):
     def conventions(self) -> kube_capacity.Conventions:
         """The capacity-label conventions in force: the configured ones, then the built-in ones."""
         return kube_capacity.Conventions.with_overrides(spec.convention() for spec in self.capacity_labels)
+
+    # Long polling: how long one ReceiveMessage waits for a message (SQS allows 0 to 20 s).
+    notice_queue_wait_seconds: int = Field(default=20, ge=0, le=20)
+
+    @field_validator("notice_queue_url")
+    @classmethod
+    def _queue_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+/\S+", value):
+            raise ValueError(
+                f"must be an SQS queue URL such as https://sqs.<region>.amazonaws.com/<account>/<name>, "
+                f"got {value!r}"
+            )
+        return value
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ControllerConfig:

@@ -35,7 +35,6 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
-from shipshape.controller.queue_client import queue_for
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.owner import WebhookOwner
@@ -209,8 +208,18 @@ class ControllerProcess:
         self.loops = all_reconcilers(
             clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
         )
-        self.queue = (
-            queue_for(api_client, config.notice_queue_url) if config.notice_queue_url is not None else None
+        # The AWS SDK is imported only when a queue is configured (it is slow to import).
+        from shipshape.controller.queue_client import SqsQueue, queue_for
+
+        self.queue: SqsQueue | None = (
+            queue_for(
+                config.notice_queue_url,
+                region=config.notice_queue_region or config.region,
+                visibility_seconds=config.notice_queue_visibility_seconds,
+                wait_seconds=config.notice_queue_wait_seconds,
+            )
+            if config.notice_queue_url is not None
+            else None
         )
         for loop in self.loops:
             if isinstance(loop, InterruptionResponder):
@@ -218,7 +227,10 @@ class ControllerProcess:
                 if self.queue is not None:
                     loop.use_notice_source(
                         QueueNoticeSource(
-                            self.queue, config.notice_lead_seconds, config.notice_queue_visibility_seconds
+                            self.queue,
+                            config.notice_lead_seconds,
+                            config.notice_queue_visibility_seconds,
+                            on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
                         )
                     )
         self.webhook_owner = WebhookOwner(

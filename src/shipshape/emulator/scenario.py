@@ -190,6 +190,10 @@ class Interruptions(Strict):
     enabled: bool = True
     notice: Seconds = Field(default=120.0)
     handler: bool = Field(default=False, description="cordon and drain a node on its notice (like NTH)")
+    # The cloud marks a noticed node with `emulator.shipshape.dev/spot-interruption` (as an interruption
+    # handler would). Off: only the instance metadata (and the AWS queue) tell, as on a cluster whose
+    # only notice source is the node-side poller.
+    node_taint: bool = Field(default=True, alias="nodeTaint")
     region: str = "us-east-1"
     rate_multiplier: float = Field(default=1.0, ge=0, alias="rateMultiplier")
 
@@ -225,9 +229,16 @@ class TimelineEvent(Strict):
         return self
 
 
+# Spot notice lead per cloud (the cloud's notice when the scenario gives none): AWS two minutes,
+# GCP preemption and Azure `Preempt` about 30 s.
+NOTICE_BY_CLOUD = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
+
+
 class Scenario(Strict):
     name: str = "cluster"
     description: str = ""
+    # The cloud whose instance metadata the nodes serve (formats, paths, headers, notice lead).
+    cloud: Literal["aws", "gcp", "azure"] = "aws"
     kubernetes_version: str = Field(default="v1.32.0", alias="kubernetesVersion")
     region: str = "us-east-1"
     seed: int = 1
@@ -255,6 +266,17 @@ class Scenario(Strict):
         for pool in self.pools:
             if pool.capacity_labels is None:
                 pool.capacity_labels = self.capacity_labels
+        return self
+
+    @model_validator(mode="after")
+    def _cloud_notice(self) -> Scenario:
+        """Notices the scenario does not time itself get the cloud's lead."""
+        lead = NOTICE_BY_CLOUD[self.cloud]
+        if "notice" not in self.interruptions.model_fields_set and self.interruptions.notice != lead:
+            self.interruptions.notice = lead
+        for event in self.timeline:
+            if "notice" not in event.model_fields_set and event.notice != lead:
+                event.notice = lead
         return self
 
     @model_validator(mode="after")

@@ -262,7 +262,25 @@ def list_resource_metrics(api: k8s.ApiClient, plural: str) -> list[Obj]:
     )
 
 
-def patch_node_status(api: k8s.ApiClient, name: str, body: Mapping[str, Any]) -> Obj:
-    """Merge-patch a node's status subresource (e.g. extended resources in capacity/allocatable)."""
+def get_node(api: k8s.ApiClient, name: str) -> Obj:
+    return _call(k8s.CoreV1Api(api).read_node, name)
+
+
+def patch_node(api: k8s.ApiClient, name: str, body: Mapping[str, Any]) -> Obj:
+    """A JSON merge patch of a node (a `metadata.resourceVersion` in it makes it conditional: 409 when
+    the node changed meanwhile)."""
     core = k8s.CoreV1Api(api)
-    return _call(core.patch_node_status, name, dict(body), _content_type="application/merge-patch+json")
+    return _call(core.patch_node, name, dict(body), _content_type="application/merge-patch+json")
+
+
+def patch_node_status(api: k8s.ApiClient, name: str, body: Mapping[str, Any]) -> Obj:
+    """A strategic merge patch of a node's status (conditions merge by type)."""
+    core = k8s.CoreV1Api(api)
+    return _call(
+        core.patch_node_status, name, dict(body), _content_type="application/strategic-merge-patch+json"
+    )
+
+
+def create_event(api: k8s.ApiClient, namespace: str, body: Mapping[str, Any]) -> Obj:
+    """Create a core/v1 Event (409 when one of that name exists)."""
+    return _call(k8s.CoreV1Api(api).create_namespaced_event, namespace, dict(body))

@@ -5,6 +5,7 @@ Every component that needs "now" takes a `Clock`. Timestamps are POSIX seconds (
 
 from __future__ import annotations
 
+import email.utils
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -93,3 +94,8 @@ def parse_time(text: str) -> float:
     if cleaned.endswith("Z"):
         cleaned = cleaned[:-1] + "+00:00"
     return datetime.fromisoformat(cleaned).timestamp()
+
+
+def rfc1123(ts: float) -> str:
+    """HTTP-date / RFC 1123 (`Wed, 25 Nov 2026 10:15:33 GMT`), as Azure's Scheduled Events write times."""
+    return email.utils.format_datetime(datetime.fromtimestamp(ts, UTC), usegmt=True)

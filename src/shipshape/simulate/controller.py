@@ -51,6 +51,8 @@ SIMULATION_LOOPS = LoopSettings(
     deletion_cost_interval_seconds=300.0,
     fallback_interval_seconds=15.0,
     headroom_interval_seconds=300.0,
+    # Each node's notice poller, modelled by reading the cloud model's metadata answers in process.
+    poll_instance_metadata=True,
 )
 
 

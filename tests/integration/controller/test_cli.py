@@ -37,6 +37,10 @@ def _read_line(process: subprocess.Popen[str], contains: str, timeout: float) ->
     raise AssertionError(f"no line with {contains!r} from the controller (exit {process.poll()})")
 
 
+# An SQS-compatible endpoint that is not there: the controller starts all the same and keeps trying.
+QUEUE_URL = "http://127.0.0.1:9/000000000000/shipshape-notices"
+
+
 def test_controller_command_registers_serves_leads_and_stops_gracefully(
     served_emulator: ServedEmulator, tmp_path: Path
 ) -> None:
@@ -45,14 +49,14 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
     command = [
         str(Path(sys.executable).parent / "shipshape"), "controller",
         "--kubeconfig", str(served_emulator.kubeconfig), "--config", str(config),
-        "--metrics-port", "0", "--identity", "replica-a", "--notice-queue-url", "/emulator/v1/queue",
+        "--metrics-port", "0", "--identity", "replica-a", "--notice-queue-url", QUEUE_URL,
         "--log-format", "json",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AWS_EC2_METADATA_DISABLED": "true"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         line = _read_line(process, "webhook on port", 60)
-        assert line.rstrip().endswith(", notices also from /emulator/v1/queue")
+        assert line.rstrip().endswith(f", notices also from {QUEUE_URL}")
         metrics_port = int(line.split("metrics on port", 1)[1].split(",")[0])
         webhook_port = int(line.split("webhook on port", 1)[1].split(",")[0])
         store = served_emulator.cluster.store

@@ -171,7 +171,16 @@ def _pool_interruption_through_the_cli(cluster: ServedCluster) -> None:
                 node = cluster.get(NODES, "", name)
                 assert node is not None
                 url = node["metadata"]["annotations"][METADATA_URL]
-                answer = httpx.get(f"{url}/latest/meta-data/spot/instance-action", timeout=10)
+                token = httpx.put(
+                    f"{url}/latest/api/token",
+                    headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
+                    timeout=10,
+                ).text  # IMDSv2: a session token first
+                answer = httpx.get(
+                    f"{url}/latest/meta-data/spot/instance-action",
+                    headers={"X-aws-ec2-metadata-token": token},
+                    timeout=10,
+                )
                 if name in survivors:
                     assert answer.status_code == 404
                     assert not [t for t in node["spec"].get("taints") or [] if t["key"] == SPOT_TAINT]

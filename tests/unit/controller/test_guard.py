@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from shipshape.controller.decisions import rebalance_from_metadata
-from shipshape.controller.loops.base import SharedState
+from shipshape.controller.loops.base import LoopSettings, SharedState
 from shipshape.controller.loops.interruptions import (
     GUARD_INTERVAL_SECONDS,
     GUARD_LABEL,
@@ -25,7 +25,8 @@ ENABLED = {"spot.shipshape.dev/enabled": "true"}
 
 
 def responder(h: Harness, ops: RecordingOps) -> InterruptionResponder:
-    shared = SharedState.for_config(h.config, risk=h.risk)
+    # In-process metadata answers (as the simulation reads its cloud model).
+    shared = SharedState.for_config(h.config, LoopSettings(poll_instance_metadata=True), risk=h.risk)
     return InterruptionResponder(h.clock, h.cache, ops, h.config, h.metrics, shared)
 
 

@@ -233,3 +233,106 @@ def test_the_leader_taints_a_queue_recommended_node_so_other_replicas_avoid_it_t
     view = other.placement_view(h.clock.now(), RiskModel())
     assert view.avoided_nodes == frozenset({"spot-0"})
     assert not view.excluded  # a recommendation is no notice: the pool still takes pods
+
+
+def test_one_notice_from_every_source_is_acted_on_once() -> None:
+    """The same node announced by an interruption handler's taint, the node-side poller's taint and the
+    event queue: one surge, one notice counted, and no second notice taint from the leader."""
+    h = Harness()
+    dep = deployment("web", 3, {"spot.shipshape.dev/enabled": "true"})
+    rs = replicaset(dep)
+    noticed = spot_node("spot-0", "i-1")
+    now = h.clock.now()
+    noticed["spec"]["taints"] = [
+        {"key": "aws-node-termination-handler/spot-itn", "value": "spot-itn-abc", "effect": "NoSchedule"},
+        {
+            "key": QUEUE_NOTICE_TAINT,
+            "value": "aws-metadata",
+            "effect": "NoSchedule",
+            "timeAdded": rfc3339(now),
+        },
+    ]
+    h.add(
+        namespace("shop"),
+        dep,
+        rs,
+        noticed,
+        spot_node("spot-1", "i-2", "us-east-1b"),
+        node("od-0", "on-demand"),
+    )
+    h.add(
+        pod_of(rs, "web-0", node="od-0"),
+        pod_of(rs, "web-1", node="spot-0"),
+        pod_of(rs, "web-2", node="spot-1"),
+    )
+    queue = EventQueue(now=h.clock.now)
+    warning(queue, "i-1", now)
+    warning(queue, "i-1", now)  # and delivered twice
+    ops = RecordingOps()
+    loop = queue_responder(h, ops, queue)
+    for step in range(3):
+        loop.observe(now + step)
+        loop.reconcile(now + step)
+    surges = [
+        p for (_, _, name, p) in ops.of("patch_workload") if name == "web" and SURGE_NOTE in json.dumps(p)
+    ]
+    assert len(surges) == 1 and surges[0]["spec"]["replicas"] == 4
+    assert ops.of("taint_node") == []  # the node already carries the notice taint
+    counted = sum(
+        h.metric("shipshape_interruption_notices_total", {"source": source}) or 0.0
+        for source in (
+            "event-queue",
+            "taint:aws-node-termination-handler/spot-itn",
+            f"taint:{QUEUE_NOTICE_TAINT}",
+        )
+    )
+    assert counted == 1.0
+
+
+def test_a_gcp_poller_taint_gives_the_clouds_30_second_deadline() -> None:
+    added_at = NOW - 5
+    tainted = spot_node("spot-0", "i-1")
+    tainted["spec"]["taints"] = [
+        {
+            "key": QUEUE_NOTICE_TAINT,
+            "value": "gcp-metadata",
+            "effect": "NoSchedule",
+            "timeAdded": rfc3339(added_at),
+        },
+        {"key": "karpenter.sh/disrupted", "effect": "NoSchedule", "timeAdded": rfc3339(added_at)},
+    ]
+    ((notice),) = notices_from_taints([tainted], NOW, lead_seconds=120.0)
+    assert notice.deadline == added_at + 30  # the earliest of the node's notices
+    queued = {**tainted, "spec": {"taints": [{**tainted["spec"]["taints"][0], "value": "event-queue"}]}}
+    assert notices_from_taints([queued], NOW, lead_seconds=120.0)[0].deadline == added_at + 120
+
+
+def test_a_queue_url_that_is_no_url_is_refused_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from shipshape.cli.main import app
+
+    result = CliRunner().invoke(app, ["controller", "--notice-queue-url", "/emulator/v1/queue"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "must be an SQS queue URL" in line
+
+
+def test_karpenter_and_nth_taints_of_every_version_are_notices() -> None:
+    for key, value in (
+        ("karpenter.sh/disrupted", None),  # Karpenter v1
+        ("karpenter.sh/disruption", "disrupting"),  # v1beta1 (v0.32 - v0.37)
+        ("aws-node-termination-handler/spot-itn", "spot-itn-event-3462"),
+        ("aws-node-termination-handler/scheduled-maintenance", "instance-event-0a7c"),
+        ("aws-node-termination-handler/asg-lifecycle-termination", "asg-lifecycle-term-61"),
+    ):
+        tainted = spot_node("n1", "i-1")
+        taint = {"key": key, "effect": "NoSchedule", **({"value": value} if value else {})}
+        tainted["spec"]["taints"] = [taint]
+        ((notice),) = notices_from_taints([tainted], NOW, lead_seconds=120.0)
+        assert (notice.node, notice.deadline, notice.source) == ("n1", NOW + 120, f"taint:{key}")
+    rebalance = spot_node("n2", "i-2")
+    rebalance["spec"]["taints"] = [
+        {"key": "aws-node-termination-handler/rebalance-recommendation", "effect": "NoSchedule"}
+    ]
+    assert notices_from_taints([rebalance], NOW, lead_seconds=120.0) == []  # no drain for those

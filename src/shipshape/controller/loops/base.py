@@ -57,8 +57,10 @@ class LoopSettings(BaseModel):
     # workload below its floor (PDB, or replicas - maxUnavailable; the rest wait for new nodes);
     # "pool" — every pod of the pool (replacements all start at once, at the price of more on-demand).
     headroom_covers: Literal["floor", "pool"] = "floor"
-    # Ask each spot node's instance-metadata endpoint for a notice (where the controller can reach it).
-    poll_instance_metadata: bool = True
+    # Ask `ClusterOps.spot_metadata` for each spot node's instance-metadata answers. In a cluster the
+    # answers come from the node-side poller (`shipshape node-notices`) as taints and the API ops answer
+    # nothing; a simulation turns this on to read its cloud model in process, as the poller would.
+    poll_instance_metadata: bool = False
     # How long a single-replica guard PDB holds without being renewed (the leader renews it while
     # needed): once its controller is gone, a guard holds up a drain for at most this long.
     guard_ttl_seconds: float = Field(default=180.0, gt=0)

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.notices import QUEUE_VALUE
 from shipshape.controller.availability import deployment_max_unavailable
 from shipshape.controller.cache import (
     NOTICE_TAINTS,
@@ -473,13 +474,13 @@ class InterruptionResponder(Reconciler):
         for notice in notices:
             taint = {
                 "key": QUEUE_NOTICE_TAINT,
-                "value": "event-queue",
+                "value": QUEUE_VALUE,
                 "effect": "NoSchedule",
-                "timeAdded": rfc3339(notice.deadline - lead),
+                "timeAdded": rfc3339(min(now, notice.deadline - lead)),
             }
             self._taint_once(nodes.get(notice.node), taint, NOTICE_TAINTS, now)
         for name in self._queue_recommended:
-            taint = {"key": QUEUE_REBALANCE_TAINT, "value": "event-queue", "effect": "PreferNoSchedule"}
+            taint = {"key": QUEUE_REBALANCE_TAINT, "value": QUEUE_VALUE, "effect": "PreferNoSchedule"}
             self._taint_once(nodes.get(name), taint, NOTICE_TAINTS | REBALANCE_TAINTS, now)
 
     def _taint_once(

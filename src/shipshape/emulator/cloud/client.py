@@ -1,6 +1,7 @@
 """Client of a running emulator's cloud control API (`/emulator/v1/...`), found through a kubeconfig.
 
-Used by `shipshape emulator interrupt|shortage` and to read the cloud's event queue. Every failure
+Used by `shipshape emulator interrupt|shortage`. (The cloud's event queue is SQS, signed: see
+`http.sqs_route`.) Every failure
 becomes a `ControlError` whose message says what to do (no emulator running, unknown pool, bad
 input, ...).
 """
@@ -8,7 +9,6 @@ input, ...).
 from __future__ import annotations
 
 import base64
-import json
 import os
 import ssl
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from shipshape.emulator.cloud.http import CONTROL_PREFIX, QUEUE_PATH, SQS_TARGET
+from shipshape.emulator.cloud.http import CONTROL_PREFIX
 
 
 class ControlError(Exception):
@@ -156,34 +156,3 @@ class ControlClient:
 
     def pools(self) -> dict[str, Any]:
         return self._call("GET", "pools")
-
-    def _sqs(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self.http.post(
-                QUEUE_PATH,
-                content=json.dumps(body),
-                headers={"X-Amz-Target": SQS_TARGET + action, "Content-Type": "application/x-amz-json-1.0"},
-            )
-        except httpx.HTTPError as exc:
-            raise ControlError(f"request to {self.server} failed: {exc}") from None
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if response.status_code >= 400 or not isinstance(data, dict):
-            message = data.get("message") if isinstance(data, dict) else None
-            raise ControlError(message or f"{action} answered {response.status_code}")
-        return data
-
-    def receive_events(
-        self, max_messages: int = 10, visibility_timeout: float = 30.0
-    ) -> list[dict[str, Any]]:
-        """Messages of the cloud's event queue (SQS ReceiveMessage): MessageId, ReceiptHandle, Body."""
-        data = self._sqs(
-            "ReceiveMessage", {"MaxNumberOfMessages": max_messages, "VisibilityTimeout": visibility_timeout}
-        )
-        messages = data.get("Messages") or []
-        return [m for m in messages if isinstance(m, dict)]
-
-    def delete_event(self, receipt_handle: str) -> None:
-        self._sqs("DeleteMessage", {"ReceiptHandle": receipt_handle})

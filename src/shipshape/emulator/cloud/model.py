@@ -16,6 +16,7 @@ import hashlib
 import logging
 import math
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Autoscaler, Interruptions, NodeBoot, Pool, Scenario, TimelineEvent
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
-from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.clock import parse_time, rfc1123, rfc3339
 from shipshape.pricing import catalog
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ class Instance:
     terminated_at: float | None = None
     notice: Notice | None = None
     rebalance_at: float | None = None
+    # Azure: the notice's scheduled event was approved (StartRequests).
+    event_approved: bool = False
     termination_reason: str = ""
     timers: list[Timer] = field(default_factory=list)
 
@@ -166,6 +169,7 @@ class CloudModel:
         self.started_at = 0.0
         self.seed = 1
         self.region = "us-east-1"
+        self.cloud = "aws"  # whose instance metadata the nodes serve: aws, gcp or azure
         self.kubelet_version = "v1.32.0"
         self.boot_settings = NodeBoot()
         self.interruption_settings = Interruptions()
@@ -188,6 +192,7 @@ class CloudModel:
         if scenario is not None:
             self.seed = scenario.seed
             self.region = scenario.region
+            self.cloud = scenario.cloud
             self.kubelet_version = scenario.kubernetes_version
             self.boot_settings = scenario.node_boot
             self.interruption_settings = scenario.interruptions
@@ -244,6 +249,72 @@ class CloudModel:
         if inst is None or inst.rebalance_at is None:
             return None
         return {"noticeTime": rfc3339(inst.rebalance_at)}
+
+    def gce_metadata(self, node: str, key: str) -> str | None:
+        """Compute Engine metadata values (`instance/preempted`, `instance/maintenance-event`, ...)."""
+        inst = self._by_node.get(node)
+        if inst is None or inst.state == TERMINATED:
+            return None
+        pool = self.pools[inst.pool].spec
+        values = {
+            "instance/preempted": "TRUE" if inst.notice is not None else "FALSE",
+            "instance/maintenance-event": "NONE",
+            "instance/id": str(int(inst.id[2:], 16)),
+            "instance/name": inst.node_name,
+            "instance/hostname": f"{inst.node_name}.c.{nodes.GCP_PROJECT}.internal",
+            "instance/machine-type": f"projects/{nodes.GCP_PROJECT}/machineTypes/{pool.instance_type}",
+            "instance/zone": f"projects/{nodes.GCP_PROJECT}/zones/{pool.zone}",
+            "instance/scheduling/preemptible": "TRUE" if pool.capacity_type == "spot" else "FALSE",
+        }
+        return values.get(key)
+
+    def azure_vm_name(self, node: str) -> str | None:
+        """The scale-set VM's name, as `Resources` of its scheduled events name it."""
+        inst = self._by_node.get(node)
+        if inst is None or inst.state == TERMINATED:
+            return None
+        return f"{inst.pool}-vmss_{inst.id[2:10]}"
+
+    def scheduled_events(self, node: str) -> dict[str, Any] | None:
+        """The Azure Scheduled Events document of the node's VM: a `Preempt` event from its notice on
+        (`Scheduled` with `NotBefore` at the eviction; `Started` with a blank `NotBefore` once approved)."""
+        inst = self._by_node.get(node)
+        name = self.azure_vm_name(node)
+        if inst is None or name is None:
+            return None
+        if inst.notice is None:
+            return {"DocumentIncarnation": 1, "Events": []}
+        event = {
+            "EventId": self.preempt_event_id(inst),
+            "EventStatus": "Started" if inst.event_approved else "Scheduled",
+            "EventType": "Preempt",
+            "ResourceType": "VirtualMachine",
+            "Resources": [name],
+            "NotBefore": "" if inst.event_approved else rfc1123(inst.notice.action_time),
+            "Description": "",
+            "EventSource": "Platform",
+            "DurationInSeconds": -1,
+        }
+        return {"DocumentIncarnation": 3 if inst.event_approved else 2, "Events": [event]}
+
+    @staticmethod
+    def preempt_event_id(inst: Instance) -> str:
+        assert inst.notice is not None
+        digest = hashlib.sha256(f"preempt:{inst.id}:{inst.notice.issued}".encode()).hexdigest()
+        return str(uuid.UUID(digest[:32])).upper()
+
+    def approve_events(self, event_ids: list[str]) -> list[str]:
+        """StartRequests: approve scheduled events by id (any VM may approve any event; unknown ids
+        raise). The eviction stays at its time: a Spot VM is evicted at `NotBefore` at the latest."""
+        by_id = {
+            self.preempt_event_id(inst): inst for inst in self.active_instances() if inst.notice is not None
+        }
+        unknown = [e for e in event_ids if e.upper() not in by_id]
+        if unknown:
+            raise UnknownTarget(f"no scheduled event {', '.join(unknown)}")
+        for event_id in event_ids:
+            by_id[event_id.upper()].event_approved = True
+        return [by_id[e.upper()].node_name for e in event_ids]
 
     def instance_metadata(self, node: str, key: str) -> str | None:
         """Plain IMDS values: instance-id, instance-type, local-ipv4, hostname, placement/..."""
@@ -600,6 +671,7 @@ class CloudModel:
             kubelet_version=self.kubelet_version,
             launched=inst.launched,
             metadata_url=self.c.services.get("metadata_url"),
+            cloud=self.cloud,
         )
 
     def _register(self, inst: Instance, *, ready: bool) -> None:
@@ -688,7 +760,10 @@ class CloudModel:
             taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != taint["key"]]
             node["spec"]["taints"] = [*taints, taint]
 
-        updated = self.c.store.mutate(NODES, "", inst.node_name, add_taint)
+        if self.interruption_settings.node_taint:
+            updated = self.c.store.mutate(NODES, "", inst.node_name, add_taint)
+        else:
+            updated = self.c.store.get(NODES, "", inst.node_name)
         if updated is None:
             return
         pool = self.pools[inst.pool].spec

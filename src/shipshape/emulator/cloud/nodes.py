@@ -23,7 +23,10 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 SPOT_INTERRUPTION_TAINT = "emulator.shipshape.dev/spot-interruption"
 NTH_SPOT_TAINT = "aws-node-termination-handler/spot-itn"
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
-UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"  # the kubelet model stops for such nodes
+UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"
+GCP_PROJECT = "shipshape-emulator"
+AZURE_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+AZURE_RESOURCE_GROUP = "mc_shipshape_emulator"  # the kubelet model stops for such nodes
 
 EVICTION_HARD_MEMORY = 100 * 2**20  # kubelet --eviction-hard memory.available<100Mi
 EPHEMERAL_STORAGE_KI = 20_959_212  # a 20 GiB root volume as the kubelet reports it
@@ -164,6 +167,19 @@ class NodeSpec:
     kubelet_version: str
     launched: float
     metadata_url: str | None = None
+    cloud: str = "aws"
+
+
+def provider_id(spec: NodeSpec) -> str:
+    """`spec.providerID` as each cloud's node registers it."""
+    if spec.cloud == "gcp":
+        return f"gce://{GCP_PROJECT}/{spec.pool.zone}/{spec.name}"
+    if spec.cloud == "azure":
+        return (
+            f"azure:///subscriptions/{AZURE_SUBSCRIPTION}/resourceGroups/{AZURE_RESOURCE_GROUP}/providers/"
+            f"Microsoft.Compute/virtualMachineScaleSets/{spec.pool.name}/virtualMachines/{spec.instance_id}"
+        )
+    return f"aws:///{spec.pool.zone}/{spec.instance_id}"
 
 
 def build_node(
@@ -196,7 +212,7 @@ def build_node(
             "labels": node_labels(pool, spec.region, spec.name),
             "annotations": annotations,
         },
-        "spec": {"providerID": f"aws:///{pool.zone}/{spec.instance_id}"},
+        "spec": {"providerID": provider_id(spec)},
         "status": {
             "capacity": shape.capacity(),
             "allocatable": shape.allocatable(),

@@ -63,6 +63,12 @@ class EventQueue:
         self.messages[message_id] = Message(message_id, json.dumps(event, sort_keys=True), self.now())
         return message_id
 
+    def send_raw(self, body: str) -> str:
+        """A message as SendMessage gives it (an EventBridge rule's target delivers the event JSON)."""
+        message_id = str(uuid.UUID(int=next(self._ids)))
+        self.messages[message_id] = Message(message_id, body, self.now())
+        return message_id
+
     def event(
         self, detail_type: str, instance_id: str, time: float, detail: dict[str, Any]
     ) -> dict[str, Any]:
@@ -121,11 +127,13 @@ def attach(cloud: CloudModel) -> EventQueue:
     queue = EventQueue(now=cloud.c.now, region=cloud.region)
 
     def on_notice(inst: Instance) -> None:
-        if inst.notice is None:
+        if inst.notice is None or cloud.cloud != "aws":  # EventBridge EC2 events: an AWS cloud's
             return
         queue.send(queue.event(INTERRUPTION, inst.id, inst.notice.issued, {"instance-action": "terminate"}))
 
     def rebalances() -> None:
+        if cloud.cloud != "aws":
+            return
         for inst in cloud.active_instances():
             if inst.rebalance_at is None or inst.id in queue._rebalances_sent:
                 continue

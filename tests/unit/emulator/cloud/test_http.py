@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 
-from shipshape.kube.clock import rfc3339
+from shipshape.kube.clock import rfc1123, rfc3339
 
 from .builders import Env, scenario, start
 
@@ -34,19 +35,29 @@ async def control(env: Env) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def token_of(imds: httpx.AsyncClient, node: str, ttl: int = 21600) -> dict[str, str]:
+    answer = await imds.put(
+        f"/{node}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": str(ttl)}
+    )
+    assert answer.status_code == 200 and len(answer.text) > 20
+    assert answer.headers["x-aws-ec2-metadata-token-ttl-seconds"] == str(ttl)
+    return {"X-aws-ec2-metadata-token": answer.text}
+
+
 async def test_instance_action_is_404_before_a_notice_and_json_after(
     env: Env, imds: httpx.AsyncClient
 ) -> None:
     node = env.nodes_of("spot-a")[0]
     path = f"/{node}/latest/meta-data/spot/instance-action"
-    before = await imds.get(path)
+    token = await token_of(imds, node)
+    before = await imds.get(path, headers=token)
     assert before.status_code == 404
     assert "404 - Not Found" in before.text
     env.cloud.interrupt(node=node, notice=120)
-    after = await imds.get(path)
+    after = await imds.get(path, headers=token)
     assert after.status_code == 200
     assert after.json() == {"action": "terminate", "time": rfc3339(env.clock.now() + 120)}
-    rebalance = await imds.get(f"/{node}/latest/meta-data/events/recommendations/rebalance")
+    rebalance = await imds.get(f"/{node}/latest/meta-data/events/recommendations/rebalance", headers=token)
     assert rebalance.json() == {"noticeTime": rfc3339(env.clock.now())}
 
 
@@ -54,23 +65,134 @@ async def test_plain_metadata_values(env: Env, imds: httpx.AsyncClient) -> None:
     node = env.nodes_of("od-b")[0]
     inst = env.cloud.instance_for(node)
     assert inst is not None
-    assert (await imds.get(f"/{node}/latest/meta-data/instance-id")).text == inst.id
-    assert (await imds.get(f"/{node}/latest/meta-data/instance-type")).text == "m5.xlarge"
-    assert (await imds.get(f"/{node}/latest/meta-data/placement/availability-zone")).text == "us-east-1b"
-    assert (await imds.get(f"/{node}/latest/meta-data/no-such-key")).status_code == 404
-    listing = (await imds.get(f"/{node}/latest/meta-data/")).text.splitlines()
+    token = await token_of(imds, node)
+
+    async def get(path: str) -> httpx.Response:
+        return await imds.get(f"/{node}/latest/meta-data/{path}", headers=token)
+
+    assert (await get("instance-id")).text == inst.id
+    assert (await get("instance-type")).text == "m5.xlarge"
+    assert (await get("placement/availability-zone")).text == "us-east-1b"
+    assert (await get("no-such-key")).status_code == 404
+    listing = (await get("")).text.splitlines()
     assert {"instance-id", "instance-type", "placement/"} <= set(listing)
     assert "spot/" not in listing
-    assert (await imds.get("/ip-9-9-9-9.ec2.internal/latest/meta-data/instance-id")).status_code == 404
+    unknown = await imds.get("/ip-9-9-9-9.ec2.internal/latest/meta-data/instance-id", headers=token)
+    assert unknown.status_code == 404
 
 
-async def test_imdsv2_token(imds: httpx.AsyncClient, env: Env) -> None:
+async def test_imdsv2_token_semantics(imds: httpx.AsyncClient, env: Env) -> None:
     node = env.nodes_of("od-b")[0]
-    token = await imds.put(
-        f"/{node}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "21600"}
+    path = f"/{node}/latest/meta-data/instance-id"
+    assert (await imds.put(f"/{node}/latest/api/token")).status_code == 400  # no TTL
+    assert (
+        await imds.put(f"/{node}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "21601"})
+    ).status_code == 400
+    versioned = await imds.put(
+        f"/{node}/2021-03-23/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
     )
-    assert token.status_code == 200 and len(token.text) > 20
-    assert (await imds.put(f"/{node}/latest/api/token")).status_code == 400
+    assert versioned.status_code == 403
+    forwarded = await imds.put(
+        f"/{node}/latest/api/token",
+        headers={"X-aws-ec2-metadata-token-ttl-seconds": "60", "X-Forwarded-For": "10.0.0.1"},
+    )
+    assert forwarded.status_code == 403
+    # IMDSv1 (no token) and unknown tokens: 401.
+    assert (await imds.get(path)).status_code == 401
+    assert (await imds.get(path, headers={"X-aws-ec2-metadata-token": "made-up"})).status_code == 401
+    token = await token_of(imds, node, ttl=60)
+    other = env.nodes_of("spot-a")[0]
+    assert (await imds.get(f"/{other}/latest/meta-data/instance-id", headers=token)).status_code == 401
+    answer = await imds.get(path, headers=token)
+    assert answer.status_code == 200 and int(answer.headers["x-aws-ec2-metadata-token-ttl-seconds"]) <= 60
+    env.run(61)  # the token expires on the cloud's clock
+    assert (await imds.get(path, headers=token)).status_code == 401
+
+
+async def test_gce_metadata_server() -> None:
+    env = start(scenario(cloud="gcp", interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    assert env.cloud.interruption_settings.notice == 30  # the cloud's lead
+    node = env.nodes_of("spot-a")[0]
+    flavor = {"Metadata-Flavor": "Google"}
+    async with _client(env.cluster.services["metadata_app"]) as gce:
+        base = f"/{node}/computeMetadata/v1/instance"
+        refused = await gce.get(f"{base}/preempted")
+        assert refused.status_code == 403 and "Missing Metadata-Flavor:Google header" in refused.text
+        first = await gce.get(f"{base}/preempted", headers=flavor)
+        assert (first.status_code, first.text, first.headers["metadata-flavor"]) == (200, "FALSE", "Google")
+        etag = first.headers["etag"]
+        assert (await gce.get(f"{base}/maintenance-event", headers=flavor)).text == "NONE"
+        assert (await gce.get(f"{base}/no-such-key", headers=flavor)).status_code == 404
+        # Other clouds' paths are not there.
+        assert (
+            await gce.put(f"/{node}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        ).status_code == 404
+        # wait_for_change holds the request until the value changes.
+        waiting = asyncio.create_task(
+            gce.get(
+                f"{base}/preempted", params={"wait_for_change": "true", "last_etag": etag}, headers=flavor
+            )
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        env.cloud.interrupt(node=node)
+        changed = await asyncio.wait_for(waiting, 5)
+        assert changed.text == "TRUE" and changed.headers["etag"] != etag
+        # A stale ETag answers at once; timeout_sec bounds a wait on an unchanged value.
+        stale = await gce.get(
+            f"{base}/preempted", params={"wait_for_change": "true", "last_etag": etag}, headers=flavor
+        )
+        assert stale.text == "TRUE"
+        bounded = await gce.get(
+            f"{base}/preempted",
+            params={"wait_for_change": "true", "last_etag": changed.headers["etag"], "timeout_sec": "0"},
+            headers=flavor,
+        )
+        assert bounded.text == "TRUE"
+    inst = env.cloud.instance_for(node)
+    assert inst is not None and inst.notice is not None
+    assert inst.notice.action_time - inst.notice.issued == 30
+
+
+async def test_azure_scheduled_events() -> None:
+    env = start(scenario(cloud="azure", interruptions={"enabled": False}, autoscaler={"enabled": False}))
+    node = env.nodes_of("spot-a")[0]
+    header = {"Metadata": "true"}
+    version = {"api-version": "2020-07-01"}
+    async with _client(env.cluster.services["metadata_app"]) as azure:
+        url = f"/{node}/metadata/scheduledevents"
+        assert (await azure.get(url, params=version)).status_code == 400  # no Metadata header
+        assert (await azure.get(url, headers=header)).status_code == 400  # no api-version
+        assert (await azure.get(url, params=version, headers=header)).json() == {
+            "DocumentIncarnation": 1,
+            "Events": [],
+        }
+        name = (
+            await azure.get(
+                f"/{node}/metadata/instance/compute/name",
+                params={"api-version": "2021-02-01", "format": "text"},
+                headers=header,
+            )
+        ).text
+        env.cloud.interrupt(node=node)
+        document = (await azure.get(url, params=version, headers=header)).json()
+        (event,) = document["Events"]
+        assert document["DocumentIncarnation"] == 2
+        assert {k: event[k] for k in ("EventType", "EventStatus", "Resources", "DurationInSeconds")} == {
+            "EventType": "Preempt",
+            "EventStatus": "Scheduled",
+            "Resources": [name],
+            "DurationInSeconds": -1,
+        }
+        assert event["NotBefore"] == rfc1123(env.clock.now() + 30)
+        bad = await azure.post(url, params=version, headers=header, json={"StartRequests": "not-a-list"})
+        assert bad.status_code == 400
+        ack = await azure.post(
+            url, params=version, headers=header, json={"StartRequests": [{"EventId": event["EventId"]}]}
+        )
+        assert ack.status_code == 200
+        (started,) = (await azure.get(url, params=version, headers=header)).json()["Events"]
+        assert (started["EventStatus"], started["NotBefore"]) == ("Started", "")
 
 
 async def test_control_interrupt_and_shortage(env: Env, control: httpx.AsyncClient) -> None:

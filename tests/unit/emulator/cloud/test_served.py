@@ -29,12 +29,15 @@ def test_metadata_endpoint_of_a_served_cluster(tmp_path: Path) -> None:
         url = node["metadata"]["annotations"][nodes.METADATA_URL_ANNOTATION]
         assert url.endswith(f"/{node_name}")
         action = f"{url}/latest/meta-data/spot/instance-action"
-        assert httpx.get(action).status_code == 404
+        assert httpx.get(action).status_code == 401  # IMDSv2: a session token is required
+        token = httpx.put(f"{url}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        headers = {"X-aws-ec2-metadata-token": token.text}
+        assert httpx.get(action, headers=headers).status_code == 404
         served.call(lambda: cloud.interrupt(node=node_name, notice=300))
-        answer = httpx.get(action)
+        answer = httpx.get(action, headers=headers)
         assert answer.status_code == 200
         assert answer.json()["action"] == "terminate"
-        assert httpx.get(f"{url}/latest/meta-data/instance-type").text == "m5.large"
+        assert httpx.get(f"{url}/latest/meta-data/instance-type", headers=headers).text == "m5.large"
 
 
 def test_cli_steers_a_served_cluster_over_https(tmp_path: Path) -> None:
