@@ -586,7 +586,28 @@ def run_batch_resources(world: World) -> None:
     _cli("batch-resources", "--kubeconfig", str(world.up.kubeconfig), "--once", "--dry-run")
 
 
+def run_node_notices(world: World) -> None:
+    """One round on a spot node with no notice: it reads the node's metadata and changes nothing."""
+    listed = subprocess.run(
+        ["kubectl", "--kubeconfig", str(world.up.kubeconfig), "get", "nodes", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    node = next(
+        n
+        for n in json.loads(listed.stdout)["items"]
+        if "emulator.shipshape.dev/metadata-url" in (n["metadata"].get("annotations") or {})
+    )
+    url = node["metadata"]["annotations"]["emulator.shipshape.dev/metadata-url"]
+    name = node["metadata"]["name"]
+    args = ["node-notices", "--node-name", name, "--kubeconfig", str(world.up.kubeconfig)]
+    _cli(*args, "--cloud", "aws", "--metadata-url", url, "--interval", "2s", "--once")
+
+
 RUNS: dict[tuple[str, ...], Callable[[World], None]] = {
+    ("node-notices",): run_node_notices,
     ("analyze",): run_analyze,
     ("batch-resources",): run_batch_resources,
     ("controller", "uninstall"): run_controller_uninstall,
