@@ -13,18 +13,13 @@ import pytest
 import yaml
 from matplotlib import image
 
-from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
-from shipshape.agent.mirror import Mirror
-from shipshape.agent.pusher import Pusher
-from shipshape.agent.runner import Agent, AgentSettings, sources
-from shipshape.agent.spool import Spool
 from shipshape.emulator.resources import DEPLOYMENTS
-from shipshape.kube import informers as kit
 from tests.integration.agent.backend_process import (
     backend_process,
     bootstrap,
     free_port,
     on_demand_only_unless_tolerated,
+    running_agent,
 )
 from tests.integration.emulator.served_cluster import serve_cluster
 from tests.manifests import deployment
@@ -61,81 +56,63 @@ def test_log_in_see_the_cluster_approve_and_the_agent_applies(tmp_path: Path) ->
     with serve_cluster(tmp_path, on_demand_only_unless_tolerated()) as cluster:
         web = deployment("web", 3, cpu="500m", memory="512Mi", grace_seconds=2)
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(web))
-        with backend_process(port, db, tmp_path, analysis_seconds="0") as url:
-            mirror = Mirror()
-            pusher = Pusher(url, token)
-            agent = Agent(
-                kit.Informers(sources(cluster.api_client), mirror, backoff_max=1.0),
-                mirror,
-                pusher,
-                Spool(tmp_path / "spool"),
-                cluster.clock,
-                AgentSettings(snapshot_interval=3600, delta_interval=5),
+        with (
+            backend_process(port, db, tmp_path, analysis_seconds="0") as url,
+            running_agent(cluster, url, token, tmp_path / "spool"),
+            sync_playwright() as playwright,
+        ):
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(f"{url}/")
+            # A wrong key is refused on the page.
+            page.fill("#api-key", "ssk_000000000000_" + "x" * 43)
+            page.click("#login-form button")
+            expect(page.locator("#login-error")).to_have_text("That key is not valid.")
+            page.fill("#api-key", key)
+            page.click("#login-form button")
+            row = page.locator(f'#clusters-table tr[data-cluster="{cluster_id}"]')
+            expect(row).to_contain_text("prod")
+            row.click()
+
+            expect(page.locator("#cluster-name")).to_have_text("prod", timeout=15_000)
+            # Charts hold the cluster's data: six nodes, web's three replicas on demand.
+            page.wait_for_function("Chart.getChart(document.getElementById('chart-pools')) !== undefined")
+            assert _chart_total(page, "chart-pools") == 6
+            assert _chart_total(page, "chart-workloads") >= 3
+            assert _chart_total(page, "chart-startup") >= 3
+            assert _chart_total(page, "chart-nodes") > 0
+            shot = tmp_path / "cluster.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert _has_colour(shot, SPOT_COLOUR) > 500, "no spot bars drawn"
+            assert _has_colour(shot, ON_DEMAND_COLOUR) > 500, "no on-demand bars drawn"
+
+            # The recommendation appears once the workers analyzed the pushes; approve it.
+            recommendation = page.locator("#recommendations-table tr", has_text="Deployment/default/web")
+            for _ in range(30):
+                if recommendation.count():
+                    break
+                page.wait_for_timeout(1000)
+                page.evaluate("route()")
+            expect(recommendation).to_contain_text("open")
+            recommendation.locator("button.approve").click()
+            expect(recommendation).to_contain_text("approved")
+
+            cluster.wait(
+                "web opted in by the agent",
+                lambda: (
+                    (cluster.get(DEPLOYMENTS, "default", "web") or {})
+                    .get("metadata", {})
+                    .get("annotations", {})
+                    .get("spot.shipshape.dev/enabled")
+                    == "true"
+                ),
+                60,
             )
-            loop = InstructionLoop(InstructionClient(pusher.client), Executor(cluster.api_client), wait=2.0)
-            agent.start()
-            loop.start()
-            try:
-                with sync_playwright() as playwright:
-                    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-                    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                    page.goto(f"{url}/")
-                    # A wrong key is refused on the page.
-                    page.fill("#api-key", "ssk_000000000000_" + "x" * 43)
-                    page.click("#login-form button")
-                    expect(page.locator("#login-error")).to_have_text("That key is not valid.")
-                    page.fill("#api-key", key)
-                    page.click("#login-form button")
-                    row = page.locator(f'#clusters-table tr[data-cluster="{cluster_id}"]')
-                    expect(row).to_contain_text("prod")
-                    row.click()
-
-                    expect(page.locator("#cluster-name")).to_have_text("prod", timeout=15_000)
-                    # Charts hold the cluster's data: six nodes, web's three replicas on demand.
-                    page.wait_for_function(
-                        "Chart.getChart(document.getElementById('chart-pools')) !== undefined"
-                    )
-                    assert _chart_total(page, "chart-pools") == 6
-                    assert _chart_total(page, "chart-workloads") >= 3
-                    assert _chart_total(page, "chart-startup") >= 3
-                    assert _chart_total(page, "chart-nodes") > 0
-                    shot = tmp_path / "cluster.png"
-                    page.screenshot(path=str(shot), full_page=True)
-                    assert _has_colour(shot, SPOT_COLOUR) > 500, "no spot bars drawn"
-                    assert _has_colour(shot, ON_DEMAND_COLOUR) > 500, "no on-demand bars drawn"
-
-                    # The recommendation appears once the workers analyzed the pushes; approve it.
-                    recommendation = page.locator(
-                        "#recommendations-table tr", has_text="Deployment/default/web"
-                    )
-                    for _ in range(30):
-                        if recommendation.count():
-                            break
-                        page.wait_for_timeout(1000)
-                        page.evaluate("route()")
-                    expect(recommendation).to_contain_text("open")
-                    recommendation.locator("button.approve").click()
-                    expect(recommendation).to_contain_text("approved")
-
-                    cluster.wait(
-                        "web opted in by the agent",
-                        lambda: (
-                            (cluster.get(DEPLOYMENTS, "default", "web") or {})
-                            .get("metadata", {})
-                            .get("annotations", {})
-                            .get("spot.shipshape.dev/enabled")
-                            == "true"
-                        ),
-                        60,
-                    )
-                    for _ in range(30):
-                        page.evaluate("route()")
-                        page.wait_for_timeout(500)
-                        if "applied" in (recommendation.text_content() or ""):
-                            break
-                    expect(recommendation).to_contain_text("applied")
-                    page.screenshot(path=str(tmp_path / "applied.png"), full_page=True)
-                    browser.close()
-            finally:
-                loop.stop()
-                agent.stop()
+            for _ in range(30):
+                page.evaluate("route()")
+                page.wait_for_timeout(500)
+                if "applied" in (recommendation.text_content() or ""):
+                    break
+            expect(recommendation).to_contain_text("applied")
+            page.screenshot(path=str(tmp_path / "applied.png"), full_page=True)
+            browser.close()

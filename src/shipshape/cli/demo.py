@@ -130,6 +130,14 @@ def deployment_available(deployment: Obj) -> bool:
     )
 
 
+def statefulsets_ready(statefulsets: Iterable[Obj]) -> bool:
+    """Every StatefulSet has all its replicas Ready (the reclaim waits for them as for Deployments)."""
+    return all(
+        int(s.get("status", {}).get("readyReplicas", 0)) >= int(s.get("spec", {}).get("replicas", 1))
+        for s in statefulsets
+    )
+
+
 def rollout_progress(deployments: Iterable[Obj]) -> tuple[int, int, bool]:
     """(available replicas, desired replicas, every Deployment available) over `deployments`."""
     available = desired = 0
@@ -516,7 +524,12 @@ class Show:
                 )
 
             await self.until(
-                lambda: rollout_progress(self.workloads())[2], self.settings.rollout_timeout, tick
+                lambda: (
+                    rollout_progress(self.workloads())[2]
+                    and statefulsets_ready(self.cluster.store.list(STATEFULSETS))
+                ),
+                self.settings.rollout_timeout,
+                tick,
             )
         names = ", ".join(d["metadata"]["name"] for d in self.workloads())
         self.console.print(f"{self.stamp()} [green]all Deployments available[/green] ({names})")

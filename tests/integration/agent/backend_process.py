@@ -14,10 +14,16 @@ from pathlib import Path
 
 import httpx
 
+from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
+from shipshape.agent.mirror import Mirror
+from shipshape.agent.pusher import Pusher
+from shipshape.agent.runner import Agent, AgentSettings, sources
+from shipshape.agent.spool import Spool
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.emulator.scenario import Scenario
-from tests.integration.emulator.served_cluster import scenario, scenario_doc
+from shipshape.kube import informers as kit
+from tests.integration.emulator.served_cluster import ServedCluster, scenario, scenario_doc
 
 
 def free_port() -> int:
@@ -88,3 +94,27 @@ def on_demand_only_unless_tolerated() -> Scenario:
         for pool in scenario_doc()["pools"]
     ]
     return scenario(pools=pools)
+
+
+@contextlib.contextmanager
+def running_agent(cluster: ServedCluster, url: str, token: str, spool: Path) -> Iterator[Agent]:
+    """The agent on the served cluster pushing to `url` (deltas every 5 emulated s), executing approved
+    instructions, until the block ends."""
+    mirror = Mirror()
+    pusher = Pusher(url, token)
+    agent = Agent(
+        kit.Informers(sources(cluster.api_client), mirror, backoff_max=1.0),
+        mirror,
+        pusher,
+        Spool(spool),
+        cluster.clock,
+        AgentSettings(snapshot_interval=3600, delta_interval=5),
+    )
+    loop = InstructionLoop(InstructionClient(pusher.client), Executor(cluster.api_client), wait=2.0)
+    agent.start()
+    loop.start()
+    try:
+        yield agent
+    finally:
+        loop.stop()
+        agent.stop()

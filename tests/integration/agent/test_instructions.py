@@ -10,19 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
-from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
-from shipshape.agent.mirror import Mirror
-from shipshape.agent.pusher import Pusher
-from shipshape.agent.runner import Agent, AgentSettings, sources
-from shipshape.agent.spool import Spool
+from shipshape.agent.instructions import Executor
 from shipshape.contracts.instructions import InstructionEnvelope, Precondition, SetSpotPolicy, WorkloadRef
 from shipshape.emulator.resources import DEPLOYMENTS
-from shipshape.kube import informers as kit
 from tests.integration.agent.backend_process import (
     backend_process,
     bootstrap,
     free_port,
     on_demand_only_unless_tolerated,
+    running_agent,
 )
 from tests.integration.emulator.served_cluster import ServedCluster, serve_cluster
 from tests.manifests import deployment
@@ -45,62 +41,41 @@ def test_a_recommendation_approved_is_applied_by_the_agent_and_reported(tmp_path
     with serve_cluster(tmp_path, on_demand_only_unless_tolerated()) as cluster:
         web = deployment("web", 3, cpu="500m", memory="512Mi", grace_seconds=2)
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(web))
-        with backend_process(port, db, tmp_path, analysis_seconds="0") as url:
-            mirror = Mirror()
-            pusher = Pusher(url, token)
-            agent = Agent(
-                kit.Informers(sources(cluster.api_client), mirror, backoff_max=1.0),
-                mirror,
-                pusher,
-                Spool(tmp_path / "spool"),
-                cluster.clock,
-                AgentSettings(snapshot_interval=3600, delta_interval=5),
+        with (
+            backend_process(port, db, tmp_path, analysis_seconds="0") as url,
+            running_agent(cluster, url, token, tmp_path / "spool"),
+        ):
+
+            def recommended() -> list[dict[str, Any]]:
+                found = httpx.get(f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user).json()
+                return [
+                    r
+                    for r in found
+                    if r["kind"] == "spot-adoption" and r["recommendation"]["target"]["name"] == "web"
+                ]
+
+            (rec,) = cluster.wait("a spot-adoption recommendation for web", recommended, 120)
+            assert rec["status"] == "open" and rec["monthly_savings_usd"] > 0
+            assert rec["recommendation"]["instruction"]["annotations"]["spot.shipshape.dev/enabled"] == "true"
+
+            approved = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
+            assert approved.status_code == 200, approved.text
+            again = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
+            assert again.status_code == 409
+
+            cluster.wait(
+                "web annotated by the agent",
+                lambda: _annotations(cluster, "web").get("spot.shipshape.dev/enabled") == "true",
+                60,
             )
-            loop = InstructionLoop(InstructionClient(pusher.client), Executor(cluster.api_client), wait=2.0)
-            agent.start()
-            loop.start()
-            try:
 
-                def recommended() -> list[dict[str, Any]]:
-                    found = httpx.get(
-                        f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user
-                    ).json()
-                    return [
-                        r
-                        for r in found
-                        if r["kind"] == "spot-adoption" and r["recommendation"]["target"]["name"] == "web"
-                    ]
+            def applied() -> dict[str, Any] | None:
+                rows = httpx.get(f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user).json()
+                row = next(r for r in rows if r["id"] == rec["id"])
+                return row if row["status"] == "applied" else None
 
-                (rec,) = cluster.wait("a spot-adoption recommendation for web", recommended, 120)
-                assert rec["status"] == "open" and rec["monthly_savings_usd"] > 0
-                assert (
-                    rec["recommendation"]["instruction"]["annotations"]["spot.shipshape.dev/enabled"]
-                    == "true"
-                )
-
-                approved = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
-                assert approved.status_code == 200, approved.text
-                again = httpx.post(f"{url}/api/v1/recommendations/{rec['id']}/approve", headers=user)
-                assert again.status_code == 409
-
-                cluster.wait(
-                    "web annotated by the agent",
-                    lambda: _annotations(cluster, "web").get("spot.shipshape.dev/enabled") == "true",
-                    60,
-                )
-
-                def applied() -> dict[str, Any] | None:
-                    rows = httpx.get(
-                        f"{url}/api/v1/clusters/{cluster_id}/recommendations", headers=user
-                    ).json()
-                    row = next(r for r in rows if r["id"] == rec["id"])
-                    return row if row["status"] == "applied" else None
-
-                done = cluster.wait("the recommendation reported applied", applied, 60)
-                assert "applied set-spot-policy to Deployment/default/web" in (done["detail"] or "")
-            finally:
-                loop.stop()
-                agent.stop()
+            done = cluster.wait("the recommendation reported applied", applied, 60)
+            assert "applied set-spot-policy to Deployment/default/web" in (done["detail"] or "")
 
 
 @pytest.mark.integration

@@ -219,6 +219,13 @@ def _deployment(name: str, replicas: int, available: int, *, observed: int = 1) 
     }
 
 
+def test_statefulsets_ready_needs_every_replica_ready() -> None:
+    ready = {"spec": {"replicas": 2}, "status": {"readyReplicas": 2}}
+    starting = {"spec": {"replicas": 2}, "status": {"readyReplicas": 1}}
+    assert demo.statefulsets_ready([ready]) and not demo.statefulsets_ready([ready, starting])
+    assert demo.statefulsets_ready([])
+
+
 def test_rollout_progress_counts_available_replicas_up_to_desired() -> None:
     assert demo.rollout_progress([_deployment("a", 3, 3), _deployment("b", 2, 1)]) == (4, 5, False)
     assert demo.rollout_progress([_deployment("a", 3, 3), _deployment("b", 2, 2)]) == (5, 5, True)

@@ -40,7 +40,7 @@ def test_demo_scenario_is_held_by_its_on_demand_floor() -> None:
     found = findings.findings(demo, [_baseline(13.6, 86040.0)])
     assert [f.code for f in found] == ["on-demand-floor"]
     message = found[0].message
-    assert "2 nodes, 7.8 CPU" in message and "(6.0 CPU" in message
+    assert "2 nodes, 7.8 CPU" in message and "(6.5 CPU" in message
     # 2 x m5.xlarge on-demand (0.192/h) and one m5.large + one c5.large spot node at least, all day.
     assert "No strategy can save more than 20.6%" in message, message
 
