@@ -109,7 +109,7 @@ def test_unknown_policy_and_bad_settings() -> None:
 
 
 ROOT = Path(__file__).resolve().parents[4]
-# ../shared next to the checkout (or next to the folder of worktrees).
+# ../shared next to the checkout (or one folder further up).
 DATA = (
     next(
         (p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()),
