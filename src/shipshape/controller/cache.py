@@ -968,13 +968,8 @@ class ClusterCache:
         return self.conventions.terms(capacity.value, self._present)
 
     def pins_capacity(self, pod: Mapping[str, Any]) -> bool:
-        """Whether a pod already chooses a capacity type (nodeSelector or required node affinity on any
-        capacity label)."""
-        spec = pod.get("spec") or {}
-        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ) or {}
-        return self.conventions.pins(spec.get("nodeSelector"), required.get("nodeSelectorTerms") or [])
+        """Whether a pod already chooses a capacity type, by the conventions in force."""
+        return self.conventions.pins_pod(pod)
 
     def _see_conventions(self, node: Mapping[str, Any]) -> None:
         """Record the capacity-label keys a node carries; a key new to the cluster can change how the

@@ -218,6 +218,15 @@ class Conventions:
             return True
         return any(expr.get("key") in keys for term in terms for expr in term.get("matchExpressions") or [])
 
+    def pins_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod (or a pod template) already chooses a capacity type itself: a nodeSelector or a
+        required node affinity on any capacity label of these conventions."""
+        spec = pod.get("spec") or {}
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        return self.pins(spec.get("nodeSelector"), required.get("nodeSelectorTerms") or [])
+
     def is_spot_requirement(self, expression: Mapping[str, Any]) -> bool:
         """Whether a match expression asks for spot nodes (`<key> In <spot values>` of a convention)."""
         if expression.get("operator") != "In":

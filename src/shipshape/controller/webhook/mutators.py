@@ -52,13 +52,8 @@ Mutator = Callable[[MutationInput, Obj], None]
 def pins_capacity(
     pod: Mapping[str, Any], conventions: kube_capacity.Conventions = kube_capacity.DEFAULT
 ) -> bool:
-    """True when the pod already chooses a capacity type itself (its own choice is kept): a nodeSelector
-    or a required node affinity on any capacity label."""
-    spec = pod.get("spec") or {}
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    return conventions.pins(spec.get("nodeSelector"), required.get("nodeSelectorTerms") or [])
+    """True when the pod already chooses a capacity type itself (its own choice is kept)."""
+    return conventions.pins_pod(pod)
 
 
 def _default_terms(decision: Decision) -> list[list[Obj]]:
