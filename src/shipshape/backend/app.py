@@ -406,15 +406,16 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
 
     @app.get("/api/v1/clusters/{cluster_id}/summary", responses={404: {"model": ErrorOut}})
     def cluster_summary(
-        cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]
+        cluster_id: str,
+        user: Annotated[repo.UserPrincipal, Depends(_user)],
+        startup: Annotated[bool, Query(description="include the pod and node start-up analyses")] = True,
     ) -> dict[str, Any]:
         """What the dashboard draws: nodes by pool, cost beside on-demand, spot share per workload,
-        pod and node start-up."""
+        and (unless `startup=false`, as the clusters overview asks) pod and node start-up."""
+        kinds = summary.KINDS if startup else summary.COST_KINDS
         with backend.transaction() as session:
-            objects = {
-                kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in summary.KINDS
-            }
-        return summary.summarize(objects)
+            objects = {kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in kinds}
+        return summary.summarize(objects, startup=startup)
 
     @app.get(
         "/api/v1/clusters/{cluster_id}/recommendations",

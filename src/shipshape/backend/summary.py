@@ -49,7 +49,15 @@ def histogram(values: Sequence[float]) -> list[dict[str, Any]]:
     return [{"bucket": label, "pods": count} for label, count in zip(labels, counts, strict=True)]
 
 
-def summarize(objects: Mapping[str, Sequence[Obj]], slowest: int = 20) -> dict[str, Any]:
+# What the cost figures need; start-up also reads events (the largest kind by far).
+COST_KINDS = ("nodes", "pods", "replicasets")
+
+
+def summarize(
+    objects: Mapping[str, Sequence[Obj]], slowest: int = 20, *, startup: bool = True
+) -> dict[str, Any]:
+    """The cluster's figures; `startup=False` leaves out the start-up analyses (the clusters overview
+    shows cost and spot share only)."""
     nodes = list(objects.get("nodes", ()))
     pods = list(objects.get("pods", ()))
     events = list(objects.get("events", ()))
@@ -91,11 +99,7 @@ def summarize(objects: Mapping[str, Sequence[Obj]], slowest: int = 20) -> dict[s
         per_workload.setdefault(f"{namespace}/{owner}", Counter())[capacity.get(node, "unknown")] += 1
     on_spot = sum(c["spot"] for c in per_workload.values())
     placed = sum(sum(c.values()) for c in per_workload.values())
-    report = analyze_pod_startup(pods, events, nodes)
-    pod_report = report.to_json(slowest=slowest)
-    node_report = analyze_node_startup(nodes, pods, events).to_json()
-    latencies = [t.end_to_end for t in report.timelines if t.end_to_end is not None]
-    return {
+    figures: dict[str, Any] = {
         "nodes": len(nodes),
         "pods": len(pods),
         "pools": sorted(pools.values(), key=lambda p: (p["capacity_type"], p["instance_type"], p["zone"])),
@@ -109,6 +113,11 @@ def summarize(objects: Mapping[str, Sequence[Obj]], slowest: int = 20) -> dict[s
             {"workload": name, "spot": c["spot"], "on_demand": c["on-demand"], "other": c["unknown"]}
             for name, c in sorted(per_workload.items())
         ],
-        "pod_startup": {**pod_report, "histogram": histogram(latencies)},
-        "node_startup": {**node_report, "nodes": node_report["nodes"][:50]},
     }
+    if startup:
+        report = analyze_pod_startup(pods, events, nodes)
+        node_report = analyze_node_startup(nodes, pods, events).to_json()
+        latencies = [t.end_to_end for t in report.timelines if t.end_to_end is not None]
+        figures["pod_startup"] = {**report.to_json(slowest=slowest), "histogram": histogram(latencies)}
+        figures["node_startup"] = {**node_report, "nodes": node_report["nodes"][:50]}
+    return figures

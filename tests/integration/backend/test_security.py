@@ -93,5 +93,13 @@ async def test_health_readiness_metrics_and_openapi(sqlite_url: str) -> None:
             'shipshape_backend_pushes_total{result="accepted",schema="shipshape.dev/snapshot/v1"} 1.0'
             in metrics
         )
+        user = {"Authorization": f"Bearer {t.api_key}"}
+        await h.settled(t.cluster_id, 1)
+        full = (await h.client.get(f"/api/v1/clusters/{t.cluster_id}/summary", headers=user)).json()
+        overview = (
+            await h.client.get(f"/api/v1/clusters/{t.cluster_id}/summary?startup=false", headers=user)
+        ).json()
+        assert "pod_startup" in full and "pod_startup" not in overview
+        assert {k: v for k, v in full.items() if k not in ("pod_startup", "node_startup")} == overview
         paths = (await h.client.get("/openapi.json")).json()["paths"]
         assert {"/api/v1/pushes", "/api/v1/clusters", "/api/v1/clusters/{cluster_id}"} <= set(paths)

@@ -43,7 +43,8 @@ async function showClusters() {
   // Rows are built aside and swapped in at once, so overlapping refreshes never mix their rows.
   const body = document.createElement("tbody");
   for (const c of clusters) {
-    const summary = await api(`/api/v1/clusters/${c.id}/summary`).catch(() => null);
+    // Cost and spot share only: the start-up analyses are for the cluster's own page.
+    const summary = await api(`/api/v1/clusters/${c.id}/summary?startup=false`).catch(() => null);
     const row = body.insertRow();
     row.className = "link";
     row.dataset.cluster = c.id;
