@@ -181,7 +181,7 @@ class Agent:
                 elif now >= next_delta:
                     self.delta_now()
                     next_delta = now + settings.delta_interval
-                if self.spool.items() and self._retry_at <= time.monotonic():
+                if self.spool and self._retry_at <= time.monotonic():
                     if self.drain():
                         self._backoff = settings.backoff_start
                     else:

@@ -42,9 +42,18 @@ class Spool:
         directory.mkdir(parents=True, exist_ok=True)
         for leftover in directory.glob("*.tmp"):
             leftover.unlink(missing_ok=True)  # a write cut short by a crash: never acknowledged
+        # Files and their sizes, read once: this process is the spool's only writer, so the loop asks
+        # "anything to send?" and "does it fit?" without listing the folder each time.
+        self._sizes: dict[Path, int] = {item.path: item.path.stat().st_size for item in self._scan()}
 
     def items(self) -> list[Spooled]:
         """What waits to be sent, oldest first."""
+        return [item for item in self._scan() if item.path in self._sizes]
+
+    def __bool__(self) -> bool:
+        return bool(self._sizes)
+
+    def _scan(self) -> list[Spooled]:
         out = []
         for path in self.directory.iterdir():
             match = _NAME.match(path.name)
@@ -57,7 +66,7 @@ class Spool:
         return items[-1].sequence if items else 0
 
     def size(self) -> int:
-        return sum(s.path.stat().st_size for s in self.items())
+        return sum(self._sizes.values())
 
     def fits(self, compressed: int) -> bool:
         return self.size() + compressed <= self.max_bytes
@@ -76,17 +85,19 @@ class Spool:
                 os.fsync(handle.fileno())
             os.replace(temporary, path)
             _sync_directory(self.directory)
+            self._sizes[path] = len(data)
             return Spooled(sequence, kind, path)
 
     def fold(self, sequence: int, snapshot: bytes) -> Spooled:
         """Drop everything spooled and keep one fresh snapshot instead (it holds all their changes)."""
         with self._lock:
             for item in self.items():
-                item.path.unlink(missing_ok=True)
+                self.remove(item)
         return self.add(sequence, "snapshot", snapshot)
 
     def remove(self, item: Spooled) -> None:
         item.path.unlink(missing_ok=True)
+        self._sizes.pop(item.path, None)
 
 
 def _sync_directory(directory: Path) -> None:

@@ -84,7 +84,10 @@ def test_spool_is_ordered_durable_and_bounded(tmp_path: Path) -> None:
     noise = os.urandom(8192)  # random bytes do not compress below the bound
     with pytest.raises(ValueError, match="spool full"):
         spool.add(21, "delta", noise)
+    # The spool's in-memory index equals what a fresh look at the folder finds.
+    assert spool.size() == Spool(tmp_path / "spool").size() and bool(spool)
     folded = spool.fold(22, b'{"snapshot": true}')
     assert [(i.sequence, i.kind) for i in spool.items()] == [(22, "snapshot")]
+    assert spool.size() == Spool(tmp_path / "spool").size() == folded.path.stat().st_size
     spool.remove(folded)
-    assert spool.items() == []
+    assert spool.items() == [] and not spool and spool.size() == 0
