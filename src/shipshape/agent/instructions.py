@@ -226,34 +226,40 @@ class InstructionLoop:
         self.idle = idle  # real seconds between two looks at the Lease while following
         self.stop_event = threading.Event()
         self.outcomes: list[tuple[str, InstructionOutcome]] = []
+        # Held while one instruction is executed and reported (a stop waits for that, not for a poll).
+        self._busy = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="agent-instructions", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self, wait: bool = True) -> None:
-        """No more polls; `wait`: until the current one (and what it handed over) is done."""
+    def stop(self) -> None:
+        """No more instructions: returns once the one in hand, if any, is executed and reported. A long
+        poll under way is not waited for: what it hands over is left to be leased again."""
         self.stop_event.set()
-        if wait and self.thread.ident is not None:
-            self.thread.join(self.wait + 35)
+        with self._busy:
+            pass
 
     def run_once(self, wait: float) -> int:
         handled = 0
         for envelope in self.client.poll(wait):
             instruction_id = envelope if isinstance(envelope, str) else envelope.id
-            if not self.is_leader():
-                LOG.warning("instruction %s not executed: this replica no longer leads", instruction_id)
-                break
-            if isinstance(envelope, str):
-                outcome = InstructionOutcome(
-                    status="refused", detail="not an instruction kind this agent executes"
-                )
-            else:
-                outcome = self.executor.execute(envelope)
-            LOG.info("instruction %s: %s (%s)", instruction_id, outcome.status, outcome.detail)
-            self.client.report(instruction_id, outcome)
-            self.outcomes.append((instruction_id, outcome))
-            handled += 1
+            with self._busy:
+                if self.stop_event.is_set():
+                    break
+                if not self.is_leader():
+                    LOG.warning("instruction %s not executed: this replica no longer leads", instruction_id)
+                    break
+                if isinstance(envelope, str):
+                    outcome = InstructionOutcome(
+                        status="refused", detail="not an instruction kind this agent executes"
+                    )
+                else:
+                    outcome = self.executor.execute(envelope)
+                LOG.info("instruction %s: %s (%s)", instruction_id, outcome.status, outcome.detail)
+                self.client.report(instruction_id, outcome)
+                self.outcomes.append((instruction_id, outcome))
+                handled += 1
         return handled
 
     def _run(self) -> None:
@@ -267,7 +273,7 @@ class InstructionLoop:
                 backoff = 1.0
             except (httpx.HTTPError, ValidationError, RuntimeError) as error:
                 if self.stop_event.is_set():
-                    break  # stopping: the client was closed under a long poll
+                    break  # stopping: the client may have been closed under a long poll
                 if isinstance(error, RuntimeError):
                     raise
                 LOG.warning("instructions: %s; retrying in %.0fs", error, backoff)

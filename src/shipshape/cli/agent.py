@@ -138,8 +138,7 @@ def agent(
         + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
     )
     stop.wait()
-    # No new instructions; the last push, then the Lease released (the other replica takes over now);
-    # then the instruction in hand, if any, finishes.
-    executor.stop(wait=False)
-    runner.stop()
+    # The instruction in hand, if any, finishes; then the last push, and the Lease is given up (the
+    # other replica takes over now).
     executor.stop()
+    runner.stop()

@@ -36,6 +36,7 @@ class Backend:
         self.on_poll = on_poll
         self.polls = 0
         self.reports: list[tuple[str, str]] = []
+        self.reported = threading.Event()
 
     def poll(self, wait: float) -> list[InstructionEnvelope | str]:
         self.polls += 1
@@ -45,6 +46,7 @@ class Backend:
 
     def report(self, instruction_id: str, outcome: InstructionOutcome) -> None:
         self.reports.append((instruction_id, outcome.status))
+        self.reported.set()
 
 
 class Cluster:
@@ -82,7 +84,31 @@ def test_a_follower_does_not_poll_until_it_leads() -> None:
     try:
         assert not polled.wait(0.1) and backend.polls == 0
         leading.set()
-        assert polled.wait(5)
+        assert backend.reported.wait(5)
     finally:
         loop.stop()
+    assert cluster.executed == ["i1"] and backend.reports == [("i1", "applied")]
+
+
+def test_a_stop_waits_for_the_instruction_in_hand_not_for_a_poll() -> None:
+    executing, release = threading.Event(), threading.Event()
+
+    class Slow(Cluster):
+        def execute(self, item: InstructionEnvelope) -> InstructionOutcome:
+            executing.set()
+            release.wait(5)
+            return super().execute(item)
+
+    backend, cluster = Backend([[envelope("i1"), envelope("i2")]]), Slow()
+    loop = InstructionLoop(backend, cluster, wait=0, idle=0.01)  # type: ignore[arg-type]
+    loop.start()
+    assert executing.wait(5)
+    stopper = threading.Thread(target=loop.stop)
+    stopper.start()
+    stopper.join(0.05)
+    assert stopper.is_alive()  # i1 is being executed: the stop waits for it
+    release.set()
+    stopper.join(5)
+    assert not stopper.is_alive()
+    # i1 was finished and reported; i2, handed over by the same poll, was left alone.
     assert cluster.executed == ["i1"] and backend.reports == [("i1", "applied")]
