@@ -230,7 +230,10 @@ class LeaseElector:
 
     def _run(self) -> None:
         while not self.stop_event.is_set():
-            self.step()
+            try:
+                self.step()
+            except Exception:  # a bug must not end the election: the Lease would just lapse
+                LOG.exception("leader election (%s) step failed", self.settings.name)
             self.stop_event.wait(max(0.01, self.clock.real_seconds(self.settings.retry_seconds)))
 
     def stop(self, release: bool = True) -> None:
