@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -204,47 +205,77 @@ def _reason(error: k8s.ApiException) -> str:
 
 
 class InstructionLoop:
-    """Long-polls the backend, executes, reports; a thread until `stop`."""
+    """Long-polls the backend, executes, reports; a thread until `stop`.
 
-    def __init__(self, client: InstructionClient, executor: Executor, wait: float = 20.0) -> None:
+    With leader election, `is_leader` says whether this replica may act: a follower does not poll,
+    and a leader that lost the Lease during a poll executes nothing more (what it was handed stays
+    leased to it on the backend, then goes to the new leader)."""
+
+    def __init__(
+        self,
+        client: InstructionClient,
+        executor: Executor,
+        wait: float = 20.0,
+        is_leader: Callable[[], bool] | None = None,
+        idle: float = 1.0,
+    ) -> None:
         self.client = client
         self.executor = executor
         self.wait = wait
+        self.is_leader = is_leader or (lambda: True)
+        self.idle = idle  # real seconds between two looks at the Lease while following
         self.stop_event = threading.Event()
         self.outcomes: list[tuple[str, InstructionOutcome]] = []
+        # Held while one instruction is executed and reported (a stop waits for that, not for a poll).
+        self._busy = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="agent-instructions", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
+        """No more instructions: returns once the one in hand, if any, is executed and reported. A long
+        poll under way is not waited for: what it hands over is left to be leased again."""
         self.stop_event.set()
-        self.thread.join(self.wait + 35)
+        with self._busy:
+            pass
 
     def run_once(self, wait: float) -> int:
         handled = 0
         for envelope in self.client.poll(wait):
-            if isinstance(envelope, str):
-                outcome = InstructionOutcome(
-                    status="refused", detail="not an instruction kind this agent executes"
-                )
-                instruction_id = envelope
-            else:
-                instruction_id = envelope.id
-                outcome = self.executor.execute(envelope)
-            LOG.info("instruction %s: %s (%s)", instruction_id, outcome.status, outcome.detail)
-            self.client.report(instruction_id, outcome)
-            self.outcomes.append((instruction_id, outcome))
-            handled += 1
+            instruction_id = envelope if isinstance(envelope, str) else envelope.id
+            with self._busy:
+                if self.stop_event.is_set():
+                    break
+                if not self.is_leader():
+                    LOG.warning("instruction %s not executed: this replica no longer leads", instruction_id)
+                    break
+                if isinstance(envelope, str):
+                    outcome = InstructionOutcome(
+                        status="refused", detail="not an instruction kind this agent executes"
+                    )
+                else:
+                    outcome = self.executor.execute(envelope)
+                LOG.info("instruction %s: %s (%s)", instruction_id, outcome.status, outcome.detail)
+                self.client.report(instruction_id, outcome)
+                self.outcomes.append((instruction_id, outcome))
+                handled += 1
         return handled
 
     def _run(self) -> None:
         backoff = 1.0
         while not self.stop_event.is_set():
+            if not self.is_leader():
+                self.stop_event.wait(self.idle)
+                continue
             try:
                 self.run_once(self.wait)
                 backoff = 1.0
-            except (httpx.HTTPError, ValidationError) as error:
+            except (httpx.HTTPError, ValidationError, RuntimeError) as error:
+                if self.stop_event.is_set():
+                    break  # stopping: the client may have been closed under a long poll
+                if isinstance(error, RuntimeError):
+                    raise
                 LOG.warning("instructions: %s; retrying in %.0fs", error, backoff)
                 self.stop_event.wait(backoff)
                 backoff = min(60.0, backoff * 2)

@@ -4,6 +4,11 @@ first, then sent in order with exponential back-off and jitter while the backend
 
 Sequences come from the wall clock in milliseconds (and always grow), so a restarted agent, even one
 whose spool was lost, never sends a sequence the backend has already passed.
+
+With a `LeaseElector` (two replicas), only the Lease holder snapshots, spools and sends; the other
+keeps its informers and mirror in step, so that when it takes over it starts at once with a full
+snapshot (its sequences, from its own wall clock, follow the old leader's). A leader that loses the
+Lease stops sending before its next push, and gives the Lease up on a graceful stop after its last one.
 """
 
 from __future__ import annotations
@@ -22,12 +27,19 @@ from shipshape import __version__
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Outcome, Pusher
 from shipshape.agent.spool import Spool
+from shipshape.kube import errors
 from shipshape.kube import informers as kit
 from shipshape.kube.clock import Clock
+from shipshape.kube.leader import LeaseElector
 
 LOG = logging.getLogger("shipshape.agent")
 # A delta of more changes than this is sent as a full snapshot instead (cheaper for both sides).
 MAX_DELTA_CHANGES = 10_000
+
+
+class LeaseUnavailable(RuntimeError):
+    """The agent may not take part in leader election: its Lease's namespace does not exist, or RBAC
+    does not let it read or write the Lease."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,7 @@ class Agent:
         clock: Clock,
         settings: AgentSettings = AgentSettings(),
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        elector: LeaseElector | None = None,
     ) -> None:
         self.informers = informers
         self.mirror = mirror
@@ -81,7 +94,10 @@ class Agent:
         self.clock = clock
         self.settings = settings
         self.wall = wall
+        self.elector = elector
         self.stop_event = threading.Event()
+        # Set to end a wait early: a stop, or a change of leadership.
+        self._wake = threading.Event()
         self.sent = 0
         self.last_error: str | None = None
         self._last_sequence = spool.last_sequence()
@@ -89,18 +105,50 @@ class Agent:
         self._backoff = settings.backoff_start
         self._retry_at = 0.0
         self.thread = threading.Thread(target=self._run, name="agent", daemon=True)
+        if elector is not None:
+            elector.listen(on_start_leading=self._wake.set, on_stop_leading=self._wake.set)
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the latest push this agent made (spooled), 0 before the first."""
+        return self._last_sequence
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica pushes now (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader
 
     def start(self) -> None:
+        """List every kind, then (with leader election) take one election step, so that a lone
+        replica pushes its first snapshot at once, and run. Raises LeaseUnavailable when the Lease
+        cannot be held at all (no namespace, no RBAC), RuntimeError when the informers did not sync."""
         self.informers.start()
         if not self.informers.wait_synced(self.settings.sync_timeout):
             self.informers.stop()
             raise RuntimeError("the agent's informers did not list every kind in time")
+        if self.elector is not None:
+            try:
+                self.elector.try_once()
+            except (errors.NotFound, errors.Forbidden, errors.Unauthorized) as error:
+                self.informers.stop()
+                lease = self.elector.settings
+                raise LeaseUnavailable(
+                    f"cannot hold the Lease {lease.namespace}/{lease.name}: {error}"
+                ) from error
+            except errors.ApiError as error:
+                LOG.warning("first leader election step failed, retrying: %s", error)
+            self.elector.start()
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, release_lease: bool = True) -> None:
+        """Stop pushing, then give the Lease up (`release_lease=False` leaves it to expire, as a killed
+        process would), then stop watching."""
         self.stop_event.set()
+        self._wake.set()
         if self.thread.is_alive():
             self.thread.join(10)
+        if self.elector is not None:
+            self.elector.stop(release=release_lease)
         self.informers.stop()
         self.pusher.close()
 
@@ -145,8 +193,11 @@ class Agent:
         self._base = sequence
 
     def drain(self) -> bool:
-        """Send what is spooled, oldest first; False when the backend is away (retry later)."""
+        """Send what is spooled, oldest first; False when the backend is away (retry later). Stops
+        before the next push once this replica no longer leads (what is left waits in the spool)."""
         for item in self.spool.items():
+            if not self.leading:
+                return True
             answer = self.pusher.send(item.sequence, item.gzipped())
             if answer.outcome is Outcome.RETRY:
                 self.last_error = answer.detail
@@ -168,11 +219,24 @@ class Agent:
 
     def _run(self) -> None:
         settings = self.settings
-        self.snapshot_now()
-        next_snapshot = self.clock.now() + settings.snapshot_interval
-        next_delta = self.clock.now() + settings.delta_interval
+        leading = False
+        next_snapshot = next_delta = 0.0
         while not self.stop_event.is_set():
+            if not self.leading:
+                if leading:
+                    LOG.info("no longer the leader: pushes stop (the informers keep following)")
+                leading = False
+                # Asked again each second (real) as well: a lease that lapsed calls back only at the
+                # elector's next step.
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
             now = self.clock.now()
+            if not leading:
+                leading = True
+                self._base = None  # a leader starts with a full snapshot
+                if self.elector is not None:
+                    LOG.info("leading: pushing a full snapshot, then deltas")
             try:
                 if now >= next_snapshot or self._base is None:
                     self.snapshot_now()
@@ -193,4 +257,5 @@ class Agent:
             except OSError as error:  # the spool's disk
                 LOG.error("spool: %s", error)
             wake = min(next_delta, next_snapshot) - self.clock.now()
-            self.stop_event.wait(max(0.01, min(1.0, self.clock.real_seconds(max(0.0, wake)))))
+            self._wake.wait(max(0.01, min(1.0, self.clock.real_seconds(max(0.0, wake)))))
+            self._wake.clear()

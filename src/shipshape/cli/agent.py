@@ -1,24 +1,33 @@
-"""`shipshape agent`: follow a cluster and push its state to the backend."""
+"""`shipshape agent`: follow a cluster and push its state to the backend.
+
+Two replicas are safe: they elect a leader on the Lease `shipshape-agent` in `--lease-namespace` (by
+default the namespace the pod runs in, else `shipshape-system`); only the holder pushes and executes
+instructions, the other keeps its informers in step to take over at once. `--no-leader-election` for
+a single process (a laptop, the demo). The token is read from a file and never logged.
+"""
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from shipshape.agent.instructions import Executor, InstructionClient, InstructionLoop
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
-from shipshape.agent.runner import Agent, AgentSettings, sources
+from shipshape.agent.runner import Agent, AgentSettings, LeaseUnavailable, sources
 from shipshape.agent.spool import Spool
+from shipshape.cli import common
 from shipshape.kube import informers as kit
+from shipshape.kube import leader
 from shipshape.kube.client import KubeClientError, load_api_client, server_version
 from shipshape.kube.clock import RealClock
 from shipshape.kube.duration import parse_duration
+
+LEASE_NAME = "shipshape-agent"
 
 
 def agent(
@@ -41,12 +50,32 @@ def agent(
             "--instructions/--no-instructions", help="execute approved instructions from the backend"
         ),
     ] = True,
+    leader_election: Annotated[
+        bool,
+        typer.Option(
+            "--leader-election/--no-leader-election",
+            help=f"elect one pushing replica on the Lease {LEASE_NAME} (off: a single process)",
+        ),
+    ] = True,
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(help="namespace of the Lease (default: the pod's namespace, else shipshape-system)"),
+    ] = None,
+    identity: Annotated[
+        str | None, typer.Option(help="this replica's name in the Lease (default: host name and pid)")
+    ] = None,
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"], typer.Option(help="least severe level logged")
+    ] = "info",
+    log_format: Annotated[
+        Literal["text", "json"], typer.Option(help="one line per record: text (key=value) or json")
+    ] = "text",
 ) -> None:
     """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
-    while it is unreachable."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    while it is unreachable; with two replicas, the Lease holder pushes."""
+    from shipshape.cli import logs
+
+    logs.configure(log_level, log_format)
     try:
         token = token_file.read_text(encoding="utf-8").strip()
         if not token:
@@ -58,14 +87,16 @@ def agent(
         )
         api_client = load_api_client(kubeconfig)
     except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        raise common.fail(error) from None
     try:
         server_version(api_client)
     except KubeClientError as error:
         if error.status is None:  # unreachable at start: one line, not a warning per informer retry
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(1) from None
+            raise common.fail(error, common.FAILED) from None
+    clock = RealClock()
+    lease = leader.LeaseSettings(LEASE_NAME, lease_namespace or leader.default_namespace())
+    name = identity or leader.default_identity()
+    elector = leader.LeaseElector(api_client, name, clock, lease) if leader_election else None
     mirror = Mirror()
     pusher = Pusher(backend, token)
     runner = Agent(
@@ -73,25 +104,41 @@ def agent(
         mirror,
         pusher,
         Spool(spool, settings.spool_max_bytes),
-        RealClock(),
+        clock,
         settings,
+        elector=elector,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
         runner.start()
+    except LeaseUnavailable as error:
+        raise common.fail(
+            f"{error} (create the namespace, choose another with --lease-namespace, or run a single "
+            "agent with --no-leader-election)",
+            common.FAILED,
+        ) from None
     except RuntimeError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
-    executor = InstructionLoop(InstructionClient(pusher.client), Executor(api_client, dry_run=dry_run))
+        raise common.fail(error, common.FAILED) from None
+    executor = InstructionLoop(
+        InstructionClient(pusher.client),
+        Executor(api_client, dry_run=dry_run),
+        is_leader=lambda: runner.leading,
+    )
     if instructions:
         executor.start()
     typer.echo(
-        f"shipshape agent: following the cluster, pushing to {backend} (spool {spool})"
+        f"shipshape agent {name}: following the cluster, pushing to {backend} (spool {spool})"
+        + (
+            f"; leader election on Lease {lease.namespace}/{lease.name}"
+            if leader_election
+            else "; no leader election"
+        )
         + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
     )
     stop.wait()
-    if instructions:
-        executor.stop()
+    # The instruction in hand, if any, finishes; then the last push, and the Lease is given up (the
+    # other replica takes over now).
+    executor.stop()
     runner.stop()

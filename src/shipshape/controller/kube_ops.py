@@ -1,5 +1,5 @@
 """`ClusterOps` over the official Kubernetes client: the only module of the controller that writes
-to a real API server (informers.py and leader.py read and hold the Lease through the same client).
+to a real API server (informers.py reads, and kube/leader.py holds the Lease, through the same client).
 
 Bodies go out and come back as the API's JSON (`_preload_content=False`); client exceptions are
 translated to `OpsError` here and go no further.

@@ -203,7 +203,7 @@ class ControllerProcess:
                 settings.lease.duration_seconds,
                 settings.lease.retry_seconds,
             ),
-            on_change=self._lease_changed,
+            on_start_leading=self._started_leading,
         )
         self.loops = all_reconcilers(
             clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
@@ -288,10 +288,9 @@ class ControllerProcess:
             " (recommend-only: nothing is changed)" if self.config.dry_run else "",
         )
 
-    def _lease_changed(self, leader: bool) -> None:
-        """The Lease changed hands: the new leader points the webhook configuration at itself now."""
-        if leader:
-            self.webhook_owner.request()
+    def _started_leading(self) -> None:
+        """The Lease came to this replica: it points the webhook configuration at itself now."""
+        self.webhook_owner.request()
 
     def _remove_expired_guards(self) -> None:
         """Guard PDBs whose deadline passed (their controller is gone) hold up drains: any replica

@@ -5,6 +5,7 @@ Every layer raises these; the HTTP layer turns them into responses in one place.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -170,3 +171,80 @@ class Timeout(ApiError):
     code = 504
     reason = "Timeout"
     retryable = True
+
+
+class Unreachable(ServiceUnavailable):
+    """No answer at all: the API server could not be reached (refused, DNS, TLS, a timeout).
+
+    Raised by clients, never answered by a server; retryable like a 503."""
+
+    reason = "Unreachable"
+
+
+# Classes by the `reason` of a Status body, then by HTTP code (the reason tells 409s apart).
+_BY_REASON: dict[str, type[ApiError]] = {
+    cls.reason: cls
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        AlreadyExists,
+        Conflict,
+        Gone,
+        RequestEntityTooLarge,
+        UnsupportedMediaType,
+        TooManyRequests,
+        InternalError,
+        ServiceUnavailable,
+        Timeout,
+    )
+}
+_BY_CODE: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    410: Gone,
+    413: RequestEntityTooLarge,
+    415: UnsupportedMediaType,
+    429: TooManyRequests,
+    500: InternalError,
+    503: ServiceUnavailable,
+    504: Timeout,
+}
+
+
+def from_status(code: int | None, body: Any = None) -> ApiError:
+    """The error an API server's answer stands for: `code` is the HTTP status, `body` the response
+    (a `Status` object as JSON text, bytes or a dict; anything else is ignored).
+
+    The Status's `reason` picks the class where it names one (a 409 is `AlreadyExists` on a create
+    and `Conflict` on a stale update), then the HTTP code; an unknown code keeps its number (`code`
+    on the instance) and is retryable when it is 5xx."""
+    status: Any = body
+    if isinstance(status, bytes | str):
+        try:
+            status = json.loads(status) if status else None
+        except ValueError:
+            status = None
+    if not isinstance(status, dict):
+        status = {}
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "") or (f"HTTP {code}" if code else "no status")
+    details = status.get("details") if isinstance(status.get("details"), dict) else None
+    if reason == "Invalid" or code == 422:
+        error: ApiError = ApiError(message, details=details)
+        error.code, error.reason = 422, "Invalid"
+        return error
+    cls = _BY_REASON.get(reason) or _BY_CODE.get(code or 0)
+    if cls is not None and (code is None or cls.code == code):
+        return cls(message, details=details)
+    error = ApiError(message, details=details)
+    error.code = code or 500
+    error.reason = reason
+    error.retryable = error.code >= 500
+    return error

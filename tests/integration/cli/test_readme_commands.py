@@ -502,6 +502,17 @@ def _backend_and_agent(world: World) -> dict[str, Any]:
                 return False
 
         _until(serving, "the backend to serve")
+        # The agent's Lease lives in shipshape-system (as in a cluster where deploy/agent/ made it).
+        subprocess.run(
+            ["kubectl", "--kubeconfig", str(world.up.kubeconfig), "apply", "-f", "-"],
+            input=json.dumps(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shipshape-system"}}
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         agent = subprocess.Popen(
             _shipshape(
                 "agent",

@@ -51,3 +51,7 @@ runAsGroup: 65532
 capabilities:
   drop: [ALL]
 {{- end }}
+
+{{- define "shipshape.agent.selector" -}}
+app.kubernetes.io/name: shipshape-agent
+{{- end }}
