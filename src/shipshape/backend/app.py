@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import auth, dashboard, summary
+from shipshape.backend import auth, dashboard, series_api, summary
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -416,6 +416,8 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         with backend.transaction() as session:
             objects = {kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in kinds}
         return summary.summarize(objects, startup=startup)
+
+    app.include_router(series_api.router(backend, _user))
 
     @app.get(
         "/api/v1/clusters/{cluster_id}/recommendations",

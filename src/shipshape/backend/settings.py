@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB = "sqlite:///.shipshape/backend.db"
@@ -41,6 +41,20 @@ class BackendSettings(BaseSettings):
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
+    # Per-cluster time series (`series.py`): a point a minute per cluster, kept this many days, then
+    # averaged into a point an hour; the hourly points are deleted after `series_retention_days`.
+    series_minute_days: float = Field(default=7.0, gt=0)
+    series_retention_days: float = Field(default=400.0, gt=0)
+    # Bring the database schema to the newest migration when the process starts. Off where a
+    # migrations Job runs before the rollout (`shipshape admin migrate`): the processes then only
+    # check it (`/readyz` answers 503 until the schema is current).
+    migrate: bool = True
+
+    @model_validator(mode="after")
+    def _series_windows(self) -> BackendSettings:
+        if self.series_minute_days > self.series_retention_days:
+            raise ValueError("series_minute_days must not exceed series_retention_days")
+        return self
 
 
 def load(file: Path | None = None, **flags: Any) -> BackendSettings:
