@@ -182,6 +182,7 @@ def _principal(
         principal = repo.authenticate(session, presented)
     if principal is None:
         raise HTTPException(401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"})
+    request.state.principal = principal  # for the request log
     if not backend.limiter.allow(presented.id):
         raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": "1"})
     return principal
@@ -288,9 +289,11 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     async def _observe(request: Request, call_next: Any) -> Response:
         started = time.perf_counter()
         response: Response = await call_next(request)
+        elapsed = time.perf_counter() - started
         route = getattr(request.scope.get("route"), "path", "unmatched")
         backend.metrics.requests.labels(route, str(response.status_code)).inc()
-        backend.metrics.latency.labels(route).observe(time.perf_counter() - started)
+        backend.metrics.latency.labels(route).observe(elapsed)
+        _log_request(request, route, response.status_code, elapsed)
         return response
 
     app.mount("/dashboard", StaticFiles(directory=dashboard.STATIC, html=True), name="dashboard")
@@ -496,6 +499,36 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+# Probes and scrapes: logged at debug only (the kubelet and Prometheus call them every few seconds).
+_QUIET_ROUTES = frozenset(("/healthz", "/readyz", "/metrics"))
+ACCESS_LOG = logging.getLogger("shipshape.backend.access")
+
+
+def _log_request(request: Request, route: str, status: int, elapsed: float) -> None:
+    """One line per request: method, path (no query), route, status, duration, and who asked (the
+    credential's id, never its secret; the organisation and the cluster where known)."""
+    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    if not ACCESS_LOG.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "method": request.method,
+        "path": request.url.path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 1),
+    }
+    principal = getattr(request.state, "principal", None)
+    if isinstance(principal, repo.AgentPrincipal):
+        fields.update(org_id=principal.org_id, cluster_id=principal.cluster_id, credential=principal.token_id)
+    elif isinstance(principal, repo.UserPrincipal):
+        fields.update(org_id=principal.org_id, credential=principal.key_id)
+        if "cluster_id" in request.path_params:
+            fields["cluster_id"] = request.path_params["cluster_id"]
+    if request.client is not None:
+        fields["client"] = request.client.host
+    ACCESS_LOG.log(level, "%s %s %d", request.method, request.url.path, status, extra=fields)
 
 
 def _validation_message(error: Exception) -> str:

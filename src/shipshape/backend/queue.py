@@ -30,6 +30,7 @@ LOG = logging.getLogger("shipshape.backend.queue")
 DEFAULT_STREAM = "SHIPSHAPE_PUSHES"
 DURABLE = "workers"
 _STREAM_NAME = re.compile(r"^[A-Z0-9_]{1,64}$")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
 class QueueError(Exception):
@@ -139,7 +140,7 @@ class NatsQueue:
                 self.url, connect_timeout=5, max_reconnect_attempts=-1, allow_reconnect=True
             )
         except Exception as error:  # nats-py raises OSError, TimeoutError or its own NoServersError
-            raise QueueError(f"cannot reach NATS at {self.url}: {error}") from error
+            raise QueueError(f"cannot reach NATS at {shown(self.url)}: {error}") from error
         self._js = self._nc.jetstream()
         stream = StreamConfig(
             name=self.stream,
@@ -203,4 +204,9 @@ async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQ
             raise QueueError(f"invalid stream name {stream!r}: 1-64 of A-Z, 0-9 and _")
         server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         return await NatsQueue(server, stream=stream, ack_wait=ack_wait).connect()
-    raise QueueError(f"unsupported queue URL {url!r}: use memory:// or nats://host:port")
+    raise QueueError(f"unsupported queue URL {shown(url)!r}: use memory:// or nats://host:port")
+
+
+def shown(url: str) -> str:
+    """`url` without the password of its user (for messages and logs)."""
+    return _PASSWORD.sub(r"\1***@", url)

@@ -32,6 +32,7 @@ async def build(settings: BackendSettings) -> Backend:
     engine = store_engine.create(settings.db)
     if settings.migrate:
         await asyncio.to_thread(store_engine.migrate, engine)
+        LOG.info("database schema at %s", await asyncio.to_thread(store_engine.revision, engine))
     queue = await open_queue(settings.queue)
     return Backend(
         settings=settings,
@@ -73,7 +74,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
 
     app = create_app(backend, run_workers=run_workers if in_process else None)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", access_log=False
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False, log_config=None
     )
     server = uvicorn.Server(config)
     try:
@@ -155,7 +156,12 @@ class EmbeddedBackend:
         in_process = isinstance(backend.queue, MemoryQueue)
         app = create_app(backend, run_workers=run_workers if in_process else None)
         config = uvicorn.Config(
-            app, host=self.settings.host, port=self.settings.port, log_level="warning", access_log=False
+            app,
+            host=self.settings.host,
+            port=self.settings.port,
+            log_level="warning",
+            access_log=False,
+            log_config=None,
         )
         self._server = uvicorn.Server(config)
         serving = asyncio.create_task(self._server.serve())

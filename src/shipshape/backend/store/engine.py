@@ -32,8 +32,9 @@ def create(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it)."""
     try:
         parsed = make_url(normalise_url(url))
-    except ArgumentError as error:
-        raise StoreError(f"invalid database URL {url!r}: {error}") from error
+    except ArgumentError:
+        # Not the URL itself in the message: it may hold a password.
+        raise StoreError("invalid database URL: use postgresql://user@host/db or sqlite:///path") from None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
@@ -74,8 +75,13 @@ def migrate(engine: Engine) -> None:
 def is_current(engine: Engine) -> bool:
     """The database is at the newest migration (readiness)."""
     head = ScriptDirectory.from_config(_config(engine)).get_current_head()
+    return revision(engine) == head
+
+
+def revision(engine: Engine) -> str | None:
+    """The migration the database is at (None: an empty database)."""
     with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision() == head
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def sessions(engine: Engine) -> sessionmaker[Session]:
