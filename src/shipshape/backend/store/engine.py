@@ -9,6 +9,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError as AlembicError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -73,9 +74,21 @@ def migrate(engine: Engine) -> None:
 
 
 def is_current(engine: Engine) -> bool:
-    """The database is at the newest migration (readiness)."""
-    head = ScriptDirectory.from_config(_config(engine)).get_current_head()
-    return revision(engine) == head
+    """The database has every migration this code knows (readiness): it is at this code's newest, or
+    at a newer one a later version applied (migrations only add while the two versions run side by
+    side in a rollout, so the old processes stay ready). An empty database, or one at an older
+    migration, is not current."""
+    script = ScriptDirectory.from_config(_config(engine))
+    current = revision(engine)
+    if current is None:
+        return False
+    if current == script.get_current_head():
+        return True
+    try:
+        script.get_revision(current)
+    except AlembicError:
+        return True  # not one of ours: written by a newer version
+    return False
 
 
 def revision(engine: Engine) -> str | None:
