@@ -27,10 +27,11 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import auth, dashboard, series_api, summary
-from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
@@ -269,7 +270,7 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         title="Shipshape backend",
         version="1",
         lifespan=lifespan,
-        responses={401: {"model": ErrorOut}, 429: {"model": ErrorOut}},
+        responses={401: {"model": ErrorOut}, 429: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     )
     app.state.backend = backend
 
@@ -284,6 +285,19 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     @app.exception_handler(repo.Conflict)
     async def _conflict(_: Request, error: repo.Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=409)
+
+    async def _database_unavailable(request: Request, error: Exception) -> JSONResponse:
+        # The database is away (restarting, failing over, out of connections): nothing was stored,
+        # the caller may retry. Its type only: a driver's message may name hosts and users.
+        LOG.warning(
+            "database unavailable during %s %s: %s", request.method, request.url.path, type(error).__name__
+        )
+        return JSONResponse(
+            {"detail": "database unavailable, retry later"}, status_code=503, headers={"Retry-After": "5"}
+        )
+
+    for unavailable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+        app.add_exception_handler(unavailable, _database_unavailable)
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Any) -> Response:
@@ -357,9 +371,12 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
                 session, agent.cluster_id, idempotency_key, schema, message.sequence, stored, backend.now()
             )
         if not recorded.duplicate:
-            await backend.queue.publish(
-                Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
-            )
+            job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
+            try:
+                await backend.queue.publish(job)
+            except QueueError as error:
+                # Committed, so accepted: the workers' sweep queues it once the queue is back.
+                LOG.warning("push %s stored but not queued: %s", recorded.push_id, error)
         backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
         return PushAccepted(push_id=recorded.push_id, duplicate=recorded.duplicate)
 

@@ -164,9 +164,16 @@ class NatsQueue:
         return self
 
     async def publish(self, job: Job) -> None:
-        await self._js.publish(
-            f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
-        )
+        """QueueError when JetStream does not confirm it (NATS down, or the stream unavailable); at once
+        while the connection is down (nats-py reconnects in the background)."""
+        if not self._nc.is_connected:
+            raise QueueError(f"NATS is not connected; job {job.message_id} not queued")
+        try:
+            await self._js.publish(
+                f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
+            )
+        except Exception as error:  # nats-py's timeouts, connection and JetStream errors
+            raise QueueError(f"NATS did not take job {job.message_id}: {type(error).__name__}") from error
 
     async def consume(self, handler: Handler) -> None:
         subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
