@@ -120,9 +120,12 @@ class NatsQueue:
         ack_wait: float = 30.0,
         retry_delay: float = 0.5,
         batch: int = 32,
+        replicas: int = 1,
     ) -> None:
         self.url = url
         self.stream = stream
+        # Copies of the stream in a NATS cluster (R3 survives the loss of a server).
+        self.replicas = replicas
         self.subject = stream.lower().replace("_", "-")
         self.ack_wait = ack_wait
         self.retry_delay = retry_delay
@@ -148,6 +151,7 @@ class NatsQueue:
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             duplicate_window=120.0,
+            num_replicas=self.replicas,
         )
         try:
             await self._js.add_stream(stream)
@@ -201,16 +205,21 @@ class NatsQueue:
 
 
 async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQueue:
-    """`memory://` or `nats://host:port[?stream=NAME]`."""
+    """`memory://` or `nats://host:port[?stream=NAME][&replicas=N]` (`tls://` for TLS; a user and
+    password in the URL authenticate)."""
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return MemoryQueue()
     if parts.scheme in ("nats", "tls"):
-        stream = parse_qs(parts.query).get("stream", [DEFAULT_STREAM])[0]
+        query = parse_qs(parts.query)
+        stream = query.get("stream", [DEFAULT_STREAM])[0]
         if not _STREAM_NAME.match(stream):
             raise QueueError(f"invalid stream name {stream!r}: 1-64 of A-Z, 0-9 and _")
+        replicas = query.get("replicas", ["1"])[0]
+        if replicas not in ("1", "2", "3", "4", "5"):
+            raise QueueError(f"invalid replicas {replicas!r}: 1 to 5 copies of the stream")
         server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-        return await NatsQueue(server, stream=stream, ack_wait=ack_wait).connect()
+        return await NatsQueue(server, stream=stream, ack_wait=ack_wait, replicas=int(replicas)).connect()
     raise QueueError(f"unsupported queue URL {shown(url)!r}: use memory:// or nats://host:port")
 
 

@@ -8,6 +8,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -62,6 +63,21 @@ def workers_for(backend: Backend) -> Workers:
     )
 
 
+def uvicorn_options(settings: BackendSettings) -> dict[str, Any]:
+    """How uvicorn serves the API: address, TLS when configured, logging left to the process's own
+    handlers (`cli/logs.py`; the API logs each request itself)."""
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "warning",
+        "access_log": False,
+        "log_config": None,
+    }
+    if settings.ssl_certfile is not None:
+        options.update(ssl_certfile=str(settings.ssl_certfile), ssl_keyfile=str(settings.ssl_keyfile))
+    return options
+
+
 async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = None) -> None:
     """The API under uvicorn; with the in-process queue, the workers run in this process too."""
     backend = await build(settings)
@@ -73,9 +89,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
             yield
 
     app = create_app(backend, run_workers=run_workers if in_process else None)
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", access_log=False, log_config=None
-    )
+    config = uvicorn.Config(app, **uvicorn_options(settings))
     server = uvicorn.Server(config)
     try:
         await server.serve()
@@ -155,14 +169,7 @@ class EmbeddedBackend:
 
         in_process = isinstance(backend.queue, MemoryQueue)
         app = create_app(backend, run_workers=run_workers if in_process else None)
-        config = uvicorn.Config(
-            app,
-            host=self.settings.host,
-            port=self.settings.port,
-            log_level="warning",
-            access_log=False,
-            log_config=None,
-        )
+        config = uvicorn.Config(app, **uvicorn_options(self.settings))
         self._server = uvicorn.Server(config)
         serving = asyncio.create_task(self._server.serve())
         while not self._server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has only a flag)

@@ -26,6 +26,10 @@ class BackendSettings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # HTTPS in the API process itself (PEM files, as uvicorn's --ssl-certfile/--ssl-keyfile); at
+    # scale TLS usually ends at the ingress instead. Both or neither.
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
     # A push as sent (gzip or not) and once inflated; bigger ones get 413 and store nothing.
     max_push_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_inflated_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
@@ -51,9 +55,14 @@ class BackendSettings(BaseSettings):
     migrate: bool = True
 
     @model_validator(mode="after")
-    def _series_windows(self) -> BackendSettings:
+    def _consistent(self) -> BackendSettings:
         if self.series_minute_days > self.series_retention_days:
             raise ValueError("series_minute_days must not exceed series_retention_days")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        for tls_file in (self.ssl_certfile, self.ssl_keyfile):
+            if tls_file is not None and not tls_file.is_file():
+                raise ValueError(f"{tls_file} is not a file")
         return self
 
 

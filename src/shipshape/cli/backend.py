@@ -62,6 +62,10 @@ def backend(
         int | None, typer.Option(help="port on 127.0.0.1 (default 8080; 0: any free port)")
     ] = None,
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    ssl_certfile: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
+    ] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None,
     db: DbOption = None,
     queue: QueueOption = None,
     config: ConfigOption = None,
@@ -72,7 +76,9 @@ def backend(
     runs its workers too. A line per request (method, path, status, duration, organisation, cluster)
     at info; probes and scrapes at debug."""
     logs.configure(log_level, log_format)
-    settings = _settings(config, port=port, host=host, db=db, queue=queue)
+    settings = _settings(
+        config, port=port, host=host, db=db, queue=queue, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile
+    )
     try:
         asyncio.run(service.serve_api(settings))
     except (store_engine.StoreError, QueueError) as error:

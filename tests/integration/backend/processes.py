@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -85,15 +86,19 @@ def start(name: str, workdir: Path, *args: str, env: dict[str, str] | None = Non
 GRACEFUL = (0, -signal.SIGTERM)
 
 
-def start_backend(name: str, workdir: Path, *args: str, env: dict[str, str] | None = None) -> Process:
-    """`shipshape backend --port <free> …`, once `/readyz` answers 200."""
+def start_backend(
+    name: str, workdir: Path, *args: str, env: dict[str, str] | None = None, ca: Path | None = None
+) -> Process:
+    """`shipshape backend --port <free> …`, once `/readyz` answers 200 (over HTTPS, trusting `ca`,
+    when `ca` is given)."""
     port = free_port()
     process = start(name, workdir, "backend", "--port", str(port), *args, env=env)
-    process.url = f"http://127.0.0.1:{port}"
+    process.url = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
     deadline = time.monotonic() + 60
     while True:
         try:
-            if httpx.get(f"{process.url}/readyz", timeout=1).status_code == 200:
+            if httpx.get(f"{process.url}/readyz", timeout=1, verify=verify).status_code == 200:
                 return process
         except httpx.TransportError:
             pass
