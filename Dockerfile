@@ -1,5 +1,6 @@
-# The shipshape image: the controller (`shipshape controller`) and the per-node notice poller
-# (`shipshape node-notices`) run from it. Build: `docker build -t shipshape:0.1.0 .`
+# The shipshape image: the controller (`shipshape controller`), the per-node notice poller
+# (`shipshape node-notices`) and the backend (`shipshape backend`, `shipshape worker`,
+# `shipshape admin migrate`: deploy/backend/) run from it. Build: `docker build -t shipshape:0.1.0 .`
 #
 # Two stages: the builder makes wheels of the package and its pinned dependencies and installs them
 # into a virtual environment; the final image gets that environment alone (no pip cache, no build
@@ -24,7 +25,7 @@ RUN python -m pip wheel --wheel-dir /wheels . \
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="shipshape" \
-      org.opencontainers.image.description="Spot placement controller and node notice poller for Kubernetes" \
+      org.opencontainers.image.description="Spot placement controller, node notice poller and backend for Kubernetes" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/shipshape /opt/shipshape
 # HOME and the caches point at /tmp: the root filesystem may be read-only.

@@ -27,6 +27,7 @@ from tests.manifests import deployment
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SPOT_COLOUR = (0xF0, 0xA2, 0x02)
 ON_DEMAND_COLOUR = (0x12, 0x32, 0x4F)
+COST_SERIES_COLOUR = (0x2A, 0x9D, 0x8F)
 
 
 def _has_colour(png: Path, rgb: tuple[int, int, int], tolerance: int = 6) -> int:
@@ -81,10 +82,23 @@ def test_log_in_see_the_cluster_approve_and_the_agent_applies(tmp_path: Path) ->
             assert _chart_total(page, "chart-workloads") >= 3
             assert _chart_total(page, "chart-startup") >= 3
             assert _chart_total(page, "chart-nodes") > 0
+            # The cost series holds the points the workers wrote after applying the agent's pushes.
+            page.wait_for_function(
+                """() => { const c = Chart.getChart(document.getElementById('chart-series-cost'));
+                           return c !== undefined && c.data.datasets.length > 0; }"""
+            )
+            points = page.evaluate(
+                "Chart.getChart(document.getElementById('chart-series-cost')).data.datasets[0].data"
+            )
+            assert points and all(p["y"] > 0 for p in points), points
             shot = tmp_path / "cluster.png"
             page.screenshot(path=str(shot), full_page=True)
             assert _has_colour(shot, SPOT_COLOUR) > 500, "no spot bars drawn"
             assert _has_colour(shot, ON_DEMAND_COLOUR) > 500, "no on-demand bars drawn"
+            # The cost chart has no legend: only its points and line are drawn in its colour.
+            series_shot = tmp_path / "series.png"
+            page.locator("#chart-series-cost").screenshot(path=str(series_shot))
+            assert _has_colour(series_shot, COST_SERIES_COLOUR, tolerance=12) > 20, "no cost series drawn"
 
             # The recommendation appears once the workers analyzed the pushes; approve it.
             recommendation = page.locator("#recommendations-table tr", has_text="Deployment/default/web")

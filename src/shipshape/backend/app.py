@@ -27,10 +27,11 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import auth, dashboard, summary
-from shipshape.backend.queue import Job, MemoryQueue, NatsQueue
+from shipshape.backend import auth, dashboard, series_api, summary
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
@@ -182,6 +183,7 @@ def _principal(
         principal = repo.authenticate(session, presented)
     if principal is None:
         raise HTTPException(401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"})
+    request.state.principal = principal  # for the request log
     if not backend.limiter.allow(presented.id):
         raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": "1"})
     return principal
@@ -268,7 +270,7 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         title="Shipshape backend",
         version="1",
         lifespan=lifespan,
-        responses={401: {"model": ErrorOut}, 429: {"model": ErrorOut}},
+        responses={401: {"model": ErrorOut}, 429: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     )
     app.state.backend = backend
 
@@ -284,13 +286,28 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     async def _conflict(_: Request, error: repo.Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=409)
 
+    async def _database_unavailable(request: Request, error: Exception) -> JSONResponse:
+        # The database is away (restarting, failing over, out of connections): nothing was stored,
+        # the caller may retry. Its type only: a driver's message may name hosts and users.
+        LOG.warning(
+            "database unavailable during %s %s: %s", request.method, request.url.path, type(error).__name__
+        )
+        return JSONResponse(
+            {"detail": "database unavailable, retry later"}, status_code=503, headers={"Retry-After": "5"}
+        )
+
+    for unavailable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+        app.add_exception_handler(unavailable, _database_unavailable)
+
     @app.middleware("http")
     async def _observe(request: Request, call_next: Any) -> Response:
         started = time.perf_counter()
         response: Response = await call_next(request)
+        elapsed = time.perf_counter() - started
         route = getattr(request.scope.get("route"), "path", "unmatched")
         backend.metrics.requests.labels(route, str(response.status_code)).inc()
-        backend.metrics.latency.labels(route).observe(time.perf_counter() - started)
+        backend.metrics.latency.labels(route).observe(elapsed)
+        _log_request(request, route, response.status_code, elapsed)
         return response
 
     app.mount("/dashboard", StaticFiles(directory=dashboard.STATIC, html=True), name="dashboard")
@@ -354,9 +371,12 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
                 session, agent.cluster_id, idempotency_key, schema, message.sequence, stored, backend.now()
             )
         if not recorded.duplicate:
-            await backend.queue.publish(
-                Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
-            )
+            job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
+            try:
+                await backend.queue.publish(job)
+            except QueueError as error:
+                # Committed, so accepted: the workers' sweep queues it once the queue is back.
+                LOG.warning("push %s stored but not queued: %s", recorded.push_id, error)
         backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
         return PushAccepted(push_id=recorded.push_id, duplicate=recorded.duplicate)
 
@@ -416,6 +436,8 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         with backend.transaction() as session:
             objects = {kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in kinds}
         return summary.summarize(objects, startup=startup)
+
+    app.include_router(series_api.router(backend, _user))
 
     @app.get(
         "/api/v1/clusters/{cluster_id}/recommendations",
@@ -494,6 +516,36 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+# Probes and scrapes: logged at debug only (the kubelet and Prometheus call them every few seconds).
+_QUIET_ROUTES = frozenset(("/healthz", "/readyz", "/metrics"))
+ACCESS_LOG = logging.getLogger("shipshape.backend.access")
+
+
+def _log_request(request: Request, route: str, status: int, elapsed: float) -> None:
+    """One line per request: method, path (no query), route, status, duration, and who asked (the
+    credential's id, never its secret; the organisation and the cluster where known)."""
+    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    if not ACCESS_LOG.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "method": request.method,
+        "path": request.url.path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 1),
+    }
+    principal = getattr(request.state, "principal", None)
+    if isinstance(principal, repo.AgentPrincipal):
+        fields.update(org_id=principal.org_id, cluster_id=principal.cluster_id, credential=principal.token_id)
+    elif isinstance(principal, repo.UserPrincipal):
+        fields.update(org_id=principal.org_id, credential=principal.key_id)
+        if "cluster_id" in request.path_params:
+            fields["cluster_id"] = request.path_params["cluster_id"]
+    if request.client is not None:
+        fields["client"] = request.client.host
+    ACCESS_LOG.log(level, "%s %s %d", request.method, request.url.path, status, extra=fields)
 
 
 def _validation_message(error: Exception) -> str:

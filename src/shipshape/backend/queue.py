@@ -30,6 +30,7 @@ LOG = logging.getLogger("shipshape.backend.queue")
 DEFAULT_STREAM = "SHIPSHAPE_PUSHES"
 DURABLE = "workers"
 _STREAM_NAME = re.compile(r"^[A-Z0-9_]{1,64}$")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
 class QueueError(Exception):
@@ -119,9 +120,12 @@ class NatsQueue:
         ack_wait: float = 30.0,
         retry_delay: float = 0.5,
         batch: int = 32,
+        replicas: int = 1,
     ) -> None:
         self.url = url
         self.stream = stream
+        # Copies of the stream in a NATS cluster (R3 survives the loss of a server).
+        self.replicas = replicas
         self.subject = stream.lower().replace("_", "-")
         self.ack_wait = ack_wait
         self.retry_delay = retry_delay
@@ -139,7 +143,7 @@ class NatsQueue:
                 self.url, connect_timeout=5, max_reconnect_attempts=-1, allow_reconnect=True
             )
         except Exception as error:  # nats-py raises OSError, TimeoutError or its own NoServersError
-            raise QueueError(f"cannot reach NATS at {self.url}: {error}") from error
+            raise QueueError(f"cannot reach NATS at {shown(self.url)}: {error}") from error
         self._js = self._nc.jetstream()
         stream = StreamConfig(
             name=self.stream,
@@ -147,6 +151,7 @@ class NatsQueue:
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             duplicate_window=120.0,
+            num_replicas=self.replicas,
         )
         try:
             await self._js.add_stream(stream)
@@ -163,9 +168,16 @@ class NatsQueue:
         return self
 
     async def publish(self, job: Job) -> None:
-        await self._js.publish(
-            f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
-        )
+        """QueueError when JetStream does not confirm it (NATS down, or the stream unavailable); at once
+        while the connection is down (nats-py reconnects in the background)."""
+        if not self._nc.is_connected:
+            raise QueueError(f"NATS is not connected; job {job.message_id} not queued")
+        try:
+            await self._js.publish(
+                f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
+            )
+        except Exception as error:  # nats-py's timeouts, connection and JetStream errors
+            raise QueueError(f"NATS did not take job {job.message_id}: {type(error).__name__}") from error
 
     async def consume(self, handler: Handler) -> None:
         subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
@@ -193,14 +205,24 @@ class NatsQueue:
 
 
 async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQueue:
-    """`memory://` or `nats://host:port[?stream=NAME]`."""
+    """`memory://` or `nats://host:port[?stream=NAME][&replicas=N]` (`tls://` for TLS; a user and
+    password in the URL authenticate)."""
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return MemoryQueue()
     if parts.scheme in ("nats", "tls"):
-        stream = parse_qs(parts.query).get("stream", [DEFAULT_STREAM])[0]
+        query = parse_qs(parts.query)
+        stream = query.get("stream", [DEFAULT_STREAM])[0]
         if not _STREAM_NAME.match(stream):
             raise QueueError(f"invalid stream name {stream!r}: 1-64 of A-Z, 0-9 and _")
+        replicas = query.get("replicas", ["1"])[0]
+        if replicas not in ("1", "2", "3", "4", "5"):
+            raise QueueError(f"invalid replicas {replicas!r}: 1 to 5 copies of the stream")
         server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-        return await NatsQueue(server, stream=stream, ack_wait=ack_wait).connect()
-    raise QueueError(f"unsupported queue URL {url!r}: use memory:// or nats://host:port")
+        return await NatsQueue(server, stream=stream, ack_wait=ack_wait, replicas=int(replicas)).connect()
+    raise QueueError(f"unsupported queue URL {shown(url)!r}: use memory:// or nats://host:port")
+
+
+def shown(url: str) -> str:
+    """`url` without the password of its user (for messages and logs)."""
+    return _PASSWORD.sub(r"\1***@", url)

@@ -8,10 +8,12 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from shipshape.backend import series
 from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
 from shipshape.backend.queue import MemoryQueue, open_queue
 from shipshape.backend.settings import BackendSettings
@@ -26,9 +28,12 @@ def now() -> datetime:
 
 
 async def build(settings: BackendSettings) -> Backend:
-    """The backend's parts, with the database migrated to the newest schema."""
+    """The backend's parts, with the database migrated to the newest schema (unless `settings.migrate`
+    is off: a migrations Job does it, and `/readyz` tells when it is done)."""
     engine = store_engine.create(settings.db)
-    await asyncio.to_thread(store_engine.migrate, engine)
+    if settings.migrate:
+        await asyncio.to_thread(store_engine.migrate, engine)
+        LOG.info("database schema at %s", await asyncio.to_thread(store_engine.revision, engine))
     queue = await open_queue(settings.queue)
     return Backend(
         settings=settings,
@@ -49,7 +54,28 @@ def workers_for(backend: Backend) -> Workers:
         sweep_seconds=backend.settings.sweep_seconds,
         retention=timedelta(hours=backend.settings.retention_hours),
         analysis_seconds=backend.settings.analysis_seconds,
+        series=series.Recorder(
+            backend.sessions,
+            backend.now,
+            minute_window=timedelta(days=backend.settings.series_minute_days),
+            retention=timedelta(days=backend.settings.series_retention_days),
+        ),
     )
+
+
+def uvicorn_options(settings: BackendSettings) -> dict[str, Any]:
+    """How uvicorn serves the API: address, TLS when configured, logging left to the process's own
+    handlers (`cli/logs.py`; the API logs each request itself)."""
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "warning",
+        "access_log": False,
+        "log_config": None,
+    }
+    if settings.ssl_certfile is not None:
+        options.update(ssl_certfile=str(settings.ssl_certfile), ssl_keyfile=str(settings.ssl_keyfile))
+    return options
 
 
 async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = None) -> None:
@@ -63,9 +89,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
             yield
 
     app = create_app(backend, run_workers=run_workers if in_process else None)
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", access_log=False
-    )
+    config = uvicorn.Config(app, **uvicorn_options(settings))
     server = uvicorn.Server(config)
     try:
         await server.serve()
@@ -75,14 +99,31 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
 
 
 async def run_workers(settings: BackendSettings, stop: asyncio.Event) -> None:
-    """`shipshape worker`: consumers of a shared queue (NATS), until `stop` is set."""
+    """`shipshape worker`: consumers of a shared queue (NATS), until `stop` is set. Without
+    `settings.migrate` they start once the schema is current (the migrations Job may still run)."""
     backend = await build(settings)
     try:
+        if not settings.migrate and not await _schema_current(backend, stop):
+            return
         async with workers_for(backend).running(settings.workers):
             await stop.wait()
     finally:
         await backend.queue.close()
         backend.engine.dispose()
+
+
+async def _schema_current(backend: Backend, stop: asyncio.Event, every: float = 2.0) -> bool:
+    """Wait until the database is at the newest migration; False if `stop` came first."""
+    while not stop.is_set():
+        try:
+            if await asyncio.to_thread(store_engine.is_current, backend.engine):
+                return True
+            LOG.info("waiting for the database schema to be migrated (shipshape admin migrate)")
+        except Exception as error:  # the database is not reachable yet
+            LOG.warning("database not reachable: %s", type(error).__name__)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+    return False
 
 
 class EmbeddedBackend:
@@ -128,9 +169,7 @@ class EmbeddedBackend:
 
         in_process = isinstance(backend.queue, MemoryQueue)
         app = create_app(backend, run_workers=run_workers if in_process else None)
-        config = uvicorn.Config(
-            app, host=self.settings.host, port=self.settings.port, log_level="warning", access_log=False
-        )
+        config = uvicorn.Config(app, **uvicorn_options(self.settings))
         self._server = uvicorn.Server(config)
         serving = asyncio.create_task(self._server.serve())
         while not self._server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has only a flag)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB = "sqlite:///.shipshape/backend.db"
@@ -26,6 +26,10 @@ class BackendSettings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # HTTPS in the API process itself (PEM files, as uvicorn's --ssl-certfile/--ssl-keyfile); at
+    # scale TLS usually ends at the ingress instead. Both or neither.
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
     # A push as sent (gzip or not) and once inflated; bigger ones get 413 and store nothing.
     max_push_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_inflated_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
@@ -41,6 +45,25 @@ class BackendSettings(BaseSettings):
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
+    # Per-cluster time series (`series.py`): a point a minute per cluster, kept this many days, then
+    # averaged into a point an hour; the hourly points are deleted after `series_retention_days`.
+    series_minute_days: float = Field(default=7.0, gt=0)
+    series_retention_days: float = Field(default=400.0, gt=0)
+    # Bring the database schema to the newest migration when the process starts. Off where a
+    # migrations Job runs before the rollout (`shipshape admin migrate`): the processes then only
+    # check it (`/readyz` answers 503 until the schema is current).
+    migrate: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BackendSettings:
+        if self.series_minute_days > self.series_retention_days:
+            raise ValueError("series_minute_days must not exceed series_retention_days")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        for tls_file in (self.ssl_certfile, self.ssl_keyfile):
+            if tls_file is not None and not tls_file.is_file():
+                raise ValueError(f"{tls_file} is not a file")
+        return self
 
 
 def load(file: Path | None = None, **flags: Any) -> BackendSettings:

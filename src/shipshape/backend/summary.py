@@ -1,5 +1,7 @@
 """What the dashboard shows of one cluster, from its stored objects: nodes by pool, cost per hour
-beside on-demand, spot share per workload, pod and node start-up (the start-up analyzers)."""
+beside on-demand, spot share per workload, requested CPU and memory over allocatable, pod and node
+start-up (the start-up analyzers). The per-cluster time series (`series.py`) are points of these
+same figures."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
 from shipshape.backend.analysis import capacity_of, price_of
+from shipshape.kube.scheduling import node_allocatable, pod_requests
 
 Obj = Mapping[str, Any]
 KINDS = ("nodes", "pods", "replicasets", "events")
@@ -31,6 +34,33 @@ def _owner(pod: Obj, rs_owner: Mapping[tuple[str, str], str]) -> str | None:
             return rs_owner.get((namespace, ref.get("name", "")), f"ReplicaSet/{ref.get('name')}")
         return f"{ref.get('kind')}/{ref.get('name')}"
     return None
+
+
+def utilisation(nodes: Sequence[Obj], pods: Sequence[Obj]) -> dict[str, float | None]:
+    """Requests of the pods bound to the cluster's nodes (not finished) over the nodes' allocatable,
+    for CPU and memory; None where the nodes report no allocatable of that resource."""
+    allocatable = {"cpu": 0, "memory": 0}
+    names = set()
+    for node in nodes:
+        names.add(node.get("metadata", {}).get("name"))
+        amounts = node_allocatable(node)
+        for resource in allocatable:
+            allocatable[resource] += amounts.get(resource, 0)
+    requested = {"cpu": 0, "memory": 0}
+    for pod in pods:
+        if pod.get("spec", {}).get("nodeName") not in names:
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        amounts = pod_requests(pod)
+        for resource in requested:
+            requested[resource] += amounts.get(resource, 0)
+    return {
+        f"{resource}_requested_ratio": (
+            round(requested[resource] / allocatable[resource], 4) if allocatable[resource] else None
+        )
+        for resource in ("cpu", "memory")
+    }
 
 
 # Bucket edges (seconds) of the dashboard's start-up histogram.
@@ -109,6 +139,7 @@ def summarize(
             "savings_pct": round(100 * (1 - now_rate / on_demand_rate), 1) if on_demand_rate else None,
         },
         "spot_share_pct": round(100 * on_spot / placed, 1) if placed else None,
+        "utilisation": utilisation(nodes, pods),
         "workloads": [
             {"workload": name, "spot": c["spot"], "on_demand": c["on-demand"], "other": c["unknown"]}
             for name, c in sorted(per_workload.items())

@@ -4,7 +4,8 @@ A push is applied exactly once whatever the queue does (the push row records tha
 in the same transaction as its effect), so redelivery after a crash is harmless. A delta that arrives
 before the push it follows is handed back for later. The sweep re-queues pushes that were stored but
 never queued (the API process died between its commit and its publish), and retention removes raw
-pushes once processed and old.
+pushes once processed and old. After applying a push, the workers also write the cluster's time
+series point of the minute (`series.py`), and the sweep keeps the series' retention.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
+from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
 
 LOG = logging.getLogger("shipshape.backend.workers")
@@ -37,6 +39,8 @@ class Workers:
     retention: timedelta = timedelta(hours=72)
     # A cluster's analyzers run at most this often (seconds), after a push changed its state.
     analysis_seconds: float = 10.0
+    # Writes each cluster's time series (None: no series, as in tests of the queue alone).
+    series: Recorder | None = None
     processed: int = 0
     analyses: int = 0
     _analyzed_at: dict[str, float] = field(default_factory=dict)
@@ -67,6 +71,8 @@ class Workers:
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
         if outcome == "applied":
             self.analyze_if_due(job.cluster_id)
+            if self.series is not None:
+                self.series.record_if_due(job.cluster_id)
         return Verdict.DONE
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
@@ -114,6 +120,11 @@ class Workers:
             repo.expire_pushes(session, now - self.retention)
             pending = repo.unprocessed_pushes(session, now - timedelta(seconds=grace))
             clusters = repo.push_clusters(session, pending)
+        if self.series is not None:
+            try:
+                self.series.prune_if_due()
+            except Exception:  # retention waits for the next round; the pushes must not
+                LOG.warning("series retention failed; retrying later", exc_info=True)
         return [Job(push_id, clusters[push_id], f"sweep:{push_id}") for push_id in pending]
 
     async def sweep(self) -> None:

@@ -1,5 +1,8 @@
-"""`shipshape backend`, `shipshape worker` and `shipshape admin`: the backend's processes and its
-bootstrap (an organisation with a user key, a cluster with an agent token)."""
+"""`shipshape backend`, `shipshape worker` and `shipshape admin`: the backend's processes, its
+bootstrap (an organisation with a user key, a cluster with an agent token) and its schema migration.
+
+All three log one line per record through `cli/logs.py` (`--log-level`, `--log-format text|json`);
+secrets are masked there whoever logs them."""
 
 from __future__ import annotations
 
@@ -9,18 +12,24 @@ import logging
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from shipshape.backend import service
 from shipshape.backend import settings as backend_settings
 from shipshape.backend.queue import QueueError
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
+from shipshape.cli import logs
 
-admin = typer.Typer(help="Bootstrap tenants: organisations, user API keys, clusters and agent tokens.")
+LOG = logging.getLogger("shipshape.cli.backend")
+admin = typer.Typer(
+    help="Bootstrap tenants (organisations, user API keys, clusters and agent tokens) and migrate the "
+    "database schema."
+)
 
 DbOption = Annotated[
     str | None,
@@ -32,6 +41,12 @@ QueueOption = Annotated[
     str | None, typer.Option("--queue", help="memory:// (default; workers in-process) or nats://host:port")
 ]
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML file of backend settings")]
+LogLevelOption = Annotated[
+    Literal["debug", "info", "warning", "error"], typer.Option(help="least severe level logged")
+]
+LogFormatOption = Annotated[
+    Literal["text", "json"], typer.Option(help="one line per record: text (key=value) or json")
+]
 
 
 def _settings(config: Path | None, **flags: object) -> backend_settings.BackendSettings:
@@ -47,14 +62,23 @@ def backend(
         int | None, typer.Option(help="port on 127.0.0.1 (default 8080; 0: any free port)")
     ] = None,
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    ssl_certfile: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
+    ] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="the certificate's private key (PEM)")] = None,
     db: DbOption = None,
     queue: QueueOption = None,
     config: ConfigOption = None,
+    log_level: LogLevelOption = "info",
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Serve the backend's API (/api/v1, /healthz, /readyz, /metrics); with the in-process queue it
-    runs its workers too."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = _settings(config, port=port, host=host, db=db, queue=queue)
+    runs its workers too. A line per request (method, path, status, duration, organisation, cluster)
+    at info; probes and scrapes at debug."""
+    logs.configure(log_level, log_format)
+    settings = _settings(
+        config, port=port, host=host, db=db, queue=queue, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile
+    )
     try:
         asyncio.run(service.serve_api(settings))
     except (store_engine.StoreError, QueueError) as error:
@@ -64,9 +88,16 @@ def backend(
         pass
 
 
-def worker(db: DbOption = None, queue: QueueOption = None, config: ConfigOption = None) -> None:
-    """Consume the shared queue (NATS JetStream): apply pushes to the stored state."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def worker(
+    db: DbOption = None,
+    queue: QueueOption = None,
+    config: ConfigOption = None,
+    log_level: LogLevelOption = "info",
+    log_format: LogFormatOption = "text",
+) -> None:
+    """Consume the shared queue (NATS JetStream): apply pushes to the stored state, write the
+    clusters' time series, run the analyzers."""
+    logs.configure(log_level, log_format)
     settings = _settings(config, db=db, queue=queue)
     if settings.queue.startswith("memory:"):
         typer.echo(
@@ -87,6 +118,42 @@ def worker(db: DbOption = None, queue: QueueOption = None, config: ConfigOption 
     except (store_engine.StoreError, QueueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
+
+
+@admin.callback()
+def admin_options(log_level: LogLevelOption = "warning", log_format: LogFormatOption = "text") -> None:
+    """Bootstrap tenants and migrate the database schema."""
+    logs.configure(log_level, log_format)
+
+
+@admin.command("migrate")
+def migrate(
+    db: DbOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Bring the database schema to the newest migration (idempotent; run it before rolling out a
+    new version when the processes run with `migrate: false`)."""
+    settings = _settings(config, db=db)
+    try:
+        engine = store_engine.create(settings.db)
+    except store_engine.StoreError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        before = store_engine.revision(engine)
+        store_engine.migrate(engine)
+        after = store_engine.revision(engine)
+    except SQLAlchemyError as error:
+        typer.echo(f"error: the database refused the migration: {type(error).__name__}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        engine.dispose()
+    LOG.info("schema migrated", extra={"from_revision": before, "to_revision": after})
+    if as_json:
+        typer.echo(json.dumps({"revision": after, "previous": before}))
+    else:
+        typer.echo(f"schema at {after}" + ("" if before == after else f" (was {before or 'empty'})"))
 
 
 def _open(db: str | None) -> Engine:

@@ -50,6 +50,9 @@ def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Itera
     """`shipshape backend` on 127.0.0.1:port until the block ends (then terminated, as in an outage);
     `settings` become SHIPSHAPE_BACKEND_* variables."""
     env = {**os.environ, **{f"SHIPSHAPE_BACKEND_{k.upper()}": v for k, v in settings.items()}}
+    # Its log goes to a file: a pipe read only at the end would fill with request lines and stall it.
+    log = workdir / f"backend-{port}.log"
+    output = log.open("a", encoding="utf-8")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -63,9 +66,8 @@ def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Itera
         ],
         cwd=workdir,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -76,13 +78,15 @@ def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Itera
                     break
             except httpx.TransportError:
                 pass
-            assert process.poll() is None, process.communicate()[0]
+            assert process.poll() is None, log.read_text(encoding="utf-8")
             assert time.monotonic() < deadline, "the backend did not become ready"
             time.sleep(0.1)
         yield url
     finally:
         process.terminate()
-        out, _ = process.communicate(timeout=30)
+        process.wait(timeout=30)
+        output.close()
+        out = log.read_text(encoding="utf-8")
         assert "Traceback" not in out, out
 
 

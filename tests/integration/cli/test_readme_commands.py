@@ -582,6 +582,24 @@ def run_worker(world: World) -> None:
         _stop(worker)
 
 
+def run_admin_migrate(world: World) -> None:
+    home = world.scratch / "migrate"
+    home.mkdir()
+    done = subprocess.run(
+        _shipshape("admin", "migrate", "--json"),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    migrated = json.loads(done.stdout)
+    assert migrated["previous"] is None and migrated["revision"]
+    assert (home / ".shipshape" / "backend.db").is_file()
+
+
 def run_agent(world: World) -> None:
     assert int(_backend_and_agent(world)["node_count"]) > 0
 
@@ -627,6 +645,7 @@ RUNS: dict[tuple[str, ...], Callable[[World], None]] = {
     ("worker",): run_worker,
     ("admin", "create-org"): run_backend,
     ("admin", "create-cluster"): run_backend,
+    ("admin", "migrate"): run_admin_migrate,
     ("agent",): run_agent,
     ("emulator", "up"): run_up,
     ("emulator", "interrupt"): run_interrupt,

@@ -9,6 +9,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError as AlembicError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -32,8 +33,9 @@ def create(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it)."""
     try:
         parsed = make_url(normalise_url(url))
-    except ArgumentError as error:
-        raise StoreError(f"invalid database URL {url!r}: {error}") from error
+    except ArgumentError:
+        # Not the URL itself in the message: it may hold a password.
+        raise StoreError("invalid database URL: use postgresql://user@host/db or sqlite:///path") from None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
@@ -72,10 +74,27 @@ def migrate(engine: Engine) -> None:
 
 
 def is_current(engine: Engine) -> bool:
-    """The database is at the newest migration (readiness)."""
-    head = ScriptDirectory.from_config(_config(engine)).get_current_head()
+    """The database has every migration this code knows (readiness): it is at this code's newest, or
+    at a newer one a later version applied (migrations only add while the two versions run side by
+    side in a rollout, so the old processes stay ready). An empty database, or one at an older
+    migration, is not current."""
+    script = ScriptDirectory.from_config(_config(engine))
+    current = revision(engine)
+    if current is None:
+        return False
+    if current == script.get_current_head():
+        return True
+    try:
+        script.get_revision(current)
+    except AlembicError:
+        return True  # not one of ours: written by a newer version
+    return False
+
+
+def revision(engine: Engine) -> str | None:
+    """The migration the database is at (None: an empty database)."""
     with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision() == head
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def sessions(engine: Engine) -> sessionmaker[Session]:

@@ -110,6 +110,30 @@ class ClusterObject(Base):
     body: Mapped[dict[str, Any]]
 
 
+class SeriesPoint(Base):
+    """One point of a cluster's time series of key figures (`backend/series.py`): a point a minute
+    (`resolution_seconds` 60), averaged into a point an hour (3600) once older than the minute window.
+    Figures a point could not compute are NULL; the `*_used_ratio` columns wait for usage data."""
+
+    __tablename__ = "series_points"
+    __table_args__ = (Index("ix_series_points_resolution_at", "resolution_seconds", "at"),)
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(primary_key=True)
+    resolution_seconds: Mapped[int] = mapped_column(Integer, primary_key=True)
+    nodes: Mapped[float] = mapped_column(Float)
+    pods: Mapped[float] = mapped_column(Float)
+    usd_per_hour: Mapped[float | None] = mapped_column(Float)
+    on_demand_usd_per_hour: Mapped[float | None] = mapped_column(Float)
+    spot_share_pct: Mapped[float | None] = mapped_column(Float)
+    startup_p50_seconds: Mapped[float | None] = mapped_column(Float)
+    startup_p99_seconds: Mapped[float | None] = mapped_column(Float)
+    cpu_requested_ratio: Mapped[float | None] = mapped_column(Float)
+    memory_requested_ratio: Mapped[float | None] = mapped_column(Float)
+    cpu_used_ratio: Mapped[float | None] = mapped_column(Float)
+    memory_used_ratio: Mapped[float | None] = mapped_column(Float)
+
+
 class RecommendationRow(Base):
     """A finding for one cluster, with its lifecycle: open → approved → applied | failed, or
     dismissed; `superseded` when a later analysis no longer finds it while it was open."""

@@ -383,7 +383,8 @@ def push_clusters(session: Session, push_ids: list[int]) -> dict[int, str]:
     """The cluster of each push."""
     if not push_ids:
         return {}
-    return dict(session.execute(select(Push.id, Push.cluster_id).where(Push.id.in_(push_ids))).tuples().all())
+    rows = session.execute(select(Push.id, Push.cluster_id).where(Push.id.in_(push_ids))).all()
+    return {push_id: cluster_id for push_id, cluster_id in rows}
 
 
 # ---- recommendations and instructions ------------------------------------------------------------

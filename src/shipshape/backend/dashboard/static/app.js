@@ -36,6 +36,7 @@ function cell(row, text, className) {
 
 const money = (v) => (v === null || v === undefined ? "–" : `$${Number(v).toFixed(2)}`);
 const pct = (v) => (v === null || v === undefined ? "–" : `${v}%`);
+const ratio = (v) => (v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`);
 
 async function showClusters() {
   show("clusters");
@@ -74,6 +75,70 @@ function figure(label, value) {
   return div;
 }
 
+// The time axis is a linear scale of epoch milliseconds (no date adapter to ship), labelled here.
+function timeLabel(ms, spanMs) {
+  const at = new Date(ms);
+  if (spanMs > 2 * 86400000) return at.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  return at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// The x axis runs to the end of the window asked for, from the first point (at least an hour back).
+function seriesWindow(series) {
+  const until = Date.parse(series.until);
+  const since = Date.parse(series.since);
+  const first = series.points.length ? Date.parse(series.points[0].at) : until;
+  return { min: Math.max(since, Math.min(first, until - 3600000)), max: until };
+}
+
+function drawSeries(id, series, lines, options = {}) {
+  const points = series.points;
+  const { min, max } = seriesWindow(series);
+  const span = max - min;
+  const datasets = lines
+    .map(([label, field, colour, scale = 1]) => ({
+      label,
+      data: points.filter((p) => p[field] !== null).map((p) => ({ x: Date.parse(p.at), y: p[field] * scale })),
+      borderColor: colour,
+      backgroundColor: colour,
+      pointRadius: points.length > 60 ? 0 : 4,
+      borderWidth: 2,
+      spanGaps: false,
+    }))
+    .filter((d) => d.data.length);
+  draw(id, {
+    type: "line",
+    data: { datasets },
+    options: {
+      parsing: false,
+      plugins: { legend: { display: options.legend ?? true }, tooltip: { callbacks: { title: (items) => new Date(items[0].parsed.x).toLocaleString() } } },
+      scales: {
+        x: { type: "linear", min, max, ticks: { callback: (v) => timeLabel(v, span), maxTicksLimit: 8 } },
+        y: { beginAtZero: true, ...(options.y || {}) },
+      },
+    },
+  });
+}
+
+async function showSeries(id) {
+  const series = await api(`/api/v1/clusters/${id}/series`);
+  const points = series.points;
+  document.getElementById("series-range").textContent = points.length
+    ? `(up to a day back, a point per ${series.step_seconds >= 3600 ? series.step_seconds / 3600 + " h" : series.step_seconds / 60 + " min"})`
+    : "(no points yet: one is written per minute in which the agent pushed)";
+  drawSeries("chart-series-cost", series, [["USD/hour", "usd_per_hour", "#2a9d8f"]], { legend: false });
+  drawSeries("chart-series-share", series, [
+    ["replicas on spot", "spot_share_pct", "#e76f51"],
+    ["CPU requested", "cpu_requested_ratio", "#457b9d", 100],
+    ["memory requested", "memory_requested_ratio", "#9b5de5", 100],
+    ["CPU used", "cpu_used_ratio", "#1d3557", 100],
+    ["memory used", "memory_used_ratio", "#6a4c93", 100],
+  ]);
+  drawSeries("chart-series-startup", series, [
+    ["p50", "startup_p50_seconds", "#52b788"],
+    ["p99", "startup_p99_seconds", "#bc4749"],
+  ]);
+}
+
 async function showCluster(id) {
   show("cluster");
   const [cluster, summary, recommendations] = await Promise.all([
@@ -81,6 +146,8 @@ async function showCluster(id) {
     api(`/api/v1/clusters/${id}/summary`),
     api(`/api/v1/clusters/${id}/recommendations`),
   ]);
+  // The series draw on their own: a failure there leaves the rest of the page as it is.
+  showSeries(id).catch((error) => console.error(error));
   document.getElementById("cluster-name").textContent = cluster.name;
   document.getElementById("figures").replaceChildren(
     figure("nodes", summary.nodes),
@@ -89,6 +156,8 @@ async function showCluster(id) {
     figure("USD/hour on demand", money(summary.cost.on_demand_usd_per_hour)),
     figure("saved vs on-demand", pct(summary.cost.savings_pct)),
     figure("replicas on spot", pct(summary.spot_share_pct)),
+    figure("CPU requested", ratio(summary.utilisation.cpu_requested_ratio)),
+    figure("memory requested", ratio(summary.utilisation.memory_requested_ratio)),
     figure("pod start-up p99 (s)", summary.pod_startup.overall?.endToEnd?.p99?.toFixed?.(1) ?? "–"),
   );
   const pools = summary.pools;

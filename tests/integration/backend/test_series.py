@@ -1,0 +1,269 @@
+"""Per-cluster time series: the workers write a point a minute from the dashboard's own summary, once
+per (cluster, minute) whoever writes it; the API averages per step for the caller's tenant only;
+retention averages old minutes into hours and deletes what is past it. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from shipshape.backend import series, service, summary
+from shipshape.backend.app import create_app
+from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import repository as repo
+from shipshape.backend.store.models import SeriesPoint
+from tests.integration.backend.conftest import Harness, delta
+
+pytestmark = pytest.mark.integration
+T0 = datetime(2026, 11, 20, 9, 30, 12, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self, moment: datetime) -> None:
+        self.moment = moment
+
+    def __call__(self) -> datetime:
+        return self.moment
+
+
+@contextlib.asynccontextmanager
+async def clocked(settings: BackendSettings, clock: Clock) -> AsyncIterator[Harness]:
+    """As `conftest.harness`, on `clock`."""
+    backend = await service.build(settings)
+    backend.now = clock
+    workers = service.workers_for(backend)
+    app = create_app(backend)
+    try:
+        async with (
+            workers.running(2),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://backend") as client,
+        ):
+            yield Harness(backend, workers, client)
+    finally:
+        await backend.queue.close()
+        backend.engine.dispose()
+
+
+def node(name: str, capacity: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "node.kubernetes.io/capacity": capacity,
+            },
+        },
+        "status": {
+            "allocatable": {"cpu": "2", "memory": "8Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, node_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-1", "controller": True}],
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def state(sequence: int, pods: int) -> dict[str, Any]:
+    """Two nodes (one spot), `pods` pods of one workload spread over them."""
+    return {
+        "schema": "shipshape.dev/snapshot/v1",
+        "sequence": sequence,
+        "taken_at": T0.isoformat(),
+        "objects": {
+            "nodes": [node("spot-1", "spot"), node("od-1", "on-demand")],
+            "pods": [pod(f"web-{i}", "spot-1" if i % 2 else "od-1") for i in range(pods)],
+        },
+    }
+
+
+def stored_points(h: Harness, cluster_id: str) -> list[SeriesPoint]:
+    with h.backend.transaction() as session:
+        return list(
+            session.scalars(
+                select(SeriesPoint).where(SeriesPoint.cluster_id == cluster_id).order_by(SeriesPoint.at)
+            )
+        )
+
+
+async def points_once(h: Harness, cluster_id: str, count: int, within: float = 20.0) -> list[SeriesPoint]:
+    """The cluster's points once there are `count` (the workers write them after applying a push)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while len(found := stored_points(h, cluster_id)) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{len(found)} points, not {count}"
+        await asyncio.sleep(0.02)
+    return found
+
+
+async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(database_url: str) -> None:
+    clock = Clock(T0)
+    async with clocked(BackendSettings(db=database_url, analysis_seconds=0), clock) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, state(1, pods=4))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        # Another push in the same minute: still one point, the minute's first.
+        clock.moment = T0 + timedelta(seconds=30)
+        changes = [("ADDED", "pods", pod("web-9", "spot-1"))]
+        assert (await h.push(t.agent_token, delta(2, 1, changes))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+        await asyncio.sleep(0.2)  # time enough for a second point, if one were written
+        (point,) = await points_once(h, t.cluster_id, 1)
+        assert series.utc(point.at) == datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+        assert point.resolution_seconds == 60
+
+        # The point holds the summary's figures of the state it was taken from.
+        objects = {"nodes": [node("spot-1", "spot"), node("od-1", "on-demand")]}
+        objects["pods"] = [pod(f"web-{i}", "spot-1" if i % 2 else "od-1") for i in range(4)]
+        figures = summary.summarize(objects)
+        assert point.usd_per_hour == figures["cost"]["usd_per_hour"] > 0
+        assert point.on_demand_usd_per_hour == figures["cost"]["on_demand_usd_per_hour"]
+        assert point.spot_share_pct == 50.0
+        assert (point.cpu_requested_ratio, point.memory_requested_ratio) == (0.5, 0.25)
+        assert point.cpu_used_ratio is None and point.memory_used_ratio is None
+        assert (point.nodes, point.pods) == (2, 4)
+
+        # The next minute gets its own point, of the state then.
+        clock.moment = T0 + timedelta(minutes=1)
+        changes = [("ADDED", "pods", pod("web-10", "spot-1"))]
+        assert (await h.push(t.agent_token, delta(3, 2, changes))).status_code == 202
+        await h.settled(t.cluster_id, 3)
+        points = await points_once(h, t.cluster_id, 2)
+        assert [p.pods for p in points] == [4, 6]
+        assert points[1].spot_share_pct == round(100 * 4 / 6, 1)
+
+        # A second writer of the same minute (another worker process) adds nothing.
+        other = series.Recorder(h.backend.sessions, clock)
+        assert other.record_if_due(t.cluster_id) is False
+        assert len(stored_points(h, t.cluster_id)) == 2
+
+
+async def test_the_api_averages_per_step_for_the_tenant_only(database_url: str) -> None:
+    clock = Clock(T0)
+    async with clocked(BackendSettings(db=database_url), clock) as h:
+        a, b = h.tenant("acme"), h.tenant("globex")
+        start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+        with h.backend.transaction() as session:
+            for minute in range(10):
+                row = {name: None for name in series.FIGURES}
+                row.update(nodes=2.0, pods=float(minute), usd_per_hour=1.0 + minute, spot_share_pct=50.0)
+                at = start + timedelta(minutes=minute)
+                series.store.add_points(
+                    session, [{"cluster_id": a.cluster_id, "at": at, "resolution_seconds": 60, **row}]
+                )
+        user = {"Authorization": f"Bearer {a.api_key}"}
+        path = f"/api/v1/clusters/{a.cluster_id}/series"
+        window = {"since": start.isoformat(), "until": (start + timedelta(minutes=10)).isoformat()}
+
+        minutes = await h.client.get(path, params=window, headers=user)
+        assert minutes.status_code == 200, minutes.text
+        body = minutes.json()
+        assert body["step_seconds"] == 60 and len(body["points"]) == 10
+        assert [p["usd_per_hour"] for p in body["points"]] == [1.0 + m for m in range(10)]
+        assert body["points"][0]["startup_p99_seconds"] is None
+
+        fives = (await h.client.get(path, params={**window, "step": 300}, headers=user)).json()
+        assert [p["usd_per_hour"] for p in fives["points"]] == [3.0, 8.0]
+        assert [p["at"] for p in fives["points"]] == ["2026-11-20T09:00:00Z", "2026-11-20T09:05:00Z"]
+
+        # Defaults: the last day up to now, by the minute.
+        recent = (await h.client.get(path, headers=user)).json()
+        assert recent["step_seconds"] == 60 and len(recent["points"]) == 10
+
+        # Another tenant's cluster does not exist for this key; an agent token is not a user.
+        other = f"/api/v1/clusters/{b.cluster_id}/series"
+        assert (await h.client.get(other, headers=user)).status_code == 404
+        assert (await h.client.get(path, headers={"Authorization": f"Bearer {b.api_key}"})).status_code == 404
+        assert (
+            await h.client.get(path, headers={"Authorization": f"Bearer {a.agent_token}"})
+        ).status_code == 403
+        assert (await h.client.get(path)).status_code == 401
+
+        # Bad windows and steps.
+        backwards = {"since": window["until"], "until": window["since"]}
+        assert (await h.client.get(path, params=backwards, headers=user)).status_code == 400
+        assert (await h.client.get(path, params={"step": 90}, headers=user)).status_code == 422
+        assert (await h.client.get(path, params={"step": 0}, headers=user)).status_code == 422
+        year = {"since": "2020-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z", "step": 60}
+        assert (await h.client.get(path, params=year, headers=user)).status_code == 400
+        edge = {"since": "0001-01-01T00:00:00+05:00"}
+        assert (await h.client.get(path, params=edge, headers=user)).status_code == 400
+
+        paths = (await h.client.get("/openapi.json")).json()["paths"]
+        operation = paths["/api/v1/clusters/{cluster_id}/series"]["get"]
+        assert {p["name"] for p in operation["parameters"]} >= {"cluster_id", "since", "until", "step"}
+
+
+async def test_retention_averages_old_minutes_into_hours_and_deletes_the_oldest(database_url: str) -> None:
+    clock = Clock(T0)
+    settings = BackendSettings(db=database_url, series_minute_days=1, series_retention_days=30)
+    async with clocked(settings, clock) as h:
+        t = h.tenant("acme")
+        old_hour = datetime(2026, 11, 18, 5, 0, tzinfo=UTC)  # older than a day: averaged
+        recent = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)  # inside the day: kept by the minute
+        ancient = datetime(2026, 9, 1, 0, 0, tzinfo=UTC)  # past the retention: deleted
+        rows = []
+        for at, values in (
+            *((old_hour + timedelta(minutes=m), m) for m in range(60)),
+            *((old_hour + timedelta(hours=1, minutes=m), 100) for m in range(3)),
+            *((recent + timedelta(minutes=m), 7) for m in range(5)),
+        ):
+            row: dict[str, Any] = {name: None for name in series.FIGURES}
+            row.update(nodes=1.0, pods=float(values), usd_per_hour=float(values))
+            rows.append({"cluster_id": t.cluster_id, "at": at, "resolution_seconds": 60, **row})
+        ancient_row = {name: None for name in series.FIGURES} | {"nodes": 1.0, "pods": 1.0}
+        rows.append({"cluster_id": t.cluster_id, "at": ancient, "resolution_seconds": 3600, **ancient_row})
+        with h.backend.transaction() as session:
+            series.store.add_points(session, rows)
+
+        recorder = series.Recorder(
+            h.backend.sessions, clock, minute_window=timedelta(days=1), retention=timedelta(days=30)
+        )
+        pruned = recorder.prune(clock())
+        assert pruned == series.Pruned(downsampled=63, deleted=1)
+        points = stored_points(h, t.cluster_id)
+        hourly = [(series.utc(p.at), p.pods) for p in points if p.resolution_seconds == 3600]
+        assert hourly == [(old_hour, 29.5), (old_hour + timedelta(hours=1), 100.0)]
+        assert [p.pods for p in points if p.resolution_seconds == 60] == [7.0] * 5
+        # Again: nothing more to do, nothing changes.
+        assert recorder.prune(clock()) == series.Pruned(0, 0)
+        assert len(stored_points(h, t.cluster_id)) == 7
+
+        # The API serves hours and minutes side by side.
+        user = {"Authorization": f"Bearer {t.api_key}"}
+        params = {"since": "2026-11-18T00:00:00Z", "until": "2026-11-21T00:00:00Z", "step": 3600}
+        body = (
+            await h.client.get(f"/api/v1/clusters/{t.cluster_id}/series", params=params, headers=user)
+        ).json()
+        assert [(p["at"], p["pods"]) for p in body["points"]] == [
+            ("2026-11-18T05:00:00Z", 29.5),
+            ("2026-11-18T06:00:00Z", 100.0),
+            ("2026-11-20T08:00:00Z", 7.0),
+        ]
+        # Deleting the cluster deletes its series.
+        with h.backend.transaction() as session:
+            session.delete(repo.get_cluster(session, t.org_id, t.cluster_id))
+        with h.backend.transaction() as session:
+            assert session.scalar(select(func.count()).select_from(SeriesPoint)) == 0
