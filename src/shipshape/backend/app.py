@@ -158,6 +158,8 @@ class Backend:
     limiter: RateLimiter
     # Wall-clock time for stored timestamps (injected: tests pass their own).
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # Set when the server begins to stop: long polls answer at once instead of holding it up.
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -475,17 +477,20 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
 
     @app.get("/api/v1/agent/instructions", response_model=list[InstructionEnvelope])
     async def agent_instructions(
+        request: Request,
         agent: Annotated[repo.AgentPrincipal, Depends(_agent)],
         wait: Annotated[float, Query(ge=0, le=60, description="long-poll: seconds to wait for one")] = 0,
     ) -> list[InstructionEnvelope]:
         """Approved instructions for the agent's own cluster, each leased to the caller; waits up to
-        `wait` seconds for one to arrive."""
+        `wait` seconds for one to arrive. A poll whose agent went away, or that is in flight when the
+        server stops, ends without leasing anything (nothing is handed to a caller that cannot take it)."""
         lease = timedelta(seconds=backend.settings.instruction_lease_seconds)
         deadline = time.monotonic() + wait
-        while True:
+
+        def lease_due() -> list[InstructionEnvelope]:
             with backend.transaction() as session:
                 rows = repo.lease_instructions(session, agent.cluster_id, backend.now(), lease)
-                envelopes = [
+                return [
                     InstructionEnvelope.model_validate(
                         {
                             "schema": "shipshape.dev/instruction/v1",
@@ -496,9 +501,14 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
                     )
                     for r in rows
                 ]
+
+        while True:
+            envelopes = await asyncio.to_thread(lease_due)
             if envelopes or time.monotonic() >= deadline:
                 return envelopes
             await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            if backend.stopping.is_set() or await request.is_disconnected():
+                return []
 
     @app.post(
         "/api/v1/agent/instructions/{instruction_id}/outcome",

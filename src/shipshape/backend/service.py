@@ -90,7 +90,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
 
     app = create_app(backend, run_workers=run_workers if in_process else None)
     config = uvicorn.Config(app, **uvicorn_options(settings))
-    server = uvicorn.Server(config)
+    server = _Server(config, backend)
     try:
         await server.serve()
     finally:
@@ -126,6 +126,19 @@ async def _schema_current(backend: Backend, stop: asyncio.Event, every: float = 
     return False
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that tells the handlers when it begins to stop (a signal), so that long polls
+    end at once instead of holding the graceful shutdown for their whole wait."""
+
+    def __init__(self, config: uvicorn.Config, backend: Backend) -> None:
+        super().__init__(config)
+        self.backend = backend
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.backend.stopping.set()
+        super().handle_exit(sig, frame)
+
+
 class EmbeddedBackend:
     """The backend (API and in-process workers) on its own thread and event loop, inside another
     program (the demo). uvicorn installs no signal handlers off the main thread, so the host keeps
@@ -135,6 +148,7 @@ class EmbeddedBackend:
         self.settings = settings
         self.url = f"http://{settings.host}:{settings.port}"
         self._server: uvicorn.Server | None = None
+        self._backend: Backend | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="shipshape-backend", daemon=True)
@@ -148,6 +162,8 @@ class EmbeddedBackend:
         return self.url
 
     def stop(self) -> None:
+        if self._backend is not None:
+            self._backend.stopping.set()
         if self._server is not None:
             self._server.should_exit = True
         self._thread.join(30)
@@ -170,7 +186,8 @@ class EmbeddedBackend:
         in_process = isinstance(backend.queue, MemoryQueue)
         app = create_app(backend, run_workers=run_workers if in_process else None)
         config = uvicorn.Config(app, **uvicorn_options(self.settings))
-        self._server = uvicorn.Server(config)
+        self._backend = backend
+        self._server = _Server(config, backend)
         serving = asyncio.create_task(self._server.serve())
         while not self._server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has only a flag)
             await asyncio.sleep(0.02)

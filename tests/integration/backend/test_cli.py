@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,3 +82,56 @@ def test_admin_bootstrap_then_the_api_lists_the_cluster(tmp_path: Path) -> None:
         server.terminate()
         out, _ = server.communicate(timeout=20)
     assert "Traceback" not in out, out
+
+
+@pytest.mark.integration
+def test_a_long_poll_in_flight_does_not_hold_up_a_graceful_stop(tmp_path: Path) -> None:
+    org = json.loads(_shipshape("admin", "create-org", "acme", "--json", cwd=tmp_path).stdout)
+    cluster = json.loads(
+        _shipshape("admin", "create-cluster", "--org", org["org_id"], "prod", "--json", cwd=tmp_path).stdout
+    )
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from shipshape.cli.main import app; app()", "backend", "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with httpx.Client(base_url=base, timeout=70) as agent:
+            headers = {"Authorization": f"Bearer {cluster['agent_token']}"}
+            answers: list[httpx.Response | Exception] = []
+
+            def poll() -> None:
+                try:
+                    answers.append(agent.get("/api/v1/agent/instructions?wait=60", headers=headers))
+                except Exception as error:  # the connection may close under it: also an answer
+                    answers.append(error)
+
+            poller = threading.Thread(target=poll)
+            poller.start()
+            time.sleep(1.0)  # the poll is waiting on the server
+            assert not answers
+            stop_asked = time.monotonic()
+            server.terminate()
+            server.wait(timeout=30)
+            stopped_after = time.monotonic() - stop_asked
+            poller.join(10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        out, _ = server.communicate(timeout=20)
+    # Without the stop reaching the handler, uvicorn would wait out the whole 60 s poll.
+    assert stopped_after < 5.0, f"the backend took {stopped_after:.1f} s to stop"
+    assert answers and isinstance(answers[0], httpx.Response) and answers[0].json() == []
+    # uvicorn re-raises the signal once it has shut down gracefully.
+    assert server.returncode in (0, -15) and "Traceback" not in out, out
