@@ -7,6 +7,7 @@ each has `name`, `interval`, `observe(now)` (every replica) and `reconcile(now)`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -18,6 +19,7 @@ from shipshape.controller.loops.headroom import HeadroomKeeper
 from shipshape.controller.loops.interruptions import InterruptionResponder
 from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
+from shipshape.controller.loops.scheduler import Lane, everything
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.ops import ClusterOps
 from shipshape.controller.policy import ControllerConfig
@@ -32,7 +34,7 @@ LOOPS: tuple[type[Reconciler], ...] = (
     PolicyReporter,
 )
 
-__all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconcilers"]
+__all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconcilers", "lanes"]
 
 
 def all_reconcilers(
@@ -45,3 +47,45 @@ def all_reconcilers(
     lock: AbstractContextManager[Any] | None = None,
 ) -> list[Reconciler]:
     return [loop(clock, cache, ops, config, metrics, shared, lock) for loop in LOOPS]
+
+
+def lanes(loops: Sequence[Reconciler]) -> list[Lane]:
+    """The scheduler's lanes: consecutive loops naming the same `lane` share one, the others one each.
+
+    A lane watches what any of its loops watches, is urgent for what any finds urgent, and is busy
+    while any is (None when none of them has a notion of busy).
+    """
+    groups: list[list[Reconciler]] = []
+    for loop in loops:
+        if groups and loop.lane is not None and groups[-1][0].lane == loop.lane:
+            groups[-1].append(loop)
+        else:
+            groups.append([loop])
+    return [_lane(tuple(group)) for group in groups]
+
+
+def _lane(members: tuple[Reconciler, ...]) -> Lane:
+    def watches(kind: str) -> bool:
+        return any(loop.watches is None or kind in loop.watches for loop in members)
+
+    listening = tuple(loop for loop in members if type(loop).changed is not Reconciler.changed)
+
+    def urgent(kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+        # Every member hears every change (a loop may keep what it needs from it), so no short-cut.
+        return [loop.changed(kind, event_type, obj) for loop in listening].count(True) > 0
+
+    def busy() -> bool | None:
+        answers = [loop.busy() for loop in members]
+        if all(answer is None for answer in answers):
+            return None
+        return any(answers)
+
+    first = members[0]
+    return Lane(
+        name=first.lane or first.name,
+        loops=members,
+        interval=min(loop.interval for loop in members),
+        watches=everything if all(loop.watches is None for loop in members) else watches,
+        urgent=urgent if listening else None,
+        busy=busy,
+    )

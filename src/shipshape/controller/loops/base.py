@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -104,9 +104,19 @@ class Managed:
 
 
 class Reconciler:
-    """Base of the loops; subclasses set `name`, return their interval and override the two rounds."""
+    """Base of the loops; subclasses set `name`, return their interval and override the two rounds.
+
+    What wakes a loop besides its interval (`scheduler.py`): every change of the cache makes it dirty
+    unless `watches` names the kinds it reads; `changed` says whether a change needs a round within one
+    interval (default: no); `busy` whether work is in progress that must not wait for changes (default
+    None: no such notion). Loops naming the same `lane` run back to back in one round.
+    """
 
     name: ClassVar[str] = "reconciler"
+    # Loops of one lane share a timer and run in registry order (None: a lane of its own).
+    lane: ClassVar[str | None] = None
+    # The cache kinds whose changes make the loop dirty (None: every kind the cache keeps).
+    watches: ClassVar[frozenset[str] | None] = None
 
     def __init__(
         self,
@@ -138,6 +148,14 @@ class Reconciler:
     def reading(self) -> Iterator[None]:
         with self._lock:
             yield
+
+    def changed(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """A change of the cache (after it was applied): True when it needs a round within one interval."""
+        return False
+
+    def busy(self) -> bool | None:
+        """Work in progress that must not wait for changes (None: the loop has no such notion)."""
+        return None
 
     def observe(self, now: float) -> None:
         """Update shared state from the cache (every replica); no writes."""

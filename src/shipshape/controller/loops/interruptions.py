@@ -313,10 +313,36 @@ class InterruptionResponder(Reconciler):
         self._queue_recommended: Mapping[str, Pool | None] = {}
         # Taints sent for what the queue said, not yet seen in the cache: "node/taint key" -> until when.
         self._marking: dict[str, float] = {}
+        # Nodes carrying a notice taint, as the changes of the cache said (`changed`).
+        self._noticed: set[str] = set()
 
     @property
     def interval(self) -> float:
         return self.settings.interruption_interval_seconds
+
+    def changed(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """A node newly carrying a notice taint wants a round within one interval (as the one-second
+        poll would); the nodes carrying one are kept for `busy`."""
+        if kind != "Node":
+            return False
+        name = str((obj.get("metadata") or {}).get("name"))
+        noticed = event_type != "DELETED" and bool(taint_keys(obj) & NOTICE_TAINTS)
+        if noticed and name not in self._noticed:
+            self._noticed.add(name)
+            return True
+        if not noticed:
+            self._noticed.discard(name)
+        return False
+
+    def busy(self) -> bool:
+        """A node carries a notice, or a surge is in progress."""
+        if self._noticed:
+            return True
+        with self.reading():
+            return any(
+                SURGE_NOTE in ((d.get("metadata") or {}).get("annotations") or {})
+                for d in self.cache.objects("Deployment")
+            )
 
     # --- every replica ----------------------------------------------------------------------------
 
