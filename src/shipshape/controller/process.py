@@ -30,7 +30,7 @@ from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
-from shipshape.controller.loops.interruptions import InterruptionResponder, remove_guards
+from shipshape.controller.loops.guards import remove_guards
 from shipshape.controller.loops.scheduler import Lane, LoopScheduler, LoopThread
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import QueueNoticeSource
@@ -136,6 +136,7 @@ class ControllerProcess:
             clock,
             self.metrics,
             shortages=self.shared.shortages.shortages,
+            recommendations=self.shared.notices.recommendations,
         )
         self.informers = informers.informers(
             api_client, self.cache, self.lock, settings.informer_backoff_max_seconds
@@ -152,9 +153,6 @@ class ControllerProcess:
             ),
             on_change=self._lease_changed,
         )
-        self.loops = all_reconcilers(
-            clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
-        )
         # The AWS SDK is imported only when a queue is configured (it is slow to import).
         from shipshape.controller.queue_client import SqsQueue, queue_for
 
@@ -168,18 +166,23 @@ class ControllerProcess:
             if config.notice_queue_url is not None
             else None
         )
-        for loop in self.loops:
-            if isinstance(loop, InterruptionResponder):
-                self.placer.use_recommendations(loop.recommended)
-                if self.queue is not None:
-                    loop.use_notice_source(
-                        QueueNoticeSource(
-                            self.queue,
-                            config.notice_lead_seconds,
-                            config.notice_queue_visibility_seconds,
-                            on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
-                        )
-                    )
+        self.loops = all_reconcilers(
+            clock,
+            self.cache,
+            self.ops,
+            config,
+            self.metrics,
+            self.shared,
+            self.lock,
+            queue=QueueNoticeSource(
+                self.queue,
+                config.notice_lead_seconds,
+                config.notice_queue_visibility_seconds,
+                on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
+            )
+            if self.queue is not None
+            else None,
+        )
         self.webhook_owner = WebhookOwner(
             clock,
             KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(api_client)),

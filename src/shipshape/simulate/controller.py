@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry
 
 from shipshape.controller.cache import KINDS, ClusterCache
 from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
-from shipshape.controller.loops.interruptions import InterruptionResponder
 from shipshape.controller.loops.scheduler import Cadence, Lane, LoopScheduler
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
@@ -101,13 +100,11 @@ class InProcessController:
             cluster.clock,
             self.metrics,
             shortages=self.shared.shortages.shortages,
+            # Metadata rebalance recommendations steer the webhook, as in a cluster.
+            recommendations=self.shared.notices.recommendations,
         )
         self.ops = ApiOps(cluster.services["api"], cluster.services.get("cloud"))
         self.loops = all_reconcilers(cluster.clock, self.cache, self.ops, config, self.metrics, self.shared)
-        for loop in self.loops:
-            if isinstance(loop, InterruptionResponder):
-                # Metadata rebalance recommendations steer the webhook, as in a cluster.
-                self.placer.use_recommendations(loop.recommended)
         self.scheduler = LoopScheduler(lanes(self.loops), cadence)
         # In the registry's order, so that a run replays identically.
         self._cached = tuple(rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io")

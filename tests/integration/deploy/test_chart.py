@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from shipshape.cli.controller import load_settings
+from shipshape.controller.guards import GUARD_LABEL
 from shipshape.controller.headroom import priority_class
 from shipshape.controller.leader import LEASE_NAME
-from shipshape.controller.loops.interruptions import GUARD_LABEL
 from shipshape.controller.process import TLS_SECRET
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME, CONTROLLER_LABEL, CONTROLLER_NAME
 from tests.integration.controller.test_deploy import check, definition_for

@@ -1,8 +1,11 @@
 """The controller's loops, registered here explicitly, in the order a round runs them.
 
-The interruption responder comes first (deadlines), then spot fallback, the rebalancer, the
-deletion-cost keeper, headroom and the invalid-policy Events. Build them with `all_reconcilers(...)`;
-each has `name`, `interval`, `observe(now)` (every replica) and `reconcile(now)` (the leader).
+The interruption lane comes first (deadlines): the notice watcher, the interruption responder and the
+surge guards, back to back in one round; then spot fallback, the rebalancer, the deletion-cost keeper,
+headroom and the invalid-policy Events, a lane each. Build them with `all_reconcilers(...)`; each has
+`name`, `interval`, `observe(now)` (every replica) and `reconcile(now)` (the leader), and declares
+what wakes it (`watches`, `changed`, `busy`; see `base.Reconciler`). `lanes(...)` groups them for the
+scheduler (`scheduler.py`).
 """
 
 from __future__ import annotations
@@ -15,18 +18,23 @@ from shipshape.controller.cache import ClusterCache
 from shipshape.controller.loops.base import LoopSettings, Reconciler, SharedState
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.fallback import SpotFallback
+from shipshape.controller.loops.guards import SurgeGuards
 from shipshape.controller.loops.headroom import HeadroomKeeper
 from shipshape.controller.loops.interruptions import InterruptionResponder
+from shipshape.controller.loops.notices import NoticeWatcher
 from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.loops.scheduler import Lane, everything
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import ClusterOps
 from shipshape.controller.policy import ControllerConfig
 from shipshape.kube.clock import Clock
 
 LOOPS: tuple[type[Reconciler], ...] = (
+    NoticeWatcher,
     InterruptionResponder,
+    SurgeGuards,
     SpotFallback,
     Rebalancer,
     DeletionCostKeeper,
@@ -45,8 +53,22 @@ def all_reconcilers(
     metrics: ControllerMetrics,
     shared: SharedState,
     lock: AbstractContextManager[Any] | None = None,
+    *,
+    queue: QueueNoticeSource | None = None,
 ) -> list[Reconciler]:
-    return [loop(clock, cache, ops, config, metrics, shared, lock) for loop in LOOPS]
+    """Every loop, in `LOOPS` order, sharing `shared`; `queue`: a cloud event queue for the notice
+    watcher (the leader reads it)."""
+    common = (clock, cache, ops, config, metrics, shared, lock)
+    return [
+        NoticeWatcher(*common, queue=queue),
+        InterruptionResponder(*common),
+        SurgeGuards(*common),
+        SpotFallback(*common),
+        Rebalancer(*common),
+        DeletionCostKeeper(*common),
+        HeadroomKeeper(*common),
+        PolicyReporter(*common),
+    ]
 
 
 def lanes(loops: Sequence[Reconciler]) -> list[Lane]:

@@ -28,8 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
 from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
 from shipshape.controller.events import event_for
+from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.notices import Notice
 from shipshape.controller.ops import ClusterOps, OpsError
+from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
 from shipshape.kube.clock import Clock
@@ -67,14 +70,33 @@ class LoopSettings(BaseModel):
 
 
 @dataclass(slots=True)
+class NoticeBoard:
+    """What the notice watcher knows now: the responder acts on `at_hand`, the webhook avoids the nodes
+    `recommended` for rebalancing (written and read under the cache lock)."""
+
+    # Every termination notice at hand (taints, instance metadata, on the leader the event queue).
+    at_hand: tuple[Notice, ...] = ()
+    # Spot nodes with a rebalance recommendation (instance metadata, event queue) and their pools.
+    recommended: Mapping[str, Pool | None] = field(default_factory=dict)
+
+    def recommendations(self) -> Mapping[str, Pool | None]:
+        return self.recommended
+
+
+@dataclass(slots=True)
 class SharedState:
-    """What the loops learn and the webhook reads: pool risk (notices, cool-down) and spot shortages."""
+    """What the loops learn and the webhook reads: pool risk (notices, cool-down), spot shortages and the
+    notices at hand; and the writes in flight that more than one loop makes."""
 
     risk: RiskModel
     shortages: ShortageTracker
     settings: LoopSettings = field(default_factory=LoopSettings)
     # This replica's name, as `reportingInstance` of the Events it posts.
     instance: str = ""
+    notices: NoticeBoard = field(default_factory=NoticeBoard)
+    # Restarts and surges of Deployments sent for a notice or a drain, not yet seen in the cache:
+    # workload key -> the nodes they answer (the responder and the guards both restart Deployments).
+    restarts: Expectations[str, frozenset[str]] = field(default_factory=Expectations)
 
     @classmethod
     def for_config(

@@ -16,10 +16,10 @@ from typing import Any
 
 from shipshape.controller.decisions import WorkloadState, deletion_cost_updates
 from shipshape.controller.loops.base import Reconciler
-from shipshape.controller.loops.interruptions import DOOMED_COST, surging
 from shipshape.controller.ops import OpsError
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import DELETION_COST
+from shipshape.controller.surge import DOOMED_COST, surging
 
 LOG = logging.getLogger("shipshape.controller.loops.deletion_cost")
 

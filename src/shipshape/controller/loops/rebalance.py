@@ -16,10 +16,10 @@ from typing import Any
 from shipshape.controller.decisions import Move, MoveKind, WorkloadState, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Managed, Reconciler
-from shipshape.controller.loops.interruptions import restart_patch, surging
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.surge import restart_patch, surging
 
 LOG = logging.getLogger("shipshape.controller.loops.rebalance")
 # An evicted pod is not evicted again for this long (it may still show in the cache meanwhile).

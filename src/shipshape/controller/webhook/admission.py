@@ -237,10 +237,6 @@ class PodPlacer:
         pdbs = self.cache.pdbs_matching(workload.namespace, labels)
         return disruption_allowance(workload.replicas, availability_floor(workload, pdbs))
 
-    def use_recommendations(self, source: Callable[[], Mapping[str, Pool | None]]) -> None:
-        """Read rebalance recommendations the cache does not hold (the metadata endpoint's) from `source`."""
-        self._recommendations = source
-
     def _with_avoided(self, view: PlacementView) -> PlacementView:
         """Nodes with a rebalance recommendation from the metadata endpoint take no new pods, and their
         pools count one band riskier (a recommendation is an elevated risk, not a notice)."""
