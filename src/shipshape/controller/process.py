@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
+from shipshape.controller.batch_resources import KubeNodeResources
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
@@ -182,6 +183,7 @@ class ControllerProcess:
             )
             if self.queue is not None
             else None,
+            node_resources=KubeNodeResources(api_client) if settings.loops.batch_resources.enabled else None,
         )
         self.webhook_owner = WebhookOwner(
             clock,

@@ -2,7 +2,8 @@
 
 The interruption lane comes first (deadlines): the notice watcher, the interruption responder and the
 surge guards, back to back in one round; then spot fallback, the rebalancer, the deletion-cost keeper,
-headroom and the invalid-policy Events, a lane each. Build them with `all_reconcilers(...)`; each has
+headroom and the invalid-policy Events, a lane each; with `loops.batch_resources.enabled`, the batch
+resources publisher last. Build them with `all_reconcilers(...)`; each has
 `name`, `interval`, `observe(now)` (every replica) and `reconcile(now)` (the leader), and declares
 what wakes it (`watches`, `changed`, `busy`; see `base.Reconciler`). `lanes(...)` groups them for the
 scheduler (`scheduler.py`).
@@ -14,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from shipshape.controller.batch_capacity import NodeResources
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.loops.base import LoopSettings, Reconciler, SharedState
+from shipshape.controller.loops.batch_resources import BatchResources
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.fallback import SpotFallback
 from shipshape.controller.loops.guards import SurgeGuards
@@ -40,6 +43,7 @@ LOOPS: tuple[type[Reconciler], ...] = (
     DeletionCostKeeper,
     HeadroomKeeper,
     PolicyReporter,
+    BatchResources,
 )
 
 __all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconcilers", "lanes"]
@@ -55,10 +59,17 @@ def all_reconcilers(
     lock: AbstractContextManager[Any] | None = None,
     *,
     queue: QueueNoticeSource | None = None,
+    node_resources: NodeResources | None = None,
 ) -> list[Reconciler]:
     """Every loop, in `LOOPS` order, sharing `shared`; `queue`: a cloud event queue for the notice
-    watcher (the leader reads it)."""
+    watcher (the leader reads it); `node_resources`: metrics and node writes for the batch resources
+    loop, which runs only when `loops.batch_resources.enabled`."""
     common = (clock, cache, ops, config, metrics, shared, lock)
+    optional: list[Reconciler] = []
+    if shared.settings.batch_resources.enabled:
+        if node_resources is None:
+            raise ValueError("loops.batch_resources.enabled: there is no metrics source to publish from here")
+        optional.append(BatchResources(*common, node_resources=node_resources))
     return [
         NoticeWatcher(*common, queue=queue),
         InterruptionResponder(*common),
@@ -68,6 +79,7 @@ def all_reconcilers(
         DeletionCostKeeper(*common),
         HeadroomKeeper(*common),
         PolicyReporter(*common),
+        *optional,
     ]
 
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shipshape.analyzers.efficiency import publish, qos
 from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
 from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
 from shipshape.controller.events import event_for
@@ -39,6 +40,41 @@ from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops")
+
+
+class BatchResourcesSettings(BaseModel):
+    """The opt-in batch resources loop: Koordinator's colocation thresholds and the publication's
+    hysteresis (`analyzers/efficiency/qos.py`, `analyzers/efficiency/publish.py`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    interval_seconds: float = Field(default=60.0, gt=0)
+    # Refresh only when a value moved by more than this share of the published one...
+    diff_threshold: float = Field(default=0.1, gt=0, le=1)
+    # ...or when the last update is older than this and the value differs at all.
+    max_update_seconds: float = Field(default=300.0, gt=0)
+    # Withdraw both resources when the node's metrics are older than this.
+    stale_seconds: float = Field(default=900.0, gt=0)
+    cpu_reclaim_threshold_percent: float = Field(default=60.0, ge=0, le=100)
+    memory_reclaim_threshold_percent: float = Field(default=65.0, ge=0, le=100)
+    cpu_calculate_policy: qos.CpuPolicy = "usage"
+    memory_calculate_policy: qos.MemoryPolicy = "usage"
+
+    def colocation_settings(self) -> qos.ColocationSettings:
+        return qos.ColocationSettings(
+            cpu_reclaim_threshold_percent=self.cpu_reclaim_threshold_percent,
+            memory_reclaim_threshold_percent=self.memory_reclaim_threshold_percent,
+            cpu_calculate_policy=self.cpu_calculate_policy,
+            memory_calculate_policy=self.memory_calculate_policy,
+        )
+
+    def publish_settings(self) -> publish.PublishSettings:
+        return publish.PublishSettings(
+            diff_threshold=self.diff_threshold,
+            max_update_seconds=self.max_update_seconds,
+            stale_seconds=self.stale_seconds,
+        )
 
 
 class LoopSettings(BaseModel):
@@ -67,6 +103,8 @@ class LoopSettings(BaseModel):
     # How long a single-replica guard PDB holds without being renewed (the leader renews it while
     # needed): once its controller is gone, a guard holds up a drain for at most this long.
     guard_ttl_seconds: float = Field(default=180.0, gt=0)
+    # Reclaimable batch capacity published on nodes as extended resources (off by default).
+    batch_resources: BatchResourcesSettings = Field(default_factory=BatchResourcesSettings)
 
 
 @dataclass(slots=True)
