@@ -38,6 +38,7 @@ from shipshape.controller.placement import (
     ordinal_capacity,
     spot_limit,
     spread_cap,
+    statefulset_ordinal,
     statefulset_split,
     zone_counts,
 )
@@ -49,7 +50,6 @@ from shipshape.controller.policy import (
     WorkloadKind,
     WorkloadPolicy,
 )
-from shipshape.controller.webhook.admission import statefulset_ordinal
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
 
