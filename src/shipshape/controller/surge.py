@@ -314,3 +314,34 @@ def extended_surge(
 def restarted_elsewhere(pods: Sequence[PodState], nodes: frozenset[str]) -> bool:
     """A restart's replacement is Ready: a Ready pod off the nodes it was restarted for."""
     return any(pod.ready and pod.node not in nodes for pod in pods)
+
+
+# A restart whose replacement is not Ready after this long is no longer waited for.
+RESTART_WATCH_SECONDS = 3600.0
+
+
+class RestartWatch:
+    """Restarts waiting for their replacement, for the notice-to-ready time: workload key -> when the
+    restart was sent and the nodes it moves off."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[float, frozenset[str]]] = {}
+
+    def add(self, key: str, since: float, nodes: frozenset[str]) -> None:
+        self._waiting[key] = (since, nodes)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def ready(self, states: Mapping[str, WorkloadState], now: float) -> list[float]:
+        """The seconds each restart took whose replacement is Ready now (those are no longer watched,
+        nor are workloads gone or restarts older than `RESTART_WATCH_SECONDS`)."""
+        took: list[float] = []
+        for key, (since, nodes) in list(self._waiting.items()):
+            state = states.get(key)
+            if state is None or now - since > RESTART_WATCH_SECONDS:
+                del self._waiting[key]
+            elif restarted_elsewhere(state.pods, nodes):
+                took.append(now - since)
+                del self._waiting[key]
+        return took

@@ -41,9 +41,9 @@ from shipshape.controller.policy import WorkloadKind
 from shipshape.controller.surge import (
     RESTART_NOTE,
     SURGE_GRACE_SECONDS,
+    RestartWatch,
     read_note,
     restart_patch,
-    restarted_elsewhere,
 )
 
 LOG = logging.getLogger("shipshape.controller.loops.guards")
@@ -78,7 +78,7 @@ class SurgeGuards(Reconciler):
         self._sync = Every(GUARD_INTERVAL_SECONDS)
         self._guarded_count = -1  # how many workloads were managed at the last sync
         # Drain restarts waiting for their replacement: workload key -> (restart time, nodes).
-        self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
+        self._awaiting_ready = RestartWatch()
 
     @property
     def interval(self) -> float:
@@ -150,17 +150,12 @@ class SurgeGuards(Reconciler):
             LOG.warning("restart of %s off cordoned node %s failed, retrying: %s", key, node, error)
             return
         self.shared.restarts.expect(key, frozenset({node}), now, SURGE_GRACE_SECONDS)
-        self._awaiting_ready[key] = (now, frozenset({node}))
+        self._awaiting_ready.add(key, now, frozenset({node}))
         message = f"node {node} is cordoned: restarting with a surge so that its drain can go on"
         self.post_event(obj, state.kind.value, INTERRUPTION_RESPONSE, message, now)
 
     def _observe_restarts(self, managed: Sequence[Managed], now: float) -> None:
-        by_key = {m.state.key: m for m in managed}
-        for key, (since, nodes) in list(self._awaiting_ready.items()):
-            workload = by_key.get(key)
-            if workload is None or now - since > 3600:
-                del self._awaiting_ready[key]
-                continue
-            if restarted_elsewhere(workload.state.pods, nodes):
-                self.metrics.notice_to_ready.observe(now - since)
-                del self._awaiting_ready[key]
+        if not self._awaiting_ready:
+            return
+        for seconds in self._awaiting_ready.ready({m.state.key: m.state for m in managed}, now):
+            self.metrics.notice_to_ready.observe(seconds)

@@ -38,6 +38,7 @@ from shipshape.controller.surge import (
     SURGE_NOTE,
     ActionKind,
     InterruptionPlan,
+    RestartWatch,
     SurgeNote,
     WorkloadAction,
     action_done,
@@ -46,7 +47,6 @@ from shipshape.controller.surge import (
     next_replacement,
     plan_interruptions,
     restart_patch,
-    restarted_elsewhere,
     surge_done,
     surge_end_patch,
     surge_start_patch,
@@ -65,7 +65,7 @@ class InterruptionResponder(Reconciler):
         # Doomed pods evicted, not yet seen gone in the cache: "namespace/pod" -> the node it was on.
         self._evicted: Expectations[str, str | None] = Expectations()
         # Single-replica restarts waiting for their replacement: workload key -> (notice time, nodes).
-        self._awaiting_ready: dict[str, tuple[float, frozenset[str]]] = {}
+        self._awaiting_ready = RestartWatch()
 
     @property
     def interval(self) -> float:
@@ -125,7 +125,7 @@ class InterruptionResponder(Reconciler):
                 restart_patch(obj, sorted(nodes), action.deadline - self.config.notice_lead_seconds),
             )
             self.shared.restarts.expect(action.workload, nodes, action.deadline, SURGE_GRACE_SECONDS)
-            self._awaiting_ready[action.workload] = (now, nodes)
+            self._awaiting_ready.add(action.workload, now, nodes)
             self._event(
                 workload, action, plan, f"restarting with a surge before node(s) {_names(nodes)} go", now
             )
@@ -219,15 +219,10 @@ class InterruptionResponder(Reconciler):
         LOG.info("surge of %s ended after %.0fs", workload.state.key, now - note.since)
 
     def _observe_restarts(self, managed: Sequence[Managed], now: float) -> None:
-        by_key = {m.state.key: m for m in managed}
-        for key, (since, nodes) in list(self._awaiting_ready.items()):
-            workload = by_key.get(key)
-            if workload is None or now - since > 3600:
-                del self._awaiting_ready[key]
-                continue
-            if restarted_elsewhere(workload.state.pods, nodes):
-                self.metrics.notice_to_ready.observe(now - since)
-                del self._awaiting_ready[key]
+        if not self._awaiting_ready:
+            return
+        for seconds in self._awaiting_ready.ready({m.state.key: m.state for m in managed}, now):
+            self.metrics.notice_to_ready.observe(seconds)
 
     def _event(
         self, workload: Managed, action: WorkloadAction, plan: InterruptionPlan, what: str, now: float
