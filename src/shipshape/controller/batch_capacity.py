@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from shipshape.analyzers.efficiency import publish, qos
-from shipshape.analyzers.efficiency.cluster import read_cluster
-from shipshape.analyzers.efficiency.metricsapi import usage_from_metrics
-from shipshape.analyzers.efficiency.usage import Window
+from shipshape.analyzers.efficiency import publish
 from shipshape.kube.clock import parse_time
+
+if TYPE_CHECKING:
+    from shipshape.analyzers.efficiency import qos
 
 Obj = dict[str, Any]
 # The metrics window: the latest sample of each pod and node.
@@ -82,6 +82,12 @@ def plan_nodes(
     settings: publish.PublishSettings,
 ) -> list[NodeOutcome]:
     """The decision for every node, in the nodes' order."""
+    # The colocation model runs on numpy: imported with the first round, not with the controller.
+    from shipshape.analyzers.efficiency import qos
+    from shipshape.analyzers.efficiency.cluster import read_cluster
+    from shipshape.analyzers.efficiency.metricsapi import usage_from_metrics
+    from shipshape.analyzers.efficiency.usage import Window
+
     sampled: dict[str, float] = {}
     for item in node_metrics:
         when = item.get("timestamp")

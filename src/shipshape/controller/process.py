@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
-from shipshape.controller.batch_resources import KubeNodeResources
+from shipshape.controller.batch_capacity import NodeResources
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
@@ -98,6 +98,14 @@ class LockedPlacer(PodPlacer):
     def review(self, body: Mapping[str, Any]) -> Obj:
         with self._lock:
             return super().review(body)
+
+
+def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
+    """Metrics and node writes for the batch resources loop (imported only when it is on: the
+    colocation model needs numpy)."""
+    from shipshape.controller.batch_resources import KubeNodeResources
+
+    return KubeNodeResources(api_client)
 
 
 class ControllerProcess:
@@ -183,7 +191,7 @@ class ControllerProcess:
             )
             if self.queue is not None
             else None,
-            node_resources=KubeNodeResources(api_client) if settings.loops.batch_resources.enabled else None,
+            node_resources=_node_resources(api_client) if settings.loops.batch_resources.enabled else None,
         )
         self.webhook_owner = WebhookOwner(
             clock,

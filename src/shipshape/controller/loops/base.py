@@ -21,11 +21,11 @@ import logging
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shipshape.analyzers.efficiency import publish, qos
+from shipshape.analyzers.efficiency import publish
 from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
 from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
 from shipshape.controller.events import event_for
@@ -37,6 +37,9 @@ from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
 from shipshape.kube.clock import Clock
+
+if TYPE_CHECKING:
+    from shipshape.analyzers.efficiency import qos
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops")
@@ -58,10 +61,12 @@ class BatchResourcesSettings(BaseModel):
     stale_seconds: float = Field(default=900.0, gt=0)
     cpu_reclaim_threshold_percent: float = Field(default=60.0, ge=0, le=100)
     memory_reclaim_threshold_percent: float = Field(default=65.0, ge=0, le=100)
-    cpu_calculate_policy: qos.CpuPolicy = "usage"
-    memory_calculate_policy: qos.MemoryPolicy = "usage"
+    cpu_calculate_policy: Literal["usage", "maxUsageRequest"] = "usage"
+    memory_calculate_policy: Literal["usage", "request", "maxUsageRequest"] = "usage"
 
     def colocation_settings(self) -> qos.ColocationSettings:
+        from shipshape.analyzers.efficiency import qos  # numpy: only once the loop runs
+
         return qos.ColocationSettings(
             cpu_reclaim_threshold_percent=self.cpu_reclaim_threshold_percent,
             memory_reclaim_threshold_percent=self.memory_reclaim_threshold_percent,
