@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shipshape.analyzers.efficiency import publish
+from shipshape.cli.controller import load_settings
 from shipshape.controller.loops import all_reconcilers
 from shipshape.controller.loops.base import BatchResourcesSettings, LoopSettings, SharedState
 from shipshape.controller.loops.batch_resources import BatchResources
 from shipshape.controller.ops import OpsError, RecordingOps
-from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.policy import ConfigError, ControllerConfig
 from shipshape.kube.clock import rfc3339
 
 from ..builders import Harness, node, with_room
@@ -125,3 +127,16 @@ def test_dry_run_and_unavailable_metrics_write_nothing() -> None:
     resources.fail = OpsError("503 metrics.k8s.io unavailable", status=503)
     loop.reconcile(h.clock.now())
     assert resources.writes == [] and loop.outcomes == []
+
+
+def test_the_config_file_switches_the_loop_on_and_says_which_field_is_wrong(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("loops:\n  batch_resources:\n    enabled: true\n    interval_seconds: 30\n")
+    _, loops = load_settings(good)
+    assert loops.batch_resources.enabled and loops.batch_resources.interval_seconds == 30.0
+    assert loops.batch_resources.publish_settings().diff_threshold == 0.1
+    assert LoopSettings().batch_resources.enabled is False  # off by default
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loops:\n  batch_resources:\n    enabled: true\n    diff_threshold: 2\n")
+    with pytest.raises(ConfigError, match=r"loops\.batch_resources\.diff_threshold"):
+        load_settings(bad)
