@@ -4,9 +4,14 @@ A loop is a `Reconciler(clock, cache, ops, config, metrics, shared)` with a `nam
 (emulated seconds between rounds), `observe(now)` and `reconcile(now)`:
 
 - `observe` runs on every controller replica: it only updates `SharedState` from the cache (the pools
-  at risk, the pools in shortage), which every replica's webhook reads;
-- `reconcile` runs on the leader only: it reads the cache, takes its decisions from `decisions.py`,
-  and writes through `ClusterOps`.
+  at risk, the pools in shortage, the notices at hand), which every replica's webhook reads;
+- `reconcile` runs on the leader only: it reads the cache, takes its decisions from its pure decision
+  module, and writes through `ClusterOps`; what it wrote and has not seen yet is an expectation
+  (`kit.Expectations`), what it concluded from unchanged inputs is not worked out again
+  (`kit.Unchanged`).
+
+A loop also says what wakes it (`watches`, `changed`, `busy`) and which `lane` it shares; the
+scheduler (`scheduler.py`) runs it.
 
 Reads of the cache happen inside `with self.reading():` (the process passes a lock, since watch
 threads feed the cache); writes happen outside it, so the webhook never waits on API calls.
