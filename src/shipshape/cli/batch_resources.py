@@ -1,5 +1,6 @@
 """`shipshape batch-resources`: the opt-in publisher of reclaimable batch capacity as node extended
-resources (see `shipshape.controller.batch_resources`)."""
+resources, on its own (the controller runs the same decisions as its loop `loops.batch_resources`;
+see `shipshape.controller.batch_capacity`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def batch_resources(
 
     from shipshape.analyzers.efficiency import qos
     from shipshape.controller.batch_resources import BatchResourcePublisher, NodeOutcome
+    from shipshape.controller.ops import OpsError
     from shipshape.kube import client
     from shipshape.kube.clock import RealClock
     from shipshape.kube.duration import DurationError, parse_duration
@@ -51,6 +53,6 @@ def batch_resources(
             if once:
                 return
             time.sleep(seconds)
-    except client.KubeClientError as error:
+    except (client.KubeClientError, OpsError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error

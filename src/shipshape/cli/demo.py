@@ -46,9 +46,9 @@ from shipshape.cli import emulator as emulator_cli
 from shipshape.controller.availability import pdb_floor
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.loops.interruptions import RESTART_NOTE, SURGE_NOTE
 from shipshape.controller.policy import DECISION, ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
+from shipshape.controller.surge import RESTART_NOTE, SURGE_NOTE
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner

@@ -72,6 +72,11 @@ def simulate(
         loaded = scenario_file.load(scenario)
         if controller_config is not None:
             config, loops = load_settings(controller_config)
+            if loops.batch_resources.enabled:
+                raise ConfigError(
+                    f"{controller_config}: loops.batch_resources.enabled: batch resources are not "
+                    "simulated (the simulation has no metrics.k8s.io); leave it off here"
+                )
             chosen = [
                 Shipshape(config=config, loops=loops) if isinstance(s, Shipshape) else s for s in chosen
             ]

@@ -1,13 +1,11 @@
-"""Opt-in: publish each node's reclaimable batch capacity as extended resources
-(`shipshape.dev/batch-cpu` in millicores, `shipshape.dev/batch-memory` in bytes), refreshed on a
-period with hysteresis and withdrawn when the node's metrics go stale (`analyzers/efficiency/publish.py`).
+"""Batch resources on a real API server (an edge module): `KubeNodeResources`, the official client behind
+`batch_capacity.NodeResources`, and `BatchResourcePublisher`, one round of the standalone publisher
+that `shipshape batch-resources` runs (the controller runs the same decisions as its opt-in loop,
+`loops/batch_resources.py`, from its cache).
 
-The figures are the QoS colocation model's (`analyzers/efficiency/qos.py`, Koordinator's formulas
-and defaults) on the latest metrics.k8s.io samples. Each round reads nodes, pods and metrics, and
-writes only the nodes whose decision is to publish or withdraw: a merge patch of the node's status
-(capacity and allocatable) and the annotation `shipshape.dev/batch-resources-updated` with the
-time, so a restarted publisher keeps the hysteresis. Batch pods request these resources; the
-scheduler then counts them like any extended resource.
+Each round reads nodes, pods and metrics, and writes only the nodes whose decision is to publish or
+withdraw (`batch_capacity.py`). Batch pods request these resources; the scheduler then counts them
+like any extended resource.
 """
 
 from __future__ import annotations
@@ -18,21 +16,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipshape.analyzers.efficiency import publish, qos
-from shipshape.analyzers.efficiency.cluster import read_cluster
-from shipshape.analyzers.efficiency.metricsapi import usage_from_metrics
-from shipshape.analyzers.efficiency.usage import Window
+from shipshape.controller import batch_capacity
+from shipshape.controller.batch_capacity import NodeOutcome
+from shipshape.controller.ops import OpsError
 from shipshape.kube import client
-from shipshape.kube.clock import Clock, parse_time
+from shipshape.kube.clock import Clock
 
 LOG = logging.getLogger("shipshape.controller.batch_resources")
 Obj = dict[str, Any]
-STEP_SECONDS = 60.0
+
+__all__ = ["BatchResourcePublisher", "KubeNodeResources", "NodeOutcome"]
 
 
 @dataclass(frozen=True, slots=True)
-class NodeOutcome:
-    node: str
-    decision: publish.Decision
+class KubeNodeResources:
+    """Metrics and node writes through the official client; client errors become `OpsError`."""
+
+    api: Any
+
+    def resource_metrics(self) -> tuple[list[Obj], list[Obj]]:
+        try:
+            return (
+                client.list_resource_metrics(self.api, "pods"),
+                client.list_resource_metrics(self.api, "nodes"),
+            )
+        except client.KubeClientError as error:
+            raise OpsError(f"cannot read metrics.k8s.io: {error}", status=error.status) from error
+
+    def publish(
+        self, node: str, quantities: Mapping[str, str | None], annotations: Mapping[str, str]
+    ) -> None:
+        try:
+            client.patch_node_status(self.api, node, batch_capacity.status_patch(quantities))
+            client.annotate_node(self.api, node, annotations)
+        except client.KubeClientError as error:
+            message = f"cannot write batch resources on node {node}: {error}"
+            raise OpsError(message, status=error.status) from error
 
 
 @dataclass(slots=True)
@@ -48,63 +67,25 @@ class BatchResourcePublisher:
 
     def reconcile(self) -> list[NodeOutcome]:
         now = self.clock.now()
+        resources = KubeNodeResources(self.api)
         nodes = client.list_nodes(self.api)
         pods = client.list_pods(self.api)
-        pod_metrics = client.list_resource_metrics(self.api, "pods")
-        node_metrics = client.list_resource_metrics(self.api, "nodes")
-        sampled: dict[str, float] = {}
-        for item in node_metrics:
-            stamp = item.get("timestamp")
-            if isinstance(stamp, str):
-                sampled[str(item["metadata"]["name"])] = parse_time(stamp)
-        end = max(sampled.values(), default=now)
-        usage = usage_from_metrics(pod_metrics, node_metrics, Window(end, STEP_SECONDS, 1))
-        cluster = read_cluster(pods, nodes)
-        report = qos.colocation(cluster, usage, self.colocation)
-        computed = {
-            n.node: {
-                publish.BATCH_CPU: round(n.cpu.batch.minimum * 1000),
-                publish.BATCH_MEMORY: int(n.memory.batch.minimum),
-            }
-            for n in report.nodes
-        }
-        outcomes: list[NodeOutcome] = []
-        for node in nodes:
-            name = str(node["metadata"]["name"])
-            decision = publish.decide(
-                _published(node), computed[name], _last_update(node), sampled.get(name), now, self.settings
-            )
-            outcomes.append(NodeOutcome(name, decision))
+        pod_metrics, node_metrics = resources.resource_metrics()
+        outcomes = batch_capacity.plan_nodes(
+            nodes, pods, pod_metrics, node_metrics, now, self.colocation, self.settings
+        )
+        for outcome in outcomes:
             if self.on_outcome is not None:
-                self.on_outcome(outcomes[-1])
+                self.on_outcome(outcome)
+            decision = outcome.decision
             if decision.action == "keep" or self.dry_run:
                 continue
-            self._write(name, decision, now)
+            resources.publish(
+                outcome.node,
+                batch_capacity.quantities(decision),
+                {publish.UPDATED_ANNOTATION: batch_capacity.stamp(now)},
+            )
+            LOG.info(
+                "node %s: %s %s (%s)", outcome.node, decision.action, dict(decision.values), decision.reason
+            )
         return outcomes
-
-    def _write(self, name: str, decision: publish.Decision, now: float) -> None:
-        values: Mapping[str, int | None] = (
-            {k: v for k, v in decision.values.items()}
-            if decision.action == "publish"
-            else {publish.BATCH_CPU: None, publish.BATCH_MEMORY: None}
-        )
-        quantities = {k: (None if v is None else str(v)) for k, v in values.items()}
-        client.patch_node_status(
-            self.api, name, {"status": {"capacity": quantities, "allocatable": quantities}}
-        )
-        client.annotate_node(self.api, name, {publish.UPDATED_ANNOTATION: f"{now:.3f}"})
-        LOG.info("node %s: %s %s (%s)", name, decision.action, dict(decision.values), decision.reason)
-
-
-def _published(node: Obj) -> dict[str, int] | None:
-    capacity = (node.get("status") or {}).get("capacity") or {}
-    found = {k: int(capacity[k]) for k in (publish.BATCH_CPU, publish.BATCH_MEMORY) if k in capacity}
-    return found or None
-
-
-def _last_update(node: Obj) -> float | None:
-    value = ((node.get("metadata") or {}).get("annotations") or {}).get(publish.UPDATED_ANNOTATION)
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None

@@ -6,7 +6,6 @@
   workload's availability floor;
 - `fallback_candidates` and `ShortageTracker`: spot-bound pods stuck unschedulable are re-decided to
   on-demand, and spot is tried again after a back-off;
-- `plan_interruptions`: the response to a set of termination notices, handled together;
 - `headroom_plan`: on-demand placeholder capacity sized from the largest set of pods one spot pool
   could lose.
 """
@@ -20,16 +19,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from shipshape.contracts import notices as notice_contract
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.cache import (
-    NOTICE_TAINTS,
     POD_STATE,
-    QUEUE_NOTICE_TAINT,
     ClusterCache,
     WorkloadRef,
     is_active,
-    node_pool,
     read_decision,
 )
 from shipshape.controller.packing import pod_requests
@@ -43,6 +38,7 @@ from shipshape.controller.placement import (
     ordinal_capacity,
     spot_limit,
     spread_cap,
+    statefulset_ordinal,
     statefulset_split,
     zone_counts,
 )
@@ -51,11 +47,9 @@ from shipshape.controller.policy import (
     INSTANCE_TYPE_LABEL,
     ZONE_LABEL,
     CapacityType,
-    SingleReplicaMode,
     WorkloadKind,
     WorkloadPolicy,
 )
-from shipshape.controller.webhook.admission import statefulset_ordinal
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
 
@@ -603,156 +597,6 @@ class ShortageTracker:
         return frozenset(pool for pool, until in self._until.items() if until > now)
 
 
-# --- interruptions --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    node: str
-    deadline: float
-    source: str
-
-
-class ActionKind(StrEnum):
-    SURGE_RESTART = "surge-restart"  # single replica: start the replacement first (rollout restart)
-    SURGE = "surge"  # bring up replacements for the doomed pods before the node goes
-    # Cannot surge (a StatefulSet): evict the doomed pods one at a time, each once the previous
-    # replacement is Ready, so the replacements start before the nodes go and the floor holds.
-    REPLACE = "replace"
-    RESCHEDULE = "reschedule"  # a lone on-demand-mode pod (or StatefulSet pod): only steer the new pods
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadAction:
-    workload: str
-    kind: ActionKind
-    doomed_pods: tuple[str, ...]
-    replacements: int
-    ready_now: int
-    ready_after_loss: int
-    floor: int
-    deadline: float
-    cpu_millis: int
-    memory_bytes: int
-
-    @property
-    def below_floor_without_action(self) -> bool:
-        return self.ready_after_loss < self.floor or self.ready_after_loss == 0
-
-
-@dataclass(frozen=True, slots=True)
-class InterruptionPlan:
-    doomed_nodes: frozenset[str]
-    reclaimed_pools: frozenset[Pool]
-    reclaimed_zones: frozenset[str]
-    # Every spot node no replacement may land on: all nodes of the reclaimed pools and zones.
-    avoid_nodes: frozenset[str]
-    actions: tuple[WorkloadAction, ...]
-    # The earliest deadline of each noticed node.
-    deadlines: Mapping[str, float] = field(default_factory=dict)
-
-    @property
-    def replacement_requests(self) -> tuple[int, int]:
-        surging = [a for a in self.actions if a.kind is not ActionKind.RESCHEDULE]
-        return sum(a.cpu_millis for a in surging), sum(a.memory_bytes for a in surging)
-
-
-def reclaimed_scope(
-    notices: Sequence[Notice],
-    nodes: Mapping[str, Mapping[str, Any]],
-    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
-) -> tuple[frozenset[Pool], frozenset[str]]:
-    """Pools with a noticed node, and zones reclaimed as a whole (notices in two or more of their pools)."""
-    noticed = {n.node for n in notices if n.node in nodes}
-    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name], conventions)) is not None)
-    pools_per_zone = Counter(pool.zone for pool in pools)
-    return pools, frozenset(zone for zone, hit in pools_per_zone.items() if hit >= 2)
-
-
-def plan_interruptions(
-    notices: Sequence[Notice],
-    nodes: Mapping[str, Mapping[str, Any]],
-    workloads: Sequence[WorkloadState],
-    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
-) -> InterruptionPlan:
-    """One plan for every notice at hand: what to avoid, and per workload how to keep it available."""
-    if not notices:
-        return InterruptionPlan(frozenset(), frozenset(), frozenset(), frozenset(), ())
-    deadlines: dict[str, float] = {}
-    for notice in notices:
-        deadlines[notice.node] = min(deadlines.get(notice.node, math.inf), notice.deadline)
-    pools, zones = reclaimed_scope(notices, nodes, conventions)
-    avoid = {
-        name
-        for name, node in nodes.items()
-        if (pool := node_pool(node, conventions)) is not None and (pool in pools or pool.zone in zones)
-    }
-    avoid |= set(deadlines)
-    actions: list[WorkloadAction] = []
-    for state in workloads:
-        doomed = [pod for pod in state.pods if pod.node in deadlines]
-        if not doomed:
-            continue
-        ready_after = state.ready - sum(1 for pod in doomed if pod.ready)
-        if state.kind is WorkloadKind.DEPLOYMENT and state.replicas == 1:
-            kind = (
-                ActionKind.SURGE_RESTART
-                if state.policy.single_replica is SingleReplicaMode.SURGE
-                else ActionKind.RESCHEDULE
-            )
-        elif state.kind is WorkloadKind.DEPLOYMENT:
-            kind = ActionKind.SURGE
-        elif state.replicas > 1:
-            kind = ActionKind.REPLACE
-        else:
-            kind = ActionKind.RESCHEDULE
-        actions.append(
-            WorkloadAction(
-                workload=state.key,
-                kind=kind,
-                doomed_pods=tuple(pod.name for pod in doomed),
-                replacements=len(doomed) if kind is not ActionKind.RESCHEDULE else 0,
-                ready_now=state.ready,
-                ready_after_loss=ready_after,
-                floor=state.floor,
-                deadline=min(deadlines[pod.node] for pod in doomed if pod.node is not None),
-                cpu_millis=sum(pod.cpu_millis for pod in doomed),
-                memory_bytes=sum(pod.memory_bytes for pod in doomed),
-            )
-        )
-    actions.sort(key=lambda a: (a.deadline, not a.below_floor_without_action, a.workload))
-    return InterruptionPlan(
-        doomed_nodes=frozenset(deadlines),
-        reclaimed_pools=pools,
-        reclaimed_zones=zones,
-        avoid_nodes=frozenset(avoid),
-        actions=tuple(actions),
-        deadlines=deadlines,
-    )
-
-
-def next_replacement(state: WorkloadState, deadlines: Mapping[str, float]) -> str | None:
-    """The doomed pod of a workload that cannot surge to evict now, or None (wait).
-
-    One at a time: only while every other pod exists and is Ready (the previous replacement is up),
-    and only if evicting a Ready pod leaves at least the floor ready. Earliest deadline first, then
-    pods not Ready (evicting those costs nothing), then the highest ordinal.
-    """
-    doomed = [pod for pod in state.pods if pod.node is not None and pod.node in deadlines]
-    if not doomed or len(state.pods) < state.replicas:
-        return None
-    doomed_names = {pod.name for pod in doomed}
-    if any(not pod.ready for pod in state.pods if pod.name not in doomed_names):
-        return None
-    victim = min(
-        doomed,
-        key=lambda p: (deadlines.get(p.node or "", math.inf), p.ready, -(p.ordinal or 0), p.name),
-    )
-    if victim.ready and state.ready - 1 < state.floor:
-        return None
-    return victim.name
-
-
 # --- headroom -------------------------------------------------------------------------------------
 
 
@@ -813,50 +657,3 @@ def spot_pods_by_pool(states: Iterable[WorkloadState]) -> dict[Pool, list[PodSta
 
 def nodes_by_name(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {str((node.get("metadata") or {}).get("name")): node for node in nodes}
-
-
-# --- notice sources -------------------------------------------------------------------------------
-
-
-def notices_from_taints(nodes: Iterable[Mapping[str, Any]], now: float, lead_seconds: float) -> list[Notice]:
-    """Notices read from node taints (interruption handlers, Karpenter, the node-side poller), one per
-    node; the deadline is the taint's time (now when it carries none) plus the lead time: the lead of
-    the cloud a node-side poller's taint names (`gcp-metadata`: 30 s), else `lead_seconds`. A node
-    carrying several notice taints gives the earliest deadline."""
-    found: list[Notice] = []
-    for node in nodes:
-        name = str((node.get("metadata") or {}).get("name"))
-        best: Notice | None = None
-        for taint in (node.get("spec") or {}).get("taints") or []:
-            key = taint.get("key")
-            if key not in NOTICE_TAINTS:
-                continue
-            added = taint.get("timeAdded")
-            try:
-                start = parse_time(added) if added else now
-            except ValueError:
-                start = now
-            lead = notice_contract.lead_of(taint.get("value")) if key == QUEUE_NOTICE_TAINT else None
-            notice = Notice(name, start + (lead if lead is not None else lead_seconds), f"taint:{key}")
-            if best is None or notice.deadline < best.deadline:
-                best = notice
-        if best is not None:
-            found.append(best)
-    return found
-
-
-def notice_from_instance_action(node: str, body: Mapping[str, Any] | None) -> Notice | None:
-    """The metadata endpoint's answer (`{"action": "terminate", "time": "<RFC 3339>"}`) as a notice."""
-    if not body or body.get("action") not in ("terminate", "stop", "hibernate") or not body.get("time"):
-        return None
-    try:
-        deadline = parse_time(str(body["time"]))
-    except ValueError:
-        return None
-    return Notice(node, deadline, "instance-metadata")
-
-
-def rebalance_from_metadata(body: Mapping[str, Any] | None) -> bool:
-    """Whether the metadata endpoint's `events/recommendations/rebalance` answer
-    (`{"noticeTime": "<RFC 3339>"}`) is a recommendation."""
-    return bool(body) and isinstance((body or {}).get("noticeTime"), str)

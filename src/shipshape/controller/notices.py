@@ -1,6 +1,19 @@
-"""A cloud event queue as a notice source: EventBridge EC2 events delivered at least once.
+"""Termination notices and rebalance recommendations: where they come from and what they mean (pure).
 
-Pure: the queue itself is behind `EventQueue` (`queue_client.SqsQueue` reads SQS through the AWS SDK).
+The notice watcher (`loops/notices.py`) takes its decisions here:
+
+- `notices_from_taints`: interruption handlers', provisioners' and the node-side poller's taints, one
+  `Notice` per node with the earliest deadline; `notice_from_instance_action` and
+  `rebalance_from_metadata`: the instance-metadata answers (a simulation reads them in process);
+- `first_deadlines`: a noticed node keeps the deadline it was first seen with (a taint without a time
+  gives the same deadline in every round, so a write derived from it and sent again is the same write);
+- `reclaimed_scope` and `risk_notes`: the pools with a noticed node, the zones reclaimed as a whole (two
+  or more of their pools noticed), and what the pool risk model records for them;
+- `queue_notice_taint` / `queue_rebalance_taint` and `needs_taint`: how the leader publishes on the Node
+  what only the event queue said.
+
+**A cloud event queue** as a notice source: EventBridge EC2 events delivered at least once. The queue
+itself is behind `EventQueue` (`queue_client.SqsQueue` reads SQS through the AWS SDK).
 `QueueNoticeSource.poll` receives what is visible, maps each event's instance id to a node through
 the nodes' `spec.providerID` (`aws:///<zone>/<instance-id>`), deduplicates (SQS delivers again what
 was not deleted in time, and EventBridge may send an event twice), and keeps:
@@ -23,18 +36,27 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shipshape.controller.cache import node_pool
-from shipshape.controller.decisions import Notice
+from shipshape.contracts import notices as notice_contract
+from shipshape.controller.cache import (
+    NOTICE_TAINTS,
+    QUEUE_NOTICE_TAINT,
+    QUEUE_REBALANCE_TAINT,
+    node_pool,
+    taint_keys,
+)
 from shipshape.controller.ops import OpsError
 from shipshape.controller.placement import Pool
-from shipshape.kube.clock import parse_time
+from shipshape.kube import capacity as kube_capacity
+from shipshape.kube.clock import parse_time, rfc3339
 
+Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.notices")
 INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"
@@ -47,6 +69,147 @@ SOURCE = "event-queue"
 # Receives per poll at most (ten messages each): a zone reclaimed at once is read in one poll.
 MAX_BATCHES = 20
 SEEN_EVENTS_SECONDS = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    node: str
+    deadline: float
+    source: str
+
+
+# --- notices on nodes and from the instance metadata ------------------------------------------------
+
+
+def notices_from_taints(nodes: Iterable[Mapping[str, Any]], now: float, lead_seconds: float) -> list[Notice]:
+    """Notices read from node taints (interruption handlers, Karpenter, the node-side poller), one per
+    node; the deadline is the taint's time (now when it carries none) plus the lead time: the lead of
+    the cloud a node-side poller's taint names (`gcp-metadata`: 30 s), else `lead_seconds`. A node
+    carrying several notice taints gives the earliest deadline."""
+    found: list[Notice] = []
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name"))
+        best: Notice | None = None
+        for taint in (node.get("spec") or {}).get("taints") or []:
+            key = taint.get("key")
+            if key not in NOTICE_TAINTS:
+                continue
+            added = taint.get("timeAdded")
+            try:
+                start = parse_time(added) if added else now
+            except ValueError:
+                start = now
+            lead = notice_contract.lead_of(taint.get("value")) if key == QUEUE_NOTICE_TAINT else None
+            notice = Notice(name, start + (lead if lead is not None else lead_seconds), f"taint:{key}")
+            if best is None or notice.deadline < best.deadline:
+                best = notice
+        if best is not None:
+            found.append(best)
+    return found
+
+
+def notice_from_instance_action(node: str, body: Mapping[str, Any] | None) -> Notice | None:
+    """The metadata endpoint's answer (`{"action": "terminate", "time": "<RFC 3339>"}`) as a notice."""
+    if not body or body.get("action") not in ("terminate", "stop", "hibernate") or not body.get("time"):
+        return None
+    try:
+        deadline = parse_time(str(body["time"]))
+    except ValueError:
+        return None
+    return Notice(node, deadline, "instance-metadata")
+
+
+def rebalance_from_metadata(body: Mapping[str, Any] | None) -> bool:
+    """Whether the metadata endpoint's `events/recommendations/rebalance` answer
+    (`{"noticeTime": "<RFC 3339>"}`) is a recommendation."""
+    return bool(body) and isinstance((body or {}).get("noticeTime"), str)
+
+
+def first_deadlines(
+    notices: Sequence[Notice], first: Mapping[str, float], nodes: Container[str]
+) -> tuple[list[Notice], dict[str, float]]:
+    """Each notice with the deadline its node was first seen with, and the deadlines to keep (those of
+    the nodes still there, plus the new ones)."""
+    kept = {node: deadline for node, deadline in first.items() if node in nodes}
+    return [Notice(n.node, kept.setdefault(n.node, n.deadline), n.source) for n in notices], kept
+
+
+# --- what a set of notices reclaims -----------------------------------------------------------------
+
+
+def reclaimed_scope(
+    notices: Sequence[Notice],
+    nodes: Mapping[str, Mapping[str, Any]],
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
+) -> tuple[frozenset[Pool], frozenset[str]]:
+    """Pools with a noticed node, and zones reclaimed as a whole (notices in two or more of their pools)."""
+    noticed = {n.node for n in notices if n.node in nodes}
+    pools = frozenset(pool for name in noticed if (pool := node_pool(nodes[name], conventions)) is not None)
+    pools_per_zone = Counter(pool.zone for pool in pools)
+    return pools, frozenset(zone for zone, hit in pools_per_zone.items() if hit >= 2)
+
+
+@dataclass(frozen=True, slots=True)
+class RiskNote:
+    """A notice for the pool risk model: `key` is the noticed node (or `zone-reclaim/<pool>` for the
+    other pools of a zone reclaimed as a whole), recorded once."""
+
+    key: str
+    pool: Pool
+    at: float
+    # The notice's source; None for a pool at risk because its zone is reclaimed.
+    source: str | None
+
+
+def risk_notes(
+    notices: Sequence[Notice],
+    nodes: Mapping[str, Mapping[str, Any]],
+    now: float,
+    lead_seconds: float,
+    conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
+) -> list[RiskNote]:
+    """What the risk model learns from the notices: each noticed spot node's pool from the notice's time
+    (its deadline less the lead, never later than now), then, for a zone reclaimed as a whole, its other
+    pools from now."""
+    notes: list[RiskNote] = []
+    for notice in notices:
+        node = nodes.get(notice.node)
+        pool = node_pool(node, conventions) if node is not None else None
+        if pool is not None:
+            notes.append(RiskNote(notice.node, pool, min(now, notice.deadline - lead_seconds), notice.source))
+    pools, zones = reclaimed_scope(notices, nodes, conventions)
+    if zones:
+        for node in nodes.values():
+            pool = node_pool(node, conventions)
+            if pool is not None and pool.zone in zones and pool not in pools:
+                notes.append(RiskNote(f"zone-reclaim/{pool}", pool, now, None))
+    return notes
+
+
+# --- what only the event queue said, published on the node -------------------------------------------
+
+
+def queue_notice_taint(notice: Notice, now: float, lead_seconds: float) -> Obj:
+    """A queue warning as a NoSchedule taint, `timeAdded` at the warning's time (never in the future)."""
+    return {
+        "key": QUEUE_NOTICE_TAINT,
+        "value": notice_contract.QUEUE_VALUE,
+        "effect": "NoSchedule",
+        "timeAdded": rfc3339(min(now, notice.deadline - lead_seconds)),
+    }
+
+
+def queue_rebalance_taint() -> Obj:
+    """A queue rebalance recommendation as a PreferNoSchedule taint: no new pods, nothing drained."""
+    return {"key": QUEUE_REBALANCE_TAINT, "value": notice_contract.QUEUE_VALUE, "effect": "PreferNoSchedule"}
+
+
+def needs_taint(node: Mapping[str, Any] | None, already: frozenset[str]) -> bool:
+    """A node there that carries none of the `already` taints (any source of the same news)."""
+    return node is not None and not (taint_keys(node) & already)
+
+
+# --- the event queue -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,17 @@ webhook, the rebalancer and a restarted controller all agree (`spot_limit`, `ord
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
+
+# A StatefulSet pod's ordinal: its pod-index label (Kubernetes 1.28+), else its name's suffix.
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+_ORDINAL = re.compile(r"-(\d+)$")
 
 
 class Pool(NamedTuple):
@@ -394,3 +399,12 @@ def decide(request: PodRequest, counts: GroupCounts, view: PlacementView) -> Dec
         allowed_pools=allowed,
         avoided_nodes=tuple(sorted(view.avoided_nodes)),
     )
+
+
+def statefulset_ordinal(pod: Mapping[str, Any]) -> int | None:
+    metadata = pod.get("metadata") or {}
+    index = (metadata.get("labels") or {}).get(POD_INDEX_LABEL)
+    if index is not None and str(index).isdigit():
+        return int(index)
+    match = _ORDINAL.search(str(metadata.get("name") or ""))
+    return int(match.group(1)) if match else None

@@ -16,21 +16,23 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, start_http_server
 
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
+from shipshape.controller.batch_capacity import NodeResources
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
-from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers
-from shipshape.controller.loops.interruptions import InterruptionResponder, remove_guards
+from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
+from shipshape.controller.loops.guards import remove_guards
+from shipshape.controller.loops.scheduler import Lane, LoopScheduler, LoopThread
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
@@ -58,8 +60,6 @@ from shipshape.kube.clock import Clock
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller")
-# The loops' scheduler never sleeps less than this (real seconds), whatever the clock's speed.
-MIN_REAL_WAIT = 0.02
 TLS_SECRET = "shipshape-webhook-tls"
 # The leader replaces the shared serving certificate when it has less than this left (365-day certificates).
 ROTATE_BEFORE_SECONDS = 30 * 86400.0
@@ -100,56 +100,12 @@ class LockedPlacer(PodPlacer):
             return super().review(body)
 
 
-class Loop(Protocol):
-    """What the scheduler runs: the loops of `loops/` and the webhook's owner."""
+def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
+    """Metrics and node writes for the batch resources loop (imported only when it is on: the
+    colocation model needs numpy)."""
+    from shipshape.controller.batch_resources import KubeNodeResources
 
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def interval(self) -> float: ...
-
-    def observe(self, now: float) -> None: ...
-
-    def reconcile(self, now: float) -> None: ...
-
-
-class LoopScheduler:
-    """Runs each loop at its interval on the injected clock: `observe` always, `reconcile` when leading."""
-
-    def __init__(self, loops: Sequence[Loop], clock: Clock, is_leader: Callable[[], bool]) -> None:
-        self.loops = loops
-        self.clock = clock
-        self.is_leader = is_leader
-        self.stop_event = threading.Event()
-        self.rounds = 0
-        self.thread = threading.Thread(target=self._run, name="loops", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        due = {loop.name: self.clock.now() for loop in self.loops}
-        while not self.stop_event.is_set():
-            now = self.clock.now()
-            for loop in self.loops:
-                if now < due[loop.name] or self.stop_event.is_set():
-                    continue
-                try:
-                    loop.observe(now)
-                    if self.is_leader():
-                        loop.reconcile(now)
-                except Exception:
-                    LOG.exception("loop %s failed; it runs again at its next interval", loop.name)
-                due[loop.name] = now + loop.interval
-            self.rounds += 1
-            wait = min(due.values()) - self.clock.now()
-            self.stop_event.wait(max(MIN_REAL_WAIT, self.clock.real_seconds(max(0.0, wait))))
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self.thread.ident is not None:  # stopping a process that failed before its loops started
-            self.thread.join(30)
+    return KubeNodeResources(api_client)
 
 
 class ControllerProcess:
@@ -189,6 +145,7 @@ class ControllerProcess:
             clock,
             self.metrics,
             shortages=self.shared.shortages.shortages,
+            recommendations=self.shared.notices.recommendations,
         )
         self.informers = informers.informers(
             api_client, self.cache, self.lock, settings.informer_backoff_max_seconds
@@ -205,9 +162,6 @@ class ControllerProcess:
             ),
             on_start_leading=self._started_leading,
         )
-        self.loops = all_reconcilers(
-            clock, self.cache, self.ops, config, self.metrics, self.shared, self.lock
-        )
         # The AWS SDK is imported only when a queue is configured (it is slow to import).
         from shipshape.controller.queue_client import SqsQueue, queue_for
 
@@ -221,18 +175,24 @@ class ControllerProcess:
             if config.notice_queue_url is not None
             else None
         )
-        for loop in self.loops:
-            if isinstance(loop, InterruptionResponder):
-                self.placer.use_recommendations(loop.recommended)
-                if self.queue is not None:
-                    loop.use_notice_source(
-                        QueueNoticeSource(
-                            self.queue,
-                            config.notice_lead_seconds,
-                            config.notice_queue_visibility_seconds,
-                            on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
-                        )
-                    )
+        self.loops = all_reconcilers(
+            clock,
+            self.cache,
+            self.ops,
+            config,
+            self.metrics,
+            self.shared,
+            self.lock,
+            queue=QueueNoticeSource(
+                self.queue,
+                config.notice_lead_seconds,
+                config.notice_queue_visibility_seconds,
+                on_message=lambda kind: self.metrics.queue_messages.labels(kind=kind).inc(),
+            )
+            if self.queue is not None
+            else None,
+            node_resources=_node_resources(api_client) if settings.loops.batch_resources.enabled else None,
+        )
         self.webhook_owner = WebhookOwner(
             clock,
             KubernetesWebhookConfigurations(k8s.AdmissionregistrationV1Api(api_client)),
@@ -241,10 +201,10 @@ class ControllerProcess:
             certificates=self._follow_certificates if settings.webhook_service is not None else None,
             certificate_check_seconds=settings.certificate_check_seconds,
         )
-        scheduled: list[Loop] = list(self.loops)
+        scheduled = lanes(self.loops)
         if settings.register_webhook:
-            scheduled.append(self.webhook_owner)
-        self.scheduler = LoopScheduler(scheduled, clock, lambda: self.elector.is_leader)
+            scheduled.append(Lane.polling(self.webhook_owner))
+        self.scheduler = LoopThread(LoopScheduler(scheduled, is_leader=lambda: self.elector.is_leader), clock)
         self._tmp = tempfile.TemporaryDirectory(prefix="shipshape-webhook-") if workdir is None else None
         self.workdir = workdir or Path(self._tmp.name if self._tmp else ".")
         self.webhook_port = 0

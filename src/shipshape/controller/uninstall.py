@@ -22,16 +22,10 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
+from shipshape.controller.guards import is_guard
 from shipshape.controller.headroom import PRIORITY_CLASS
 from shipshape.controller.kube_ops import MERGE_PATCH, call
 from shipshape.controller.leader import LEASE_NAME, lease_step
-from shipshape.controller.loops.interruptions import (
-    DOOMED_COST,
-    RESTART_NOTE,
-    SURGE_NOTE,
-    SurgeNote,
-    is_guard,
-)
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import (
     DECISION,
@@ -42,6 +36,7 @@ from shipshape.controller.policy import (
     WorkloadKind,
     resolve_policy,
 )
+from shipshape.controller.surge import DOOMED_COST, RESTART_NOTE, SURGE_NOTE, SurgeNote
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
 
 Obj = dict[str, Any]

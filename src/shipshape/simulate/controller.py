@@ -3,12 +3,14 @@
 - The cache is fed from the store's watch events (as the controller's informers feed it).
 - `PodPlacer.review` answers an `admission.k8s.io/v1` AdmissionReview for every pod CREATE, through
   the API's in-process admission plugin hook; its JSON Patch is applied as a webhook's would be.
-- The loops (`controller.loops.all_reconcilers`) run on the engine's timers at their intervals,
-  writing through `ApiOps`. A round is skipped when nothing it reads changed since its last round and
-  less than `idle_seconds` passed (the loops are functions of the cache and time; time-driven changes
-  such as cool-downs and back-offs are caught by the idle round). The interruption responder wakes up
-  one interval after a notice taint appears, as its one-second poll would, and while notices or
-  surges are in progress it runs on every change and at least every `busy_seconds`.
+- The loops (`controller.loops.all_reconcilers`) run on the engine's timers, one per lane, through the
+  controller's own `LoopScheduler`, writing through `ApiOps`. Its cadence for a simulation
+  (`SIMULATION_CADENCE`): a round is skipped when nothing it reads changed since its last round and
+  less than five minutes passed (the loops are functions of the cache and time; time-driven changes
+  such as cool-downs and back-offs are caught by the idle round). The interruption lane wakes one
+  interval after a notice taint appears, as its one-second poll would, and while notices or surges
+  are in progress it runs on every change and at least every ten seconds; otherwise it waits a minute
+  between rounds.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from shipshape.controller.cache import KINDS, NOTICE_TAINTS, ClusterCache, taint_keys
-from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
-from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
+from shipshape.controller.cache import KINDS, ClusterCache
+from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
+from shipshape.controller.loops.scheduler import Cadence, Lane, LoopScheduler
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
@@ -34,7 +36,7 @@ from shipshape.emulator.admission import CREATE, Attributes
 from shipshape.emulator.admission.webhooks import review_request
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.runtime import Cluster
-from shipshape.emulator.store import DELETED, WatchEvent
+from shipshape.emulator.store import WatchEvent
 from shipshape.kube import errors, patch
 from shipshape.pricing.catalog import default_catalog
 from shipshape.simulate.ops import ApiOps
@@ -56,6 +58,11 @@ SIMULATION_LOOPS = LoopSettings(
 )
 
 
+# Rounds spaced for a simulation: skipped while nothing changed (at most five minutes), at least every
+# ten seconds while notices or surges are in progress, a minute apart for the interruption lane otherwise.
+SIMULATION_CADENCE = Cadence(idle_seconds=300.0, busy_seconds=10.0, quiet_seconds=60.0)
+
+
 def advisor_for(region: str, instance_types: list[str]) -> SpotAdvisor:
     """The spot advisor bands the cloud model draws interruptions from, for the controller's risk."""
     catalog = default_catalog()
@@ -71,13 +78,10 @@ class InProcessController:
         cluster: Cluster,
         config: ControllerConfig,
         settings: LoopSettings = SIMULATION_LOOPS,
-        idle_seconds: float = 300.0,
-        busy_seconds: float = 10.0,
+        cadence: Cadence = SIMULATION_CADENCE,
     ) -> None:
         self.cluster = cluster
         self.config = config
-        self.idle_seconds = idle_seconds
-        self.busy_seconds = busy_seconds
         self.cache = ClusterCache(config)
         self.metrics = ControllerMetrics(CollectorRegistry())
         scenario = cluster.scenario
@@ -96,21 +100,20 @@ class InProcessController:
             cluster.clock,
             self.metrics,
             shortages=self.shared.shortages.shortages,
+            # Metadata rebalance recommendations steer the webhook, as in a cluster.
+            recommendations=self.shared.notices.recommendations,
         )
         self.ops = ApiOps(cluster.services["api"], cluster.services.get("cloud"))
         self.loops = all_reconcilers(cluster.clock, self.cache, self.ops, config, self.metrics, self.shared)
-        for loop in self.loops:
-            if isinstance(loop, InterruptionResponder):
-                # Metadata rebalance recommendations steer the webhook, as in a cluster.
-                self.placer.use_recommendations(loop.recommended)
+        self.scheduler = LoopScheduler(lanes(self.loops), cadence)
         # In the registry's order, so that a run replays identically.
         self._cached = tuple(rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io")
-        self._dirty: dict[str, bool] = {loop.name: True for loop in self.loops}
-        self._last_round: dict[str, float] = {}
         self._timers: dict[str, Timer] = {}
-        self._noticed: set[str] = set()
         self._review_ids = itertools.count(1)
-        self.rounds = 0
+
+    @property
+    def rounds(self) -> int:
+        return self.scheduler.rounds
 
     # ---- wiring ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,33 +124,19 @@ class InProcessController:
             self.cache.replace(rt.kind, list(store.iter(rt)))
         store.subscribe(self._on_event)
         self.cluster.services["api"].add_admission_plugin(self.admit)
-        for loop in self.loops:
-            self._schedule(loop, loop.interval)
+        self.scheduler.start(self.cluster.clock.now(), lambda lane: lane.interval)
+        for lane in self.scheduler.lanes:
+            self._schedule(lane, lane.interval)
 
     def _on_event(self, event: WatchEvent) -> None:
         if event.resource not in self._cached:
             return
-        self.cache.apply({"type": event.type, "object": event.object}, event.resource.kind)
-        if event.resource is r.NODES:
-            name = str(event.object["metadata"]["name"])
-            noticed = event.type != DELETED and bool(taint_keys(event.object) & NOTICE_TAINTS)
-            if noticed and name not in self._noticed:
-                self._noticed.add(name)
-                self._wake_responder()
-            elif not noticed:
-                self._noticed.discard(name)
-        for name in self._dirty:
-            self._dirty[name] = True
-
-    def _wake_responder(self) -> None:
-        for loop in self.loops:
-            if isinstance(loop, InterruptionResponder):
-                timer = self._timers.get(loop.name)
-                due = self.cluster.clock.now() + loop.interval
-                if timer is None or timer.when > due:
-                    if timer is not None:
-                        timer.cancel()
-                    self._schedule(loop, loop.interval)
+        kind = event.resource.kind
+        self.cache.apply({"type": event.type, "object": event.object}, kind)
+        for lane in self.scheduler.changed(kind, event.type, event.object):
+            if self.scheduler.wake(lane, self.cluster.clock.now()):
+                self._timers[lane.name].cancel()
+                self._schedule(lane, lane.interval)
 
     def admit(self, attrs: Attributes) -> bool:
         """The webhook's review for a pod CREATE, its JSON Patch applied to the request's object."""
@@ -175,37 +164,8 @@ class InProcessController:
         return True
 
     # ---- loop rounds ----------------------------------------------------------------------------
-    def _schedule(self, loop: Reconciler, delay: float) -> None:
-        self._timers[loop.name] = self.cluster.engine.call_later(delay, lambda: self._round(loop))
+    def _schedule(self, lane: Lane, delay: float) -> None:
+        self._timers[lane.name] = self.cluster.engine.call_later(delay, lambda: self._round(lane))
 
-    def _quiet(self) -> bool:
-        """Nothing to respond to: no node carries a notice and no surge is in progress."""
-        if self._noticed:
-            return False
-        return not any(
-            SURGE_NOTE in ((d.get("metadata") or {}).get("annotations") or {})
-            for d in self.cache.objects("Deployment")
-        )
-
-    def _round(self, loop: Reconciler) -> None:
-        now = self.cluster.clock.now()
-        responder = isinstance(loop, InterruptionResponder)
-        # While notices or surges are in progress the responder's time-driven steps (surge deadlines,
-        # writes not yet seen) must not wait long: it runs on any change and at least every
-        # `busy_seconds`; otherwise every loop runs on any change and at least every `idle_seconds`.
-        bound = self.busy_seconds if responder and not self._quiet() else self.idle_seconds
-        recent = now - self._last_round.get(loop.name, float("-inf")) < bound
-        skip = not self._dirty[loop.name] and recent
-        if not skip:
-            self._dirty[loop.name] = False
-            self._last_round[loop.name] = now
-            self.rounds += 1
-            try:
-                loop.observe(now)
-                loop.reconcile(now)
-            except Exception:
-                LOG.exception("loop %s failed; it runs again at its next interval", loop.name)
-        delay = loop.interval
-        if responder and self._quiet():
-            delay = max(delay, min(self.idle_seconds, 60.0))
-        self._schedule(loop, delay)
+    def _round(self, lane: Lane) -> None:
+        self._schedule(lane, self.scheduler.round(lane, self.cluster.clock.now()))

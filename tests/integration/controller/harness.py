@@ -23,9 +23,9 @@ from kubernetes import config as kube_config
 
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.loops.interruptions import RESTARTED_AT
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
+from shipshape.controller.surge import RESTARTED_AT
 from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.store import WatchEvent
 from shipshape.kube.labels import from_label_selector

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from shipshape.controller.cache import read_decision
-from shipshape.controller.loops.interruptions import SURGE_NOTE
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS
 from shipshape.kube import capacity
 from tests.integration.emulator.served_cluster import (

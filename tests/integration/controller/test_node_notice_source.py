@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from shipshape.contracts import notices as contract
-from shipshape.controller.loops.interruptions import SURGE_NOTE
+from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
 from shipshape.nodecollector.notices import detect, publish
 from shipshape.nodecollector.notices.poller import NoticePoller

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from shipshape.controller.cache import read_decision
-from shipshape.controller.loops.interruptions import SURGE_NOTE
+from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
 from tests.integration.emulator.served_cluster import (
     SPOT_A,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.controller.loops.interruptions import SURGE_NOTE
+from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, LEASES, NODES
 from tests.integration.emulator.served_cluster import serve_cluster
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.controller.loops.interruptions import GUARD_LABEL, guard_name
+from shipshape.controller.guards import GUARD_LABEL, guard_name
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS
 from tests.integration.emulator.served_cluster import ServedCluster, ready_pods, scenario, serve_cluster
 

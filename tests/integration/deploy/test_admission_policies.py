@@ -11,8 +11,8 @@ import celpy
 import pytest
 import yaml
 
+from shipshape.controller.guards import GUARD_LABEL
 from shipshape.controller.headroom import PRIORITY_CLASS
-from shipshape.controller.loops.interruptions import GUARD_LABEL
 from shipshape.controller.process import TLS_SECRET
 
 from .chart import DEPLOY, Obj

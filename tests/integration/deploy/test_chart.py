@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from shipshape.cli.controller import load_settings
+from shipshape.controller.guards import GUARD_LABEL
 from shipshape.controller.headroom import priority_class
 from shipshape.controller.leader import LEASE_NAME
-from shipshape.controller.loops.interruptions import GUARD_LABEL
 from shipshape.controller.process import TLS_SECRET
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME, CONTROLLER_LABEL, CONTROLLER_NAME
 from tests.integration.controller.test_deploy import check, definition_for
@@ -191,6 +191,24 @@ def test_values_switch_flags_config_and_objects(tmp_path: Path) -> None:
     # Off: no DaemonSet, and nothing of the node poller left (account, role, policy).
     off = by_key(render(helm(), "--set", "nodeNotices.enabled=false"))
     assert not [key for key in off if "node-notices" in key[1]]
+
+
+def test_batch_resources_switch_the_loop_on_and_grant_what_it_uses() -> None:
+    def rules(objects: dict[tuple[str, str], Obj]) -> list[Obj]:
+        return rules_of(objects, ("ClusterRole", "shipshape-controller"))
+
+    default = by_key(render(helm()))
+    assert "nodes/status" not in {r for rule in rules(default) for r in rule["resources"]}
+    assert not [rule for rule in rules(default) if "metrics.k8s.io" in rule["apiGroups"]]
+    on = by_key(render(helm(), "--set", "controller.batchResources=true"))
+    config = yaml.safe_load(on[("ConfigMap", "shipshape-controller")]["data"]["controller.yaml"])
+    assert config["loops"]["batch_resources"] == {"enabled": True}
+    assert config["loops"]["poll_instance_metadata"] is False  # the rest of loops: kept
+    assert verbs(rules(on), "nodes/status", named=False) == {"patch"}
+    metrics = [rule for rule in rules(on) if "metrics.k8s.io" in rule["apiGroups"]]
+    assert [(sorted(r["resources"]), sorted(r["verbs"])) for r in metrics] == [
+        (["nodes", "pods"], ["get", "list"])
+    ]
 
 
 def test_helm_lint_is_clean() -> None:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from shipshape.cli.main import app
 from shipshape.contracts import notices as contract
-from shipshape.controller.decisions import notices_from_taints
+from shipshape.controller.notices import notices_from_taints
 from shipshape.emulator.resources import EVENTS, NODES
 from shipshape.kube.clock import parse_time
 from shipshape.nodecollector.notices import detect, publish

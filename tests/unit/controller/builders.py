@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from shipshape.controller.cache import ClusterCache
+from shipshape.controller.loops.base import Reconciler, SharedState
+from shipshape.controller.loops.guards import SurgeGuards
+from shipshape.controller.loops.interruptions import InterruptionResponder
+from shipshape.controller.loops.notices import NoticeWatcher
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.notices import QueueNoticeSource
+from shipshape.controller.ops import ClusterOps
+from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.webhook.admission import PodPlacer
-from shipshape.kube.clock import VirtualClock
+from shipshape.kube.clock import Clock, VirtualClock
 
 Obj = dict[str, Any]
 _uids = itertools.count(1)
@@ -200,3 +208,37 @@ class Harness:
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(name, labels or {})
         return 0.0 if value is None else value
+
+
+class InterruptionLane:
+    """The interruption lane's loops (notice watcher, responder, guards) over one `SharedState`, each
+    round run back to back as the scheduler runs a lane: what the tests of the response to notices drive."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        cache: ClusterCache,
+        ops: ClusterOps,
+        config: ControllerConfig,
+        metrics: ControllerMetrics,
+        shared: SharedState | None = None,
+        *,
+        queue: QueueNoticeSource | None = None,
+    ) -> None:
+        self.shared = shared or SharedState.for_config(config)
+        common = (clock, cache, ops, config, metrics, self.shared)
+        self.watcher = NoticeWatcher(*common, queue=queue)
+        self.responder = InterruptionResponder(*common)
+        self.guards = SurgeGuards(*common)
+        self.loops: tuple[Reconciler, ...] = (self.watcher, self.responder, self.guards)
+
+    def observe(self, now: float) -> None:
+        for loop in self.loops:
+            loop.observe(now)
+
+    def reconcile(self, now: float) -> None:
+        for loop in self.loops:
+            loop.reconcile(now)
+
+    def recommended(self) -> Mapping[str, Pool | None]:
+        return self.shared.notices.recommended

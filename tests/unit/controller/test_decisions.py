@@ -8,11 +8,9 @@ import pytest
 from shipshape.controller.availability import availability_floor, pdb_floor
 from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import (
-    ActionKind,
     Direction,
     Move,
     MoveKind,
-    Notice,
     PodState,
     ShortageTracker,
     WorkloadState,
@@ -23,17 +21,16 @@ from shipshape.controller.decisions import (
     headroom_plan,
     next_move,
     nodes_by_name,
-    notice_from_instance_action,
-    notices_from_taints,
-    plan_interruptions,
     removal_order,
     replacement_lands,
     spot_pods_by_pool,
     workload_state,
 )
 from shipshape.controller.headroom import placeholder_deployments, priority_class
+from shipshape.controller.notices import Notice, notice_from_instance_action, notices_from_taints
 from shipshape.controller.placement import Exclusion, PlacementView, Pool, desired_split
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
+from shipshape.controller.surge import ActionKind, plan_interruptions
 from shipshape.kube.clock import rfc3339
 
 from .builders import added, deployment, node, pod_of, replicaset, statefulset

@@ -10,19 +10,9 @@ import pytest
 
 from shipshape.controller.availability import availability_floor, statefulset_max_unavailable
 from shipshape.controller.cache import WorkloadRef
-from shipshape.controller.decisions import (
-    ActionKind,
-    Direction,
-    Notice,
-    PodState,
-    WorkloadState,
-    next_move,
-    next_replacement,
-    nodes_by_name,
-    plan_interruptions,
-)
+from shipshape.controller.decisions import Direction, PodState, WorkloadState, next_move, nodes_by_name
 from shipshape.controller.loops.base import SharedState
-from shipshape.controller.loops.interruptions import InterruptionResponder
+from shipshape.controller.notices import Notice
 from shipshape.controller.ops import EvictionOutcome, RecordingOps
 from shipshape.controller.placement import (
     Exclusion,
@@ -38,8 +28,9 @@ from shipshape.controller.placement import (
     statefulset_split,
 )
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.surge import ActionKind, next_replacement, plan_interruptions
 
-from .builders import Harness, namespace, node, pod_of, statefulset
+from .builders import Harness, InterruptionLane, namespace, node, pod_of, statefulset
 from .test_placement import ENABLED, admit, decision_of
 
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
@@ -230,7 +221,7 @@ def test_responder_evicts_the_next_doomed_pod_once_and_respects_a_blocked_evicti
     h.add(pod_of(sts, "search-2", node="a1"))
     ops = RecordingOps(evictions={"shop/search-2": EvictionOutcome.BLOCKED})
     shared = SharedState.for_config(h.config, risk=h.risk)
-    responder = InterruptionResponder(h.clock, h.cache, ops, h.config, h.metrics, shared)
+    responder = InterruptionLane(h.clock, h.cache, ops, h.config, h.metrics, shared)
     responder.reconcile(h.clock.now())
     assert ops.of("evict") == [("shop", "search-2")]
     responder.reconcile(h.clock.now() + 1)  # blocked: tried again

@@ -5,29 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from shipshape.controller.decisions import rebalance_from_metadata
+from shipshape.controller.guards import GUARD_INTERVAL_SECONDS, GUARD_LABEL, guard_name, guard_pdb
 from shipshape.controller.loops.base import LoopSettings, SharedState
-from shipshape.controller.loops.interruptions import (
-    GUARD_INTERVAL_SECONDS,
-    GUARD_LABEL,
-    RESTART_NOTE,
-    InterruptionResponder,
-    guard_name,
-    guard_pdb,
-)
+from shipshape.controller.notices import rebalance_from_metadata
 from shipshape.controller.ops import ObjectRef, RecordingOps
 from shipshape.controller.placement import Pool
+from shipshape.controller.surge import RESTART_NOTE
+from shipshape.controller.webhook.admission import PodPlacer
 
-from .builders import Harness, deployment, namespace, node, pod_of, replicaset
+from .builders import Harness, InterruptionLane, deployment, namespace, node, pod_of, replicaset
 from .test_placement import admit, decision_of
 
 ENABLED = {"spot.shipshape.dev/enabled": "true"}
 
 
-def responder(h: Harness, ops: RecordingOps) -> InterruptionResponder:
+def responder(h: Harness, ops: RecordingOps) -> InterruptionLane:
     # In-process metadata answers (as the simulation reads its cloud model).
     shared = SharedState.for_config(h.config, LoopSettings(poll_instance_metadata=True), risk=h.risk)
-    return InterruptionResponder(h.clock, h.cache, ops, h.config, h.metrics, shared)
+    return InterruptionLane(h.clock, h.cache, ops, h.config, h.metrics, shared)
 
 
 def setup(replicas: int = 1, annotations: dict[str, str] | None = None) -> tuple[Harness, dict[str, Any]]:
@@ -106,7 +101,9 @@ def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining()
     h.add(namespace("shop"), dep, rs, spot_a, spot_b)
     ops = RecordingOps(rebalance_recommendations={"spot-a": {"noticeTime": "2026-01-01T00:00:00Z"}})
     loop = responder(h, ops)
-    h.placer.use_recommendations(loop.recommended)
+    h.placer = PodPlacer(
+        h.cache, h.config, h.risk, h.clock, h.metrics, recommendations=loop.shared.notices.recommendations
+    )
     loop.observe(h.clock.now())
     assert ops.of("spot_metadata") == [(["spot-a", "spot-b"],)]
     assert dict(loop.recommended()) == {"spot-a": Pool("m5.large", "us-east-1a")}

@@ -14,18 +14,9 @@ import pytest
 from shipshape.cli import logs
 from shipshape.controller.acting import DRY_RUN_PREFIX, ActingOps
 from shipshape.controller.events import event_for
+from shipshape.controller.guards import GUARD_EXPIRES, GUARD_INTERVAL_SECONDS, GUARD_OWNER, guard_pdb
 from shipshape.controller.loops.base import LoopSettings, SharedState
-from shipshape.controller.loops.interruptions import (
-    DOOMED_COST,
-    GUARD_EXPIRES,
-    GUARD_INTERVAL_SECONDS,
-    GUARD_OWNER,
-    RESTART_NOTE,
-    SURGE_NOTE,
-    InterruptionResponder,
-    guard_pdb,
-    remove_guards,
-)
+from shipshape.controller.loops.guards import remove_guards
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.ops import ObjectRef, RecordingOps
 from shipshape.controller.policy import (
@@ -36,12 +27,13 @@ from shipshape.controller.policy import (
     ControllerConfig,
     WorkloadKind,
 )
+from shipshape.controller.surge import DOOMED_COST, RESTART_NOTE, SURGE_NOTE
 from shipshape.controller.uninstall import ClusterView, lease_holder, plan_uninstall
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import WORKLOADS_WEBHOOK_NAME, webhook_configuration
 from shipshape.kube.clock import VirtualClock, parse_time, rfc3339_micro
 
-from .builders import Harness, deployment, namespace, node, pod_of, replicaset, review
+from .builders import Harness, InterruptionLane, deployment, namespace, node, pod_of, replicaset, review
 from .test_placement import admit
 
 Obj = dict[str, Any]
@@ -51,7 +43,7 @@ ON = {"spot.shipshape.dev/enabled": "true"}
 # --- guard PDBs ---------------------------------------------------------------------------------------
 
 
-def guarded(ttl: float = 100.0) -> tuple[Harness, InterruptionResponder, RecordingOps]:
+def guarded(ttl: float = 100.0) -> tuple[Harness, InterruptionLane, RecordingOps]:
     h = Harness()
     dep = deployment("solo", 1, ON)
     rs = replicaset(dep)
@@ -60,7 +52,7 @@ def guarded(ttl: float = 100.0) -> tuple[Harness, InterruptionResponder, Recordi
     shared = SharedState.for_config(
         h.config, LoopSettings(guard_ttl_seconds=ttl), h.risk, instance="replica-a"
     )
-    return h, InterruptionResponder(h.clock, h.cache, ops, h.config, h.metrics, shared), ops
+    return h, InterruptionLane(h.clock, h.cache, ops, h.config, h.metrics, shared), ops
 
 
 def test_a_guard_carries_its_keeper_and_a_deadline_renewed_once_half_of_it_is_gone() -> None:

@@ -6,24 +6,24 @@ import json
 from typing import Any
 
 from shipshape.controller.cache import QUEUE_NOTICE_TAINT, QUEUE_REBALANCE_TAINT, ClusterCache
-from shipshape.controller.decisions import notices_from_taints
 from shipshape.controller.loops.base import SharedState
-from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
 from shipshape.controller.notices import (
     INTERRUPTION,
     REBALANCE,
     QueueMessage,
     QueueNoticeSource,
     instance_id,
+    notices_from_taints,
     parse_event,
 )
 from shipshape.controller.ops import OpsError, RecordingOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.cloud.queue import EventQueue, InvalidReceipt
 from shipshape.kube.clock import rfc3339
 
-from .builders import Harness, added, deployment, namespace, node, pod_of, replicaset
+from .builders import Harness, InterruptionLane, added, deployment, namespace, node, pod_of, replicaset
 
 NOW = 1_800_000_000.0
 
@@ -132,13 +132,17 @@ def test_rebalance_recommendations_are_kept_and_deleted() -> None:
     assert source.recommended() == {}
 
 
-def queue_responder(h: Harness, ops: RecordingOps, queue: EventQueue) -> InterruptionResponder:
-    """The responder on `h`'s cache, writing through `ops`, reading `queue` too."""
-    loop = InterruptionResponder(
-        h.clock, h.cache, ops, h.config, h.metrics, SharedState.for_config(h.config, risk=h.risk)
+def queue_responder(h: Harness, ops: RecordingOps, queue: EventQueue) -> InterruptionLane:
+    """The interruption lane on `h`'s cache, writing through `ops`, reading `queue` too."""
+    return InterruptionLane(
+        h.clock,
+        h.cache,
+        ops,
+        h.config,
+        h.metrics,
+        SharedState.for_config(h.config, risk=h.risk),
+        queue=QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds),
     )
-    loop.use_notice_source(QueueNoticeSource(Adapter(queue), h.config.notice_lead_seconds))
-    return loop
 
 
 def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:

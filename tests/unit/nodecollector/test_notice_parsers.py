@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from shipshape.contracts import notices as contract
-from shipshape.controller.decisions import notices_from_taints
+from shipshape.controller.notices import notices_from_taints
 from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.nodecollector.notices import aws, azure, detect, gcp, publish
 from shipshape.nodecollector.notices.model import Kind, MetadataError

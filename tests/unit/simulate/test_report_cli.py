@@ -193,3 +193,11 @@ def test_cli_refuses_a_bad_controller_config(tmp_path: Path) -> None:
     args = ["simulate", "--scenario", str(_scenario_file(tmp_path)), "--controller-config", str(bad)]
     result = RUNNER.invoke(app, args)
     assert result.exit_code == 2 and "spot_percentage" in result.output
+
+
+def test_cli_refuses_the_batch_resources_loop_which_is_not_simulated(tmp_path: Path) -> None:
+    config = tmp_path / "controller.yaml"
+    config.write_text("loops:\n  batch_resources:\n    enabled: true\n")
+    args = ["simulate", "--scenario", str(_scenario_file(tmp_path)), "--controller-config", str(config)]
+    result = RUNNER.invoke(app, args)
+    assert result.exit_code == 2 and "loops.batch_resources.enabled" in result.output

@@ -4,9 +4,14 @@ A loop is a `Reconciler(clock, cache, ops, config, metrics, shared)` with a `nam
 (emulated seconds between rounds), `observe(now)` and `reconcile(now)`:
 
 - `observe` runs on every controller replica: it only updates `SharedState` from the cache (the pools
-  at risk, the pools in shortage), which every replica's webhook reads;
-- `reconcile` runs on the leader only: it reads the cache, takes its decisions from `decisions.py`,
-  and writes through `ClusterOps`.
+  at risk, the pools in shortage, the notices at hand), which every replica's webhook reads;
+- `reconcile` runs on the leader only: it reads the cache, takes its decisions from its pure decision
+  module, and writes through `ClusterOps`; what it wrote and has not seen yet is an expectation
+  (`kit.Expectations`), what it concluded from unchanged inputs is not worked out again
+  (`kit.Unchanged`).
+
+A loop also says what wakes it (`watches`, `changed`, `busy`) and which `lane` it shares; the
+scheduler (`scheduler.py`) runs it.
 
 Reads of the cache happen inside `with self.reading():` (the process passes a lock, since watch
 threads feed the cache); writes happen outside it, so the webhook never waits on API calls.
@@ -18,24 +23,68 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shipshape.analyzers.efficiency import publish
 from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
 from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
 from shipshape.controller.events import event_for
+from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.metrics import ControllerMetrics
+from shipshape.controller.notices import Notice
 from shipshape.controller.ops import ClusterOps, OpsError
+from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind, resolve_policy
 from shipshape.controller.risk import RiskModel
 from shipshape.kube.clock import Clock
 
+if TYPE_CHECKING:
+    from shipshape.analyzers.efficiency import qos
+
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops")
+
+
+class BatchResourcesSettings(BaseModel):
+    """The opt-in batch resources loop: Koordinator's colocation thresholds and the publication's
+    hysteresis (`analyzers/efficiency/qos.py`, `analyzers/efficiency/publish.py`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    interval_seconds: float = Field(default=60.0, gt=0)
+    # Refresh only when a value moved by more than this share of the published one...
+    diff_threshold: float = Field(default=0.1, gt=0, le=1)
+    # ...or when the last update is older than this and the value differs at all.
+    max_update_seconds: float = Field(default=300.0, gt=0)
+    # Withdraw both resources when the node's metrics are older than this.
+    stale_seconds: float = Field(default=900.0, gt=0)
+    cpu_reclaim_threshold_percent: float = Field(default=60.0, ge=0, le=100)
+    memory_reclaim_threshold_percent: float = Field(default=65.0, ge=0, le=100)
+    cpu_calculate_policy: Literal["usage", "maxUsageRequest"] = "usage"
+    memory_calculate_policy: Literal["usage", "request", "maxUsageRequest"] = "usage"
+
+    def colocation_settings(self) -> qos.ColocationSettings:
+        from shipshape.analyzers.efficiency import qos  # numpy: only once the loop runs
+
+        return qos.ColocationSettings(
+            cpu_reclaim_threshold_percent=self.cpu_reclaim_threshold_percent,
+            memory_reclaim_threshold_percent=self.memory_reclaim_threshold_percent,
+            cpu_calculate_policy=self.cpu_calculate_policy,
+            memory_calculate_policy=self.memory_calculate_policy,
+        )
+
+    def publish_settings(self) -> publish.PublishSettings:
+        return publish.PublishSettings(
+            diff_threshold=self.diff_threshold,
+            max_update_seconds=self.max_update_seconds,
+            stale_seconds=self.stale_seconds,
+        )
 
 
 class LoopSettings(BaseModel):
@@ -64,17 +113,38 @@ class LoopSettings(BaseModel):
     # How long a single-replica guard PDB holds without being renewed (the leader renews it while
     # needed): once its controller is gone, a guard holds up a drain for at most this long.
     guard_ttl_seconds: float = Field(default=180.0, gt=0)
+    # Reclaimable batch capacity published on nodes as extended resources (off by default).
+    batch_resources: BatchResourcesSettings = Field(default_factory=BatchResourcesSettings)
+
+
+@dataclass(slots=True)
+class NoticeBoard:
+    """What the notice watcher knows now: the responder acts on `at_hand`, the webhook avoids the nodes
+    `recommended` for rebalancing (written and read under the cache lock)."""
+
+    # Every termination notice at hand (taints, instance metadata, on the leader the event queue).
+    at_hand: tuple[Notice, ...] = ()
+    # Spot nodes with a rebalance recommendation (instance metadata, event queue) and their pools.
+    recommended: Mapping[str, Pool | None] = field(default_factory=dict)
+
+    def recommendations(self) -> Mapping[str, Pool | None]:
+        return self.recommended
 
 
 @dataclass(slots=True)
 class SharedState:
-    """What the loops learn and the webhook reads: pool risk (notices, cool-down) and spot shortages."""
+    """What the loops learn and the webhook reads: pool risk (notices, cool-down), spot shortages and the
+    notices at hand; and the writes in flight that more than one loop makes."""
 
     risk: RiskModel
     shortages: ShortageTracker
     settings: LoopSettings = field(default_factory=LoopSettings)
     # This replica's name, as `reportingInstance` of the Events it posts.
     instance: str = ""
+    notices: NoticeBoard = field(default_factory=NoticeBoard)
+    # Restarts and surges of Deployments sent for a notice or a drain, not yet seen in the cache:
+    # workload key -> the nodes they answer (the responder and the guards both restart Deployments).
+    restarts: Expectations[str, frozenset[str]] = field(default_factory=Expectations)
 
     @classmethod
     def for_config(
@@ -104,9 +174,19 @@ class Managed:
 
 
 class Reconciler:
-    """Base of the loops; subclasses set `name`, return their interval and override the two rounds."""
+    """Base of the loops; subclasses set `name`, return their interval and override the two rounds.
+
+    What wakes a loop besides its interval (`scheduler.py`): every change of the cache makes it dirty
+    unless `watches` names the kinds it reads; `changed` says whether a change needs a round within one
+    interval (default: no); `busy` whether work is in progress that must not wait for changes (default
+    None: no such notion). Loops naming the same `lane` run back to back in one round.
+    """
 
     name: ClassVar[str] = "reconciler"
+    # Loops of one lane share a timer and run in registry order (None: a lane of its own).
+    lane: ClassVar[str | None] = None
+    # The cache kinds whose changes make the loop dirty (None: every kind the cache keeps).
+    watches: ClassVar[frozenset[str] | None] = None
 
     def __init__(
         self,
@@ -138,6 +218,14 @@ class Reconciler:
     def reading(self) -> Iterator[None]:
         with self._lock:
             yield
+
+    def changed(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
+        """A change of the cache (after it was applied): True when it needs a round within one interval."""
+        return False
+
+    def busy(self) -> bool | None:
+        """Work in progress that must not wait for changes (None: the loop has no such notion)."""
+        return None
 
     def observe(self, now: float) -> None:
         """Update shared state from the cache (every replica); no writes."""

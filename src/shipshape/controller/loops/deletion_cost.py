@@ -4,22 +4,21 @@ that a scale-down removes the pods that bring the split back to target (`decisio
 Only the costs out of the removal order are written (`decisions.deletion_cost_updates`: pods that left
 do not renumber the rest), at most `deletion_cost_writes_per_round` per round (whole workloads; the
 rest follow in the next rounds), and a workload whose state and pool risks did not change since a
-round that found nothing to write is not ranked again. Pods a surge marked as doomed keep their
-lowest cost, and a Deployment being surged is left to the interruption responder.
+round that found nothing to write is not ranked again (`kit.Unchanged`). Pods a surge marked as
+doomed keep their lowest cost, and a Deployment being surged is left to the interruption responder.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import WorkloadState, deletion_cost_updates
+from shipshape.controller.decisions import deletion_cost_updates
 from shipshape.controller.loops.base import Reconciler
-from shipshape.controller.loops.interruptions import DOOMED_COST, surging
+from shipshape.controller.loops.kit import Unchanged
 from shipshape.controller.ops import OpsError
-from shipshape.controller.placement import Pool
 from shipshape.controller.policy import DELETION_COST
+from shipshape.controller.surge import DOOMED_COST, surging
 
 LOG = logging.getLogger("shipshape.controller.loops.deletion_cost")
 
@@ -29,8 +28,8 @@ class DeletionCostKeeper(Reconciler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Workloads found in order: the state and pool risks they were ranked with.
-        self._in_order: dict[str, tuple[WorkloadState, Mapping[Pool, float]]] = {}
+        # Workloads found in order, and the state and pool risks they were ranked with.
+        self._in_order: Unchanged[str, bool] = Unchanged()
 
     @property
     def interval(self) -> float:
@@ -39,16 +38,13 @@ class DeletionCostKeeper(Reconciler):
     def reconcile(self, now: float) -> None:
         budget = self.settings.deletion_cost_writes_per_round
         writes: list[tuple[str, str, str]] = []
-        in_order: dict[str, tuple[WorkloadState, Mapping[Pool, float]]] = {}
-        with self.reading():
+        with self.reading(), self._in_order.round():
             pool_risk = self.cache.placement_view(now, self.shared.risk).pool_risk
             for workload in self.managed():
                 if surging(workload.ref.obj):
                     continue
                 key = workload.state.key
-                seen = self._in_order.get(key)
-                if seen is not None and seen[0] is workload.state and seen[1] == pool_risk:
-                    in_order[key] = seen
+                if self._in_order.recall(key, (workload.state, pool_risk)):
                     continue
                 if len(writes) >= budget:
                     continue
@@ -57,9 +53,8 @@ class DeletionCostKeeper(Reconciler):
                 )
                 updates = deletion_cost_updates(workload.state, pool_risk, doomed)
                 if not updates:
-                    in_order[key] = (workload.state, pool_risk)
+                    self._in_order.keep(key, (workload.state, pool_risk), True)
                 writes.extend((workload.ref.namespace, pod, cost) for pod, cost in sorted(updates.items()))
-        self._in_order = in_order
         for namespace, pod, cost in writes:
             try:
                 self.ops.annotate_pod(namespace, pod, {DELETION_COST: cost})

@@ -15,10 +15,13 @@ from typing import Any
 from shipshape.controller.decisions import Fallback, fallback_candidates
 from shipshape.controller.events import FALLBACK
 from shipshape.controller.loops.base import Reconciler
+from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.ops import OpsError
 from shipshape.controller.placement import Pool
 
 LOG = logging.getLogger("shipshape.controller.loops.fallback")
+# A pod deleted is not deleted again for this long (it may still show in the cache meanwhile).
+DELETED_SECONDS = 60.0
 
 
 class SpotFallback(Reconciler):
@@ -28,7 +31,8 @@ class SpotFallback(Reconciler):
         super().__init__(*args, **kwargs)
         # Nodes of each pool when it was marked: a node not in the list is new capacity.
         self._nodes_when_marked: dict[Pool, frozenset[str]] = {}
-        self._deleted: dict[str, float] = {}
+        # Pods deleted, not deleted again while the cache may still show them.
+        self._deleted: Expectations[str, None] = Expectations()
 
     @property
     def interval(self) -> float:
@@ -64,17 +68,17 @@ class SpotFallback(Reconciler):
 
     def reconcile(self, now: float) -> None:
         candidates = self._scan(now)
-        self._deleted = {key: at for key, at in self._deleted.items() if now - at < 60.0}
+        self._deleted.expire(now)
         for candidate in candidates:
             key = f"{candidate.namespace}/{candidate.pod}"
-            if key in self._deleted:
+            if self._deleted.pending(key, now):
                 continue
             try:
                 self.ops.delete_pod(candidate.namespace, candidate.pod)
             except OpsError as error:
                 LOG.warning("cannot delete unschedulable pod %s: %s", key, error)
                 continue
-            self._deleted[key] = now
+            self._deleted.expect(key, None, now, DELETED_SECONDS)
             self.metrics.fallbacks.labels(direction="to-on-demand").inc()
             with self.reading():
                 pod = self.cache.get("Pod", candidate.namespace, candidate.pod)

@@ -19,6 +19,7 @@ from shipshape.controller.headroom import (
     uncovered_plan,
 )
 from shipshape.controller.loops.base import Reconciler
+from shipshape.controller.loops.kit import Unchanged
 from shipshape.controller.ops import ObjectRef, OpsError
 from shipshape.controller.packing import Room
 from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
@@ -49,7 +50,7 @@ class HeadroomKeeper(Reconciler):
         self._priority_class_applied = False
         # The last plan and what it was worked out from (the rooms, the covers setting and the
         # workload states, which the cache hands out as the same objects until they change).
-        self._last: tuple[tuple[Room, ...], str, tuple[WorkloadState, ...], HeadroomPlan] | None = None
+        self._plan_memo: Unchanged[str, HeadroomPlan] = Unchanged()
 
     @property
     def interval(self) -> float:
@@ -87,15 +88,10 @@ class HeadroomKeeper(Reconciler):
 
     def _plan(self, rooms: tuple[Room, ...], states: tuple[WorkloadState, ...]) -> HeadroomPlan:
         covers = self.settings.headroom_covers
-        last = self._last
-        if (
-            last is not None
-            and last[0] is rooms
-            and last[1] == covers
-            and len(last[2]) == len(states)
-            and all(a is b for a, b in zip(last[2], states, strict=True))
-        ):
-            return last[3]
+        inputs = (rooms, covers, states)
+        kept = self._plan_memo.recall("plan", inputs)
+        if kept is not None:
+            return kept
         plan = uncovered_plan(pods_to_cover(states, covers), rooms)
-        self._last = (rooms, covers, states, plan)
+        self._plan_memo.keep("plan", inputs, plan)
         return plan

@@ -3,9 +3,9 @@
 Moves go through the Eviction API (PodDisruptionBudgets apply); a single-replica Deployment is moved
 by a surge restart instead. A workload being surged for a notice is left to the interruption
 responder. The pace is rate-limited cluster-wide (`rebalance_moves_per_minute`), and a pod already
-evicted is not evicted again while the cache still shows it. A workload found balanced is not looked
-at again while its state (`decisions.workload_state` keeps one object per change of its inputs) and
-the placement view stay the same.
+evicted is not evicted again while the cache still shows it (an expectation, for `RECENT_SECONDS`). A
+workload found balanced is not looked at again while its state (`decisions.workload_state` keeps one
+object per change of its inputs) and the placement view stay the same (`kit.Unchanged`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Move, MoveKind, WorkloadState, next_move, replacement_lands
+from shipshape.controller.decisions import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Managed, Reconciler
-from shipshape.controller.loops.interruptions import restart_patch, surging
+from shipshape.controller.loops.kit import Expectations, Unchanged
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.surge import restart_patch, surging
 
 LOG = logging.getLogger("shipshape.controller.loops.rebalance")
 # An evicted pod is not evicted again for this long (it may still show in the cache meanwhile).
@@ -33,9 +34,10 @@ class Rebalancer(Reconciler):
         super().__init__(*args, **kwargs)
         self._tokens = 1.0
         self._last = float("nan")
-        self._recent: dict[str, float] = {}
-        # Workloads with no move to make: the state and view that said so.
-        self._balanced: dict[str, tuple[WorkloadState, PlacementView]] = {}
+        # Pods evicted (or restarted), not to be moved again while the cache may still show them.
+        self._moved: Expectations[str, None] = Expectations()
+        # Workloads with no move to make, and the state and view that said so.
+        self._balanced: Unchanged[str, bool] = Unchanged()
 
     @property
     def interval(self) -> float:
@@ -49,28 +51,25 @@ class Rebalancer(Reconciler):
 
     def reconcile(self, now: float) -> None:
         self._refill(now)
-        self._recent = {pod: at for pod, at in self._recent.items() if now - at < RECENT_SECONDS}
+        self._moved.expire(now)
         if self._tokens < 1.0:
             return
-        with self.reading():
+        with self.reading(), self._balanced.round():
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
-            balanced: dict[str, tuple[WorkloadState, PlacementView]] = {}
             # The view with each pool's room now, for the pre-check of a move (built once, when needed).
             strict: PlacementView | None = None
             for workload in self.managed():
                 if surging(workload.ref.obj) or _rolling_out(workload.ref.obj):
                     continue
                 key = workload.state.key
-                seen = self._balanced.get(key)
-                if seen is not None and seen[0] is workload.state and seen[1] == view:
-                    balanced[key] = seen
+                if self._balanced.recall(key, (workload.state, view)):
                     continue
                 move = next_move(workload.state, view)
                 if move is None:
-                    balanced[key] = (workload.state, view)
+                    self._balanced.keep(key, (workload.state, view), True)
                     continue
-                if f"{workload.ref.namespace}/{move.pod}" in self._recent:
+                if self._moved.pending(f"{workload.ref.namespace}/{move.pod}", now):
                     continue
                 if strict is None:
                     strict = self.cache.placement_view(
@@ -81,7 +80,6 @@ class Rebalancer(Reconciler):
                     LOG.debug("%s: no move of %s, its replacement would not be scheduled", key, move.pod)
                     continue
                 moves.append((workload, move))
-            self._balanced = balanced
         for workload, move in moves:
             if self._tokens < 1.0:
                 break
@@ -97,7 +95,7 @@ class Rebalancer(Reconciler):
     def _move(self, workload: Managed, move: Move, now: float) -> bool:
         namespace = workload.ref.namespace
         # Marked before the call: a move whose answer was lost is not sent again while the cache catches up.
-        self._recent[f"{namespace}/{move.pod}"] = now
+        self._moved.expect(f"{namespace}/{move.pod}", None, now, RECENT_SECONDS)
         if not self.config.rebalance_evictions:
             LOG.info(
                 "rebalance move not made (rebalance_evictions is off)",
@@ -115,7 +113,7 @@ class Rebalancer(Reconciler):
             outcome = self.ops.evict(namespace, move.pod)
             if outcome is EvictionOutcome.BLOCKED:
                 LOG.info("eviction of %s/%s blocked by its disruption budget", namespace, move.pod)
-                del self._recent[f"{namespace}/{move.pod}"]
+                self._moved.observed(f"{namespace}/{move.pod}")
                 return False
             if outcome is EvictionOutcome.GONE:
                 return False

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,14 @@ from shipshape.controller.availability import availability_floor, disruption_all
 from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
-from shipshape.controller.placement import Decision, PlacementView, PodRequest, Pool, decide
+from shipshape.controller.placement import (
+    Decision,
+    PlacementView,
+    PodRequest,
+    Pool,
+    decide,
+    statefulset_ordinal,
+)
 from shipshape.controller.policy import (
     CapacityType,
     ControllerConfig,
@@ -41,8 +47,6 @@ from shipshape.kube.clock import Clock
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.webhook")
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
-POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
-_ORDINAL = re.compile(r"-(\d+)$")
 # Risk added to a pool with a node under a rebalance recommendation (one advisor band).
 RECOMMENDATION_RISK = 1.0
 WORKLOAD_RESOURCES = {"deployments": WorkloadKind.DEPLOYMENT, "statefulsets": WorkloadKind.STATEFULSET}
@@ -60,15 +64,6 @@ class Outcome:
     decision: Decision | None = None
     warnings: tuple[str, ...] = ()
     skipped: str | None = None
-
-
-def statefulset_ordinal(pod: Mapping[str, Any]) -> int | None:
-    metadata = pod.get("metadata") or {}
-    index = (metadata.get("labels") or {}).get(POD_INDEX_LABEL)
-    if index is not None and str(index).isdigit():
-        return int(index)
-    match = _ORDINAL.search(str(metadata.get("name") or ""))
-    return int(match.group(1)) if match else None
 
 
 def review_response(uid: str, outcome: Outcome) -> Obj:
@@ -236,10 +231,6 @@ class PodPlacer:
         labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         pdbs = self.cache.pdbs_matching(workload.namespace, labels)
         return disruption_allowance(workload.replicas, availability_floor(workload, pdbs))
-
-    def use_recommendations(self, source: Callable[[], Mapping[str, Pool | None]]) -> None:
-        """Read rebalance recommendations the cache does not hold (the metadata endpoint's) from `source`."""
-        self._recommendations = source
 
     def _with_avoided(self, view: PlacementView) -> PlacementView:
         """Nodes with a rebalance recommendation from the metadata endpoint take no new pods, and their

@@ -11,22 +11,16 @@ from shipshape.controller.loops import LoopSettings, SharedState
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
 from shipshape.controller.loops.fallback import SpotFallback
 from shipshape.controller.loops.headroom import HeadroomKeeper
-from shipshape.controller.loops.interruptions import (
-    DOOMED_COST,
-    RESTART_NOTE,
-    RESTARTED_AT,
-    SURGE_NOTE,
-    InterruptionResponder,
-)
 from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.ops import EvictionOutcome, OpsError, RecordingOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import DECISION, DELETION_COST, WorkloadKind
+from shipshape.controller.surge import DOOMED_COST, RESTART_NOTE, RESTARTED_AT, SURGE_NOTE
 from shipshape.kube.clock import rfc3339
 from shipshape.kube.patch import merge_patch
 
-from ..builders import Harness, deployment, namespace, node, pod_of, replicaset, with_room
+from ..builders import Harness, InterruptionLane, deployment, namespace, node, pod_of, replicaset, with_room
 
 Obj = dict[str, Any]
 ON = {"spot.shipshape.dev/enabled": "true"}
@@ -92,7 +86,7 @@ class World:
 def test_multi_replica_deployment_is_surged_once_and_scaled_back_when_replacements_are_ready() -> None:
     w = World()
     w.workload("web", 4, ["od-1", "a-1", "a-1", "b-1"])
-    responder = w.loop(InterruptionResponder)
+    responder = w.loop(InterruptionLane)
     w.taint("a-1")
     responder.reconcile(w.h.clock.now())
 
@@ -119,7 +113,7 @@ def test_multi_replica_deployment_is_surged_once_and_scaled_back_when_replacemen
         w.patch_cached("Pod", "shop", pod, {"metadata": {"annotations": {DELETION_COST: DOOMED_COST}}})
     w.ops.calls.clear()
     w.h.clock.advance(1)
-    restarted = w.loop(InterruptionResponder)
+    restarted = w.loop(InterruptionLane)
     restarted.reconcile(w.h.clock.now())
     assert w.ops.of("patch_workload") == []
 
@@ -154,7 +148,7 @@ def test_multi_replica_deployment_is_surged_once_and_scaled_back_when_replacemen
 def test_replacements_not_ready_keep_the_surge() -> None:
     w = World()
     w.workload("web", 4, ["od-1", "a-1", "a-1", "b-1"])
-    responder = w.loop(InterruptionResponder)
+    responder = w.loop(InterruptionLane)
     w.taint("a-1")
     responder.reconcile(w.h.clock.now())
     ((_, _, _, patch),) = w.ops.of("patch_workload")
@@ -171,7 +165,7 @@ def test_replacements_not_ready_keep_the_surge() -> None:
 def test_a_later_zone_notice_extends_the_surge() -> None:
     w = World()
     w.workload("web", 4, ["od-1", "a-1", "a-1", "b-1"])
-    responder = w.loop(InterruptionResponder)
+    responder = w.loop(InterruptionLane)
     w.taint("a-1")
     responder.reconcile(w.h.clock.now())
     ((_, _, _, first),) = w.ops.of("patch_workload")
@@ -189,7 +183,7 @@ def test_a_later_zone_notice_extends_the_surge() -> None:
 def test_single_replica_surge_deployment_is_restarted_once() -> None:
     w = World()
     w.workload("solo", 1, ["a-1"], {"spot.shipshape.dev/single-replica": "surge"})
-    responder = w.loop(InterruptionResponder)
+    responder = w.loop(InterruptionLane)
     w.taint("a-1")
     responder.reconcile(w.h.clock.now())
     ((_, _, name, patch),) = w.ops.of("patch_workload")
@@ -202,7 +196,7 @@ def test_single_replica_surge_deployment_is_restarted_once() -> None:
 
     w.patch_cached("Deployment", "shop", "solo", patch)
     w.ops.calls.clear()
-    fresh = w.loop(InterruptionResponder)  # a restarted controller reads what was done from the Deployment
+    fresh = w.loop(InterruptionLane)  # a restarted controller reads what was done from the Deployment
     fresh.reconcile(w.h.clock.now() + 1)
     assert w.ops.of("patch_workload") == []
 
@@ -213,7 +207,7 @@ def test_single_replica_with_max_unavailable_gets_a_surging_strategy() -> None:
     rs = replicaset(dep)
     w.h.add(dep, rs, pod_of(rs, "solo-0", node="a-1"))
     w.taint("a-1")
-    w.loop(InterruptionResponder).reconcile(w.h.clock.now())
+    w.loop(InterruptionLane).reconcile(w.h.clock.now())
     ((_, _, _, patch),) = w.ops.of("patch_workload")
     assert patch["spec"]["strategy"] == {
         "type": "RollingUpdate",
@@ -225,7 +219,7 @@ def test_instance_metadata_notice_without_taint() -> None:
     w = World(LoopSettings(poll_instance_metadata=True))
     w.workload("web", 4, ["od-1", "a-1", "b-1", "b-1"])
     w.ops.instance_actions["a-1"] = {"action": "terminate", "time": rfc3339(w.h.clock.now() + 120)}
-    w.loop(InterruptionResponder).reconcile(w.h.clock.now())
+    w.loop(InterruptionLane).reconcile(w.h.clock.now())
     ((_, _, _, patch),) = w.ops.of("patch_workload")
     assert patch["spec"]["replicas"] == 5
     assert w.h.metric("shipshape_interruption_notices_total", {"source": "instance-metadata"}) == 1
@@ -364,7 +358,7 @@ def test_a_restart_whose_answer_was_lost_is_sent_again_unchanged() -> None:
     w.workload("solo", 1, ["a-1"])
     w.taint("a-1")
     w.ops.fail["patch_workload"] = OpsError("cannot reach the API server: connection reset")
-    responder = w.loop(InterruptionResponder)
+    responder = w.loop(InterruptionLane)
     responder.reconcile(w.h.clock.now())
     del w.ops.fail["patch_workload"]
     w.h.clock.advance(7)
