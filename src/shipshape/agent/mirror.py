@@ -158,6 +158,13 @@ class Mirror:
         )
         return head[:-1] + b',"changes":[' + changes + b"]}"
 
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """The stored (stripped) object of `kind` (API plural), parsed; None when unknown."""
+        key = ObjectKey(kind=kind, namespace=namespace, name=name)
+        with self._lock:
+            stored = self._objects.get(key)
+        return None if stored is None else dict(orjson.loads(stored.body))
+
     def pending(self) -> int:
         with self._lock:
             return len(self._pending)

@@ -22,6 +22,7 @@ from shipshape import __version__
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Outcome, Pusher
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import UsageLoop
 from shipshape.kube import informers as kit
 from shipshape.kube.clock import Clock
 
@@ -73,8 +74,11 @@ class Agent:
         clock: Clock,
         settings: AgentSettings = AgentSettings(),
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        usage: UsageLoop | None = None,
     ) -> None:
         self.informers = informers
+        # metrics.k8s.io usage, started and stopped with the agent (it reads pod owners from the mirror)
+        self.usage = usage
         self.mirror = mirror
         self.pusher = pusher
         self.spool = spool
@@ -96,8 +100,12 @@ class Agent:
             self.informers.stop()
             raise RuntimeError("the agent's informers did not list every kind in time")
         self.thread.start()
+        if self.usage is not None:
+            self.usage.start()
 
     def stop(self) -> None:
+        if self.usage is not None:
+            self.usage.stop()
         self.stop_event.set()
         if self.thread.is_alive():
             self.thread.join(10)
