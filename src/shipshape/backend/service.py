@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from shipshape.backend import analysis
 from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
 from shipshape.backend.queue import MemoryQueue, open_queue
 from shipshape.backend.settings import BackendSettings
@@ -49,6 +50,14 @@ def workers_for(backend: Backend) -> Workers:
         sweep_seconds=backend.settings.sweep_seconds,
         retention=timedelta(hours=backend.settings.retention_hours),
         analysis_seconds=backend.settings.analysis_seconds,
+        efficiency=analysis.EfficiencySettings(
+            step_seconds=backend.settings.usage_step_seconds,
+            window_hours=backend.settings.usage_window_hours,
+            min_history_hours=backend.settings.usage_min_history_hours,
+            strategy=backend.settings.usage_strategy,
+        ),
+        usage_retention=timedelta(hours=backend.settings.usage_retention_hours),
+        usage_analysis_seconds=backend.settings.usage_analysis_seconds,
     )
 
 
