@@ -15,6 +15,7 @@ from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, sources
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.kube import informers as kit
 from shipshape.kube.client import KubeClientError, load_api_client, server_version
 from shipshape.kube.clock import RealClock
@@ -41,6 +42,14 @@ def agent(
             "--instructions/--no-instructions", help="execute approved instructions from the backend"
         ),
     ] = True,
+    usage: Annotated[
+        bool, typer.Option("--usage/--no-usage", help="read metrics.k8s.io and push usage per bucket")
+    ] = True,
+    usage_every: Annotated[str, typer.Option(help="period of the metrics.k8s.io reads")] = "30s",
+    usage_bucket: Annotated[
+        str, typer.Option(help="usage bucket (must divide the backend's usage step, 5m by default)")
+    ] = "5m",
+    usage_spool_max: Annotated[int, typer.Option(help="usage spool bound in MiB (oldest dropped)")] = 64,
 ) -> None:
     """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
     while it is unreachable."""
@@ -56,6 +65,14 @@ def agent(
             delta_interval=parse_duration(delta_every),
             spool_max_bytes=spool_max * 1024 * 1024,
         )
+        bucket = parse_duration(usage_bucket)
+        if bucket != int(bucket):
+            raise ValueError(f"--usage-bucket must be a whole number of seconds, not {usage_bucket}")
+        usage_settings = UsageSettings(
+            interval=parse_duration(usage_every),
+            bucket_seconds=int(bucket),
+            spool_max_bytes=usage_spool_max * 1024 * 1024,
+        )
         api_client = load_api_client(kubeconfig)
     except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
         typer.echo(f"error: {error}", err=True)
@@ -68,13 +85,27 @@ def agent(
             raise typer.Exit(1) from None
     mirror = Mirror()
     pusher = Pusher(backend, token)
+    clock = RealClock()
+    collector = (
+        UsageLoop(
+            MetricsApi(api_client),
+            owners_from(mirror.get),
+            pusher,
+            Spool(spool / "usage", usage_settings.spool_max_bytes),
+            clock,
+            usage_settings,
+        )
+        if usage
+        else None
+    )
     runner = Agent(
         kit.Informers(sources(api_client), mirror),
         mirror,
         pusher,
         Spool(spool, settings.spool_max_bytes),
-        RealClock(),
+        clock,
         settings,
+        usage=collector,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -90,6 +121,7 @@ def agent(
     typer.echo(
         f"shipshape agent: following the cluster, pushing to {backend} (spool {spool})"
         + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
+        + (f"; usage every {usage_every} in buckets of {usage_bucket}" if usage else "")
     )
     stop.wait()
     if instructions:
