@@ -572,7 +572,7 @@ def usage_chunks(
             UsageSeriesChunk.step_seconds == step,
             UsageSeriesChunk.chunk_start > since - step * usage_store.SLOTS,
         )
-    ).tuples()
+    )
     return [(usage_store.SeriesKey(ns, k, name, c), start, body) for ns, k, name, c, start, body in rows]
 
 
@@ -587,7 +587,7 @@ def node_usage_chunks(
             UsageNodeChunk.step_seconds == step,
             UsageNodeChunk.chunk_start > since - step * usage_store.SLOTS,
         )
-    ).tuples()
+    )
     return [(node, start, body) for node, start, body in rows]
 
 
