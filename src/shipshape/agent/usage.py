@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,8 @@ GROUP, VERSION = "metrics.k8s.io", "v1beta1"
 REQUEST_TIMEOUT = (5.0, 60.0)
 # Buckets kept open at most (the current one and those waiting for late samples).
 MAX_OPEN_BUCKETS = 3
+# Pods written to a report in one go.
+REPORT_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +214,10 @@ class _Cell:
     def add(self, cpu: float, memory: float) -> None:
         self.samples += 1
         self.cpu_sum += cpu
-        self.cpu_max = max(self.cpu_max, cpu)
-        self.memory_max = max(self.memory_max, memory)
+        if cpu > self.cpu_max:
+            self.cpu_max = cpu
+        if memory > self.memory_max:
+            self.memory_max = memory
 
     def json(self, name: str) -> dict[str, Any]:
         return {
@@ -224,11 +229,25 @@ class _Cell:
         }
 
 
+class _Seen:
+    """What is remembered of a pod or node between reads: its last sample time and (pods) owner."""
+
+    __slots__ = ("key", "last", "owner")
+
+    def __init__(self, key: tuple[str, str], last: float) -> None:
+        self.key = key  # the registry's own tuple, which open buckets share
+        self.last = last
+        self.owner: tuple[str, str] | None = None
+
+
+PodKey = tuple[str, str]  # (namespace, name); nodes are ("", name)
+
+
 @dataclass(slots=True)
 class _Bucket:
     start: int
-    # (namespace, pod) -> container -> cell
-    pods: dict[tuple[str, str], dict[str, _Cell]] = field(default_factory=dict)
+    # ((namespace, pod), container) -> cell; the pod key is the registry's own tuple (shared)
+    containers: dict[tuple[PodKey, str], _Cell] = field(default_factory=dict)
     nodes: dict[str, _Cell] = field(default_factory=dict)
 
 
@@ -245,7 +264,11 @@ OwnerOf = Callable[[str, str], tuple[str, str] | None]
 
 class UsageAggregator:
     """Samples in, one report per closed bucket out. Pure (no I/O); not thread-safe (one loop
-    feeds it)."""
+    feeds it).
+
+    Memory: one entry per pod and node sampled since the last closed bucket (its last sample time
+    and owner), and per open bucket one cell per container and node. Names are interned, and a
+    bucket's keys share the registry's tuples, so a 30,000-pod cluster costs a few MB per bucket."""
 
     def __init__(self, bucket_seconds: int, grace: float, owner_of: OwnerOf) -> None:
         self.bucket_seconds = bucket_seconds
@@ -253,8 +276,7 @@ class UsageAggregator:
         self.owner_of = owner_of
         self._open: dict[int, _Bucket] = {}
         self._closed_until = -math.inf  # samples before this were sent already
-        self._last: dict[tuple[str, str], float] = {}  # pod or ("", node) -> last sample time
-        self._owners: dict[tuple[str, str], tuple[str, str]] = {}
+        self._seen: dict[PodKey, _Seen] = {}
         self.late = 0  # samples dropped: their bucket was closed already
         self.repeated = 0  # samples seen before (same pod and timestamp)
 
@@ -268,40 +290,50 @@ class UsageAggregator:
             bucket = self._open[start] = _Bucket(start)
         return bucket
 
-    def _fresh(self, key: tuple[str, str], at: float) -> bool:
-        if self._last.get(key, -math.inf) >= at:
+    def _fresh(self, namespace: str, name: str, at: float) -> tuple[PodKey, _Seen] | None:
+        """The registry's key and entry for a sample not seen before, else None."""
+        seen = self._seen.get((namespace, name))
+        if seen is None:
+            key = (sys.intern(namespace), name)
+            seen = self._seen[key] = _Seen(key, at)
+            return key, seen
+        if seen.last >= at:
             self.repeated += 1
-            return False
-        self._last[key] = at
-        return True
+            return None
+        seen.last = at
+        return seen.key, seen
 
     def add_pod(self, sample: PodSample) -> None:
-        key = (sample.namespace, sample.name)
-        if not sample.containers or not self._fresh(key, sample.at):
+        if not sample.containers:
+            return
+        fresh = self._fresh(sample.namespace, sample.name, sample.at)
+        if fresh is None:
             return
         bucket = self._bucket(sample.at)
         if bucket is None:
             return
-        if key not in self._owners:
+        key, seen = fresh
+        if seen.owner is None:
             owner = self.owner_of(*key)
             if owner is not None:
-                self._owners[key] = owner
-        cells = bucket.pods.setdefault(key, {})
+                seen.owner = (sys.intern(owner[0]), sys.intern(owner[1]))
         for name, cpu, memory in sample.containers:
-            cell = cells.get(name)
+            cell_key = (key, name)
+            cell = bucket.containers.get(cell_key)
             if cell is None:
-                cell = cells[name] = _Cell()
+                cell = bucket.containers[(key, sys.intern(name))] = _Cell()
             cell.add(cpu, memory)
 
     def add_node(self, sample: NodeSample) -> None:
-        if not self._fresh(("", sample.name), sample.at):
+        fresh = self._fresh("", sample.name, sample.at)
+        if fresh is None:
             return
         bucket = self._bucket(sample.at)
         if bucket is None:
             return
         cell = bucket.nodes.get(sample.name)
         if cell is None:
-            cell = bucket.nodes[sample.name] = _Cell()
+            cell = bucket.nodes[fresh[0][1]] = _Cell()
         cell.add(sample.cpu, sample.memory)
 
     def open_buckets(self) -> int:
@@ -309,7 +341,7 @@ class UsageAggregator:
 
     def tracked(self) -> int:
         """Pods and nodes remembered between buckets (bounded by what runs now)."""
-        return len(self._last) + len(self._owners)
+        return len(self._seen)
 
     def close(self, now: float, taken_at: datetime) -> list[ClosedBucket]:
         """Reports of the buckets that ended at least `grace` seconds before `now` (and of the
@@ -320,48 +352,74 @@ class UsageAggregator:
         for start in sorted(set(due) | set(extra)):
             bucket = self._open.pop(start)
             self._closed_until = max(self._closed_until, start + self.bucket_seconds)
-            if bucket.pods or bucket.nodes:
+            if bucket.containers or bucket.nodes:
                 out.append(self._report(bucket, taken_at))
         if out:
             self._forget()
         return out
 
     def _forget(self) -> None:
-        """Drop what belongs to pods and nodes no longer sampled (not since the last sent bucket)."""
+        """Drop pods and nodes not sampled since the last sent bucket began (gone, or quiet)."""
         horizon = self._closed_until - self.bucket_seconds
-        self._last = {k: at for k, at in self._last.items() if at >= horizon}
-        live = set(self._last)
+        live: set[PodKey] = set()
         for bucket in self._open.values():
-            live.update(bucket.pods)
-        self._owners = {k: v for k, v in self._owners.items() if k in live}
+            live.update(key for key, _ in bucket.containers)
+        self._seen = {k: v for k, v in self._seen.items() if v.last >= horizon or k in live}
+
+    def _owner(self, key: PodKey) -> tuple[str, str]:
+        seen = self._seen.get(key)
+        if seen is not None and seen.owner is not None:
+            return seen.owner
+        owner = self.owner_of(*key) or ("Pod", key[1])
+        if seen is not None:
+            seen.owner = owner
+        return owner
 
     def _report(self, bucket: _Bucket, taken_at: datetime) -> ClosedBucket:
-        pods = []
-        containers = 0
-        for (namespace, name), cells in sorted(bucket.pods.items()):
-            owner = self._owners.get((namespace, name)) or self.owner_of(namespace, name) or ("Pod", name)
-            pods.append(
-                {
-                    "namespace": namespace,
-                    "name": name,
-                    "workload": {"kind": owner[0], "name": owner[1]},
-                    "containers": [cell.json(c) for c, cell in sorted(cells.items())],
-                }
-            )
-            containers += len(cells)
-        nodes = [cell.json(name) for name, cell in sorted(bucket.nodes.items())]
-        body = orjson.dumps(
+        # Written a batch of pods at a time, never the whole report as Python objects. (Each
+        # orjson.dumps answer holds a buffer of some kilobytes whatever its length: many small ones
+        # would cost far more than the report itself.)
+        parts: list[bytes] = []
+        batch: list[dict[str, Any]] = []
+        current: PodKey | None = None
+        cells: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if current is not None:
+                kind, name = self._owner(current)
+                batch.append(
+                    {
+                        "namespace": current[0],
+                        "name": current[1],
+                        "workload": {"kind": kind, "name": name},
+                        "containers": cells,
+                    }
+                )
+            if len(batch) >= REPORT_BATCH or current is None:
+                if batch:
+                    parts.append(orjson.dumps(batch)[1:-1])
+                batch.clear()
+
+        for (key, container), cell in sorted(bucket.containers.items(), key=lambda item: item[0]):
+            if key != current:
+                flush()
+                current, cells = key, []
+            cells.append(cell.json(container))
+        flush()
+        current = None
+        flush()
+        nodes = orjson.dumps([cell.json(name) for name, cell in sorted(bucket.nodes.items())])
+        head = orjson.dumps(
             {
                 "schema": contract.USAGE_SCHEMA,
                 "bucket_start": datetime.fromtimestamp(bucket.start, UTC),
                 "bucket_seconds": self.bucket_seconds,
                 "taken_at": taken_at,
                 "agent_version": __version__,
-                "pods": pods,
-                "nodes": nodes,
             }
         )
-        return ClosedBucket(bucket.start, body, containers, len(nodes))
+        body = head[:-1] + b',"pods":[' + b",".join(parts) + b'],"nodes":' + nodes + b"}"
+        return ClosedBucket(bucket.start, body, len(bucket.containers), len(bucket.nodes))
 
 
 # ---- the loop ------------------------------------------------------------------------------------
