@@ -397,6 +397,7 @@ def _colocation(context: _Context, cluster: Cluster) -> list[Recommendation]:
                 ),
                 evidence={
                     **context.basis(),
+                    "scope": "cluster",
                     "formula_cpu": nodes[0].formula_cpu,
                     "formula_memory": nodes[0].formula_memory,
                     "cpu_reclaim_threshold_percent": report.settings.cpu_reclaim_threshold_percent,
@@ -433,6 +434,7 @@ def _colocation(context: _Context, cluster: Cluster) -> list[Recommendation]:
                 title=f"Batch and latency-sensitive peaks together exceed capacity on {len(risky)} node(s)",
                 evidence={
                     **context.basis(),
+                    "scope": "cluster",
                     "nodes": sorted(n.node for n in risky)[:50],
                     "summary": [
                         f"{n.node}: cpu peaks {n.cpu.ls_peak:.2f} LS + {n.cpu.batch_peak:.2f} batch + "

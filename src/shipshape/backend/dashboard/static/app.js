@@ -163,7 +163,7 @@ function renderRecommendations(clusterId, recommendations) {
       title.append(list);
     }
     const target = r.recommendation.target;
-    cell(row, target ? `${target.kind}/${target.namespace}/${target.name}` : (evidence.workload || ""));
+    cell(row, target ? `${target.kind}/${target.namespace}/${target.name}` : (evidence.workload || evidence.scope || ""));
     const saving = cell(row, money(r.monthly_savings_usd), "num");
     if (r.monthly_savings_usd < 0) saving.title = "costs more: the workload asks for less than it uses";
     cell(row, `${Math.round(r.confidence * 100)}%`, "num");
@@ -171,7 +171,9 @@ function renderRecommendations(clusterId, recommendations) {
     if (r.detail) status.title = r.detail;
     const actions = row.insertCell();
     if (r.status === "open") {
-      for (const [label, verb] of [["Approve", "approve"], ["Dismiss", "dismiss"]]) {
+      // Advisory findings (no instruction the agent could apply) can only be dismissed.
+      const verbs = r.recommendation.instruction ? [["Approve", "approve"], ["Dismiss", "dismiss"]] : [["Dismiss", "dismiss"]];
+      for (const [label, verb] of verbs) {
         const button = document.createElement("button");
         button.textContent = label;
         button.className = verb;
