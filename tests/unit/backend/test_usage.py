@@ -290,3 +290,45 @@ def test_usage_data_gives_every_live_pod_its_workload_row() -> None:
 def test_a_report_parses_into_the_model_it_was_built_from() -> None:
     parsed = parse_usage(report(T0, [pod_usage("web-a", 0.2, 256 * MIB)], [node_usage(0.5, 2**30)]))
     assert isinstance(parsed, UsageReport) and parsed.nodes[0].name == "n1"
+
+
+def test_the_vpa_strategy_and_two_containers_in_one_instruction() -> None:
+    objects = _objects()
+    sidecar = {
+        "name": "proxy",
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "100m"}},
+    }
+    for pod in objects["pods"]:
+        pod["spec"]["containers"].append(sidecar)
+    objects["deployments"][0]["spec"]["template"]["spec"]["containers"].append(sidecar)
+    settings = analysis.EfficiencySettings(window_hours=168, min_history_hours=1, strategy="vpa")
+    inputs = _inputs(objects, 24, settings)
+    chunks: dict[Any, store.Chunk] = {}
+    for i in range(24):
+        body = report(T0 + i * 300, [pod_usage(f"web-7d9f-{s}", 0.2, 256 * MIB) for s in ("a", "b")])
+        for pod in body["pods"]:
+            pod["containers"].append(
+                {"name": "proxy", "samples": 10, "cpu_mean": 0.19, "cpu_max": 0.19, "memory_max": 64 * MIB}
+            )
+        _fold_into(chunks, body)
+    inputs = analysis.EfficiencyInputs(
+        objects,
+        inputs.window,
+        store.lay_out([(k, s, c.to_bytes()) for (k, s), c in chunks.items()], inputs.window),
+        inputs.nodes,
+        {},
+    )
+    (rec,) = [f for f in analysis.efficiency_findings(inputs, settings) if f.kind == "right-sizing"]
+    assert isinstance(rec.instruction, SetContainerRequests) and set(rec.instruction.containers) == {
+        "app",
+        "proxy",
+    }
+    app, proxy = rec.instruction.containers["app"], rec.instruction.containers["proxy"]
+    # vpa: the start of the next 5 % bucket above the p90, plus 15 %: above 0.2 x 1.15, within a bucket of it
+    assert 230 <= int(app.requests["cpu"].removesuffix("m")) <= 230 * 1.05 + 1
+    # the sidecar's CPU limit (200m) is below its new request: raised with it (a request may not
+    # pass its limit)
+    assert proxy.limits["cpu"] == proxy.requests["cpu"]
+    # memory floors at 100 MiB (64 MiB used)
+    assert proxy.requests["memory"] == "100Mi"
+    assert rec.evidence["strategy"] == "vpa"
