@@ -35,7 +35,9 @@ class Pusher:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
         )
 
-    def send(self, sequence: int, gzipped: bytes) -> Answer:
+    def send(self, sequence: int, gzipped: bytes, key: str | None = None) -> Answer:
+        """POST one push; its idempotency key is `seq-<sequence>` unless `key` names another (a usage
+        report's is its bucket's)."""
         try:
             response = self.client.post(
                 PUSH_PATH,
@@ -43,7 +45,7 @@ class Pusher:
                 headers={
                     "Content-Encoding": "gzip",
                     "Content-Type": "application/json",
-                    "Idempotency-Key": f"seq-{sequence}",
+                    "Idempotency-Key": key or f"seq-{sequence}",
                 },
             )
         except httpx.HTTPError as error:

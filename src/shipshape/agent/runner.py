@@ -27,6 +27,7 @@ from shipshape import __version__
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Outcome, Pusher
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import UsageLoop
 from shipshape.kube import errors
 from shipshape.kube import informers as kit
 from shipshape.kube.clock import Clock
@@ -86,8 +87,11 @@ class Agent:
         settings: AgentSettings = AgentSettings(),
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         elector: LeaseElector | None = None,
+        usage: UsageLoop | None = None,
     ) -> None:
         self.informers = informers
+        # metrics.k8s.io usage, started and stopped with the agent (it reads pod owners from the mirror)
+        self.usage = usage
         self.mirror = mirror
         self.pusher = pusher
         self.spool = spool
@@ -139,10 +143,14 @@ class Agent:
                 LOG.warning("first leader election step failed, retrying: %s", error)
             self.elector.start()
         self.thread.start()
+        if self.usage is not None:
+            self.usage.start()
 
     def stop(self, release_lease: bool = True) -> None:
         """Stop pushing, then give the Lease up (`release_lease=False` leaves it to expire, as a killed
         process would), then stop watching."""
+        if self.usage is not None:
+            self.usage.stop()
         self.stop_event.set()
         self._wake.set()
         if self.thread.is_alive():

@@ -17,13 +17,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-_NAME = re.compile(r"^(\d{20})\.(snapshot|delta)\.json\.gz$")
+_NAME = re.compile(r"^(\d{20})\.(snapshot|delta|usage)\.json\.gz$")
 
 
 @dataclass(frozen=True, slots=True)
 class Spooled:
     sequence: int
-    kind: str  # snapshot | delta
+    kind: str  # snapshot | delta (the state spool) | usage (the usage spool, `agent/usage.py`)
     path: Path
 
     def body(self) -> bytes:

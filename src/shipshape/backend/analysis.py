@@ -1,26 +1,62 @@
 """Running the analyzers over a cluster's stored state (in the workers), into recommendations.
 
-Analyzers are pure; this module reads the stored objects, supplies what they need from outside the
-cluster (instance prices from the shipped catalog) and stores their findings.
+Analyzers are pure; this module reads the stored objects (and the stored usage, through
+`backend/usage.py`), supplies what they need from outside the cluster (instance prices from the
+shipped catalog) and stores their findings.
+
+Two analyses, each storing its own kinds of recommendation:
+
+- **spot adoption** (`analyze_cluster`), after a push changed the state;
+- **efficiency** (`read_efficiency` → `efficiency_findings` → `store_efficiency`), when usage is
+  stored: the efficiency analyzers (`analyzers/efficiency/analysis.py`: right-sizing strategies,
+  QoS colocation) over the window of stored usage, priced with each node's own price (the spot
+  price on spot nodes). Right-sizing becomes one recommendation per workload, with every container
+  that changes enough in one `SetContainerRequests` instruction (one rollout, one precondition);
+  QoS colocation and interference are one advisory recommendation each per cluster. GPU idleness
+  needs utilisation series (dcgm-exporter) that metrics.k8s.io does not have: not analysed here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC as _UTC
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
 from shipshape.analyzers import spot_adoption
+from shipshape.analyzers.efficiency import analysis as efficiency
+from shipshape.analyzers.efficiency.cluster import Cluster, read_cluster
+from shipshape.backend import usage as usage_store
 from shipshape.backend.store import repository as repo
+from shipshape.backend.store.models import UsageWorkload
+from shipshape.contracts.instructions import (
+    ContainerResources,
+    Precondition,
+    Recommendation,
+    SetContainerRequests,
+    WorkloadRef,
+)
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube.quantity import QuantityError, cpu_millis, format_bytes, format_cpu, to_int
 from shipshape.pricing.catalog import default_catalog
 
 Obj = Mapping[str, Any]
 KINDS = (spot_adoption.KIND,)
 NEEDED = ("nodes", "pods", "deployments", "replicasets", "statefulsets")
 DEFAULT_REGION = "us-east-1"
+RIGHT_SIZING = "right-sizing"
+QOS_COLOCATION = "qos-colocation"
+QOS_INTERFERENCE = "qos-interference"
+EFFICIENCY_KINDS = (RIGHT_SIZING, QOS_COLOCATION, QOS_INTERFERENCE)
+EFFICIENCY_NEEDED = ("nodes", "pods", "deployments", "statefulsets", "daemonsets", "horizontalpodautoscalers",
+                     "priorityclasses")  # fmt: skip
+MIB = 2**20
+GIB = 2.0**30
+Resource = Literal["cpu", "memory"]
 
 
 def capacity_of(node: Obj) -> str:
@@ -43,9 +79,370 @@ def price_of(node: Obj) -> spot_adoption.NodePrice | None:
     return spot_adoption.NodePrice(on_demand=on_demand, spot=spot)
 
 
+def node_prices(nodes: Sequence[Obj]) -> dict[str, float]:
+    """Each priced node's hourly price as it runs: the spot price on spot nodes, else on-demand."""
+    out: dict[str, float] = {}
+    for node in nodes:
+        price = price_of(node)
+        if price is not None:
+            out[str(node["metadata"]["name"])] = (
+                price.spot if capacity_of(node) == "spot" else price.on_demand
+            )
+    return out
+
+
 def analyze_cluster(session: Session, org_id: str, cluster_id: str, now: datetime) -> int:
     """Run the analyzers on the stored state and store their findings; returns how many."""
     objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in NEEDED}
     findings = spot_adoption.recommend(objects, capacity_of, price_of)
     repo.upsert_recommendations(session, cluster_id, KINDS, findings, now)
     return len(findings)
+
+
+# ---- efficiency ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencySettings:
+    step_seconds: int = 300
+    window_hours: float = 168.0  # the usage analysed, back from the newest sample; full confidence
+    min_history_hours: float = 24.0  # a container needs this much usage before it is right-sized
+    strategy: Literal["simple", "vpa"] = "simple"
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencyInputs:
+    """What one efficiency analysis reads from the store (in a transaction of its own)."""
+
+    objects: dict[str, list[dict[str, Any]]]
+    window: usage_store.SlotWindow
+    workloads: usage_store.Rows
+    nodes: usage_store.Rows
+    summaries: dict[usage_store.SeriesKey, UsageWorkload]
+
+
+def read_efficiency(
+    session: Session, org_id: str, cluster_id: str, settings: EfficiencySettings
+) -> EfficiencyInputs | None:
+    """The stored objects and the usage window of a cluster; None while it has no usage."""
+    span = repo.usage_span(session, org_id, cluster_id)
+    if span is None:
+        return None
+    first, last = span
+    window = usage_store.slot_window(
+        first.timestamp(), last.timestamp(), settings.step_seconds, settings.window_hours
+    )
+    step = settings.step_seconds
+    workloads = usage_store.lay_out(
+        repo.usage_chunks(session, org_id, cluster_id, window.first, step), window
+    )
+    nodes = usage_store.lay_out(
+        repo.node_usage_chunks(session, org_id, cluster_id, window.first, step), window, "cpu_mean"
+    )
+    summaries = {
+        usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
+        for r in repo.usage_summaries(session, org_id, cluster_id)
+    }
+    objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in EFFICIENCY_NEEDED}
+    return EfficiencyInputs(objects, window, workloads, nodes, summaries)
+
+
+def store_efficiency(
+    session: Session, cluster_id: str, findings: list[Recommendation], now: datetime
+) -> None:
+    repo.upsert_recommendations(session, cluster_id, EFFICIENCY_KINDS, findings, now)
+
+
+def efficiency_findings(inputs: EfficiencyInputs, settings: EfficiencySettings) -> list[Recommendation]:
+    """Right-sizing, QoS colocation and interference recommendations from the stored usage. Pure."""
+    objects = inputs.objects
+    pods, nodes = objects.get("pods", []), objects.get("nodes", [])
+    cluster = read_cluster(
+        pods, nodes, objects.get("horizontalpodautoscalers", []), objects.get("priorityclasses", [])
+    )
+    usage, factor = usage_store.usage_data(cluster, pods, inputs.workloads, inputs.nodes, inputs.window)
+    analysis_settings = efficiency.AnalysisSettings(
+        strategy=settings.strategy, wanted_history_hours=settings.window_hours
+    )
+    report = efficiency.analyze(
+        pods,
+        nodes,
+        usage,
+        hpas=objects.get("horizontalpodautoscalers", []),
+        priority_classes=objects.get("priorityclasses", []),
+        node_prices=node_prices(nodes),
+        settings=analysis_settings,
+        cluster=cluster,
+    )
+    context = _Context(inputs, settings, report, factor)
+    out = _right_sizing(context, objects)
+    out += _colocation(context, cluster)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    inputs: EfficiencyInputs
+    settings: EfficiencySettings
+    report: efficiency.EfficiencyReport
+    factor: int  # the window's coarsening (1: none)
+
+    def basis(self) -> dict[str, Any]:
+        window = self.inputs.window
+        return {
+            "strategy": self.report.strategy,
+            "source": "metrics.k8s.io (agent)",
+            "window_hours": round(window.hours, 2),
+            "window_start": datetime.fromtimestamp(window.first, tz=_UTC).isoformat(),
+            "step_seconds": window.step * self.factor,
+        }
+
+
+def _templates(objects: Mapping[str, Sequence[Obj]]) -> dict[tuple[str, str, str], Obj]:
+    out: dict[tuple[str, str, str], Obj] = {}
+    for plural, kind in (
+        ("deployments", "Deployment"),
+        ("statefulsets", "StatefulSet"),
+        ("daemonsets", "DaemonSet"),
+    ):
+        for obj in objects.get(plural, ()):
+            md = obj.get("metadata") or {}
+            out[(kind, str(md.get("namespace", "")), str(md.get("name", "")))] = obj
+    return out
+
+
+def _container_spec(workload: Obj, container: str) -> Mapping[str, Any]:
+    for c in ((workload.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+        if c.get("name") == container:
+            return c.get("resources") or {}
+    return {}
+
+
+def _millis(value: Any) -> int | None:
+    try:
+        return None if value is None else cpu_millis(value)
+    except (QuantityError, ValueError, TypeError):
+        return None
+
+
+def _bytes(value: Any) -> int | None:
+    try:
+        return None if value is None else to_int(value)
+    except (QuantityError, ValueError, TypeError):
+        return None
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, digits)
+
+
+def _right_sizing(context: _Context, objects: Mapping[str, Sequence[Obj]]) -> list[Recommendation]:
+    report, settings = context.report, context.settings
+    changed = {f.target for f in report.findings if f.kind == "rightsizing"}
+    templates = _templates(objects)
+    groups: dict[tuple[str, str, str], list[efficiency.Recommendation]] = {}
+    for rec in report.recommendations:
+        if rec.target not in changed or rec.kind not in ("Deployment", "StatefulSet", "DaemonSet"):
+            continue  # too small a change, or a Job or bare pod (short-lived: sized where it is made)
+        if rec.confidence * settings.window_hours < settings.min_history_hours - 1e-9:
+            continue  # not enough usage yet
+        groups.setdefault((rec.kind, rec.namespace, rec.workload), []).append(rec)
+    out = []
+    for (kind, namespace, name), recs in sorted(groups.items()):
+        workload = templates.get((kind, namespace, name))
+        if workload is None:
+            continue
+        finding = _workload_finding(context, kind, namespace, name, workload, recs)
+        if finding is not None:
+            out.append(finding)
+    return out
+
+
+def _workload_finding(
+    context: _Context,
+    kind: str,
+    namespace: str,
+    name: str,
+    workload: Obj,
+    recs: list[efficiency.Recommendation],
+) -> Recommendation | None:
+    containers: dict[str, ContainerResources] = {}
+    evidence: dict[str, Any] = {}
+    summary: list[str] = []
+    changes: list[str] = []
+    lacking: set[str] = set()
+    savings: list[float] = []
+    for rec in sorted(recs, key=lambda r: r.container):
+        spec = _container_spec(workload, rec.container)
+        current_requests, current_limits = spec.get("requests") or {}, spec.get("limits") or {}
+        requests: dict[Resource, str] = {}
+        limits: dict[Resource, str] = {}
+        parts: list[str] = []
+        if rec.cpu_request is not None:
+            millis = round(rec.cpu_request * 1000)
+            requests["cpu"] = format_cpu(millis)
+            parts.append(f"cpu {current_requests.get('cpu', 'unset')} → {requests['cpu']}")
+            limit = _millis(current_limits.get("cpu"))
+            if limit is not None and limit < millis:
+                limits["cpu"] = requests["cpu"]  # a request may not pass its limit
+        if rec.memory_request is not None:
+            requests["memory"] = format_bytes(math.ceil(rec.memory_request / MIB) * MIB)
+            parts.append(f"memory {current_requests.get('memory', 'unset')} → {requests['memory']}")
+            if rec.memory_limit is not None:
+                limits["memory"] = format_bytes(math.ceil(rec.memory_limit / MIB) * MIB)
+        if not requests:
+            continue
+        containers[rec.container] = ContainerResources(requests=requests, limits=limits)
+        key = usage_store.SeriesKey(namespace, kind, name, rec.container)
+        stored = context.inputs.summaries.get(key)
+        samples = (
+            int(context.inputs.workloads.samples[context.inputs.workloads.index[key]])
+            if key in context.inputs.workloads.index
+            else 0
+        )
+        hours = rec.confidence * context.settings.window_hours
+        evidence[rec.container] = {
+            "current": {"requests": dict(current_requests), "limits": dict(current_limits)},
+            "recommended": {"requests": requests, "limits": limits},
+            "cpu_strategy_cores": _round(rec.cpu_strategy_value),
+            "memory_peak_bytes": _round(rec.memory_peak, 0),
+            "samples": samples,
+            "history_hours": round(hours, 2),
+            "pods": rec.pods,
+            "oom_kills": rec.oom_kills,
+            "restarts": rec.restarts,
+            "monthly_savings_usd": _round(rec.monthly_savings, 2),
+            "confidence": round(rec.confidence, 3),
+            "skipped": list(rec.skipped),
+            "lacking": list(rec.lacking),
+            "observed_since": None if stored is None else repo.as_utc(stored.first_sample_at).isoformat(),
+            "highest_memory_since_then_bytes": None if stored is None else stored.memory_max,
+        }
+        lacking.update(rec.lacking)
+        if rec.monthly_savings is not None:
+            savings.append(rec.monthly_savings)
+        changes.append(f"{rec.container}: {', '.join(parts)}")
+        strategy_cpu = (
+            ""
+            if rec.cpu_strategy_value is None
+            else f"cpu {context.report.strategy} {rec.cpu_strategy_value:.3f} cores, "
+        )
+        peak = "" if rec.memory_peak is None else f"memory peak {rec.memory_peak / MIB:.1f} MiB, "
+        summary.append(
+            f"{rec.container}: {', '.join(parts)} ({strategy_cpu}{peak}{samples} samples over {hours:.1f} h, "
+            f"{rec.pods} pod(s))"
+        )
+        summary.extend(f"{rec.container}: {note}" for note in rec.skipped)
+    if not containers:
+        return None
+    md = workload.get("metadata") or {}
+    generation = md.get("generation")
+    instruction = None
+    target = None
+    if kind in ("Deployment", "StatefulSet"):
+        target = WorkloadRef(kind=kind, namespace=namespace, name=name)  # type: ignore[arg-type]
+        precondition = (
+            Precondition(generation=int(generation))
+            if isinstance(generation, int) and generation >= 1
+            else Precondition(resource_version=str(md.get("resourceVersion") or ""))
+        )
+        instruction = SetContainerRequests(target=target, precondition=precondition, containers=containers)
+    else:
+        summary.append(f"{kind}s are not changed by the agent: apply it to the {kind}'s manifest")
+    monthly = round(sum(savings), 2) if savings else None
+    if monthly is not None:
+        summary.append(
+            f"{'saves' if monthly >= 0 else 'costs'} about ${abs(monthly):.2f} a month at these nodes' prices"
+        )
+    title = f"Right-size {kind} {namespace}/{name}: " + "; ".join(changes)
+    return Recommendation(
+        kind=RIGHT_SIZING,
+        fingerprint=f"{RIGHT_SIZING}:{kind}/{namespace}/{name}@{generation or md.get('resourceVersion', '')}"[
+            :200
+        ],
+        title=title[:300],
+        target=target,
+        evidence={
+            **context.basis(),
+            "workload": f"{kind}/{namespace}/{name}",
+            "containers": evidence,
+            "lacking": sorted(lacking),
+            "summary": summary,
+        },
+        monthly_savings_usd=monthly,
+        confidence=min(float(r.confidence) for r in recs if r.container in containers),
+        instruction=instruction,
+    )
+
+
+def _colocation(context: _Context, cluster: Cluster) -> list[Recommendation]:
+    report = context.report.colocation
+    nodes = [n for n in report.nodes if n.cpu.batch.percentile > 0 or n.memory.batch.percentile > 0]
+    confidence = min(1.0, context.inputs.window.hours / context.settings.window_hours)
+    if not context.inputs.nodes.keys:
+        return []  # no node usage: the system's share is unknown (the analyzer says so; nothing to offer)
+    out: list[Recommendation] = []
+    pct = report.settings.reclaim_percentile
+    if nodes:
+        cpu = sum(n.cpu.batch.percentile for n in nodes)
+        memory = sum(n.memory.batch.percentile for n in nodes)
+        top = sorted(nodes, key=lambda n: -n.cpu.batch.percentile)[:10]
+        out.append(
+            Recommendation(
+                kind=QOS_COLOCATION,
+                fingerprint=QOS_COLOCATION,
+                title=(
+                    f"{cpu:.2f} cores and {memory / GIB:.2f} GiB reclaimable for batch work on {len(nodes)} "
+                    f"node(s) {100 - pct:.0f} % of the time"
+                ),
+                evidence={
+                    **context.basis(),
+                    "scope": "cluster",
+                    "formula_cpu": nodes[0].formula_cpu,
+                    "formula_memory": nodes[0].formula_memory,
+                    "cpu_reclaim_threshold_percent": report.settings.cpu_reclaim_threshold_percent,
+                    "memory_reclaim_threshold_percent": report.settings.memory_reclaim_threshold_percent,
+                    "nodes": {
+                        n.node: {
+                            "batch_cpu_cores": round(n.cpu.batch.percentile, 3),
+                            "batch_memory_bytes": round(n.memory.batch.percentile),
+                            "latency_sensitive_pods": n.ls_pods,
+                            "batch_pods": n.batch_pods,
+                        }
+                        for n in top
+                    },
+                    "lacking": list(report.lacking),
+                    "summary": [
+                        f"{n.node}: {n.cpu.batch.percentile:.2f} cores, "
+                        f"{n.memory.batch.percentile / GIB:.2f} GiB ({n.ls_pods} latency-sensitive pods)"
+                        for n in top
+                    ]
+                    + [
+                        "the controller's batch-resources loop publishes it as shipshape.dev/batch-cpu and "
+                        "shipshape.dev/batch-memory (opt-in)"
+                    ],
+                },
+                confidence=confidence,
+            )
+        )
+    risky = [n for n in report.nodes if n.interference_risk]
+    if risky:
+        out.append(
+            Recommendation(
+                kind=QOS_INTERFERENCE,
+                fingerprint=QOS_INTERFERENCE,
+                title=f"Batch and latency-sensitive peaks together exceed capacity on {len(risky)} node(s)",
+                evidence={
+                    **context.basis(),
+                    "scope": "cluster",
+                    "nodes": sorted(n.node for n in risky)[:50],
+                    "summary": [
+                        f"{n.node}: cpu peaks {n.cpu.ls_peak:.2f} LS + {n.cpu.batch_peak:.2f} batch + "
+                        f"{n.cpu.system_peak:.2f} system of {n.cpu.capacity:.2f} cores"
+                        for n in risky[:10]
+                    ],
+                },
+                confidence=confidence,
+            )
+        )
+    return out

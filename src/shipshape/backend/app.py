@@ -36,6 +36,7 @@ from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.contracts import push as push_contract
+from shipshape.contracts import usage as usage_contract
 from shipshape.contracts.instructions import InstructionEnvelope, InstructionOutcome, Recommendation
 
 LOG = logging.getLogger("shipshape.backend.api")
@@ -91,6 +92,21 @@ class RecommendationOut(BaseModel):
     recommendation: Recommendation
     created_at: datetime
     updated_at: datetime
+
+
+class UsageOut(BaseModel):
+    namespace: str
+    workload_kind: str
+    workload_name: str
+    container: str
+    first_sample_at: datetime
+    last_sample_at: datetime
+    samples: int
+    buckets: int
+    pods_last: int
+    cpu_max_cores: float
+    memory_max_bytes: float
+    memory_max_at: datetime
 
 
 class Approved(BaseModel):
@@ -217,6 +233,23 @@ def _recommendation_out(row: Any) -> RecommendationOut:
         recommendation=Recommendation.model_validate(row.body),
         created_at=row.created_at,
         updated_at=row.updated_at,
+    )
+
+
+def _usage_out(row: Any) -> UsageOut:
+    return UsageOut(
+        namespace=row.namespace,
+        workload_kind=row.workload_kind,
+        workload_name=row.workload_name,
+        container=row.container,
+        first_sample_at=repo.as_utc(row.first_sample_at),
+        last_sample_at=repo.as_utc(row.last_sample_at),
+        samples=row.samples,
+        buckets=row.buckets,
+        pods_last=row.pods_last,
+        cpu_max_cores=row.cpu_max,
+        memory_max_bytes=row.memory_max,
+        memory_max_at=repo.as_utc(row.memory_max_at),
     )
 
 
@@ -347,7 +380,8 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         idempotency_key: Annotated[str, Header(alias="Idempotency-Key")],
         content_encoding: Annotated[str | None, Header()] = None,
     ) -> PushAccepted:
-        """A snapshot or delta from the cluster's agent; stored once per idempotency key, then queued."""
+        """A snapshot, delta or usage report from the cluster's agent; stored once per idempotency key,
+        then queued. A usage report's key must be its bucket's (`usage-<bucket start>`)."""
         if not _IDEMPOTENCY_KEY.match(idempotency_key):
             raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
         raw = await _read_limited(request, backend.settings.max_push_bytes)
@@ -359,18 +393,24 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         else:
             raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
         try:
-            message = push_contract.stripped(push_contract.parse_push(orjson.loads(body)))
+            data = orjson.loads(body)
         except orjson.JSONDecodeError as error:
             backend.metrics.pushes.labels("unknown", "malformed").inc()
             raise HTTPException(400, f"body is not JSON: {error}") from None
+        try:
+            if isinstance(data, dict) and data.get("schema") == usage_contract.USAGE_SCHEMA:
+                step = backend.settings.usage_step_seconds
+                schema, sequence, stored = _usage_push(data, idempotency_key, step)
+            else:
+                message = push_contract.stripped(push_contract.parse_push(data))
+                schema, sequence = message.schema_, message.sequence
+                stored = gzip.compress(push_contract.dump(message), compresslevel=1)
         except (ValidationError, ValueError) as error:
             backend.metrics.pushes.labels("unknown", "invalid").inc()
             raise HTTPException(422, _validation_message(error)) from None
-        stored = gzip.compress(push_contract.dump(message), compresslevel=1)
-        schema = message.schema_
         with backend.transaction() as session:
             recorded = repo.record_push(
-                session, agent.cluster_id, idempotency_key, schema, message.sequence, stored, backend.now()
+                session, agent.cluster_id, idempotency_key, schema, sequence, stored, backend.now()
             )
         if not recorded.duplicate:
             job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
@@ -440,6 +480,17 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         return summary.summarize(objects, startup=startup)
 
     app.include_router(series_api.router(backend, _user))
+
+    @app.get(
+        "/api/v1/clusters/{cluster_id}/usage",
+        response_model=list[UsageOut],
+        responses={404: {"model": ErrorOut}},
+    )
+    def cluster_usage(cluster_id: str, user: Annotated[repo.UserPrincipal, Depends(_user)]) -> list[UsageOut]:
+        """What the agent's usage reports hold per workload container (the series themselves feed
+        the efficiency analysis)."""
+        with backend.transaction() as session:
+            return [_usage_out(r) for r in repo.usage_summaries(session, user.org_id, cluster_id)]
 
     @app.get(
         "/api/v1/clusters/{cluster_id}/recommendations",
@@ -556,6 +607,21 @@ def _log_request(request: Request, route: str, status: int, elapsed: float) -> N
     if request.client is not None:
         fields["client"] = request.client.host
     ACCESS_LOG.log(level, "%s %s %d", request.method, request.url.path, status, extra=fields)
+
+
+def _usage_push(data: dict[str, Any], idempotency_key: str, step: int) -> tuple[str, int, bytes]:
+    """(schema, sequence, stored body) of a usage report; ValueError when it cannot be stored."""
+    report = usage_contract.parse_usage(data)
+    if idempotency_key != report.idempotency_key():
+        raise ValueError(
+            f"a usage report is pushed with the Idempotency-Key of its bucket, {report.idempotency_key()}"
+        )
+    if step % report.bucket_seconds:
+        raise ValueError(
+            f"bucket_seconds {report.bucket_seconds} does not divide this backend's usage step of {step} s"
+        )
+    stored = gzip.compress(usage_contract.dump(report), compresslevel=1)
+    return usage_contract.USAGE_SCHEMA, report.start, stored
 
 
 def _validation_message(error: Exception) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from shipshape.backend import series
+from shipshape.backend import analysis, series
 from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
 from shipshape.backend.queue import MemoryQueue, open_queue
 from shipshape.backend.settings import BackendSettings
@@ -60,6 +60,14 @@ def workers_for(backend: Backend) -> Workers:
             minute_window=timedelta(days=backend.settings.series_minute_days),
             retention=timedelta(days=backend.settings.series_retention_days),
         ),
+        efficiency=analysis.EfficiencySettings(
+            step_seconds=backend.settings.usage_step_seconds,
+            window_hours=backend.settings.usage_window_hours,
+            min_history_hours=backend.settings.usage_min_history_hours,
+            strategy=backend.settings.usage_strategy,
+        ),
+        usage_retention=timedelta(hours=backend.settings.usage_retention_hours),
+        usage_analysis_seconds=backend.settings.usage_analysis_seconds,
     )
 
 

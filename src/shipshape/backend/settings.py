@@ -4,7 +4,7 @@ then the defaults below (the embedded ones: SQLite and the in-process queue in t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -45,6 +45,17 @@ class BackendSettings(BaseSettings):
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
+    # Usage (metrics.k8s.io, from the agents): stored on slots of this many seconds (an agent's bucket
+    # must divide it), analysed over a window back from the cluster's newest sample, kept for the
+    # retention (counted the same way), analysed at most this often per cluster.
+    usage_step_seconds: int = Field(default=300, ge=10, le=3600)
+    usage_window_hours: float = Field(default=168.0, gt=0)
+    usage_retention_hours: float = Field(default=192.0, gt=0)
+    usage_analysis_seconds: float = Field(default=900.0, ge=0)
+    # A workload container is right-sized only with this much usage (hours of slots with samples).
+    usage_min_history_hours: float = Field(default=24.0, ge=0)
+    usage_strategy: Literal["simple", "vpa"] = "simple"
+
     # Per-cluster time series (`series.py`): a point a minute per cluster, kept this many days, then
     # averaged into a point an hour; the hourly points are deleted after `series_retention_days`.
     series_minute_days: float = Field(default=7.0, gt=0)
@@ -63,6 +74,8 @@ class BackendSettings(BaseSettings):
         for tls_file in (self.ssl_certfile, self.ssl_keyfile):
             if tls_file is not None and not tls_file.is_file():
                 raise ValueError(f"{tls_file} is not a file")
+        if self.usage_retention_hours < self.usage_window_hours:
+            raise ValueError("usage_retention_hours must be at least usage_window_hours")
         return self
 
 

@@ -41,6 +41,12 @@ class Workers:
     analysis_seconds: float = 10.0
     # Writes each cluster's time series (None: no series, as in tests of the queue alone).
     series: Recorder | None = None
+    # Usage: slots, retention, and the efficiency analysis (at most every `usage_analysis_seconds`).
+    efficiency: analysis.EfficiencySettings = field(default_factory=analysis.EfficiencySettings)
+    usage_retention: timedelta = timedelta(hours=192)
+    usage_analysis_seconds: float = 900.0
+    efficiency_analyses: int = 0
+    _efficiency_at: dict[str, float] = field(default_factory=dict)
     processed: int = 0
     analyses: int = 0
     _analyzed_at: dict[str, float] = field(default_factory=dict)
@@ -63,7 +69,7 @@ class Workers:
     def _apply(self, job: Job) -> Verdict:
         try:
             with self.sessions.begin() as session:
-                outcome = repo.apply_pushes(session, job.push_id, self.now())
+                outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
         except repo.NotYet as waiting:
             LOG.debug("push %s: %s", job.push_id, waiting)
             return Verdict.RETRY
@@ -73,6 +79,7 @@ class Workers:
             self.analyze_if_due(job.cluster_id)
             if self.series is not None:
                 self.series.record_if_due(job.cluster_id)
+            self.analyze_usage_if_due(job.cluster_id)
         return Verdict.DONE
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
@@ -100,6 +107,37 @@ class Workers:
         LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
         return True
 
+    def analyze_usage_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """The efficiency analysis of the cluster's stored usage, unless it ran in the last
+        `usage_analysis_seconds`. Reading and computing hold no lock (the window can be large);
+        storing the findings takes the cluster's row lock, as the spot analysis does."""
+        moment = time.monotonic()
+        if not force and moment - self._efficiency_at.get(cluster_id, -1e9) < self.usage_analysis_seconds:
+            return False
+        self._efficiency_at[cluster_id] = moment
+        with self._inflight_lock:
+            lock = self._analysis_locks.setdefault(f"usage:{cluster_id}", threading.Lock())
+        try:
+            with lock:
+                with self.sessions.begin() as session:
+                    org_id = repo.cluster_org(session, cluster_id)
+                    inputs = analysis.read_efficiency(session, org_id, cluster_id, self.efficiency)
+                if inputs is None:
+                    return False
+                findings = analysis.efficiency_findings(inputs, self.efficiency)
+                with self.sessions.begin() as session:
+                    repo.lock_cluster(session, cluster_id)
+                    analysis.store_efficiency(session, cluster_id, findings, self.now())
+        except IntegrityError:
+            LOG.info("efficiency analysis of cluster %s raced another worker; skipped", cluster_id)
+            return False
+        except Exception:
+            LOG.exception("efficiency analysis of cluster %s failed", cluster_id)
+            return False
+        self.efficiency_analyses += 1
+        LOG.debug("cluster %s: %d efficiency recommendation(s)", cluster_id, len(findings))
+        return True
+
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
@@ -118,6 +156,7 @@ class Workers:
         with self.sessions.begin() as session:
             now = self.now()
             repo.expire_pushes(session, now - self.retention)
+            repo.expire_usage(session, self.usage_retention)
             pending = repo.unprocessed_pushes(session, now - timedelta(seconds=grace))
             clusters = repo.push_clusters(session, pending)
         if self.series is not None:

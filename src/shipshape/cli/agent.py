@@ -20,6 +20,7 @@ from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, LeaseUnavailable, sources
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.cli import common
 from shipshape.kube import informers as kit
 from shipshape.kube import leader
@@ -70,6 +71,14 @@ def agent(
     log_format: Annotated[
         Literal["text", "json"], typer.Option(help="one line per record: text (key=value) or json")
     ] = "text",
+    usage: Annotated[
+        bool, typer.Option("--usage/--no-usage", help="read metrics.k8s.io and push usage per bucket")
+    ] = True,
+    usage_every: Annotated[str, typer.Option(help="period of the metrics.k8s.io reads")] = "30s",
+    usage_bucket: Annotated[
+        str, typer.Option(help="usage bucket (must divide the backend's usage step, 5m by default)")
+    ] = "5m",
+    usage_spool_max: Annotated[int, typer.Option(help="usage spool bound in MiB (oldest dropped)")] = 64,
 ) -> None:
     """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
     while it is unreachable; with two replicas, the Lease holder pushes."""
@@ -85,6 +94,14 @@ def agent(
             delta_interval=parse_duration(delta_every),
             spool_max_bytes=spool_max * 1024 * 1024,
         )
+        bucket = parse_duration(usage_bucket)
+        if bucket != int(bucket):
+            raise ValueError(f"--usage-bucket must be a whole number of seconds, not {usage_bucket}")
+        usage_settings = UsageSettings(
+            interval=parse_duration(usage_every),
+            bucket_seconds=int(bucket),
+            spool_max_bytes=usage_spool_max * 1024 * 1024,
+        )
         api_client = load_api_client(kubeconfig)
     except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
         raise common.fail(error) from None
@@ -99,6 +116,19 @@ def agent(
     elector = leader.LeaseElector(api_client, name, clock, lease) if leader_election else None
     mirror = Mirror()
     pusher = Pusher(backend, token)
+    collector = (
+        UsageLoop(
+            MetricsApi(api_client),
+            owners_from(mirror.get),
+            pusher,
+            Spool(spool / "usage", usage_settings.spool_max_bytes),
+            clock,
+            usage_settings,
+            is_leader=lambda: runner.leading,
+        )
+        if usage
+        else None
+    )
     runner = Agent(
         kit.Informers(sources(api_client), mirror),
         mirror,
@@ -107,6 +137,7 @@ def agent(
         clock,
         settings,
         elector=elector,
+        usage=collector,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -136,6 +167,7 @@ def agent(
             else "; no leader election"
         )
         + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
+        + (f"; usage every {usage_every} in buckets of {usage_bucket}" if usage else "")
     )
     stop.wait()
     # The instruction in hand, if any, finishes; then the last push, and the Lease is given up (the

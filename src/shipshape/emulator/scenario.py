@@ -208,6 +208,9 @@ class UsageProfile(Strict):
     memory: float = Field(default=0.6, ge=0, description="mean usage as a fraction of the memory request")
     amplitude: float = Field(default=0.3, ge=0, le=1)
     period: Seconds = Field(default=86400.0)
+    jitter: bool = Field(
+        default=True, description="a small seeded per-minute noise; false for exactly known figures"
+    )
 
 
 class TimelineEvent(Strict):

@@ -9,8 +9,9 @@ BestEffort containers) shaped by the scenario's `usage` profiles:
 - bursty: 60-second windows, one in ten (chosen by a seeded hash) a burst; the levels keep the
   mean: (1 - amplitude) outside bursts, 1 + amplitude x 9 in them; memory stays steady.
 
-Every value also carries a small deterministic per-minute jitter, so that a seed and a time always
-give the same numbers and nothing is stored. CPU never exceeds the container's limit (throttling),
+Every value also carries a small deterministic per-minute jitter (unless the profile sets
+`jitter: false`, for exactly known figures), so that a seed and a time always give the same numbers
+and nothing is stored. CPU never exceeds the container's limit (throttling),
 memory never its limit. Served by the HTTP layer through metrics.k8s.io (`kubectl top`).
 """
 
@@ -85,6 +86,8 @@ def levels(profile: UsageProfile, seed: int, key: str, at: float) -> tuple[float
             cpu = 1 + profile.amplitude * (1 - BURST_PROBABILITY) / BURST_PROBABILITY
         else:
             cpu = 1 - profile.amplitude
+    if not profile.jitter:
+        return cpu, memory
     minute = math.floor(at / JITTER_WINDOW_SECONDS)
     cpu *= 1 + CPU_JITTER * (2 * unit_hash(seed, key, "cpu", minute) - 1)
     memory *= 1 + MEMORY_JITTER * (2 * unit_hash(seed, key, "memory", minute) - 1)

@@ -19,6 +19,7 @@ from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, sources
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.emulator.scenario import Scenario
@@ -101,11 +102,25 @@ def on_demand_only_unless_tolerated() -> Scenario:
 
 
 @contextlib.contextmanager
-def running_agent(cluster: ServedCluster, url: str, token: str, spool: Path) -> Iterator[Agent]:
+def running_agent(
+    cluster: ServedCluster, url: str, token: str, spool: Path, usage: UsageSettings | None = None
+) -> Iterator[Agent]:
     """The agent on the served cluster pushing to `url` (deltas every 5 emulated s), executing approved
-    instructions, until the block ends."""
+    instructions, and with `usage` reading metrics.k8s.io, until the block ends."""
     mirror = Mirror()
     pusher = Pusher(url, token)
+    collector = (
+        None
+        if usage is None
+        else UsageLoop(
+            MetricsApi(cluster.api_client),
+            owners_from(mirror.get),
+            pusher,
+            Spool(spool / "usage"),
+            cluster.clock,
+            usage,
+        )
+    )
     agent = Agent(
         kit.Informers(sources(cluster.api_client), mirror, backoff_max=1.0),
         mirror,
@@ -113,6 +128,7 @@ def running_agent(cluster: ServedCluster, url: str, token: str, spool: Path) -> 
         Spool(spool),
         cluster.clock,
         AgentSettings(snapshot_interval=3600, delta_interval=5),
+        usage=collector,
     )
     loop = InstructionLoop(InstructionClient(pusher.client), Executor(cluster.api_client), wait=2.0)
     agent.start()

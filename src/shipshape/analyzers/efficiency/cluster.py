@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from shipshape.analyzers.efficiency.usage import ContainerKey
+from shipshape.contracts import usage as usage_contract
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import QuantityError, cpu_millis, to_int
 
@@ -99,18 +100,10 @@ def qos_class(pod: Obj) -> str:
 
 def owner_workload(pod: Obj) -> tuple[str, str]:
     """(kind, name) of the workload that owns the pod: a ReplicaSet's pod belongs to its
-    Deployment (the name less the pod-template-hash), a Job's pod to its Job; else the pod."""
-    md = pod.get("metadata") or {}
-    for ref in md.get("ownerReferences") or []:
-        if not ref.get("controller", True):
-            continue
-        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
-        if kind == "ReplicaSet":
-            template_hash = (md.get("labels") or {}).get("pod-template-hash")
-            if template_hash and name.endswith("-" + template_hash):
-                return "Deployment", name[: -len(template_hash) - 1]
-        return kind, name
-    return "Pod", str(md.get("name", ""))
+    Deployment (the name less the pod-template-hash), a Job's pod to its Job; else the pod. The
+    rule is the usage contract's (`contracts.usage.pod_workload`), so that the agent's usage
+    series and the analysis group pods alike."""
+    return usage_contract.pod_workload(pod.get("metadata") or {})
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,7 +232,9 @@ def guarded(cpu: F64, memory: F64, guards: Guards) -> tuple[F64, F64]:
     bumped = base + np.maximum(base * OOM_BUMP_RATIO, OOM_MIN_BUMP_BYTES)
     memory = np.where(guards.oom_killed, np.fmax(memory, bumped), memory)
     memory = np.maximum(memory, MIN_MEMORY_BYTES)
-    return np.ceil(cpu * 1000.0 - 1e-9) / 1000.0, np.ceil(memory / MIB - 1e-9) * MIB
+    # Usage rows are float32: 0.2 cores is stored as 0.2000000030, which must not round up to 201m.
+    # Millicores are rounded to a microcore first (float32 holds ~7 significant digits).
+    return np.ceil(np.round(cpu * 1000.0, 3) - 1e-9) / 1000.0, np.ceil(memory / MIB - 1e-9) * MIB
 
 
 def raw(

@@ -176,3 +176,56 @@ class InstructionRow(Base):
     outcome: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class UsageWorkload(Base):
+    """One workload container's usage summary in a cluster (`backend/usage.py`): bounded to one row
+    per (namespace, owner workload, container), whatever the pods' churn."""
+
+    __tablename__ = "usage_workloads"
+    __table_args__ = (Index("ix_usage_workloads_cluster_last", "cluster_id", "last_sample_at"),)
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    workload_kind: Mapped[str] = mapped_column(String(63), primary_key=True)
+    workload_name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    container: Mapped[str] = mapped_column(String(253), primary_key=True)
+    # Sample times are the cluster's (the metrics server's clock), not the backend's.
+    first_sample_at: Mapped[datetime]
+    last_sample_at: Mapped[datetime]
+    samples: Mapped[int] = mapped_column(BigInteger)
+    buckets: Mapped[int] = mapped_column(Integer)
+    pods_last: Mapped[int] = mapped_column(Integer)  # pods sampled in the newest bucket
+    cpu_max: Mapped[float] = mapped_column(Float)  # cores, the highest sampled rate
+    memory_max: Mapped[float] = mapped_column(Float)  # bytes, the highest working set
+    memory_max_at: Mapped[datetime]
+
+
+class UsageSeriesChunk(Base):
+    """`backend.usage.SLOTS` consecutive slots of one workload container's usage (`backend.usage.Chunk`
+    as bytes), kept for the retention."""
+
+    __tablename__ = "usage_series"
+    __table_args__ = (Index("ix_usage_series_cluster_chunk", "cluster_id", "chunk_start"),)
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    workload_kind: Mapped[str] = mapped_column(String(63), primary_key=True)
+    workload_name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    container: Mapped[str] = mapped_column(String(253), primary_key=True)
+    chunk_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # unix seconds
+    step_seconds: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class UsageNodeChunk(Base):
+    """The same for one node (CPU mean rate, memory working set), for the QoS colocation analysis."""
+
+    __tablename__ = "usage_node_series"
+    __table_args__ = (Index("ix_usage_node_series_cluster_chunk", "cluster_id", "chunk_start"),)
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    chunk_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    step_seconds: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(LargeBinary)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shipshape.backend import auth
+from shipshape.backend import usage as usage_store
 from shipshape.backend.store.models import (
     AgentToken,
     ApiKey,
@@ -25,9 +26,13 @@ from shipshape.backend.store.models import (
     Organization,
     Push,
     RecommendationRow,
+    UsageNodeChunk,
+    UsageSeriesChunk,
+    UsageWorkload,
 )
 from shipshape.contracts.instructions import InstructionOutcome, Recommendation
 from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
+from shipshape.contracts.usage import USAGE_SCHEMA, parse_usage
 
 
 class NotFound(Exception):
@@ -242,9 +247,10 @@ class NotYet(Exception):
     """A delta arrived before the push it follows: try again later (the queue redelivers)."""
 
 
-def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
+def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int = 300) -> str:
     """Apply the stored push `push_id`, and every other unprocessed push of its cluster that can be
-    applied now, in sequence order; returns the outcome for `push_id`.
+    applied now, in sequence order; returns the outcome for `push_id`. A usage report stands on its
+    own (no chain): it is merged into the cluster's usage series on slots of `usage_step` seconds.
 
     Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
     the cluster's row lock applies what is ready in order, and a job whose push someone else already
@@ -260,9 +266,11 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
     session.refresh(push)
     if push.processed_at is not None:
         return "duplicate"  # applied by the worker that held the lock before us
+    if push.schema_name == USAGE_SCHEMA:
+        return _apply_usage(session, cluster, push, now, usage_step)
     pending = session.scalars(
         select(Push)
-        .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None))
+        .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None), Push.schema_name != USAGE_SCHEMA)
         .order_by(Push.sequence, Push.id)
     ).all()
     mine: str | None = None
@@ -385,6 +393,216 @@ def push_clusters(session: Session, push_ids: list[int]) -> dict[int, str]:
         return {}
     rows = session.execute(select(Push.id, Push.cluster_id).where(Push.id.in_(push_ids))).all()
     return {push_id: cluster_id for push_id, cluster_id in rows}
+
+
+# ---- usage ---------------------------------------------------------------------------------------
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands times back without their zone; they were stored in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, step: int) -> str:
+    """Merge one usage report into the cluster's summaries and series chunks (`backend/usage.py`)."""
+    report = parse_usage(orjson.loads(gzip.decompress(push.body_gzip)))
+    try:
+        folded = usage_store.fold(report, step)
+    except usage_store.UsageStoreError as error:
+        push.processed_at, push.outcome = now, f"rejected: {error}"[:256]
+        return "rejected"
+    keys = set(folded.workloads)
+    chunks = {
+        usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
+        for r in session.scalars(
+            select(UsageSeriesChunk).where(
+                UsageSeriesChunk.cluster_id == cluster.id, UsageSeriesChunk.chunk_start == folded.chunk_start
+            )
+        )
+        if r.step_seconds == step
+    }
+    summaries = {
+        usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
+        for r in session.scalars(select(UsageWorkload).where(UsageWorkload.cluster_id == cluster.id))
+    }
+    slot_start, bucket_end = _at(folded.slot_start), _at(folded.bucket_end)
+    for key in sorted(keys):
+        part = folded.workloads[key]
+        row = chunks.get(key)
+        chunk = usage_store.Chunk.empty() if row is None else usage_store.Chunk.from_bytes(row.body)
+        chunk.merge(folded.slot, part)
+        if row is None:
+            session.add(
+                UsageSeriesChunk(
+                    cluster_id=cluster.id,
+                    namespace=key.namespace,
+                    workload_kind=key.kind,
+                    workload_name=key.workload,
+                    container=key.container,
+                    chunk_start=folded.chunk_start,
+                    step_seconds=step,
+                    body=chunk.to_bytes(),
+                )
+            )
+        else:
+            row.body = chunk.to_bytes()
+        summary = summaries.get(key)
+        if summary is None:
+            session.add(
+                UsageWorkload(
+                    cluster_id=cluster.id,
+                    namespace=key.namespace,
+                    workload_kind=key.kind,
+                    workload_name=key.workload,
+                    container=key.container,
+                    first_sample_at=slot_start,
+                    last_sample_at=bucket_end,
+                    samples=part.samples,
+                    buckets=1,
+                    pods_last=part.pods,
+                    cpu_max=part.cpu_max,
+                    memory_max=part.memory_max,
+                    memory_max_at=bucket_end,
+                )
+            )
+            continue
+        if bucket_end >= as_utc(summary.last_sample_at):
+            summary.last_sample_at, summary.pods_last = bucket_end, part.pods
+        summary.first_sample_at = min(as_utc(summary.first_sample_at), slot_start)
+        summary.samples += part.samples
+        summary.buckets += 1
+        summary.cpu_max = max(summary.cpu_max, part.cpu_max)
+        if part.memory_max > summary.memory_max:
+            summary.memory_max, summary.memory_max_at = part.memory_max, bucket_end
+    nodes = {
+        r.node: r
+        for r in session.scalars(
+            select(UsageNodeChunk).where(
+                UsageNodeChunk.cluster_id == cluster.id, UsageNodeChunk.chunk_start == folded.chunk_start
+            )
+        )
+        if r.step_seconds == step
+    }
+    for name, part in sorted(folded.nodes.items()):
+        node_row = nodes.get(name)
+        chunk = usage_store.Chunk.empty() if node_row is None else usage_store.Chunk.from_bytes(node_row.body)
+        chunk.merge(folded.slot, part)
+        if node_row is None:
+            session.add(
+                UsageNodeChunk(
+                    cluster_id=cluster.id,
+                    node=name,
+                    chunk_start=folded.chunk_start,
+                    step_seconds=step,
+                    body=chunk.to_bytes(),
+                )
+            )
+        else:
+            node_row.body = chunk.to_bytes()
+    push.processed_at, push.outcome = now, "applied"
+    session.flush()
+    return "applied"
+
+
+def expire_usage(session: Session, retention: timedelta) -> int:
+    """Retention, per cluster, counted back from its newest sample (the cluster's clock): chunks that
+    ended before it and summaries of workload containers not sampled since are removed."""
+    removed = 0
+    newest = session.execute(
+        select(UsageWorkload.cluster_id, func.max(UsageWorkload.last_sample_at)).group_by(
+            UsageWorkload.cluster_id
+        )
+    ).all()
+    for cluster_id, latest in newest:
+        horizon = as_utc(latest) - retention
+        cutoff = int(horizon.timestamp())
+        for table in (UsageSeriesChunk, UsageNodeChunk):
+            # a chunk ends step x SLOTS after its start; its step is on the row
+            result = session.execute(
+                delete(table).where(
+                    table.cluster_id == cluster_id,
+                    table.chunk_start + table.step_seconds * usage_store.SLOTS <= cutoff,
+                )
+            )
+            removed += int(getattr(result, "rowcount", 0) or 0)
+        result = session.execute(
+            delete(UsageWorkload).where(
+                UsageWorkload.cluster_id == cluster_id, UsageWorkload.last_sample_at < horizon
+            )
+        )
+        removed += int(getattr(result, "rowcount", 0) or 0)
+    return removed
+
+
+def usage_summaries(session: Session, org_id: str, cluster_id: str) -> list[UsageWorkload]:
+    """The cluster's workload containers with usage, ordered by namespace, workload and container."""
+    get_cluster(session, org_id, cluster_id)
+    return list(
+        session.scalars(
+            select(UsageWorkload)
+            .where(UsageWorkload.cluster_id == cluster_id)
+            .order_by(
+                UsageWorkload.namespace,
+                UsageWorkload.workload_kind,
+                UsageWorkload.workload_name,
+                UsageWorkload.container,
+            )
+        )
+    )
+
+
+def usage_chunks(
+    session: Session, org_id: str, cluster_id: str, since: int, step: int
+) -> list[tuple[usage_store.SeriesKey, int, bytes]]:
+    """(workload container, chunk start, body) of the chunks of `step` that end after `since`."""
+    get_cluster(session, org_id, cluster_id)
+    rows = session.execute(
+        select(
+            UsageSeriesChunk.namespace,
+            UsageSeriesChunk.workload_kind,
+            UsageSeriesChunk.workload_name,
+            UsageSeriesChunk.container,
+            UsageSeriesChunk.chunk_start,
+            UsageSeriesChunk.body,
+        ).where(
+            UsageSeriesChunk.cluster_id == cluster_id,
+            UsageSeriesChunk.step_seconds == step,
+            UsageSeriesChunk.chunk_start > since - step * usage_store.SLOTS,
+        )
+    )
+    return [(usage_store.SeriesKey(ns, k, name, c), start, body) for ns, k, name, c, start, body in rows]
+
+
+def node_usage_chunks(
+    session: Session, org_id: str, cluster_id: str, since: int, step: int
+) -> list[tuple[str, int, bytes]]:
+    """(node, chunk start, body) of the node chunks of `step` that end after `since`."""
+    get_cluster(session, org_id, cluster_id)
+    rows = session.execute(
+        select(UsageNodeChunk.node, UsageNodeChunk.chunk_start, UsageNodeChunk.body).where(
+            UsageNodeChunk.cluster_id == cluster_id,
+            UsageNodeChunk.step_seconds == step,
+            UsageNodeChunk.chunk_start > since - step * usage_store.SLOTS,
+        )
+    )
+    return [(node, start, body) for node, start, body in rows]
+
+
+def usage_span(session: Session, org_id: str, cluster_id: str) -> tuple[datetime, datetime] | None:
+    """(first, last) sample time of the cluster's usage, or None without any."""
+    get_cluster(session, org_id, cluster_id)
+    first, last = session.execute(
+        select(func.min(UsageWorkload.first_sample_at), func.max(UsageWorkload.last_sample_at)).where(
+            UsageWorkload.cluster_id == cluster_id
+        )
+    ).one()
+    if first is None or last is None:
+        return None
+    return as_utc(first), as_utc(last)
 
 
 # ---- recommendations and instructions ------------------------------------------------------------

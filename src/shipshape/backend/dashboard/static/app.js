@@ -34,7 +34,7 @@ function cell(row, text, className) {
   return td;
 }
 
-const money = (v) => (v === null || v === undefined ? "–" : `$${Number(v).toFixed(2)}`);
+const money = (v) => (v === null || v === undefined ? "–" : `${v < 0 ? "−" : ""}$${Math.abs(Number(v)).toFixed(2)}`);
 const pct = (v) => (v === null || v === undefined ? "–" : `${v}%`);
 const ratio = (v) => (v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`);
 
@@ -221,16 +221,28 @@ function renderRecommendations(clusterId, recommendations) {
   for (const r of recommendations) {
     const row = body.insertRow();
     row.dataset.recommendation = r.id;
-    cell(row, r.title);
+    const evidence = r.recommendation.evidence || {};
+    const title = cell(row, r.title);
+    // What the finding rests on, as the analysis wrote it (right-sizing: per container the change,
+    // the percentile and peak it came from, the samples and hours of usage; HPA notes).
+    if (Array.isArray(evidence.summary) && evidence.summary.length) {
+      const list = document.createElement("ul");
+      list.className = "evidence";
+      for (const line of evidence.summary) list.append(Object.assign(document.createElement("li"), { textContent: line }));
+      title.append(list);
+    }
     const target = r.recommendation.target;
-    cell(row, target ? `${target.kind}/${target.namespace}/${target.name}` : "");
-    cell(row, money(r.monthly_savings_usd), "num");
+    cell(row, target ? `${target.kind}/${target.namespace}/${target.name}` : (evidence.workload || evidence.scope || ""));
+    const saving = cell(row, money(r.monthly_savings_usd), "num");
+    if (r.monthly_savings_usd < 0) saving.title = "costs more: the workload asks for less than it uses";
     cell(row, `${Math.round(r.confidence * 100)}%`, "num");
     const status = cell(row, r.status, `status status-${r.status}`);
     if (r.detail) status.title = r.detail;
     const actions = row.insertCell();
     if (r.status === "open") {
-      for (const [label, verb] of [["Approve", "approve"], ["Dismiss", "dismiss"]]) {
+      // Advisory findings (no instruction the agent could apply) can only be dismissed.
+      const verbs = r.recommendation.instruction ? [["Approve", "approve"], ["Dismiss", "dismiss"]] : [["Dismiss", "dismiss"]];
+      for (const [label, verb] of verbs) {
         const button = document.createElement("button");
         button.textContent = label;
         button.className = verb;
