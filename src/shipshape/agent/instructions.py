@@ -2,8 +2,9 @@
 
 The agent long-polls the backend for its cluster's instructions, and for each one re-reads the live
 target and refuses when it drifted since the recommendation (its generation or resourceVersion is not
-the one the instruction names), then applies it as a patch that carries the read resourceVersion (so
-a change in between makes the API server answer 409, reported as refused), and reports the outcome.
+the one the instruction names), then applies it as a patch that carries the read resourceVersion (a
+change in between makes the API server answer 409: the agent reads and checks again, a few times, so
+a status update is no obstacle and a spec change is refused as drift), and reports the outcome.
 Only the kinds in `contracts.instructions` are understood; the backend cannot make the agent do
 anything else. In dry-run mode the patch is sent with `dryRun=All`: validated by the API server,
 admitted by webhooks, stored nowhere.
@@ -60,6 +61,10 @@ class InstructionClient:
         response.raise_for_status()
 
 
+# What `_attempt` answers when the patch met a 409 (the object changed after it was read).
+_CONFLICT = InstructionOutcome(status="refused", detail="changed while applying")
+
+
 class Executor:
     """Applies one instruction to the cluster through the official client."""
 
@@ -67,7 +72,25 @@ class Executor:
         self.apps = k8s.AppsV1Api(api_client)
         self.dry_run = dry_run
 
+    # A 409 on the patch means the object changed between the read and the write: most often its
+    # status (a controller at work), which is no drift. Read again and check again, as client-go's
+    # RetryOnConflict does; a spec change shows up as a new generation and is refused then.
+    CONFLICT_ATTEMPTS = 5
+
     def execute(self, envelope: InstructionEnvelope) -> InstructionOutcome:
+        outcome = self._attempt(envelope)
+        for _ in range(self.CONFLICT_ATTEMPTS - 1):
+            if outcome is not _CONFLICT:
+                break
+            outcome = self._attempt(envelope)
+        if outcome is _CONFLICT:
+            target = envelope.instruction.target
+            return InstructionOutcome(
+                status="refused", detail=f"{target.text()} kept changing while applying"
+            )
+        return outcome
+
+    def _attempt(self, envelope: InstructionEnvelope) -> InstructionOutcome:
         instruction = envelope.instruction
         target = instruction.target
         try:
@@ -115,11 +138,7 @@ class Executor:
             self._patch(target, patch, content_type)
         except k8s.ApiException as error:
             if error.status == 409:
-                return InstructionOutcome(
-                    status="refused",
-                    detail=f"{target.text()} changed while applying",
-                    observed_generation=generation,
-                )
+                return _CONFLICT
             return InstructionOutcome(
                 status="failed", detail=f"patch of {target.text()}: {error.status} {_reason(error)}"
             )

@@ -133,3 +133,60 @@ def test_the_agent_refuses_an_instruction_whose_target_drifted(tmp_path: Path) -
             }
         )
         assert Executor(cluster.api_client).execute(gone).status == "refused"
+
+
+class _ChangesAfterRead(Executor):
+    """An executor whose target changes right after its first read, so that its patch meets a 409: its
+    metadata (as a controller's status or annotation writes do: no new generation) or its spec
+    (someone else's edit: a new generation)."""
+
+    def __init__(self, cluster: ServedCluster, change: str) -> None:
+        super().__init__(cluster.api_client)
+        self.cluster = cluster
+        self.change = change
+        self.reads = 0
+
+    def _read(self, target: WorkloadRef) -> dict[str, Any]:
+        live = super()._read(target)
+        self.reads += 1
+        if self.reads == 1:
+            if self.change == "metadata":
+                self.cluster.kubectl("annotate", "deployment/api", "example.com/touched=yes", "--overwrite")
+            else:
+                self.cluster.kubectl("scale", "deployment/api", "--replicas=3")
+        return live
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("change", ["metadata", "spec"])
+def test_a_conflict_is_read_again_a_spec_change_is_refused(tmp_path: Path, change: str) -> None:
+    import yaml
+
+    with serve_cluster(tmp_path) as cluster:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(deployment("api", 2, cpu="50m", memory="64Mi", grace_seconds=2)),
+        )
+        before = cluster.get(DEPLOYMENTS, "default", "api")
+        assert before is not None
+        envelope = InstructionEnvelope(
+            id="i1",
+            recommendation_id="r1",
+            instruction=SetSpotPolicy(
+                target=WorkloadRef(kind="Deployment", namespace="default", name="api"),
+                precondition=Precondition(generation=int(before["metadata"]["generation"])),
+                annotations={"spot.shipshape.dev/enabled": "true"},
+            ),
+        )
+        executor = _ChangesAfterRead(cluster, change)
+        outcome = executor.execute(envelope)
+        assert executor.reads == 2  # the 409 made it read again
+        if change == "metadata":
+            # A change that is no new generation (metadata, status) is not drift: applied on the re-read.
+            assert outcome.status == "applied", outcome
+            assert _annotations(cluster, "api")["spot.shipshape.dev/enabled"] == "true"
+        else:
+            assert outcome.status == "refused" and "drifted since the recommendation" in outcome.detail
+            assert "spot.shipshape.dev/enabled" not in _annotations(cluster, "api")
