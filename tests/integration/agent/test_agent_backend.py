@@ -42,6 +42,15 @@ def _live(cluster: ServedCluster, rt: Any) -> dict[str, str]:
     }
 
 
+def _unprocessed(db: str) -> int:
+    engine = store_engine.create(db)
+    try:
+        with store_engine.sessions(engine).begin() as session:
+            return sum(p.processed_at is None for p in session.query(repo.Push).all())
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.integration
 def test_agent_follows_the_cluster_and_rides_out_a_backend_outage(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'backend.db'}"
@@ -101,6 +110,10 @@ def test_agent_follows_the_cluster_and_rides_out_a_backend_outage(tmp_path: Path
                     f"{url}/api/v1/clusters", headers={"Authorization": f"Bearer {key}"}
                 ).json()
                 assert clusters[0]["pod_count"] == len(_live(cluster, PODS))
+                # The agent stops; the backend finishes what it accepted before it stops too (a push
+                # accepted in its last moments would otherwise wait for its next start's sweep).
+                agent.stop()
+                cluster.wait("every accepted push processed", lambda: _unprocessed(db) == 0, 120)
         finally:
             agent.stop()
 
