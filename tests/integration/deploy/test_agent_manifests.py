@@ -32,6 +32,7 @@ from shipshape.contracts.instructions import (
     InstructionEnvelope,
     Precondition,
     SetContainerRequests,
+    SetReplicas,
     SetSpotPolicy,
     WorkloadRef,
 )
@@ -192,6 +193,9 @@ def code_calls(spool: Path) -> set[tuple[str, str, str]]:
                 precondition=Precondition(generation=3),
                 containers={"app": ContainerResources(requests={"cpu": "100m"})},
             ),
+            # scaling: a look at the namespace's HPAs, then a patch of spec.replicas on the workload
+            # itself (the patch verb it has already; no `deployments/scale` subresource grant)
+            SetReplicas(target=target, precondition=Precondition(generation=3), replicas=1),
         ):
             recorder = Recorder()
             recorder.answers[("GET", plural)] = Answer(200, workload(kind))
