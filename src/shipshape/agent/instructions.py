@@ -6,7 +6,8 @@ the one the instruction names), then applies it as a patch that carries the read
 change in between makes the API server answer 409: the agent reads and checks again, a few times, so
 a status update is no obstacle and a spec change is refused as drift), and reports the outcome.
 Only the kinds in `contracts.instructions` are understood; the backend cannot make the agent do
-anything else. In dry-run mode the patch is sent with `dryRun=All`: validated by the API server,
+anything else. A `SetReplicas` is refused for a workload that a HorizontalPodAutoscaler scales (the
+HPA would undo it). In dry-run mode the patch is sent with `dryRun=All`: validated by the API server,
 admitted by webhooks, stored nowhere.
 """
 
@@ -26,6 +27,7 @@ from shipshape.contracts.instructions import (
     InstructionEnvelope,
     InstructionOutcome,
     SetContainerRequests,
+    SetReplicas,
     SetSpotPolicy,
     WorkloadRef,
 )
@@ -70,6 +72,7 @@ class Executor:
 
     def __init__(self, api_client: k8s.ApiClient, dry_run: bool = False) -> None:
         self.apps = k8s.AppsV1Api(api_client)
+        self.autoscaling = k8s.AutoscalingV2Api(api_client)
         self.dry_run = dry_run
 
     # A 409 on the patch means the object changed between the read and the write: most often its
@@ -127,6 +130,24 @@ class Executor:
         if isinstance(instruction, SetSpotPolicy):
             patch: dict[str, Any] = {"metadata": {"annotations": dict(instruction.annotations)}}
             content_type = "application/merge-patch+json"
+        elif isinstance(instruction, SetReplicas):
+            try:
+                scaler = self._autoscaler_of(target)
+            except k8s.ApiException as error:
+                return InstructionOutcome(
+                    status="failed",
+                    detail=f"reading the HorizontalPodAutoscalers of {target.namespace}: "
+                    f"{error.status} {error.reason}",
+                )
+            if scaler is not None:
+                return InstructionOutcome(
+                    status="refused",
+                    detail=f"{target.text()} is scaled by HorizontalPodAutoscaler {scaler}: change its "
+                    "minReplicas instead",
+                    observed_generation=generation,
+                )
+            patch = {"spec": {"replicas": instruction.replicas}}
+            content_type = "application/merge-patch+json"
         else:
             problem = _missing_containers(instruction, live)
             if problem:
@@ -148,6 +169,23 @@ class Executor:
             detail=f"{verb} {instruction.type} to {target.text()}",
             observed_generation=generation,
         )
+
+    def _autoscaler_of(self, target: WorkloadRef) -> str | None:
+        """The name of a HorizontalPodAutoscaler in the target's namespace that scales it, if any (none
+        where the cluster does not serve autoscaling/v2: then no HPA can exist)."""
+        try:
+            response: Any = self.autoscaling.list_namespaced_horizontal_pod_autoscaler(
+                target.namespace, _preload_content=False, _request_timeout=(5, 30)
+            )
+        except k8s.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        for hpa in json.loads(response.data).get("items") or []:
+            ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+            if ref.get("kind") == target.kind and ref.get("name") == target.name:
+                return str((hpa.get("metadata") or {}).get("name", ""))
+        return None
 
     def _read(self, target: WorkloadRef) -> dict[str, Any]:
         read: Any = (
@@ -176,10 +214,15 @@ class Executor:
         )
 
 
-def _already_applied(instruction: SetSpotPolicy | SetContainerRequests, live: dict[str, Any]) -> bool:
+def _already_applied(
+    instruction: SetSpotPolicy | SetContainerRequests | SetReplicas, live: dict[str, Any]
+) -> bool:
     if isinstance(instruction, SetSpotPolicy):
         annotations = live.get("metadata", {}).get("annotations") or {}
         return all(annotations.get(key) == value for key, value in instruction.annotations.items())
+    if isinstance(instruction, SetReplicas):
+        # An unset spec.replicas is 1 (the API server's default).
+        return int((live.get("spec") or {}).get("replicas", 1)) == instruction.replicas
     containers = {
         c.get("name"): c.get("resources") or {}
         for c in live.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []

@@ -30,7 +30,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import auth, dashboard, series_api, summary
+from shipshape.backend import auth, dashboard, series, series_api, summary
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -477,7 +477,10 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         kinds = summary.KINDS if startup else summary.COST_KINDS
         with backend.transaction() as session:
             objects = {kind: repo.cluster_objects(session, user.org_id, cluster_id, kind) for kind in kinds}
-        return summary.summarize(objects, startup=startup)
+            used = series.node_usage_now(
+                session, user.org_id, cluster_id, backend.now(), backend.settings.usage_fresh
+            )
+        return summary.summarize(objects, startup=startup, used=used)
 
     app.include_router(series_api.router(backend, _user))
 

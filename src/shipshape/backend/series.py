@@ -1,11 +1,12 @@
 """Per-cluster time series of the key figures: cost per hour (now and all on-demand), share of
-replicas on spot, pod start-up p50 and p99 (created → Ready), requested CPU and memory over
-allocatable, and the used/allocatable ratios that usage data will fill.
+replicas on spot, pod start-up p50 and p99 (created → Ready), requested and used CPU and memory over
+allocatable.
 
-A point is the dashboard's own summary (`summary.summarize`) of the stored state, so the series and
-the cluster page never disagree. The workers write one after applying a push, at most once a minute
-per cluster, at the start of that minute; the (cluster, minute) key makes a second write, from
-this process or another, a no-op. Minutes without an applied push have no point.
+A point is the dashboard's own summary (`summary.summarize`) of the stored state and of the nodes'
+usage in the newest usage slot (`node_usage_now`), so the series and the cluster page never
+disagree. The workers write one after applying a push, at most once a minute per cluster, at the
+start of that minute; the (cluster, minute) key makes a second write, from this process or another,
+a no-op. Minutes without an applied push have no point.
 
 Retention: minute points older than `minute_window` are averaged into one point an hour; hourly
 points older than `retention` are deleted. Readers ask for a step (a multiple of a minute) and get
@@ -26,6 +27,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import summary
+from shipshape.backend import usage as usage_store
 from shipshape.backend.store import repository as repo
 from shipshape.backend.store import series as store
 from shipshape.backend.store.models import SeriesPoint
@@ -83,7 +85,6 @@ def figures_of(figures: Mapping[str, Any]) -> dict[str, float | None]:
         "startup_p99_seconds": end_to_end.get("p99"),
         "cpu_requested_ratio": utilisation.get("cpu_requested_ratio"),
         "memory_requested_ratio": utilisation.get("memory_requested_ratio"),
-        # Filled once the backend stores usage (metrics.k8s.io) next to the state.
         "cpu_used_ratio": utilisation.get("cpu_used_ratio"),
         "memory_used_ratio": utilisation.get("memory_used_ratio"),
     }
@@ -97,6 +98,15 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def average(rows: Sequence[SeriesPoint]) -> dict[str, float | None]:
     """Each figure's mean over the points that have it (None where none has)."""
     return {name: _mean(getattr(row, name) for row in rows) for name in FIGURES}
+
+
+def node_usage_now(
+    session: Session, org_id: str, cluster_id: str, now: datetime, fresh: timedelta
+) -> dict[str, usage_store.NodeUsed]:
+    """Each node's usage in the cluster's newest usage slot (the agent's NodeMetrics), or nothing when
+    no usage report was received in the last `fresh` (usage that stopped coming is not current)."""
+    chunks = repo.newest_node_usage_chunks(session, org_id, cluster_id, now - fresh)
+    return usage_store.newest_node_slot(chunks)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,9 @@ class Recorder:
     now: Callable[[], datetime]
     minute_window: timedelta = timedelta(days=7)
     retention: timedelta = timedelta(days=400)
+    # Usage counts as current while a usage report came in this recently (three of the backend's
+    # usage steps by default: an agent reports once a bucket, at most a step).
+    usage_fresh: timedelta = timedelta(minutes=15)
     written: int = 0
     # The minute each cluster's point was written for, by this process.
     _minute: dict[str, datetime] = field(default_factory=dict)
@@ -167,12 +180,13 @@ class Recorder:
         else:
             self._minute[cluster_id] = previous
 
-    @staticmethod
-    def record(session: Session, cluster_id: str, at: datetime) -> bool:
-        """Store the cluster's point at `at` from its stored state; False if one is there already."""
+    def record(self, session: Session, cluster_id: str, at: datetime) -> bool:
+        """Store the cluster's point at `at` from its stored state and current node usage; False if one
+        is there already."""
         org_id = repo.cluster_org(session, cluster_id)
         objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in summary.KINDS}
-        figures = figures_of(summary.summarize(objects, slowest=0))
+        used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)
+        figures = figures_of(summary.summarize(objects, slowest=0, used=used))
         row = {"cluster_id": cluster_id, "at": at, "resolution_seconds": MINUTE, **figures}
         return store.add_points(session, [row]) == 1
 

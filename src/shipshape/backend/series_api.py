@@ -40,9 +40,13 @@ class SeriesPointOut(BaseModel):
     memory_requested_ratio: float | None = Field(
         description="memory requested by running pods over allocatable"
     )
-    cpu_used_ratio: float | None = Field(description="CPU used (metrics.k8s.io) over allocatable, when known")
+    cpu_used_ratio: float | None = Field(
+        description="the nodes' mean CPU use in the newest usage slot (metrics.k8s.io NodeMetrics) over "
+        "the allocatable of the nodes sampled; null without current usage"
+    )
     memory_used_ratio: float | None = Field(
-        description="memory used (metrics.k8s.io) over allocatable, when known"
+        description="the nodes' highest memory working set in the newest usage slot over the allocatable "
+        "of the nodes sampled; null without current usage"
     )
 
 

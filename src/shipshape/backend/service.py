@@ -59,6 +59,7 @@ def workers_for(backend: Backend) -> Workers:
             backend.now,
             minute_window=timedelta(days=backend.settings.series_minute_days),
             retention=timedelta(days=backend.settings.series_retention_days),
+            usage_fresh=backend.settings.usage_fresh,
         ),
         efficiency=analysis.EfficiencySettings(
             step_seconds=backend.settings.usage_step_seconds,

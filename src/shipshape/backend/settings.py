@@ -3,6 +3,7 @@ then the defaults below (the embedded ones: SQLite and the in-process queue in t
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,6 +78,13 @@ class BackendSettings(BaseSettings):
         if self.usage_retention_hours < self.usage_window_hours:
             raise ValueError("usage_retention_hours must be at least usage_window_hours")
         return self
+
+    @property
+    def usage_fresh(self) -> timedelta:
+        """How recent a cluster's newest usage report must be for the cluster page and the series to
+        show used ratios: three usage steps (an agent reports once a bucket, a bucket is at most a
+        step, and a report may come a little late)."""
+        return timedelta(seconds=3 * self.usage_step_seconds)
 
 
 def load(file: Path | None = None, **flags: Any) -> BackendSettings:

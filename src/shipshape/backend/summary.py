@@ -1,7 +1,7 @@
 """What the dashboard shows of one cluster, from its stored objects: nodes by pool, cost per hour
-beside on-demand, spot share per workload, requested CPU and memory over allocatable, pod and node
-start-up (the start-up analyzers). The per-cluster time series (`series.py`) are points of these
-same figures."""
+beside on-demand, spot share per workload, requested and used CPU and memory over allocatable, pod
+and node start-up (the start-up analyzers). The per-cluster time series (`series.py`) are points of
+these same figures."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
 from shipshape.backend.analysis import capacity_of, price_of
+from shipshape.backend.usage import NodeUsed
 from shipshape.kube.scheduling import node_allocatable, pod_requests
 
 Obj = Mapping[str, Any]
@@ -36,16 +37,32 @@ def _owner(pod: Obj, rs_owner: Mapping[tuple[str, str], str]) -> str | None:
     return None
 
 
-def utilisation(nodes: Sequence[Obj], pods: Sequence[Obj]) -> dict[str, float | None]:
+def utilisation(
+    nodes: Sequence[Obj], pods: Sequence[Obj], used: Mapping[str, NodeUsed] | None = None
+) -> dict[str, float | None]:
     """Requests of the pods bound to the cluster's nodes (not finished) over the nodes' allocatable,
-    for CPU and memory; None where the nodes report no allocatable of that resource."""
+    for CPU and memory; None where the nodes report no allocatable of that resource.
+
+    With `used` (per node name), also the nodes' usage over the allocatable of the nodes that have
+    usage (a node without a sample neither adds usage nor allocatable, so a gap does not read as
+    idle). Node usage is what the node really runs, system daemons and the kubelet included, so it can
+    pass the pods' share and, on a busy node, its allocatable. None without usage."""
     allocatable = {"cpu": 0, "memory": 0}
+    sampled = {"cpu": 0, "memory": 0}
+    in_use = {"cpu": 0.0, "memory": 0.0}
     names = set()
     for node in nodes:
-        names.add(node.get("metadata", {}).get("name"))
+        name = node.get("metadata", {}).get("name")
+        names.add(name)
         amounts = node_allocatable(node)
         for resource in allocatable:
             allocatable[resource] += amounts.get(resource, 0)
+        found = (used or {}).get(str(name))
+        if found is not None:
+            sampled["cpu"] += amounts.get("cpu", 0)
+            sampled["memory"] += amounts.get("memory", 0)
+            in_use["cpu"] += found.cpu_cores * 1000  # allocatable CPU is in millicores
+            in_use["memory"] += found.memory_bytes
     requested = {"cpu": 0, "memory": 0}
     for pod in pods:
         if pod.get("spec", {}).get("nodeName") not in names:
@@ -55,12 +72,17 @@ def utilisation(nodes: Sequence[Obj], pods: Sequence[Obj]) -> dict[str, float | 
         amounts = pod_requests(pod)
         for resource in requested:
             requested[resource] += amounts.get(resource, 0)
-    return {
+    out: dict[str, float | None] = {
         f"{resource}_requested_ratio": (
             round(requested[resource] / allocatable[resource], 4) if allocatable[resource] else None
         )
         for resource in ("cpu", "memory")
     }
+    for resource in ("cpu", "memory"):
+        out[f"{resource}_used_ratio"] = (
+            round(in_use[resource] / sampled[resource], 4) if sampled[resource] else None
+        )
+    return out
 
 
 # Bucket edges (seconds) of the dashboard's start-up histogram.
@@ -84,10 +106,15 @@ COST_KINDS = ("nodes", "pods", "replicasets")
 
 
 def summarize(
-    objects: Mapping[str, Sequence[Obj]], slowest: int = 20, *, startup: bool = True
+    objects: Mapping[str, Sequence[Obj]],
+    slowest: int = 20,
+    *,
+    startup: bool = True,
+    used: Mapping[str, NodeUsed] | None = None,
 ) -> dict[str, Any]:
     """The cluster's figures; `startup=False` leaves out the start-up analyses (the clusters overview
-    shows cost and spot share only)."""
+    shows cost and spot share only); `used`: the nodes' usage in the newest usage slot, when fresh
+    (`series.node_usage_now`), for the used ratios."""
     nodes = list(objects.get("nodes", ()))
     pods = list(objects.get("pods", ()))
     events = list(objects.get("events", ()))
@@ -139,7 +166,7 @@ def summarize(
             "savings_pct": round(100 * (1 - now_rate / on_demand_rate), 1) if on_demand_rate else None,
         },
         "spot_share_pct": round(100 * on_spot / placed, 1) if placed else None,
-        "utilisation": utilisation(nodes, pods),
+        "utilisation": utilisation(nodes, pods, used),
         "workloads": [
             {"workload": name, "spot": c["spot"], "on_demand": c["on-demand"], "other": c["unknown"]}
             for name, c in sorted(per_workload.items())

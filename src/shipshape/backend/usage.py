@@ -176,6 +176,38 @@ def fold(report: UsageReport, step: int) -> Folded:
     )
 
 
+# ---- the newest slot of the nodes' usage (the used ratios of the cluster page and the series) -----
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsed:
+    """What one node used in one slot (metrics.k8s.io NodeMetrics): the mean CPU rate over the slot's
+    samples and the highest memory working set."""
+
+    cpu_cores: float
+    memory_bytes: float
+
+
+def newest_node_slot(chunks: Iterable[tuple[str, int, int, bytes]]) -> tuple[int, dict[str, NodeUsed]]:
+    """(start, usage per node) of the newest slot that holds a sample of any node, from (node, chunk
+    start, step, body) rows; the nodes without a sample in that slot are absent. (0, {}) without any."""
+    newest = 0
+    found: dict[str, NodeUsed] = {}
+    for node, chunk_start, step, body in chunks:
+        chunk = Chunk.from_bytes(body)
+        sampled = np.flatnonzero(chunk.samples > 0)
+        if not sampled.size:
+            continue
+        slot = int(sampled[-1])
+        start = chunk_start + slot * step
+        if start < newest:
+            continue
+        if start > newest:
+            newest, found = start, {}
+        found[node] = NodeUsed(float(chunk.cpu_mean[slot]), float(chunk.memory_max[slot]))
+    return newest, found
+
+
 # ---- from stored chunks to the analyzers' UsageData ----------------------------------------------
 
 

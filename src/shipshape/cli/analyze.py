@@ -1,4 +1,7 @@
-"""`shipshape analyze`: right-sizing and QoS colocation findings for a cluster or a snapshot file.
+"""`shipshape analyze`: right-sizing and QoS colocation findings for a cluster or a snapshot file,
+and, where the cluster has GPU nodes, the GPU analysis (allocation, idle GPUs from a snapshot's
+dcgm-exporter series, advice; a scale-down's `SetReplicas` instruction under `gpu.advice[].apply`
+in `--json`).
 
 Usage comes from Prometheus (`--prometheus URL`, a window of history), else from metrics.k8s.io
 (one sample now: low confidence, said in each finding), or from the snapshot's `usage` section.
@@ -19,7 +22,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from shipshape.analyzers.efficiency.analysis import EfficiencyReport
+    from shipshape.analyzers.efficiency.snapshot import GpuUtilization
     from shipshape.analyzers.efficiency.usage import UsageData
+    from shipshape.analyzers.gpu.report import GpuReport
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
@@ -107,6 +112,45 @@ def _table(report: EfficiencyReport, console: Console, top: int) -> None:
         console.print(f"lacking: {line}", highlight=False)
 
 
+def gpu_report(
+    pods: list[Any],
+    nodes: list[Any],
+    workloads: tuple[list[Any], list[Any]],
+    hpas: list[Any],
+    utilization: GpuUtilization | None,
+) -> GpuReport:
+    """The GPU analysis of the cluster's objects; idle GPUs (and scale-down) only with utilisation."""
+    from shipshape.analyzers.efficiency.cluster import capacity_type
+    from shipshape.analyzers.gpu import objects, report
+
+    gpu_nodes, gpu_pods = objects.fleet_from_objects(nodes, pods, capacity_type, node_prices(nodes))
+    return report.analyze(
+        gpu_nodes,
+        gpu_pods,
+        utilization.series if utilization is not None else (),
+        utilization.settings if utilization is not None else None,
+        workloads=objects.workloads_from_objects(*workloads, hpas),
+    )
+
+
+def _gpu_table(gpu: GpuReport, console: Console, top: int) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"GPUs: {gpu.gpus}, {gpu.allocated:g} allocated ({gpu.allocated_pct:.0f} %), {gpu.idle_gpus:g} held "
+        f"idle, {gpu.wasted_per_day:,.2f} USD/day wasted",
+        highlight=False,
+    )
+    table = Table(title="GPU advice, most savings first")
+    for column in ("kind", "target", "advice", "USD/day", "instruction"):
+        table.add_column(column, justify="right" if column == "USD/day" else "left", overflow="fold")
+    for item in gpu.advice[:top]:
+        saving = "-" if item.savings_per_day is None else f"{item.savings_per_day:,.2f}"
+        agent = " (the agent can apply it: --json)" if item.apply is not None else ""
+        table.add_row(item.kind, item.target, item.message, saving, item.instruction + agent)
+    console.print(table)
+
+
 def analyze(
     kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="Kubeconfig of the cluster to read."),
     context: str | None = typer.Option(None, "--context", help="Kubeconfig context."),
@@ -157,6 +201,8 @@ def analyze(
     nodes: list[Any]
     hpas: list[Any] = []
     classes: list[Any] = []
+    workloads: tuple[list[Any], list[Any]] = ([], [])
+    utilization: GpuUtilization | None = None
     usage: UsageData | None = None
     lacking: list[str] = []
     if snapshot is not None:
@@ -172,6 +218,8 @@ def analyze(
             raise _fail(console, f"{snapshot}: {error}") from error
         pods, nodes = list(loaded.pods), list(loaded.nodes)
         hpas, classes, usage = list(loaded.hpas), list(loaded.priority_classes), loaded.usage
+        workloads = (list(loaded.deployments), list(loaded.statefulsets))
+        utilization = loaded.gpu_utilization
     else:
         from shipshape.kube import client
 
@@ -184,6 +232,8 @@ def analyze(
         for name, reader, target in (
             ("HorizontalPodAutoscalers", client.list_horizontal_pod_autoscalers, hpas),
             ("PriorityClasses", client.list_priority_classes, classes),
+            ("Deployments", client.list_deployments, workloads[0]),
+            ("StatefulSets", client.list_statefulsets, workloads[1]),
         ):
             try:
                 target.extend(reader(api))
@@ -233,16 +283,29 @@ def analyze(
         )
     except (ClusterError, ValueError) as error:
         raise _fail(console, str(error)) from error
+    try:
+        gpu = gpu_report(pods, nodes, workloads, hpas, utilization)
+    except ValueError as error:  # the fleet's or the series' own checks
+        raise _fail(console, f"GPUs: {error}") from error
+    if gpu.gpus and utilization is None:
+        lacking.append(
+            "no GPU utilisation (dcgm-exporter) series: idle GPUs and their scale-down are not analysed "
+            "(a snapshot's gpuUtilization)"
+        )
     if chart is not None:
         from shipshape.analyzers.efficiency import charts
 
         charts.efficiency_chart(report, chart, top=top)
     if json_output:
         out = report.to_json()
+        if gpu.gpus:
+            out["gpu"] = gpu.to_json()
         out["lacking"] = lacking
         typer.echo(json.dumps(out, indent=2))
         return
     _table(report, console, top)
+    if gpu.gpus:
+        _gpu_table(gpu, console, top)
     for line in lacking:
         console.print(f"lacking: {line}", highlight=False)
     if chart is not None:

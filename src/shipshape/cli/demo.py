@@ -7,7 +7,9 @@ kubeconfig it writes. The controller is the real one (`shipshape controller`): i
 API server over HTTPS from its own threads, on the emulator's clock. Acts: the nodes by pool, the
 controller starting, the workloads coming up with the controller's placement decisions, a spot pool
 reclaimed with a 2-minute notice and what the controller did about it (surges, restarts, the lowest
-ready replicas against each budget), and the cost beside the same nodes on demand.
+ready replicas against each budget), the cost beside the same nodes on demand, and (with the
+backend) the right-sizing the backend recommends from the usage the agent collected, which the
+newcomer approves in the dashboard and sees the agent apply.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
@@ -37,6 +40,7 @@ from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings
 from shipshape.agent.runner import sources as agent_sources
 from shipshape.agent.spool import Spool
+from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.backend.service import EmbeddedBackend
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -360,6 +364,8 @@ class ShowSettings:
     # Limits in emulated seconds so that a broken cluster ends the show instead of hanging it.
     rollout_timeout: float = 900.0
     recovery_timeout: float = 1200.0
+    # The backend right-sizes after `DEMO_MIN_HISTORY` of usage; it has this long to do it.
+    rightsizing_timeout: float = 1800.0
 
 
 class ShowFailed(Exception):
@@ -396,11 +402,15 @@ class Show:
         console: Console,
         settings: ShowSettings,
         controller: ControllerProcess | None = None,
+        board: Dashboard | None = None,
     ) -> None:
         self.cluster = cluster
         self.console = console
         self.settings = settings
         self.controller = controller
+        self.board = board
+        # The right-sizing recommendations shown, by id, as last reported.
+        self.rightsizing: dict[str, dict[str, Any]] = {}
         self.started_at = cluster.now()
         # The controller's own objects (headroom placeholders) are not the scenario's workloads.
         self.controller_namespace = controller.config.namespace if controller is not None else None
@@ -456,6 +466,7 @@ class Show:
         await self.roll_out()
         await self.interrupt()
         self.show_cost()
+        await self.show_rightsizing()
 
     async def start_controller(self) -> None:
         """Start the placement controller (blocking calls to the served API: off the emulator's loop)."""
@@ -682,11 +693,104 @@ class Show:
         )
 
     async def follow(self) -> None:
-        """After the show: report node changes (the scenario's own timeline goes on) until stopped."""
+        """After the show: report node changes (the scenario's own timeline goes on) and what becomes of
+        the right-sizing recommendation (approved in the dashboard, applied by the agent) until stopped."""
         ticker = NodeTicker(self)
+        checked = 0.0
         while True:
             ticker.tick()
+            if self.rightsizing and time.monotonic() - checked >= 1.0:
+                checked = time.monotonic()
+                await self.follow_rightsizing()
             await asyncio.sleep(POLL_SECONDS * 5)
+
+    async def _recommendations(self) -> list[dict[str, Any]]:
+        """The demo cluster's recommendations, through the backend's API as the dashboard reads them."""
+        board = self.board
+        assert board is not None
+        async with httpx.AsyncClient(base_url=board.url, timeout=10.0) as client:
+            answer = await client.get(
+                f"/api/v1/clusters/{board.cluster_id}/recommendations",
+                headers={"Authorization": f"Bearer {board.api_key}"},
+            )
+        answer.raise_for_status()
+        found: list[dict[str, Any]] = answer.json()
+        return found
+
+    async def show_rightsizing(self) -> None:
+        """Wait for the backend's right-sizing recommendations (from the usage the agent collects) and
+        show them with how to approve one."""
+        if self.board is None:
+            return
+        self.console.print(
+            f"{self.stamp()} the agent reads metrics.k8s.io every {DEMO_USAGE.interval:.0f} s; the backend "
+            f"right-sizes a workload once it has {DEMO_MIN_HISTORY_HOURS * 60:.0f} minutes of its usage "
+            "(a day outside the demo)",
+            highlight=False,
+        )
+        deadline = self.cluster.now() + self.settings.rightsizing_timeout
+        found: list[dict[str, Any]] = []
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), console=self.console, transient=True
+        ) as progress:
+            task = progress.add_task("collecting usage", total=None)
+            while not found:
+                if self.cluster.now() > deadline:
+                    raise ShowFailed(
+                        f"no right-sizing recommendation after {self.settings.rightsizing_timeout:.0f} "
+                        "emulated seconds"
+                    )
+                progress.update(task, description=f"collecting usage (t+{self.elapsed():.0f}s)")
+                try:
+                    found = rightsizing_of(await self._recommendations())
+                except httpx.HTTPError as exc:
+                    log.warning("the backend did not answer: %s", exc)
+                if not found:
+                    await asyncio.sleep(0.5)
+        self.rightsizing = {r["id"]: r for r in found}
+        table = Table(title=f"Right-sizing recommended at t+{self.elapsed():.0f}s", title_justify="left")
+        for column in ("workload", "change", "USD/month", "confidence"):
+            table.add_column(column, justify="right" if column in ("USD/month", "confidence") else "left")
+        for rec in found:
+            evidence = rec["recommendation"].get("evidence") or {}
+            saving = rec.get("monthly_savings_usd")
+            table.add_row(
+                str(evidence.get("workload", "")),
+                rec["title"].split(": ", 1)[-1],
+                "-" if saving is None else f"{saving:.2f}",
+                f"{rec['confidence']:.2f}",
+            )
+        self.console.print(table)
+        self.console.print(
+            "right-sizing: approve one in the dashboard; the agent re-reads the workload, refuses if it "
+            "changed since the recommendation, else sets the requests and the workload rolls out",
+            highlight=False,
+        )
+
+    async def follow_rightsizing(self) -> None:
+        """Report the shown right-sizing recommendations' new statuses (approved, applied, failed)."""
+        shown = self.rightsizing
+        try:
+            current = {r["id"]: r for r in await self._recommendations() if r["id"] in shown}
+        except httpx.HTTPError:
+            return
+        for rec_id, rec in sorted(current.items()):
+            if rec["status"] == shown[rec_id]["status"]:
+                continue
+            shown[rec_id] = rec
+            target = rec["recommendation"].get("target") or {}
+            workload = f"{target.get('kind')} {target.get('namespace')}/{target.get('name')}"
+            if rec["status"] == "applied":
+                self.console.print(
+                    f"{self.stamp()} [green]right-sizing applied[/green] by the agent: {workload} now "
+                    f"requests {workload_requests(self.cluster, target)}",
+                    highlight=False,
+                )
+            else:
+                detail = f" ({rec['detail']})" if rec.get("detail") else ""
+                self.console.print(
+                    f"{self.stamp()} right-sizing of {workload} {rec['status']}{detail}", highlight=False
+                )
 
     def _pool_restored(self, pool: str) -> bool:
         """The cloud relaunched the pool's reclaimed instances and their nodes are Ready."""
@@ -754,6 +858,33 @@ def _parse(timestamp: str) -> int:
     return int(parse_time(timestamp))
 
 
+def rightsizing_of(recommendations: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The right-sizing recommendations that carry an instruction and are open (or already approved or
+    applied), the largest saving first."""
+    found = [
+        r
+        for r in recommendations
+        if r.get("kind") == "right-sizing"
+        and r.get("status") in ("open", "approved", "applied")
+        and (r.get("recommendation") or {}).get("instruction")
+    ]
+    return sorted(found, key=lambda r: (-(r.get("monthly_savings_usd") or 0.0), r.get("title", "")))
+
+
+def workload_requests(cluster: Cluster, target: dict[str, Any]) -> str:
+    """The requests of a workload's containers as they are now in the cluster's store."""
+    resource = DEPLOYMENTS if target.get("kind") == "Deployment" else STATEFULSETS
+    obj = cluster.store.get(resource, str(target.get("namespace", "")), str(target.get("name", "")))
+    if obj is None:
+        return "(the workload is gone)"
+    containers = obj["spec"]["template"]["spec"].get("containers") or []
+    return "; ".join(
+        f"{c['name']}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(((c.get("resources") or {}).get("requests") or {}).items()))
+        for c in containers
+    )
+
+
 # ---- the command ------------------------------------------------------------------------------------
 
 
@@ -800,7 +931,7 @@ async def _serve_and_show(
             console.print(f"[red]the show stopped: {failure}[/red]", highlight=False)
             return 1
         try:
-            return await _show(cluster, console, settings, process, stop, exit_after_show)
+            return await _show(cluster, console, settings, process, stop, exit_after_show, board)
         finally:
             if board is not None:
                 await asyncio.to_thread(board.stop)
@@ -819,11 +950,36 @@ class Dashboard:
     instructions: InstructionLoop
     url: str
     api_key: str
+    cluster_id: str
 
     def stop(self) -> None:
         self.instructions.stop()
         self.agent.stop()
         self.backend.stop()
+
+
+# The agent's usage collection and the backend's usage settings, shortened for the demo only: a show
+# of minutes, not the day of usage (`usage_min_history_hours`, 24 h) or the 5-minute buckets and
+# 15-minute analysis interval that the defaults use. Reads every 15 emulated seconds into 1-minute
+# buckets, stored on 1-minute slots (the bucket must divide the slot); a workload is right-sized
+# once it has 5 minutes of usage, over a window of an hour (so the confidence stays low, as it
+# should with so little data), and the analysis runs at most every 2 s of wall time (the emulated
+# clock runs 10 to 100 times faster). Everything else is the backend's defaults.
+DEMO_USAGE = UsageSettings(interval=15.0, bucket_seconds=60, grace=10.0, unavailable_retry=15.0)
+DEMO_MIN_HISTORY_HOURS = 5 / 60
+
+
+def demo_backend_settings(db: str, port: int) -> BackendSettings:
+    return BackendSettings(
+        db=db,
+        port=port,
+        analysis_seconds=5,
+        usage_step_seconds=DEMO_USAGE.bucket_seconds,
+        usage_window_hours=1.0,
+        usage_retention_hours=2.0,
+        usage_min_history_hours=DEMO_MIN_HISTORY_HOURS,
+        usage_analysis_seconds=2.0,
+    )
 
 
 def start_dashboard(cluster: Cluster, kubeconfig: Path, workdir: Path) -> Dashboard:
@@ -837,18 +993,27 @@ def start_dashboard(cluster: Cluster, kubeconfig: Path, workdir: Path) -> Dashbo
         store_engine.migrate(engine)
         with store_engine.sessions(engine).begin() as session:
             org, api_key = repo.create_organization(session, "demo", datetime.now(UTC))
-            _, token = repo.create_cluster(session, org.id, "demo", datetime.now(UTC))
+            demo_cluster, token = repo.create_cluster(session, org.id, "demo", datetime.now(UTC))
+            cluster_id = demo_cluster.id
         engine.dispose()
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = int(probe.getsockname()[1])
-        backend = EmbeddedBackend(BackendSettings(db=db, port=port, analysis_seconds=5))
+        backend = EmbeddedBackend(demo_backend_settings(db, port))
         url = backend.start()
         api_client = load_api_client(kubeconfig)
     except (store_engine.StoreError, RuntimeError, OSError, KubeClientError) as exc:
         raise ShowFailed(f"the backend did not start: {exc}") from None
     mirror = Mirror()
     pusher = Pusher(url, token)
+    usage = UsageLoop(
+        MetricsApi(api_client),
+        owners_from(mirror.get),
+        pusher,
+        Spool(workdir / "agent-spool" / "usage", DEMO_USAGE.spool_max_bytes),
+        cluster.clock,
+        DEMO_USAGE,
+    )
     agent = Agent(
         kit.Informers(agent_sources(api_client), mirror, backoff_max=1.0),
         mirror,
@@ -856,6 +1021,7 @@ def start_dashboard(cluster: Cluster, kubeconfig: Path, workdir: Path) -> Dashbo
         Spool(workdir / "agent-spool"),
         cluster.clock,
         AgentSettings(snapshot_interval=600, delta_interval=15),
+        usage=usage,
     )
     try:
         agent.start()
@@ -864,7 +1030,7 @@ def start_dashboard(cluster: Cluster, kubeconfig: Path, workdir: Path) -> Dashbo
         raise ShowFailed(f"the agent did not start: {exc}") from None
     instructions = InstructionLoop(InstructionClient(pusher.client), Executor(api_client), wait=10)
     instructions.start()
-    return Dashboard(backend, agent, instructions, url, api_key)
+    return Dashboard(backend, agent, instructions, url, api_key, cluster_id)
 
 
 def placement_controller(cluster: Cluster, kubeconfig: Path, workdir: Path) -> ControllerProcess:
@@ -894,8 +1060,9 @@ async def _show(
     process: ControllerProcess | None,
     stop: asyncio.Event,
     exit_after_show: bool,
+    board: Dashboard | None = None,
 ) -> int:
-    show = Show(cluster, console, settings, process)
+    show = Show(cluster, console, settings, process, board)
     show_task = asyncio.create_task(show.run())
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({show_task, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -83,8 +83,21 @@ class SetContainerRequests(BaseModel):
     containers: dict[str, ContainerResources] = Field(min_length=1)
 
 
-Instruction = Annotated[SetSpotPolicy | SetContainerRequests, Field(discriminator="type")]
-INSTRUCTION_KINDS = ("set-spot-policy", "set-container-requests")
+class SetReplicas(BaseModel):
+    """Set the workload's desired replicas (`spec.replicas`), e.g. to scale down pods that hold idle
+    GPUs. The agent refuses it for a workload that a HorizontalPodAutoscaler scales (the HPA would
+    undo it: its minReplicas is the thing to change)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["set-replicas"] = "set-replicas"
+    target: WorkloadRef
+    precondition: Precondition
+    replicas: int = Field(ge=0, le=100_000)
+
+
+Instruction = Annotated[SetSpotPolicy | SetContainerRequests | SetReplicas, Field(discriminator="type")]
+INSTRUCTION_KINDS = ("set-spot-policy", "set-container-requests", "set-replicas")
 
 
 class Recommendation(BaseModel):

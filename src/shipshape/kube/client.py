@@ -245,6 +245,14 @@ def annotate_node(api: k8s.ApiClient, name: str, annotations: Mapping[str, str |
     return _call(core.patch_node, name, body, _content_type="application/merge-patch+json")
 
 
+def list_deployments(api: k8s.ApiClient) -> list[Obj]:
+    return list(_paged(k8s.AppsV1Api(api).list_deployment_for_all_namespaces))
+
+
+def list_statefulsets(api: k8s.ApiClient) -> list[Obj]:
+    return list(_paged(k8s.AppsV1Api(api).list_stateful_set_for_all_namespaces))
+
+
 def list_priority_classes(api: k8s.ApiClient) -> list[Obj]:
     return list(_paged(k8s.SchedulingV1Api(api).list_priority_class))
 

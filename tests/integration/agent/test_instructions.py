@@ -1,6 +1,8 @@
 """From a finding to a change in the cluster: the agent pushes, the workers recommend spot for an
 on-demand Deployment, a user approves through the API, the agent applies it in the emulator and
-reports back; and the agent refuses an instruction whose target drifted."""
+reports back; and the agent refuses an instruction whose target drifted. `SetReplicas` (the GPU
+scale-down advice's instruction) scales a Deployment in the emulator with the same drift, dry-run and
+already-applied handling, and is refused for a workload an HPA scales."""
 
 from __future__ import annotations
 
@@ -11,7 +13,13 @@ import httpx
 import pytest
 
 from shipshape.agent.instructions import Executor
-from shipshape.contracts.instructions import InstructionEnvelope, Precondition, SetSpotPolicy, WorkloadRef
+from shipshape.contracts.instructions import (
+    InstructionEnvelope,
+    Precondition,
+    SetReplicas,
+    SetSpotPolicy,
+    WorkloadRef,
+)
 from shipshape.emulator.resources import DEPLOYMENTS
 from tests.integration.agent.backend_process import (
     backend_process,
@@ -20,6 +28,7 @@ from tests.integration.agent.backend_process import (
     on_demand_only_unless_tolerated,
     running_agent,
 )
+from tests.integration.deploy.test_agent_manifests import Answer, Recorder
 from tests.integration.emulator.served_cluster import ServedCluster, serve_cluster
 from tests.manifests import deployment
 
@@ -190,3 +199,91 @@ def test_a_conflict_is_read_again_a_spec_change_is_refused(tmp_path: Path, chang
         else:
             assert outcome.status == "refused" and "drifted since the recommendation" in outcome.detail
             assert "spot.shipshape.dev/enabled" not in _annotations(cluster, "api")
+
+
+def _scale(name: str, replicas: int, generation: int) -> InstructionEnvelope:
+    return InstructionEnvelope(
+        id="s1",
+        recommendation_id="r1",
+        instruction=SetReplicas(
+            target=WorkloadRef(kind="Deployment", namespace="default", name=name),
+            precondition=Precondition(generation=generation),
+            replicas=replicas,
+        ),
+    )
+
+
+@pytest.mark.integration
+def test_set_replicas_scales_a_deployment_and_is_refused_when_it_drifted(tmp_path: Path) -> None:
+    import yaml
+
+    with serve_cluster(tmp_path) as cluster:
+        infer = deployment("infer", 3, cpu="50m", memory="64Mi", grace_seconds=1)
+        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(infer))
+
+        def replicas() -> int:
+            live = cluster.get(DEPLOYMENTS, "default", "infer")
+            assert live is not None
+            return int(live["spec"]["replicas"])
+
+        def running() -> int:
+            return sum(
+                1
+                for p in cluster.pods("default", app="infer")
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            )
+
+        cluster.wait("three infer pods running", lambda: running() == 3, 60)
+        live = cluster.get(DEPLOYMENTS, "default", "infer")
+        assert live is not None
+        made_at = int(live["metadata"]["generation"])
+        cluster.kubectl("annotate", "deployment/infer", "team=ml")  # metadata only: the generation stays
+        cluster.kubectl("scale", "deployment/infer", "--replicas=4")  # a new generation: drifted
+        drifted = Executor(cluster.api_client).execute(_scale("infer", 1, made_at))
+        assert drifted.status == "refused" and "drifted since the recommendation" in drifted.detail
+        assert replicas() == 4
+
+        fresh = cluster.get(DEPLOYMENTS, "default", "infer")
+        assert fresh is not None
+        current = _scale("infer", 1, int(fresh["metadata"]["generation"]))
+        dry = Executor(cluster.api_client, dry_run=True).execute(current)
+        assert dry.status == "dry-run" and replicas() == 4
+        done = Executor(cluster.api_client).execute(current)
+        assert done.status == "applied" and done.detail == "applied set-replicas to Deployment/default/infer"
+        assert replicas() == 1
+        cluster.wait(
+            "one infer pod left",
+            lambda: running() == 1 and len(cluster.pods("default", app="infer")) == 1,
+            60,
+        )
+        # A repeated delivery finds it in place (whatever the generation now) and changes nothing.
+        again = Executor(cluster.api_client).execute(current)
+        assert again.status == "applied" and again.detail.endswith("already as instructed")
+        gone = Executor(cluster.api_client).execute(_scale("nope", 0, 1))
+        assert gone.status == "refused" and "no longer exists" in gone.detail
+
+
+def test_set_replicas_is_refused_for_a_workload_an_hpa_scales() -> None:
+    live = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "infer", "namespace": "default", "generation": 2, "resourceVersion": "7"},
+        "spec": {"replicas": 3},
+    }
+    hpa = {
+        "metadata": {"name": "infer-cpu", "namespace": "default"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "infer"}},
+    }
+    recorder = Recorder()
+    recorder.answers[("GET", "deployments")] = Answer(200, live)
+    recorder.answers[("GET", "horizontalpodautoscalers")] = Answer(200, {"items": [hpa]})
+    outcome = Executor(recorder).execute(_scale("infer", 1, 2))
+    assert outcome.status == "refused" and "HorizontalPodAutoscaler infer-cpu" in outcome.detail
+    assert [verb for verb, *_ in recorder.calls] == ["get", "list"]  # read, nothing written
+    # An HPA of another workload does not stop it.
+    recorder = Recorder()
+    recorder.answers[("GET", "deployments")] = Answer(200, live)
+    other = {**hpa, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}}}
+    recorder.answers[("GET", "horizontalpodautoscalers")] = Answer(200, {"items": [other]})
+    assert Executor(recorder).execute(_scale("infer", 1, 2)).status == "applied"
+    assert recorder.calls[-1][:3] == ("patch", "apps", "deployments")

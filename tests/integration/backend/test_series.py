@@ -18,7 +18,8 @@ from shipshape.backend import series, service, summary
 from shipshape.backend.app import create_app
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
-from shipshape.backend.store.models import SeriesPoint
+from shipshape.backend.store.models import Push, SeriesPoint
+from shipshape.contracts.usage import USAGE_SCHEMA
 from tests.integration.backend.conftest import Harness, delta
 
 pytestmark = pytest.mark.integration
@@ -158,6 +159,86 @@ async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(datab
         other = series.Recorder(h.backend.sessions, clock)
         assert other.record_if_due(t.cluster_id) is False
         assert len(stored_points(h, t.cluster_id)) == 2
+
+
+async def usage_applied(h: Harness, cluster_id: str, count: int, within: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        with h.backend.transaction() as session:
+            applied = session.scalar(
+                select(func.count())
+                .select_from(Push)
+                .where(
+                    Push.cluster_id == cluster_id, Push.schema_name == USAGE_SCHEMA, Push.outcome == "applied"
+                )
+            )
+        if applied == count:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{applied} usage reports applied, not {count}"
+        await asyncio.sleep(0.02)
+
+
+def usage(start: datetime, nodes: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """A usage report of one 5-minute bucket (the cluster's clock) with these nodes' (CPU mean in
+    cores, memory peak in GiB)."""
+    return {
+        "schema": "shipshape.dev/usage/v1",
+        "bucket_start": start.isoformat(),
+        "bucket_seconds": 300,
+        "taken_at": (start + timedelta(seconds=300)).isoformat(),
+        "nodes": [
+            {"name": name, "samples": 10, "cpu_mean": cpu, "cpu_max": cpu, "memory_max": memory * 2**30}
+            for name, (cpu, memory) in nodes.items()
+        ],
+    }
+
+
+async def test_used_ratios_are_the_newest_usage_slot_of_the_nodes_over_their_allocatable(
+    database_url: str,
+) -> None:
+    clock = Clock(T0)
+    async with clocked(BackendSettings(db=database_url, analysis_seconds=0), clock) as h:
+        t = h.tenant("acme")
+        user = {"Authorization": f"Bearer {t.api_key}"}
+        assert (await h.push(t.agent_token, state(1, pods=4))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        (first,) = await points_once(h, t.cluster_id, 1)
+        assert first.cpu_used_ratio is None and first.memory_used_ratio is None  # no usage yet
+
+        # Two buckets of the cluster's clock (hours behind the backend's: only the order counts); a
+        # node the state does not hold ("gone-1") adds neither usage nor allocatable.
+        u0 = datetime(2026, 11, 20, 6, 0, tzinfo=UTC)
+        older = usage(u0, {"spot-1": (1.9, 7.5), "od-1": (1.9, 7.5)})
+        newer = usage(
+            u0 + timedelta(minutes=5), {"spot-1": (0.5, 2.0), "od-1": (0.3, 1.0), "gone-1": (4.0, 9.0)}
+        )
+        for report in (newer, older):  # out of order: the newest slot wins all the same
+            key = f"usage-{int(datetime.fromisoformat(report['bucket_start']).timestamp())}"
+            assert (await h.push(t.agent_token, report, key)).status_code == 202
+        await usage_applied(h, t.cluster_id, 2)
+        # A push in the next minute writes its point, with both reports stored.
+        clock.moment = T0 + timedelta(minutes=1)
+        assert (await h.push(t.agent_token, delta(2, 1, []))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+        second = (await points_once(h, t.cluster_id, 2))[1]
+        # (0.5 + 0.3) cores of 2 + 2; (2 + 1) GiB of 8 + 8
+        assert (second.cpu_used_ratio, second.memory_used_ratio) == (0.2, 0.1875)
+        assert (second.cpu_requested_ratio, second.memory_requested_ratio) == (0.5, 0.25)
+
+        # The cluster page computes the same figures (one computation for both).
+        page = (await h.client.get(f"/api/v1/clusters/{t.cluster_id}/summary", headers=user)).json()
+        assert page["utilisation"]["cpu_used_ratio"] == 0.2
+        assert page["utilisation"]["memory_used_ratio"] == 0.1875
+        body = (await h.client.get(f"/api/v1/clusters/{t.cluster_id}/series", headers=user)).json()
+        assert [p["cpu_used_ratio"] for p in body["points"]] == [None, 0.2]
+
+        # Usage that stopped coming (no report in three usage steps, the backend's clock) is not current.
+        clock.moment = T0 + timedelta(minutes=17)
+        assert (await h.push(t.agent_token, delta(3, 2, []))).status_code == 202
+        await h.settled(t.cluster_id, 3)
+        third = (await points_once(h, t.cluster_id, 3))[2]
+        assert third.cpu_used_ratio is None and third.memory_used_ratio is None
+        assert third.cpu_requested_ratio == 0.5
 
 
 async def test_the_api_averages_per_step_for_the_tenant_only(database_url: str) -> None:

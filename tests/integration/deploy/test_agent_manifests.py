@@ -4,9 +4,9 @@ objects equal to the kustomize base, and RBAC that grants what the agent's code 
 
 The emulator does not serve RBAC (so no `kubectl auth can-i`): the calls are recorded instead, by
 running the code that makes them (`agent.runner.sources`, the instruction `Executor`, the Lease
-elector, the metrics reads) against an API client that answers from memory and keeps each request's
-method and path. A new kind or write in the code then fails here until the manifests grant it; a rule
-the code no longer needs fails too.
+elector, the usage collector's metrics.k8s.io reads through `agent.usage.MetricsApi`) against an
+API client that answers from memory and keeps each request's method and path. A new kind or write
+in the code then fails here until the manifests grant it; a rule the code no longer needs fails too.
 """
 
 from __future__ import annotations
@@ -22,18 +22,21 @@ import yaml
 from kubernetes import client as k8s
 
 from shipshape.agent.instructions import Executor
+from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import sources
+from shipshape.agent.spool import Spool
+from shipshape.agent.usage import MetricsApi, UsageLoop
 from shipshape.cli.agent import LEASE_NAME
 from shipshape.contracts.instructions import (
     ContainerResources,
     InstructionEnvelope,
     Precondition,
     SetContainerRequests,
+    SetReplicas,
     SetSpotPolicy,
     WorkloadRef,
 )
 from shipshape.emulator.resources import RESOURCES
-from shipshape.kube import client as kube_client
 from shipshape.kube.clock import VirtualClock, rfc3339_micro
 from shipshape.kube.leader import LeaseElector, LeaseSettings
 from tests.integration.controller.test_deploy import check, definition_for
@@ -64,9 +67,17 @@ class Answer:
         self.data = json.dumps(body).encode()
         self.headers = {"content-type": "application/json"}
         self.response = self
+        self._offset = 0  # what a streaming reader (`_preload_content=False`) has read
 
-    def read(self) -> bytes:
-        return self.data
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            return self.data
+        chunk = self.data[self._offset : self._offset + size]
+        self._offset += len(chunk)
+        return chunk
+
+    def release_conn(self) -> None:
+        """A streamed answer gives its connection back (nothing to give here)."""
 
     def getheaders(self) -> dict[str, str]:
         return self.headers
@@ -116,8 +127,27 @@ def workload(kind: str) -> Obj:
     }
 
 
-def code_calls() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every call the agent's code makes, cluster-wide or in its namespace."""
+def pod_metrics() -> Obj:
+    return {
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "timestamp": "2026-01-01T00:00:00Z",
+        "window": "30s",
+        "containers": [{"name": "app", "usage": {"cpu": "25000000n", "memory": "65536Ki"}}],
+    }
+
+
+def node_metrics() -> Obj:
+    return {
+        "metadata": {"name": "n1"},
+        "timestamp": "2026-01-01T00:00:00Z",
+        "window": "30s",
+        "usage": {"cpu": "500000000n", "memory": "1048576Ki"},
+    }
+
+
+def code_calls(spool: Path) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every call the agent's code makes, cluster-wide or in its namespace
+    (`spool`: a folder for the usage collector's spool, which this leaves empty)."""
     calls: set[tuple[str, str, str]] = set()
 
     # The informers: each source is listed, then watched.
@@ -125,9 +155,28 @@ def code_calls() -> set[tuple[str, str, str]]:
     for source in sources(recorder):
         source.list_function(limit=500, _preload_content=False)
         source.list_function(watch=True, allow_watch_bookmarks=True, _preload_content=False)
-    # metrics.k8s.io samples (pods and nodes) through the kube client's metrics read.
-    for plural in ("pods", "nodes"):
-        kube_client.list_resource_metrics(recorder, plural)
+    calls |= {(group, resource, verb) for verb, group, resource, _, _ in recorder.calls}
+
+    # metrics.k8s.io samples (pods and nodes), read as the agent's usage collector reads them.
+    recorder = Recorder()
+    recorder.answers[("GET", "pods")] = Answer(200, {"items": [pod_metrics()]})
+    recorder.answers[("GET", "nodes")] = Answer(200, {"items": [node_metrics()]})
+    pusher = Pusher("https://backend.invalid", "token")  # never called: reading sends nothing
+    try:
+        collector = UsageLoop(
+            MetricsApi(recorder),
+            lambda namespace, name: ("Deployment", "web"),
+            pusher,
+            Spool(spool),
+            VirtualClock(),
+        )
+        assert collector.read_once() and collector.aggregator.tracked() == 2  # the pod and the node
+    finally:
+        pusher.client.close()
+    assert [call[:3] for call in recorder.calls] == [
+        ("list", "metrics.k8s.io", "pods"),
+        ("list", "metrics.k8s.io", "nodes"),
+    ]
     calls |= {(group, resource, verb) for verb, group, resource, _, _ in recorder.calls}
 
     # The instruction executor: a read of the live object, then a patch, for every kind it targets.
@@ -144,6 +193,9 @@ def code_calls() -> set[tuple[str, str, str]]:
                 precondition=Precondition(generation=3),
                 containers={"app": ContainerResources(requests={"cpu": "100m"})},
             ),
+            # scaling: a look at the namespace's HPAs, then a patch of spec.replicas on the workload
+            # itself (the patch verb it has already; no `deployments/scale` subresource grant)
+            SetReplicas(target=target, precondition=Precondition(generation=3), replicas=1),
         ):
             recorder = Recorder()
             recorder.answers[("GET", plural)] = Answer(200, workload(kind))
@@ -223,11 +275,11 @@ def test_every_object_matches_the_openapi_schema() -> None:
 
 
 @needs_kubectl
-def test_the_cluster_role_grants_what_the_code_calls_and_nothing_else() -> None:
+def test_the_cluster_role_grants_what_the_code_calls_and_nothing_else(tmp_path: Path) -> None:
     rules = base()[("ClusterRole", "shipshape-agent")]["rules"]
     assert all("*" not in r["verbs"] + r["resources"] + r["apiGroups"] for r in rules)
     assert not any(r.get("resourceNames") for r in rules)
-    granted, needed = grants(rules), code_calls()
+    granted, needed = grants(rules), code_calls(tmp_path / "spool")
     assert needed <= granted, sorted(needed - granted)
     # Reads (get, list, watch) of exactly the kinds the code reads; writes exactly the ones it makes.
     kinds = {(group, resource) for group, resource, _ in needed}
@@ -241,7 +293,7 @@ def test_the_cluster_role_grants_what_the_code_calls_and_nothing_else() -> None:
             ("apps", "statefulsets", "patch"),
         }
     )
-    extra = {call for call in granted - needed if not (call[2] == "get" or call[0] == "metrics.k8s.io")}
+    extra = {call for call in granted - needed if call[2] != "get"}
     assert extra == set(), sorted(extra)
     # Nothing that holds secrets or credentials is readable.
     assert not kinds & {("", "secrets"), ("", "configmaps"), ("", "serviceaccounts")}

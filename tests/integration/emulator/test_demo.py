@@ -1,4 +1,5 @@
-"""`shipshape demo`: the narrated show in a subprocess, with kubectl pointed at it while it runs."""
+"""`shipshape demo`: the narrated show in a subprocess, with kubectl pointed at it while it runs, and
+a right-sizing recommendation approved through the backend's API and applied by the agent."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from shipshape.cli import demo
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "examples" / "scenarios" / "demo.yaml"
-SHOW_LIMIT_SECONDS = 60.0
+SHOW_LIMIT_SECONDS = 90.0
 DASHBOARD_LINE = r"dashboard: (http://127\.0\.0\.1:\d+)/dashboard/ +\(log in with the API key (\S+)\)"
 
 
@@ -67,6 +69,22 @@ def _finish(watch: subprocess.Popen[str] | None) -> str:
     return out
 
 
+def _approve_rightsizing(url: str, headers: dict[str, str], workload: str) -> dict[str, Any]:
+    """Approve the open right-sizing recommendation of `workload` through the backend's API."""
+    (cluster,) = httpx.get(f"{url}/api/v1/clusters", headers=headers).json()
+    listed = httpx.get(f"{url}/api/v1/clusters/{cluster['id']}/recommendations", headers=headers).json()
+    (found,) = [
+        r
+        for r in listed
+        if r["kind"] == "right-sizing"
+        and r["status"] == "open"
+        and r["recommendation"]["evidence"]["workload"] == workload
+    ]
+    answer = httpx.post(f"{url}/api/v1/recommendations/{found['id']}/approve", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return dict(found)
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
@@ -82,7 +100,6 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
             "0",
             "--workdir",
             str(workdir),
-            "--exit-after-show",
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -94,6 +111,8 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     output: list[str] = []
     nodes_seen: subprocess.CompletedProcess[str] | None = None
     clusters_seen: tuple[int, list[str]] | None = None
+    backend: tuple[str, dict[str, str]] | None = None
+    approved: dict[str, Any] | None = None
     watch: subprocess.Popen[str] | None = None
     deadline = time.monotonic() + SHOW_LIMIT_SECONDS
     try:
@@ -105,6 +124,11 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
             if line is None:
                 break
             output.append(line)
+            if line.startswith("right-sizing: approve one in the dashboard") and backend is not None:
+                # What a newcomer does in the dashboard: approve the over-requested api's right-sizing.
+                approved = _approve_rightsizing(*backend, "Deployment/shop/api")
+            if "right-sizing applied" in line:
+                process.send_signal(signal.SIGINT)  # the show is over and followed: stop it
             if line.startswith("ready: API server at https://") and watch is None:
                 watch = kubectl.start("get", "nodes", "--watch", "--output-watch-events")
                 nodes_seen = kubectl.run("get", "nodes", "-L", "node.kubernetes.io/capacity")
@@ -112,6 +136,7 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
                 r"dashboard: (http://127\.0\.0\.1:\d+)/dashboard/ +\(log in with the API key (\S+)\)", line
             )
             if board is not None:
+                backend = (board.group(1), {"Authorization": f"Bearer {board.group(2)}"})
                 # While the demo runs, its backend answers with the key it printed.
                 listed = httpx.get(
                     f"{board.group(1)}/api/v1/clusters", headers={"Authorization": f"Bearer {board.group(2)}"}
@@ -161,7 +186,18 @@ def test_demo_show_with_kubectl_during_the_run(tmp_path: Path) -> None:
     assert re.search(r"controller (surged|restarted) Deployment/\S+", text), text
     assert "no outage: every workload kept at least its floor" in text, text
     assert re.search(r"cost so far: \d+\.\d{4} USD, \d+% less than the same nodes on demand", text), text
-    assert text.rstrip().endswith("stopped")
+    # Right-sizing from the usage the agent collected: api uses 8 % of its 250m CPU and a quarter of
+    # its 256Mi (the scenario's usage profile), so the backend recommends ~21m (the 95th percentile of
+    # 20m with the emulator's ±5 % jitter) and 100Mi (the analyzer's floor: 64Mi + 15 % is less).
+    assert re.search(r"Deployment/shop/api\s+│ api: cpu 250m → 2\dm, memory 256Mi → 100Mi", text), text
+    assert approved is not None, text
+    instruction = approved["recommendation"]["instruction"]
+    assert instruction["type"] == "set-container-requests"
+    assert instruction["containers"]["api"]["requests"]["memory"] == "100Mi"
+    applied = re.search(r"right-sizing applied by the agent: Deployment shop/api now requests (.*)", text)
+    assert applied is not None, text
+    assert applied.group(1) == f"api: cpu {instruction['containers']['api']['requests']['cpu']}, memory 100Mi"
+    assert "show over" in text and text.rstrip().endswith("stopped")
 
     # The watch kubectl held open saw the reclaimed nodes go and their replacements come.
     events = [line.split()[:2] for line in watched.splitlines()[1:] if line.strip()]
@@ -394,3 +430,26 @@ def test_hourly_rates_price_running_nodes_both_ways() -> None:
     now, on_demand = demo.hourly_rates(pools)
     assert now == pytest.approx(2 * 0.03 + 0.1)
     assert on_demand == pytest.approx(3 * 0.1)
+
+
+def test_rightsizing_views_pick_actionable_recommendations_largest_saving_first() -> None:
+    def rec(title: str, status: str, saving: float | None, instruction: bool = True) -> dict[str, Any]:
+        body = {"instruction": {"type": "set-container-requests"} if instruction else None}
+        return {
+            "kind": "right-sizing",
+            "title": title,
+            "status": status,
+            "monthly_savings_usd": saving,
+            "recommendation": body,
+        }
+
+    small, large = rec("small", "open", 1.0), rec("large", "applied", 9.0)
+    daemonset = rec("daemonset", "open", 50.0, instruction=False)  # advisory: nothing to approve
+    listed = [
+        small,
+        large,
+        daemonset,
+        rec("dismissed", "dismissed", 99.0),
+        {**small, "kind": "spot-adoption"},
+    ]
+    assert demo.rightsizing_of(listed) == [large, small]

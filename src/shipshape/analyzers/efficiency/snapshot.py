@@ -1,7 +1,11 @@
 """What `shipshape analyze --snapshot FILE` reads: a JSON object with
 
 - `pods`, `nodes` (lists, or Kubernetes Lists with `items`), optionally
-  `horizontalPodAutoscalers` and `priorityClasses`;
+  `horizontalPodAutoscalers`, `priorityClasses`, `deployments` and `statefulsets` (the GPU
+  scale-down advice computes its instruction from them);
+- optionally `gpuUtilization`: `{"windowStart": unix seconds, "windowEnd": ..., "stepSeconds": 60,
+  "series": [{"node", "gpu", "pod": "namespace/name", "metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE" |
+  "DCGM_FI_DEV_GPU_UTIL", "timestamps": [...], "values": [...]}]}` (dcgm-exporter's series);
 - optionally `usage`: `{"start": unix seconds, "step": seconds, "steps": N, "source": "...",
   "containers": [{"namespace", "pod", "container", "cpu": [cores|null, ...], "memory": [bytes|null, ...]}],
   "nodes": [{"name", "cpu": [...], "memory": [...]}],
@@ -26,8 +30,10 @@ from shipshape.analyzers.efficiency.usage import (
     UsageError,
     Window,
 )
+from shipshape.analyzers.gpu.idle import ENGINE_ACTIVE, IdleSettings, UtilizationSeries
 
 Obj = Mapping[str, Any]
+LISTS = ("pods", "nodes", "horizontalPodAutoscalers", "priorityClasses", "deployments", "statefulsets")
 
 
 class SnapshotError(ValueError):
@@ -41,13 +47,23 @@ class EfficiencySnapshot:
     hpas: Sequence[Obj] = ()
     priority_classes: Sequence[Obj] = ()
     usage: UsageData | None = None
+    deployments: Sequence[Obj] = ()
+    statefulsets: Sequence[Obj] = ()
+    gpu_utilization: GpuUtilization | None = None
 
     @classmethod
     def from_json(cls, body: object) -> EfficiencySnapshot:
         if not isinstance(body, Mapping):
             raise SnapshotError("a snapshot must be a JSON object with pods and nodes lists")
         lists: dict[str, list[Obj]] = {}
-        for key in ("pods", "nodes", "horizontalPodAutoscalers", "priorityClasses"):
+        for key in (
+            "pods",
+            "nodes",
+            "horizontalPodAutoscalers",
+            "priorityClasses",
+            "deployments",
+            "statefulsets",
+        ):
             value = body.get(key, [])
             if isinstance(value, Mapping):
                 value = value.get("items", [])
@@ -66,7 +82,55 @@ class EfficiencySnapshot:
             lists["horizontalPodAutoscalers"],
             lists["priorityClasses"],
             None if usage is None else usage_from_json(usage),
+            lists["deployments"],
+            lists["statefulsets"],
+            None if body.get("gpuUtilization") is None else gpu_utilization_from_json(body["gpuUtilization"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUtilization:
+    """dcgm-exporter series over a window, as a snapshot carries them."""
+
+    settings: IdleSettings
+    series: tuple[UtilizationSeries, ...]
+
+
+def gpu_utilization_from_json(body: object) -> GpuUtilization:
+    if not isinstance(body, Mapping):
+        raise SnapshotError("snapshot.gpuUtilization must be an object")
+    try:
+        settings = IdleSettings(
+            window_start=float(body["windowStart"]),
+            window_end=float(body["windowEnd"]),
+            step_seconds=float(body.get("stepSeconds", 60.0)),
+        )
+    except KeyError as error:
+        raise SnapshotError(f"snapshot.gpuUtilization.{error.args[0]} is missing") from error
+    except (TypeError, ValueError) as error:
+        raise SnapshotError(f"snapshot.gpuUtilization: {error}") from error
+    items = body.get("series", [])
+    if not isinstance(items, list):
+        raise SnapshotError("snapshot.gpuUtilization.series must be a list")
+    series = []
+    for i, item in enumerate(items):
+        where = f"snapshot.gpuUtilization.series[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("node"), str):
+            raise SnapshotError(f"{where} needs a node")
+        try:
+            series.append(
+                UtilizationSeries(
+                    node=item["node"],
+                    gpu=str(item.get("gpu", "")),
+                    pod=None if item.get("pod") is None else str(item["pod"]),
+                    timestamps=np.asarray(item.get("timestamps", []), dtype=np.float64),
+                    values=np.asarray(item.get("values", []), dtype=np.float64),
+                    metric=str(item.get("metric", ENGINE_ACTIVE)),
+                )
+            )
+        except (TypeError, ValueError) as error:
+            raise SnapshotError(f"{where}: {error}") from error
+    return GpuUtilization(settings, tuple(series))
 
 
 def _row(values: object, steps: int, where: str) -> np.ndarray:

@@ -15,7 +15,11 @@ Kinds of advice (`KINDS`):
 - `training-on-spot`: a training pod that declares checkpointing runs on on-demand GPUs.
 - `training-needs-checkpointing`: a training pod on spot GPUs does not declare checkpointing: an
   interruption loses its work.
-- `scale-down`: pods of a workload hold GPUs and stay idle (see `idle`): scale it down.
+- `scale-down`: pods of a workload hold GPUs and stay idle (see `idle`): scale it down. For a
+  Deployment or StatefulSet whose current state is known (`Workload`: replicas, generation) and that
+  no HPA scales, the advice carries the `SetReplicas` instruction (`contracts.instructions`) that the
+  agent executes: the workload's replicas less the idle pods, with its generation as the
+  precondition.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shipshape.analyzers.gpu.fleet import (
     CHECKPOINTING_ANNOTATION,
@@ -32,8 +37,10 @@ from shipshape.analyzers.gpu.fleet import (
     GpuNode,
     GpuPod,
     NodeAllocation,
+    Workload,
 )
 from shipshape.analyzers.gpu.idle import PodUsage
+from shipshape.contracts.instructions import Precondition, SetReplicas, WorkloadRef
 
 KINDS = (
     "binpack",
@@ -61,8 +68,20 @@ class Advice:
     kind: str
     target: str  # a workload (kind/namespace/name), a pod (namespace/name) or a pool
     message: str
-    instruction: str
+    instruction: str  # what a person does, in words or a command
     savings_per_day: float | None = None
+    # The instruction the agent can execute once approved (`scale-down` of a known workload).
+    apply: SetReplicas | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "message": self.message,
+            "instruction": self.instruction,
+            "savings_per_day": None if self.savings_per_day is None else round(self.savings_per_day, 4),
+            "apply": None if self.apply is None else self.apply.model_dump(mode="json"),
+        }
 
 
 def advise(
@@ -70,8 +89,10 @@ def advise(
     pods: Sequence[GpuPod],
     usages: Sequence[PodUsage] = (),
     settings: AdviceSettings | None = None,
+    workloads: Mapping[tuple[str, str, str], Workload] | None = None,
 ) -> list[Advice]:
-    """All advice, the largest savings first (advice without a price last)."""
+    """All advice, the largest savings first (advice without a price last). `workloads` (by kind,
+    namespace, name) lets scale-down advice carry the instruction that applies it."""
     settings = settings or AdviceSettings()
     nodes = {name: a.node for name, a in allocations.items()}
     found = [
@@ -80,7 +101,7 @@ def advise(
         *_model_constraints(allocations, pods),
         *_share(usages, settings),
         *_spot(pods, nodes),
-        *_scale_down(pods, usages),
+        *_scale_down(pods, usages, workloads or {}),
     ]
     return sorted(
         found, key=lambda a: (a.savings_per_day is None, -(a.savings_per_day or 0.0), a.kind, a.target)
@@ -282,7 +303,9 @@ def _to_spot(
     )
 
 
-def _scale_down(pods: Sequence[GpuPod], usages: Sequence[PodUsage]) -> list[Advice]:
+def _scale_down(
+    pods: Sequence[GpuPod], usages: Sequence[PodUsage], workloads: Mapping[tuple[str, str, str], Workload]
+) -> list[Advice]:
     idle: dict[str, list[PodUsage]] = defaultdict(list)
     for usage in usages:
         if usage.idle:
@@ -298,12 +321,21 @@ def _scale_down(pods: Sequence[GpuPod], usages: Sequence[PodUsage]) -> list[Advi
         waste = [u.wasted_per_day for u in members]
         savings = None if any(w is None for w in waste) else sum(w or 0.0 for w in waste)
         gpus = sum(u.pod.gpus for u in members)
+        apply = None
         if owner is not None and owner.kind in SCALABLE:
-            replicas = max(pod.replicas or 0, running[target])
+            known = workloads.get((owner.kind, pod.namespace, owner.name))
+            replicas = known.replicas if known is not None else max(pod.replicas or 0, running[target])
             keep = max(replicas - len(members), 0)
             instruction = (
                 f"kubectl scale {owner.kind.lower()}/{owner.name} -n {pod.namespace} --replicas={keep}"
             )
+            if known is not None and known.autoscaled_by is not None:
+                instruction = (
+                    f"lower the minReplicas of HorizontalPodAutoscaler {known.autoscaled_by} -n "
+                    f"{pod.namespace} (it scales {owner.kind.lower()}/{owner.name}) to {keep}"
+                )
+            elif known is not None:
+                apply = _set_replicas(known, keep)
         elif owner is not None:
             workload = f"{owner.kind.lower()}/{owner.name} -n {pod.namespace}"
             instruction = f"check {workload}: it holds GPUs without using them"
@@ -316,6 +348,20 @@ def _scale_down(pods: Sequence[GpuPod], usages: Sequence[PodUsage]) -> list[Advi
                 message=f"{len(members)} pod(s) hold {gpus:g} GPU(s) idle over the window",
                 instruction=instruction,
                 savings_per_day=savings,
+                apply=apply,
             )
         )
     return advice
+
+
+def _set_replicas(workload: Workload, replicas: int) -> SetReplicas | None:
+    """The instruction that sets the workload's replicas, computed from its current state (None
+    without a generation or resourceVersion to hold the agent to)."""
+    if workload.generation is not None:
+        precondition = Precondition(generation=workload.generation)
+    elif workload.resource_version:
+        precondition = Precondition(resource_version=workload.resource_version)
+    else:
+        return None
+    target = WorkloadRef(kind=workload.kind, namespace=workload.namespace, name=workload.name)  # type: ignore[arg-type]
+    return SetReplicas(target=target, precondition=precondition, replicas=replicas)

@@ -32,6 +32,24 @@ class FleetError(ValueError):
 
 
 @dataclass(frozen=True)
+class Workload:
+    """A Deployment or StatefulSet as it stands: what an instruction that changes it is computed from
+    (its desired replicas, its generation as the precondition, whether an HPA scales it)."""
+
+    kind: str
+    namespace: str
+    name: str
+    replicas: int
+    generation: int | None = None
+    resource_version: str | None = None
+    autoscaled_by: str | None = None  # the HorizontalPodAutoscaler that scales it, if any
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
+
+
+@dataclass(frozen=True)
 class GpuNode:
     name: str
     gpus: int

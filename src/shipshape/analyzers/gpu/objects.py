@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from shipshape.analyzers.gpu.fleet import UNKNOWN, GpuNode, GpuPod, Owner, role_of
+from shipshape.analyzers.gpu.fleet import UNKNOWN, GpuNode, GpuPod, Owner, Workload, role_of
 
 WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "alibabacloud.com/gpu-count")
 SHARE_ANNOTATION = "alibabacloud.com/gpu-milli"
@@ -184,3 +184,32 @@ def fleet_from_objects(
         p for body in pods if (p := pod_from_object(body)) is not None and (p.node is None or p.node in names)
     ]
     return gpu_nodes, gpu_pods
+
+
+def workloads_from_objects(
+    deployments: Iterable[Body], statefulsets: Iterable[Body], hpas: Iterable[Body] = ()
+) -> dict[tuple[str, str, str], Workload]:
+    """Deployments and StatefulSets by (kind, namespace, name), with the HPA that scales each."""
+    scaled: dict[tuple[str, str, str], str] = {}
+    for hpa in hpas:
+        md = hpa.get("metadata") or {}
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        scaled[(str(ref.get("kind", "")), str(md.get("namespace", "default")), str(ref.get("name", "")))] = (
+            str(md.get("name", ""))
+        )
+    out: dict[tuple[str, str, str], Workload] = {}
+    for kind, bodies in (("Deployment", deployments), ("StatefulSet", statefulsets)):
+        for body in bodies:
+            md = body.get("metadata") or {}
+            generation = md.get("generation")
+            key = (kind, str(md.get("namespace", "default")), str(md.get("name", "")))
+            out[key] = Workload(
+                kind=kind,
+                namespace=key[1],
+                name=key[2],
+                replicas=int((body.get("spec") or {}).get("replicas", 1)),
+                generation=generation if isinstance(generation, int) and generation >= 1 else None,
+                resource_version=md.get("resourceVersion"),
+                autoscaled_by=scaled.get(key),
+            )
+    return out

@@ -113,7 +113,7 @@ class ClusterObject(Base):
 class SeriesPoint(Base):
     """One point of a cluster's time series of key figures (`backend/series.py`): a point a minute
     (`resolution_seconds` 60), averaged into a point an hour (3600) once older than the minute window.
-    Figures a point could not compute are NULL; the `*_used_ratio` columns wait for usage data."""
+    Figures a point could not compute are NULL (the `*_used_ratio` ones without current usage)."""
 
     __tablename__ = "series_points"
     __table_args__ = (Index("ix_series_points_resolution_at", "resolution_seconds", "at"),)

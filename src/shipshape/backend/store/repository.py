@@ -592,6 +592,38 @@ def node_usage_chunks(
     return [(node, start, body) for node, start, body in rows]
 
 
+def newest_node_usage_chunks(
+    session: Session, org_id: str, cluster_id: str, received_since: datetime
+) -> list[tuple[str, int, int, bytes]]:
+    """(node, chunk start, step, body) of the cluster's newest node usage chunks, provided a usage
+    report of the cluster was applied from a push received at `received_since` or later (the backend's
+    clock: usage that stopped coming is not shown as current); else none."""
+    get_cluster(session, org_id, cluster_id)
+    fresh = session.scalar(
+        select(Push.id)
+        .where(
+            Push.cluster_id == cluster_id,
+            Push.received_at >= received_since,
+            Push.schema_name == USAGE_SCHEMA,
+            Push.outcome == "applied",
+        )
+        .limit(1)
+    )
+    if fresh is None:
+        return []
+    newest = (
+        select(func.max(UsageNodeChunk.chunk_start))
+        .where(UsageNodeChunk.cluster_id == cluster_id)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(
+            UsageNodeChunk.node, UsageNodeChunk.chunk_start, UsageNodeChunk.step_seconds, UsageNodeChunk.body
+        ).where(UsageNodeChunk.cluster_id == cluster_id, UsageNodeChunk.chunk_start == newest)
+    )
+    return [(node, start, step, body) for node, start, step, body in rows]
+
+
 def usage_span(session: Session, org_id: str, cluster_id: str) -> tuple[datetime, datetime] | None:
     """(first, last) sample time of the cluster's usage, or None without any."""
     get_cluster(session, org_id, cluster_id)

@@ -10,6 +10,7 @@ import pytest
 
 from shipshape.analyzers.gpu import idle, objects, report
 from shipshape.analyzers.gpu.fleet import Owner
+from shipshape.contracts.instructions import Precondition, SetReplicas, WorkloadRef
 
 
 def node(name: str, allocatable: dict[str, str], labels: dict[str, str]) -> dict[str, Any]:
@@ -106,4 +107,33 @@ def test_report_in_one_call() -> None:
     assert (result.idle_gpus, result.wasted_per_day) == (4.0, pytest.approx(192.0))
     assert result.advice[0].kind == "scale-down"
     assert result.advice[0].instruction == "kubectl scale deployment/train -n ml --replicas=0"
+    assert result.advice[0].apply is None  # the Deployment itself was not given
     assert report.analyze(nodes, pods).usage == ()
+
+    # With the Deployment as it stands, the advice carries the instruction the agent executes.
+    train = {"metadata": {"name": "train", "namespace": "ml", "generation": 3}, "spec": {"replicas": 1}}
+    workloads = objects.workloads_from_objects([train], [])
+    scale = report.analyze(nodes, pods, series, window, workloads=workloads).advice[0]
+    assert scale.apply == SetReplicas(
+        target=WorkloadRef(kind="Deployment", namespace="ml", name="train"),
+        precondition=Precondition(generation=3),
+        replicas=0,
+    )
+    assert scale.to_json()["apply"] == {
+        "type": "set-replicas",
+        "target": {"kind": "Deployment", "namespace": "ml", "name": "train"},
+        "precondition": {"generation": 3, "resource_version": None},
+        "replicas": 0,
+    }
+    # An HPA scales it: no instruction to fight it, the advice names the HPA instead.
+    hpa = {
+        "metadata": {"name": "train-hpa", "namespace": "ml"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "train"}},
+    }
+    scaled = objects.workloads_from_objects([train], [], [hpa])
+    assert scaled[("Deployment", "ml", "train")].autoscaled_by == "train-hpa"
+    advised = report.analyze(nodes, pods, series, window, workloads=scaled).advice[0]
+    assert advised.apply is None
+    assert advised.instruction == (
+        "lower the minReplicas of HorizontalPodAutoscaler train-hpa -n ml (it scales deployment/train) to 0"
+    )

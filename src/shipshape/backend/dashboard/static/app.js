@@ -158,6 +158,8 @@ async function showCluster(id) {
     figure("replicas on spot", pct(summary.spot_share_pct)),
     figure("CPU requested", ratio(summary.utilisation.cpu_requested_ratio)),
     figure("memory requested", ratio(summary.utilisation.memory_requested_ratio)),
+    figure("CPU used", ratio(summary.utilisation.cpu_used_ratio)),
+    figure("memory used", ratio(summary.utilisation.memory_used_ratio)),
     figure("pod start-up p99 (s)", summary.pod_startup.overall?.endToEnd?.p99?.toFixed?.(1) ?? "–"),
   );
   const pools = summary.pools;
