@@ -175,8 +175,19 @@ def cluster_org(session: Session, cluster_id: str) -> str:
     return org_id
 
 
+def _take_cluster_lock(session: Session, cluster_id: str) -> None:
+    """On SQLite, which has no row locks (`FOR UPDATE` is ignored), take the database's write lock now
+    with a write that changes nothing: the transaction then runs alone among writers and reads what
+    the one before it committed. Without it two workers of one process read the same usage chunk,
+    merge their own bucket and the later commit drops the other's (a lost update). PostgreSQL's
+    `FOR UPDATE` on the row does this per cluster."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(update(Cluster).where(Cluster.id == cluster_id).values(id=Cluster.id))
+
+
 def lock_cluster(session: Session, cluster_id: str) -> str:
     """Lock the cluster's row for this transaction (one analysis at a time); returns its organisation."""
+    _take_cluster_lock(session, cluster_id)
     org_id = session.scalar(select(Cluster.org_id).where(Cluster.id == cluster_id).with_for_update())
     if org_id is None:
         raise NotFound(f"cluster {cluster_id} not found")
@@ -261,6 +272,7 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
         return "gone"  # removed by retention before it was processed
     if push.processed_at is not None:
         return "duplicate"
+    _take_cluster_lock(session, push.cluster_id)
     cluster = session.scalar(select(Cluster).where(Cluster.id == push.cluster_id).with_for_update())
     assert cluster is not None
     session.refresh(push)
