@@ -25,10 +25,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.kube.certs import generate_certificates, write_bundle
@@ -156,7 +156,7 @@ def serve(conn: Connection, cert_dir: str, workloads: int, replicas: int, nodes:
     from prometheus_client import CollectorRegistry
 
     config = ControllerConfig()
-    cache = ClusterCache(config)
+    cache = ClusterState(config)
     for obj in cluster_objects(workloads, replicas, nodes):
         cache.apply({"type": "ADDED", "object": obj})
     metrics = ControllerMetrics(CollectorRegistry())

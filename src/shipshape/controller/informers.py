@@ -1,4 +1,4 @@
-"""The kinds the controller's `ClusterCache` holds, kept by the informer kit (`kube/informers.py`)."""
+"""The kinds the controller's `ClusterState` holds, kept by the informer kit (`kube/informers.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.growth import AUTOSCALER_STATUS
+from shipshape.controller.state import ClusterState
 from shipshape.kube import informers as kit
 
 Obj = dict[str, Any]
@@ -46,7 +46,7 @@ def sources(api_client: k8s.ApiClient) -> list[kit.Source]:
 class LockedCache:
     """The cache as an informer sink: every list and event applied under the process's cache lock."""
 
-    def __init__(self, cache: ClusterCache, lock: AbstractContextManager[Any]) -> None:
+    def __init__(self, cache: ClusterState, lock: AbstractContextManager[Any]) -> None:
         self.cache = cache
         self.lock = lock
 
@@ -61,7 +61,7 @@ class LockedCache:
 
 def informers(
     api_client: k8s.ApiClient,
-    cache: ClusterCache,
+    cache: ClusterState,
     lock: AbstractContextManager[Any],
     backoff_max: float = kit.BACKOFF_MAX,
 ) -> kit.Informers:

@@ -27,7 +27,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
 from shipshape.controller.batch_capacity import NodeResources
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
@@ -38,6 +37,7 @@ from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
+from shipshape.controller.state import ClusterState
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
@@ -125,7 +125,7 @@ class ControllerProcess:
         self.settings = settings
         self.clock = clock
         self.lock = threading.RLock()
-        self.cache = ClusterCache(config)
+        self.cache = ClusterState(config)
         self.registry = CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry)
         risk = RiskModel(

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.cache import NOTICE_TAINTS, REBALANCE_TAINTS, taint_keys
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Every, Expectations
 from shipshape.controller.notices import (
@@ -38,6 +37,7 @@ from shipshape.controller.notices import (
 from shipshape.controller.ops import OpsError
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
+from shipshape.controller.state import NOTICE_TAINTS, REBALANCE_TAINTS, taint_keys
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops.notices")

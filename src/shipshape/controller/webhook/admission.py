@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 
 from shipshape.controller.availability import availability_floor, disruption_allowance
-from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
 from shipshape.controller.placement import (
@@ -35,6 +34,7 @@ from shipshape.controller.policy import (
     resolve_policy,
 )
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState, WorkloadRef
 from shipshape.controller.webhook.mutators import (
     CHAIN,
     DRY_RUN_CHAIN,
@@ -81,7 +81,7 @@ class PodPlacer:
 
     def __init__(
         self,
-        cache: ClusterCache,
+        cache: ClusterState,
         config: ControllerConfig,
         risk: RiskModel,
         clock: Clock,
