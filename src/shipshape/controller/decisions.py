@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -449,25 +450,30 @@ class ShortageTracker:
     max_retry_seconds: float = 3600.0
     _until: dict[Pool, float] = field(default_factory=dict)
     _strikes: dict[Pool, int] = field(default_factory=dict)
+    # The fallback loop marks, every replica's webhook reads (another thread in a controller process).
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def mark(self, pools: Iterable[Pool], now: float) -> list[Pool]:
         """Record a shortage; returns the pools newly marked (already marked ones are left alone)."""
         newly: list[Pool] = []
-        for pool in pools:
-            if self._until.get(pool, -math.inf) > now:
-                continue
-            strikes = self._strikes.get(pool, 0)
-            self._until[pool] = now + min(self.max_retry_seconds, self.retry_seconds * 2**strikes)
-            self._strikes[pool] = strikes + 1
-            newly.append(pool)
+        with self._lock:
+            for pool in pools:
+                if self._until.get(pool, -math.inf) > now:
+                    continue
+                strikes = self._strikes.get(pool, 0)
+                self._until[pool] = now + min(self.max_retry_seconds, self.retry_seconds * 2**strikes)
+                self._strikes[pool] = strikes + 1
+                newly.append(pool)
         return newly
 
     def capacity_seen(self, pool: Pool) -> None:
-        self._until.pop(pool, None)
-        self._strikes.pop(pool, None)
+        with self._lock:
+            self._until.pop(pool, None)
+            self._strikes.pop(pool, None)
 
     def shortages(self, now: float) -> frozenset[Pool]:
-        return frozenset(pool for pool, until in self._until.items() if until > now)
+        with self._lock:
+            return frozenset(pool for pool, until in self._until.items() if until > now)
 
 
 # --- headroom -------------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 (leader only), a /metrics endpoint, and a graceful stop.
 
 Threads: one informer per kind, the leader elector, the loops' scheduler, the webhook server (uvicorn
-on its own event loop) and the metrics server. The cache is shared under one lock: informers hold it
-to apply an event, the webhook to answer one review, the loops only while they read (never across an
-API call).
+on its own event loop) and the metrics server. The webhook and the loops each read their own replica
+of the state (`state.views`), fed the same informer events without waiting: the webhook holds its
+replica for one review at a time, the loops theirs only while they read (never across an API call),
+so an admission never waits behind a planning pass.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.state import ClusterState
+from shipshape.controller.state.views import Fanout, Replica
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
@@ -88,15 +90,15 @@ class ProcessSettings:
     loops: LoopSettings = field(default_factory=LoopSettings)
 
 
-class LockedPlacer(PodPlacer):
-    """The placer answering under the cache lock (informer threads write the cache meanwhile)."""
+class ReplicaPlacer(PodPlacer):
+    """The placer answering from the webhook's own replica of the state (caught up at each review)."""
 
-    def __init__(self, lock: threading.RLock, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lock = lock
+    def __init__(self, replica: Replica, *args: Any, **kwargs: Any) -> None:
+        super().__init__(replica.state, *args, **kwargs)
+        self._replica = replica
 
     def review(self, body: Mapping[str, Any]) -> Obj:
-        with self._lock:
+        with self._replica.view():
             return super().review(body)
 
 
@@ -124,8 +126,12 @@ class ControllerProcess:
         self.config = config
         self.settings = settings
         self.clock = clock
-        self.lock = threading.RLock()
-        self.cache = ClusterState(config)
+        # The webhook's replica of the state and the loops' (`state.views`); `lock`/`cache` are the
+        # loops' replica and its state, for what the process reads itself.
+        self.webhook_state = Replica(ClusterState(config))
+        self.loop_state = Replica(ClusterState(config))
+        self.lock = self.loop_state
+        self.cache = self.loop_state.state
         self.registry = CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry)
         risk = RiskModel(
@@ -137,9 +143,8 @@ class ControllerProcess:
         self.kube_ops = KubeOps(api_client)
         # Every write of the loops goes through here: logged, and not sent in recommend-only mode.
         self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run, clock=clock)
-        self.placer = LockedPlacer(
-            self.lock,
-            self.cache,
+        self.placer = ReplicaPlacer(
+            self.webhook_state,
             config,
             risk,
             clock,
@@ -148,7 +153,7 @@ class ControllerProcess:
             recommendations=self.shared.notices.recommendations,
         )
         self.informers = informers.informers(
-            api_client, self.cache, self.lock, settings.informer_backoff_max_seconds
+            api_client, Fanout(self.webhook_state, self.loop_state), settings.informer_backoff_max_seconds
         )
         self.elector = LeaseElector(
             api_client,

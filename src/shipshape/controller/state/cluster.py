@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -107,6 +108,37 @@ KINDS = (
 )
 
 
+# Deletions remembered (per state) so that an event older than a deletion is known to be stale.
+TOMBSTONES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class DirtyWorkloads:
+    """What changed since the last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
+    objects, ReplicaSets or pods changed, namespaces whose PDBs or labels changed, or `everything`
+    (a node changed capacity type or pool, so every placement may have)."""
+
+    everything: bool = False
+    workloads: frozenset[tuple[str, str, str]] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+
+    def covers(self, kind: str, namespace: str, name: str) -> bool:
+        return self.everything or namespace in self.namespaces or (kind, namespace, name) in self.workloads
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """An object's resourceVersion as a number, or None (absent, or not a number: no ordering then).
+    Kubernetes calls it opaque; the API server (etcd's revision) and the emulator both number
+    versions globally, which is what ordering events by it assumes."""
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    if raw is None or isinstance(raw, bool):
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     md = obj.get("metadata") or {}
     return str(md.get("namespace") or ""), str(md.get("name") or "")
@@ -185,6 +217,9 @@ class PodUsage:
     cpu: int
     memory: int
     role: str
+    # The pod spec the requests were read from: another spec object is read again (in-place resize
+    # changes requests; an in-process store shares an unchanged spec between versions).
+    spec: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +403,15 @@ class ClusterState:
         self._noticed: set[str] = set()
         # `spare_rooms`' answer until one of its inputs changes (None: work it out again).
         self._spare_rooms: tuple[Room, ...] | None = None
+        # Ordering: the resourceVersion of each object held and of recent deletions, per kind, and
+        # the newest version the last relist of each kind held; an older event is stale and dropped.
+        self._seen: dict[str, dict[tuple[str, str], int]] = {kind: {} for kind in KINDS}
+        self._tombstones: deque[tuple[str, tuple[str, str]]] = deque()
+        self._floors: dict[str, int] = {}
+        # What changed since the last `take_dirty`.
+        self._dirty_groups: set[GroupKey] = set()
+        self._dirty_namespaces: set[str] = set()
+        self._dirty_all = True
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -378,17 +422,74 @@ class ClusterState:
         if obj_kind not in self._objects:
             return
         key = _key(obj)
+        version = resource_version(obj)
+        if version is not None and self._stale(obj_kind, key, version):
+            return
         if event.get("type") == "DELETED":
             self._remove(obj_kind, key)
+            if version is not None:
+                self._bury(obj_kind, key, version)
         elif event.get("type") in ("ADDED", "MODIFIED"):
             self._put(obj_kind, key, dict(obj))
+            if version is not None:
+                self._seen[obj_kind][key] = version
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
-        """Replace every object of a kind (after a relist)."""
+        """Replace every object of a kind (after a relist). The newest version listed becomes the kind's
+        floor: an event older than it is already reflected in the list."""
         for key in list(self._objects[kind]):
             self._remove(kind, key)
+        seen = self._seen[kind]
+        listed: list[int] = []
         for item in items:
-            self._put(kind, _key(item), item)
+            key = _key(item)
+            self._put(kind, key, item)
+            version = resource_version(item)
+            if version is not None:
+                seen[key] = version
+                listed.append(version)
+        if listed:
+            self._floors[kind] = max(self._floors.get(kind, 0), *listed)
+        # What the list no longer holds keeps its last known version, as a tombstone.
+        for key in [key for key in seen if key not in self._objects[kind]]:
+            self._tombstones.append((kind, key))
+        self._trim_tombstones()
+
+    def _stale(self, kind: str, key: tuple[str, str], version: int) -> bool:
+        """Whether an event is older than what the state knows of its object (held, deleted, or listed)."""
+        known = self._seen[kind].get(key)
+        if known is not None:
+            return version < known
+        return version < self._floors.get(kind, 0)
+
+    def _bury(self, kind: str, key: tuple[str, str], version: int) -> None:
+        """Remember a deletion's version (the last `TOMBSTONES` deletions)."""
+        self._seen[kind][key] = version
+        self._tombstones.append((kind, key))
+        self._trim_tombstones()
+
+    def _trim_tombstones(self) -> None:
+        while len(self._tombstones) > TOMBSTONES:
+            old_kind, old_key = self._tombstones.popleft()
+            if old_key not in self._objects[old_kind]:
+                self._seen[old_kind].pop(old_key, None)
+
+    def take_dirty(self) -> DirtyWorkloads:
+        """What changed since the last call (every workload at first): the workloads to look at again."""
+        workloads: set[tuple[str, str, str]] = set()
+        for group in self._dirty_groups:
+            if group.kind != "ReplicaSet":
+                workloads.add((group.kind, group.namespace, group.name))
+                continue
+            rs = self._objects["ReplicaSet"].get((group.namespace, group.name))
+            owner = controller_ref(rs) if rs is not None else None
+            if owner is not None and owner.get("kind") == "Deployment":
+                workloads.add(("Deployment", group.namespace, str(owner.get("name"))))
+        dirty = DirtyWorkloads(self._dirty_all, frozenset(workloads), frozenset(self._dirty_namespaces))
+        self._dirty_groups.clear()
+        self._dirty_namespaces.clear()
+        self._dirty_all = False
+        return dirty
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind in ("ConfigMap", "NodePool"):
@@ -450,10 +551,16 @@ class ClusterState:
             owner = controller_ref(obj)
             if owner is not None and owner.get("kind") == "Deployment":
                 self._replicasets_of.setdefault((key[0], str(owner.get("name"))), set()).add(key[1])
+                self._dirty_groups.add(GroupKey(key[0], "Deployment", str(owner.get("name"))))
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
+            self._dirty_namespaces.add(key[0])
+        elif kind == "Namespace":
+            self._dirty_namespaces.add(key[1])
+        elif kind in ("Deployment", "StatefulSet"):
+            self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
@@ -485,7 +592,11 @@ class ClusterState:
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
+            self._dirty_namespaces.add(key[0])
+        elif kind == "Namespace":
+            self._dirty_namespaces.add(key[1])
         elif kind in ("Deployment", "StatefulSet"):
+            self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
             self._workload_states.pop((kind, key[0], key[1]), None)
             self._policies.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
@@ -498,25 +609,32 @@ class ClusterState:
         For packing, a pod not bound yet counts on the node its decision packed it onto (the decision's
         `node`), as kube-scheduler's assumed pods do: a burst of creations then fills one node after
         another instead of every pod preferring the same node. For the headroom's room, only bound
-        pods count, placeholders not at all. A pod's requests do not change, so they are parsed once.
+        pods count, placeholders not at all. A pod's requests are parsed again only from another spec
+        object (`PodUsage.spec`).
         """
         packed, bound = "", ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             bound = str((pod.get("spec") or {}).get("nodeName") or "")
             packed = bound or (str(decision.get("node") or "") if decision is not None else "")
         old = self._pod_usage.get(key)
-        if old is not None and old.packed == packed and old.bound == bound:
+        spec = pod.get("spec") if pod is not None else None
+        if old is not None and old.spec is spec and old.packed == packed and old.bound == bound:
             return
-        if old is not None:
-            self._count(old, -1)
         if pod is None or not (packed or bound):
+            if old is not None:
+                self._count(old, -1)
             self._pod_usage.pop(key, None)
             return
-        if old is not None:
-            usage = PodUsage(packed, bound, old.cpu, old.memory, old.role)
+        if old is not None and old.spec is spec:
+            usage = PodUsage(packed, bound, old.cpu, old.memory, old.role, spec)
         else:
             role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon(pod) else "workload"
-            usage = PodUsage(packed, bound, *pod_requests(pod), role)
+            usage = PodUsage(packed, bound, *pod_requests(pod), role, spec)
+            if old is not None and old == usage:  # the same requests from another spec object
+                self._pod_usage[key] = usage
+                return
+        if old is not None:
+            self._count(old, -1)
         self._pod_usage[key] = usage
         self._count(usage, 1)
 
@@ -616,9 +734,11 @@ class ClusterState:
         self._node_version = next(self._versions)
         self._workloads_version = self._node_version
         self._spare_rooms = None
+        self._dirty_all = True
 
     def _touch(self, group: GroupKey) -> None:
         self._group_versions[group] = next(self._versions)
+        self._dirty_groups.add(group)
 
     def _unindex_replicaset(self, key: tuple[str, str]) -> None:
         old = self._objects["ReplicaSet"].get(key)
@@ -626,6 +746,7 @@ class ClusterState:
         if owner is None or owner.get("kind") != "Deployment":
             return
         deployment = (key[0], str(owner.get("name")))
+        self._dirty_groups.add(GroupKey(key[0], "Deployment", deployment[1]))
         names = self._replicasets_of.get(deployment)
         if names is not None:
             names.discard(key[1])
@@ -911,6 +1032,10 @@ class ClusterState:
     def assumed_count(self, now: float) -> int:
         self._expire(now)
         return len(self._assumed)
+
+    def expire(self, now: float) -> None:
+        """Drop the assumptions whose TTL passed by `now`."""
+        self._expire(now)
 
     def _expire(self, now: float) -> None:
         while self._assumed:
