@@ -17,7 +17,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.state import ClusterState
 from shipshape.controller.state.views import Fanout, Replica
-from shipshape.controller.webhook.admission import PodPlacer
+from shipshape.controller.webhook.admission import ReplicaPlacer
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
     CONTROLLER_LABEL,
@@ -88,18 +87,6 @@ class ProcessSettings:
     informer_backoff_max_seconds: float = 30.0
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
-
-
-class ReplicaPlacer(PodPlacer):
-    """The placer answering from the webhook's own replica of the state (caught up at each review)."""
-
-    def __init__(self, replica: Replica, *args: Any, **kwargs: Any) -> None:
-        super().__init__(replica.state, *args, **kwargs)
-        self._replica = replica
-
-    def review(self, body: Mapping[str, Any]) -> Obj:
-        with self._replica.view():
-            return super().review(body)
 
 
 def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
