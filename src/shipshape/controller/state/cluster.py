@@ -875,12 +875,14 @@ class ClusterState:
         if kept is not None and kept[0] is workload.obj and kept[1] == inputs:
             return kept[2]
         all_pods = self.keyed_pods_of_workload(workload)
-        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in all_pods if is_active(pod)]
+        active = [(pod_key, pod) for pod_key, pod in all_pods if is_active(pod)]
+        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in active]
         labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         state = workloads.build_workload_state(
             workload,
             policy,
-            [pod for _, pod in all_pods],
+            [pod for _, pod in active],
+            len(all_pods),
             states,
             self.pdbs_matching(workload.namespace, labels),
         )

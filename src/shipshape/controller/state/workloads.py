@@ -69,13 +69,14 @@ def pod_state(pod: Mapping[str, Any], placement: Placement, kind: WorkloadKind) 
 def build_workload_state(
     workload: WorkloadRef,
     policy: WorkloadPolicy,
-    all_pods: Sequence[Mapping[str, Any]],
+    active: Sequence[Mapping[str, Any]],
+    total: int,
     pod_states: Sequence[PodState],
     pdbs: Sequence[Mapping[str, Any]],
 ) -> WorkloadState:
-    """The workload as the loops see it from its pods (`all_pods`, active or not), the states of the
-    active ones (`pod_states`, in any order) and the PDBs matching it."""
-    groups = {_controller_name(pod) for pod in all_pods if is_active(pod)}
+    """The workload as the loops see it from its active pods (`active`, of `total` pods in all), their
+    states (`pod_states`, in any order) and the PDBs matching it."""
+    groups = {_controller_name(pod) for pod in active}
     return WorkloadState(
         kind=workload.kind,
         namespace=workload.namespace,
@@ -84,7 +85,7 @@ def build_workload_state(
         policy=policy,
         pods=tuple(sorted(pod_states, key=lambda p: p.name)),
         floor=availability_floor(workload, pdbs),
-        settling=len(groups) > 1 or len(pod_states) != len(all_pods),
+        settling=len(groups) > 1 or len(active) != total,
     )
 
 
@@ -134,7 +135,7 @@ def recompute_managed(
                 (
                     ref,
                     build_workload_state(
-                        ref, result.policy, pods, states, state.pdbs_matching(namespace, labels)
+                        ref, result.policy, active, len(pods), states, state.pdbs_matching(namespace, labels)
                     ),
                 )
             )
