@@ -351,3 +351,22 @@ def test_replicas_fed_by_one_fanout_hold_the_same_objects() -> None:
         assert loops.pending() == 0
         assert facts(state, config, 0.0) == facts(other, config, 0.0)
         check(state, cluster, config, "replica")
+
+
+def test_a_nested_view_does_not_change_what_the_enclosing_view_reads() -> None:
+    rng = random.Random(11)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    replica = Replica(ClusterState(config))
+    fanout = Fanout(replica)
+    with replica.view() as state:
+        before = len(list(state.objects("Pod")))
+        for _ in range(50):
+            event = cluster.change()
+            fanout.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        with replica.view() as same:  # the loops nest `reading()`: still the same snapshot
+            assert len(list(same.objects("Pod"))) == before
+        assert replica.pending() == 50
+    with replica.view() as state:
+        assert replica.pending() == 0
+        check(state, cluster, config, "nested")

@@ -47,13 +47,17 @@ class Replica:
         self.state = state
         self._lock = threading.RLock()
         self._pending: deque[Change] = deque()
+        # Views open on the owning thread: changes are applied only when the outermost one opens
+        # (a nested view must not change what an enclosing one is reading).
+        self._depth = 0
 
     def offer(self, change: Change) -> None:
         """Queue a change; apply it now if no reader holds the replica (never waits)."""
         self._pending.append(change)
         if self._lock.acquire(blocking=False):
             try:
-                self._catch_up()
+                if self._depth == 0:
+                    self._catch_up()
             finally:
                 self._lock.release()
 
@@ -74,8 +78,7 @@ class Replica:
         """The state, caught up with every change offered so far and (with `now`) its expired
         assumptions dropped, for the duration of the block; read-only for everything but the
         webhook's assumptions."""
-        with self._lock:
-            self._catch_up()
+        with self:
             if now is not None:
                 self.state.expire(now)
             yield self.state
@@ -83,15 +86,18 @@ class Replica:
     def __enter__(self) -> ClusterState:
         self._lock.acquire()
         try:
-            self._catch_up()
+            if self._depth == 0:
+                self._catch_up()
         except BaseException:
             self._lock.release()
             raise
+        self._depth += 1
         return self.state
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self._depth -= 1
         self._lock.release()
 
 
