@@ -120,7 +120,7 @@ class LoopSettings(BaseModel):
 @dataclass(slots=True)
 class NoticeBoard:
     """What the notice watcher knows now: the responder acts on `at_hand`, the webhook avoids the nodes
-    `recommended` for rebalancing (written and read under the cache lock)."""
+    `recommended` for rebalancing (each replaced whole, so the webhook reads either one or the next)."""
 
     # Every termination notice at hand (taints, instance metadata, on the leader the event queue).
     at_hand: tuple[Notice, ...] = ()

@@ -125,7 +125,7 @@ class NoticeWatcher(Reconciler):
 
     def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
         """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
-        with self.reading():  # the webhook reads the risk model under the same lock
+        with self.reading():  # the risk model takes its own lock: the webhook reads it
             notes = risk_notes(notices, nodes, now, self.config.notice_lead_seconds, self.cache.conventions)
             for note in notes:
                 if self.shared.risk.record_notice(note.key, note.pool, note.at) and note.source is not None:
@@ -175,7 +175,7 @@ class NoticeWatcher(Reconciler):
                 if name not in self._recommended:
                     LOG.info("rebalance recommendation for node %s (pool %s)", name, pool)
         self._metadata_notices = found
-        with self.reading():  # the webhook reads them under the same lock
+        with self.reading():  # the board is replaced whole: the webhook reads it
             self._recommended = recommended
             self._publish_recommended()
 
