@@ -47,9 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         "wallSeconds": round(result.wall_seconds, 1),
         "cpuSeconds": None if result.cpu_seconds is None else round(result.cpu_seconds, 1),
         "cost": round(result.total_cost, 2),
-        "savingsVsOnDemand": None
-        if result.savings_vs_on_demand is None
-        else round(result.savings_vs_on_demand, 4),
         "zeroReadyMinutes": round(result.zero_ready_minutes, 2),
         "belowMinAvailableMinutes": round(result.below_min_available_minutes, 2),
         "target": {

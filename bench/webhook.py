@@ -38,6 +38,7 @@ from typing import Any
 
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.process import ProcessSettings
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import ClusterState, workloads
 from shipshape.controller.state.views import Fanout, Replica
@@ -202,6 +203,8 @@ def serve(
             cache.apply({"type": "ADDED", "object": obj})
         placer = PodPlacer(cache, config, RiskModel(), RealClock(), metrics)
     else:
+        # The controller process's interpreter setting (`ProcessSettings.switch_interval_seconds`).
+        sys.setswitchinterval(ProcessSettings(identity="bench").switch_interval_seconds or 0.005)
         # Shared: one replica for both (the single-lock design); otherwise one each, as in the process.
         loops = Replica(ClusterState(config))
         webhook = loops if planning == "shared" else Replica(ClusterState(config))

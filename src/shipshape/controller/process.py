@@ -14,6 +14,7 @@ import asyncio
 import base64
 import logging
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -85,6 +86,10 @@ class ProcessSettings:
     sync_timeout_seconds: float = 60.0
     # Longest wait (real seconds) between two attempts to reach an API server that is down.
     informer_backoff_max_seconds: float = 30.0
+    # How long a thread computing (a planning pass) keeps the interpreter before one waiting for it
+    # (the webhook's, back from the network) gets it (`sys.setswitchinterval`; Python's default 5 ms
+    # would come on top of every admission made during a pass). None: leave the interpreter's.
+    switch_interval_seconds: float | None = 0.001
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
 
@@ -211,6 +216,8 @@ class ControllerProcess:
     # --- start ------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.settings.switch_interval_seconds is not None:
+            sys.setswitchinterval(self.settings.switch_interval_seconds)
         self._ensure_namespace()
         self.informers.start()
         if not self.informers.wait_synced(self.settings.sync_timeout_seconds):
