@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shipshape.controller.cache import WorkloadRef
 from shipshape.controller.policy import WorkloadKind
+
+if TYPE_CHECKING:
+    from shipshape.controller.state.records import WorkloadRef
 
 
 def scaled(value: int | str | None, total: int, *, round_up: bool, default: int) -> int:

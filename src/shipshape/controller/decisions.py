@@ -1,4 +1,4 @@
-"""Pure decisions of the controller's loops; the loops themselves only read the cache and act.
+"""Pure decisions of the controller's loops; the loops themselves only read the state and act.
 
 - `deletion_costs`: `controller.kubernetes.io/pod-deletion-cost` values so that a scale-down removes
   the pods that bring the split back to target (spot in the riskiest, fullest pool first);
@@ -13,21 +13,13 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from shipshape.controller.availability import availability_floor, disruption_allowance
-from shipshape.controller.cache import (
-    POD_STATE,
-    ClusterCache,
-    WorkloadRef,
-    is_active,
-    read_decision,
-)
-from shipshape.controller.packing import pod_requests
 from shipshape.controller.placement import (
     Exclusion,
     GroupCounts,
@@ -38,144 +30,26 @@ from shipshape.controller.placement import (
     ordinal_capacity,
     spot_limit,
     spread_cap,
-    statefulset_ordinal,
     statefulset_split,
     zone_counts,
 )
 from shipshape.controller.policy import (
-    DELETION_COST,
     INSTANCE_TYPE_LABEL,
     ZONE_LABEL,
     CapacityType,
     WorkloadKind,
     WorkloadPolicy,
 )
+from shipshape.controller.state import (
+    PodState,
+    WorkloadState,
+    is_active,
+    read_decision,
+)
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
 
 Obj = dict[str, Any]
-
-
-# --- state read from the cache --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodState:
-    name: str
-    capacity: CapacityType | None
-    pool: Pool | None
-    node: str | None
-    ready: bool
-    ordinal: int | None = None
-    cpu_millis: int = 0
-    memory_bytes: int = 0
-    deletion_cost: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadState:
-    kind: WorkloadKind
-    namespace: str
-    name: str
-    replicas: int
-    policy: WorkloadPolicy
-    pods: tuple[PodState, ...]
-    # Fewest ready replicas allowed: the PDB's, else spec.replicas - maxUnavailable.
-    floor: int
-    # A rollout or a deletion is under way: the loops leave the workload alone until it settles.
-    settling: bool = False
-
-    @property
-    def ready(self) -> int:
-        return sum(1 for pod in self.pods if pod.ready)
-
-    @property
-    def allowance(self) -> int:
-        """Replicas that may be unavailable at once (spec.replicas minus the floor)."""
-        return disruption_allowance(self.replicas, self.floor)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.kind.value}/{self.name}"
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
-    """The workload as the loops see it: its active pods with placement, readiness and requests.
-
-    Derived once per change of its inputs (the workload object, its pods and ReplicaSets, the PDBs
-    of its namespace, node placements, the policy) and kept in the cache, so a round over every
-    managed workload rebuilds only the ones that changed; the same inputs give the same state object.
-    """
-    inputs = (cache.workload_inputs(workload), policy)
-    kept = cache.derived(workload, inputs)
-    if isinstance(kept, WorkloadState):
-        return kept
-    state = _build_workload_state(cache, workload, policy)
-    cache.keep_derived(workload, inputs, state)
-    return state
-
-
-def _build_workload_state(
-    cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy
-) -> WorkloadState:
-    all_pods = cache.keyed_pods_of_workload(workload)
-    active = [(key, pod) for key, pod in all_pods if is_active(pod)]
-    groups = {_controller_name(pod) for _, pod in active}
-    pods: list[PodState] = []
-    for key, pod in active:
-        placement = cache.placement_of(pod, key)
-        inputs = (placement, workload.kind)
-        kept = cache.pod_derived(pod, POD_STATE, inputs, key)
-        if isinstance(kept, PodState):
-            pods.append(kept)
-            continue
-        state = _pod_state(pod, placement, workload.kind)
-        cache.keep_pod_derived(pod, POD_STATE, state, inputs)
-        pods.append(state)
-    labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    pdbs = cache.pdbs_matching(workload.namespace, labels)
-    return WorkloadState(
-        kind=workload.kind,
-        namespace=workload.namespace,
-        name=workload.name,
-        replicas=workload.replicas,
-        policy=policy,
-        pods=tuple(sorted(pods, key=lambda p: p.name)),
-        floor=availability_floor(workload, pdbs),
-        settling=len(groups) > 1 or len(active) != len(all_pods),
-    )
-
-
-def _controller_name(pod: Mapping[str, Any]) -> str:
-    """The name of the pod's controller ("None" without one): `controller_ref` without its copy."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("name"))
-    return "None"
-
-
-def _pod_state(
-    pod: Mapping[str, Any], placement: tuple[CapacityType | None, Pool | None], kind: WorkloadKind
-) -> PodState:
-    capacity, pool = placement
-    cpu, memory = pod_requests(pod)
-    metadata = pod.get("metadata") or {}
-    return PodState(
-        name=str(metadata.get("name")),
-        capacity=capacity,
-        pool=pool,
-        node=(pod.get("spec") or {}).get("nodeName"),
-        ready=pod_ready(pod),
-        ordinal=statefulset_ordinal(pod) if kind is WorkloadKind.STATEFULSET else None,
-        cpu_millis=cpu,
-        memory_bytes=memory,
-        deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
-    )
 
 
 def _counts(pods: Iterable[PodState]) -> GroupCounts:
@@ -576,25 +450,30 @@ class ShortageTracker:
     max_retry_seconds: float = 3600.0
     _until: dict[Pool, float] = field(default_factory=dict)
     _strikes: dict[Pool, int] = field(default_factory=dict)
+    # The fallback loop marks, every replica's webhook reads (another thread in a controller process).
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def mark(self, pools: Iterable[Pool], now: float) -> list[Pool]:
         """Record a shortage; returns the pools newly marked (already marked ones are left alone)."""
         newly: list[Pool] = []
-        for pool in pools:
-            if self._until.get(pool, -math.inf) > now:
-                continue
-            strikes = self._strikes.get(pool, 0)
-            self._until[pool] = now + min(self.max_retry_seconds, self.retry_seconds * 2**strikes)
-            self._strikes[pool] = strikes + 1
-            newly.append(pool)
+        with self._lock:
+            for pool in pools:
+                if self._until.get(pool, -math.inf) > now:
+                    continue
+                strikes = self._strikes.get(pool, 0)
+                self._until[pool] = now + min(self.max_retry_seconds, self.retry_seconds * 2**strikes)
+                self._strikes[pool] = strikes + 1
+                newly.append(pool)
         return newly
 
     def capacity_seen(self, pool: Pool) -> None:
-        self._until.pop(pool, None)
-        self._strikes.pop(pool, None)
+        with self._lock:
+            self._until.pop(pool, None)
+            self._strikes.pop(pool, None)
 
     def shortages(self, now: float) -> frozenset[Pool]:
-        return frozenset(pool for pool, until in self._until.items() if until > now)
+        with self._lock:
+            return frozenset(pool for pool, until in self._until.items() if until > now)
 
 
 # --- headroom -------------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shipshape.controller.decisions import WorkloadState
 from shipshape.controller.placement import desired_split
 from shipshape.controller.policy import PREFIX, WorkloadKind
+from shipshape.controller.state import WorkloadState
 from shipshape.kube.clock import parse_time, rfc3339
 
 Obj = dict[str, Any]

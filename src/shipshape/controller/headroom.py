@@ -11,16 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.decisions import (
-    HeadroomPlan,
-    PodState,
-    WorkloadState,
-    headroom_plan,
-    spot_pods_by_pool,
-)
+from shipshape.controller.decisions import HeadroomPlan, headroom_plan, spot_pods_by_pool
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.controller.state import PodState, WorkloadState
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import format_bytes, format_cpu
 
@@ -93,7 +88,7 @@ def pods_to_cover(states: Iterable[WorkloadState], covers: str = "floor") -> dic
 
 def uncovered_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], rooms: Sequence[Room]) -> HeadroomPlan:
     """Placeholders for the largest set of pods one spot pool could lose that would not already fit
-    in the room left on the nodes outside that pool (`ClusterCache.spare_rooms`): on-demand nodes and
+    in the room left on the nodes outside that pool (`ClusterState.spare_rooms`): on-demand nodes and
     the other spot pools' nodes, where the replacements, steered off the doomed pool, go.
 
     Sizing them for every pod of the pool keeps on-demand nodes that hold nothing but placeholders
@@ -142,7 +137,7 @@ def _packed_together() -> Obj:
 
 def _on_demand_affinity(terms: Sequence[Sequence[Obj]] | None) -> Obj:
     """Placeholders prefer nodes that hold placeholders and require on-demand nodes, selected by the
-    capacity labels the nodes carry (`terms`, `ClusterCache.capacity_terms`; by default the original
+    capacity labels the nodes carry (`terms`, `ClusterState.capacity_terms`; by default the original
     convention's label)."""
     if terms is None:
         key, value = kube_capacity.CAPACITY_LABEL, CapacityType.ON_DEMAND.value

@@ -1,14 +1,12 @@
-"""The kinds the controller's `ClusterCache` holds, kept by the informer kit (`kube/informers.py`)."""
+"""The kinds the controller's `ClusterState` holds, kept by the informer kit (`kube/informers.py`)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
 
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.growth import AUTOSCALER_STATUS
 from shipshape.kube import informers as kit
 
@@ -43,26 +41,9 @@ def sources(api_client: k8s.ApiClient) -> list[kit.Source]:
     ]
 
 
-class LockedCache:
-    """The cache as an informer sink: every list and event applied under the process's cache lock."""
-
-    def __init__(self, cache: ClusterCache, lock: AbstractContextManager[Any]) -> None:
-        self.cache = cache
-        self.lock = lock
-
-    def replace(self, kind: str, items: list[Obj]) -> None:
-        with self.lock:
-            self.cache.replace(kind, items)
-
-    def apply(self, event: Obj, kind: str) -> None:
-        with self.lock:
-            self.cache.apply(event, kind=kind)
-
-
 def informers(
-    api_client: k8s.ApiClient,
-    cache: ClusterCache,
-    lock: AbstractContextManager[Any],
-    backoff_max: float = kit.BACKOFF_MAX,
+    api_client: k8s.ApiClient, sink: kit.Sink, backoff_max: float = kit.BACKOFF_MAX
 ) -> kit.Informers:
-    return kit.Informers(sources(api_client), LockedCache(cache, lock), backoff_max)
+    """The informers of every kind the state holds, delivering to `sink` (in the process, a
+    `state.views.Fanout` feeding the webhook's and the loops' replicas)."""
+    return kit.Informers(sources(api_client), sink, backoff_max)

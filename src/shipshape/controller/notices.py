@@ -44,15 +44,15 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from shipshape.contracts import notices as notice_contract
-from shipshape.controller.cache import (
+from shipshape.controller.ops import OpsError
+from shipshape.controller.placement import Pool
+from shipshape.controller.state import (
     NOTICE_TAINTS,
     QUEUE_NOTICE_TAINT,
     QUEUE_REBALANCE_TAINT,
     node_pool,
     taint_keys,
 )
-from shipshape.controller.ops import OpsError
-from shipshape.controller.placement import Pool
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time, rfc3339
 

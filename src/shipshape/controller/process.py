@@ -2,9 +2,10 @@
 (leader only), a /metrics endpoint, and a graceful stop.
 
 Threads: one informer per kind, the leader elector, the loops' scheduler, the webhook server (uvicorn
-on its own event loop) and the metrics server. The cache is shared under one lock: informers hold it
-to apply an event, the webhook to answer one review, the loops only while they read (never across an
-API call).
+on its own event loop) and the metrics server. The webhook and the loops each read their own replica
+of the state (`state.views`), fed the same informer events without waiting: the webhook holds its
+replica for one review at a time, the loops theirs only while they read (never across an API call),
+so an admission never waits behind a planning pass.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import asyncio
 import base64
 import logging
 import socket
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
 from shipshape.controller.batch_capacity import NodeResources
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.kube_ops import KubeOps
 from shipshape.controller.leader import LeaseElector, LeaseSettings
 from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
@@ -38,7 +38,9 @@ from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
-from shipshape.controller.webhook.admission import PodPlacer
+from shipshape.controller.state import ClusterState
+from shipshape.controller.state.views import Fanout, Replica
+from shipshape.controller.webhook.admission import ReplicaPlacer
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
     CONTROLLER_LABEL,
@@ -84,20 +86,12 @@ class ProcessSettings:
     sync_timeout_seconds: float = 60.0
     # Longest wait (real seconds) between two attempts to reach an API server that is down.
     informer_backoff_max_seconds: float = 30.0
+    # How long a thread computing (a planning pass) keeps the interpreter before one waiting for it
+    # (the webhook's, back from the network) gets it (`sys.setswitchinterval`; Python's default 5 ms
+    # would come on top of every admission made during a pass). None: leave the interpreter's.
+    switch_interval_seconds: float | None = 0.001
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
-
-
-class LockedPlacer(PodPlacer):
-    """The placer answering under the cache lock (informer threads write the cache meanwhile)."""
-
-    def __init__(self, lock: threading.RLock, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lock = lock
-
-    def review(self, body: Mapping[str, Any]) -> Obj:
-        with self._lock:
-            return super().review(body)
 
 
 def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
@@ -124,8 +118,12 @@ class ControllerProcess:
         self.config = config
         self.settings = settings
         self.clock = clock
-        self.lock = threading.RLock()
-        self.cache = ClusterCache(config)
+        # The webhook's replica of the state and the loops' (`state.views`); `lock`/`cache` are the
+        # loops' replica and its state, for what the process reads itself.
+        self.webhook_state = Replica(ClusterState(config))
+        self.loop_state = Replica(ClusterState(config))
+        self.lock = self.loop_state
+        self.cache = self.loop_state.state
         self.registry = CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry)
         risk = RiskModel(
@@ -137,9 +135,8 @@ class ControllerProcess:
         self.kube_ops = KubeOps(api_client)
         # Every write of the loops goes through here: logged, and not sent in recommend-only mode.
         self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run, clock=clock)
-        self.placer = LockedPlacer(
-            self.lock,
-            self.cache,
+        self.placer = ReplicaPlacer(
+            self.webhook_state,
             config,
             risk,
             clock,
@@ -148,7 +145,7 @@ class ControllerProcess:
             recommendations=self.shared.notices.recommendations,
         )
         self.informers = informers.informers(
-            api_client, self.cache, self.lock, settings.informer_backoff_max_seconds
+            api_client, Fanout(self.webhook_state, self.loop_state), settings.informer_backoff_max_seconds
         )
         self.elector = LeaseElector(
             api_client,
@@ -219,6 +216,8 @@ class ControllerProcess:
     # --- start ------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.settings.switch_interval_seconds is not None:
+            sys.setswitchinterval(self.settings.switch_interval_seconds)
         self._ensure_namespace()
         self.informers.start()
         if not self.informers.wait_synced(self.settings.sync_timeout_seconds):

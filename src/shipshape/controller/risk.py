@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import threading
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,32 +70,37 @@ class RiskModel:
     # The last answers, for the slice and pools they were worked out for.
     _scores_memo: tuple[Hashable, dict[Pool, float]] | None = None
     _at_risk_memo: tuple[Hashable, frozenset[Pool]] | None = None
+    # The notice loop records, every replica's webhook reads (another thread in a controller process).
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def record_notice(self, node: str, pool: Pool, at: float) -> bool:
         """Record a termination notice for a spot node; False for a duplicate (same node)."""
-        if node in self._notices:
-            return False
-        self._notices[node] = (pool, at)
-        index = bisect.bisect_right(self._times, at)
-        self._times.insert(index, at)
-        self._pools.insert(index, pool)
-        self._scores_memo = self._at_risk_memo = None
-        return True
+        with self._lock:
+            if node in self._notices:
+                return False
+            self._notices[node] = (pool, at)
+            index = bisect.bisect_right(self._times, at)
+            self._times.insert(index, at)
+            self._pools.insert(index, pool)
+            self._scores_memo = self._at_risk_memo = None
+            return True
 
     def forget_before(self, when: float) -> None:
         """Drop notices older than `when` (bounded memory)."""
-        self._notices = {node: seen for node, seen in self._notices.items() if seen[1] >= when}
-        start = bisect.bisect_left(self._times, when)
-        del self._times[:start], self._pools[:start]
-        self._scores_memo = self._at_risk_memo = None
+        with self._lock:
+            self._notices = {node: seen for node, seen in self._notices.items() if seen[1] >= when}
+            start = bisect.bisect_left(self._times, when)
+            del self._times[:start], self._pools[:start]
+            self._scores_memo = self._at_risk_memo = None
 
     def _window(self, since: float, now: float) -> tuple[int, int]:
         """The slice of `_times`/`_pools` with since <= time <= now."""
         return bisect.bisect_left(self._times, since), bisect.bisect_right(self._times, now)
 
     def observed(self, pool: Pool, now: float) -> int:
-        start, stop = self._window(now - self.window_seconds, now)
-        return self._pools[start:stop].count(pool)
+        with self._lock:
+            start, stop = self._window(now - self.window_seconds, now)
+            return self._pools[start:stop].count(pool)
 
     def _band(self, pool: Pool, region: str | None) -> float:
         """The advisor's interruption band of the pool, or the middle band when unknown."""
@@ -108,22 +114,24 @@ class RiskModel:
     def scores(self, pools: Mapping[Pool, str | None], now: float) -> dict[Pool, float]:
         """`score` of each pool (given with its region), the observed interruptions counted in one
         pass over the window's notices, and only when the window or the pools changed."""
-        window = self._window(now - self.window_seconds, now)
-        key = (window, tuple(pools.items()))
-        if self._scores_memo is not None and self._scores_memo[0] == key:
-            return dict(self._scores_memo[1])
-        observed: dict[Pool, int] = {}
-        for seen_pool in self._pools[window[0] : window[1]]:
-            observed[seen_pool] = observed.get(seen_pool, 0) + 1
-        out: dict[Pool, float] = {}
-        for pool, region in pools.items():
-            out[pool] = self._band(pool, region) + self.observed_weight * observed.get(pool, 0)
-        self._scores_memo = (key, out)
-        return dict(out)
+        with self._lock:
+            window = self._window(now - self.window_seconds, now)
+            key = (window, tuple(pools.items()))
+            if self._scores_memo is not None and self._scores_memo[0] == key:
+                return dict(self._scores_memo[1])
+            observed: dict[Pool, int] = {}
+            for seen_pool in self._pools[window[0] : window[1]]:
+                observed[seen_pool] = observed.get(seen_pool, 0) + 1
+            out: dict[Pool, float] = {}
+            for pool, region in pools.items():
+                out[pool] = self._band(pool, region) + self.observed_weight * observed.get(pool, 0)
+            self._scores_memo = (key, out)
+            return dict(out)
 
     def at_risk(self, now: float) -> frozenset[Pool]:
         """Pools with a notice within the cool-down: no new placements there."""
-        window = self._window(now - self.cooldown_seconds, now)
-        if self._at_risk_memo is None or self._at_risk_memo[0] != window:
-            self._at_risk_memo = (window, frozenset(self._pools[window[0] : window[1]]))
-        return self._at_risk_memo[1]
+        with self._lock:
+            window = self._window(now - self.cooldown_seconds, now)
+            if self._at_risk_memo is None or self._at_risk_memo[0] != window:
+                self._at_risk_memo = (window, frozenset(self._pools[window[0] : window[1]]))
+            return self._at_risk_memo[1]

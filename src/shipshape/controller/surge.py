@@ -22,11 +22,10 @@ from enum import StrEnum
 from typing import Any
 
 from shipshape.controller.availability import deployment_max_unavailable
-from shipshape.controller.cache import node_pool
-from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.notices import Notice, reclaimed_scope
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import PREFIX, SingleReplicaMode, WorkloadKind
+from shipshape.controller.state import PodState, WorkloadState, node_pool
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import rfc3339
 

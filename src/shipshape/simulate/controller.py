@@ -24,12 +24,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from shipshape.controller.cache import KINDS, ClusterCache
 from shipshape.controller.loops import LoopSettings, SharedState, all_reconcilers, lanes
 from shipshape.controller.loops.scheduler import Cadence, Lane, LoopScheduler
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
+from shipshape.controller.state import KINDS, ClusterState
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, Attributes
@@ -82,7 +82,7 @@ class InProcessController:
     ) -> None:
         self.cluster = cluster
         self.config = config
-        self.cache = ClusterCache(config)
+        self.cache = ClusterState(config)
         self.metrics = ControllerMetrics(CollectorRegistry())
         scenario = cluster.scenario
         region = config.region or (scenario.region if scenario else "us-east-1")

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipshape.controller.cache import NOTICE_TAINTS, taint_keys
+from shipshape.controller.state import NOTICE_TAINTS, taint_keys
 from shipshape.emulator import resources as r
 from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent
 from shipshape.kube.clock import Clock, parse_time

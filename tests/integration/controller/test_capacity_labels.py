@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from shipshape.controller.cache import read_decision
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.state import read_decision
 from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS
 from shipshape.kube import capacity

@@ -18,12 +18,12 @@ import boto3
 import httpx
 import pytest
 
-from shipshape.controller.cache import QUEUE_NOTICE_TAINT
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.notices import INTERRUPTION, REBALANCE, QueueNoticeSource
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.queue_client import SqsQueue, endpoint_of, queue_for, region_of
+from shipshape.controller.state import QUEUE_NOTICE_TAINT
 from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.cloud import http as cloud_http
 from shipshape.emulator.resources import DEPLOYMENTS, NODES

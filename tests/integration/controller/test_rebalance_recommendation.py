@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shipshape.controller.cache import read_decision
+from shipshape.controller.state import read_decision
 from shipshape.emulator.resources import NODES
 from shipshape.nodecollector.notices import detect, publish
 from shipshape.nodecollector.notices.poller import NoticePoller

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shipshape.controller.cache import read_decision
+from shipshape.controller.state import read_decision
 from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
 from tests.integration.emulator.served_cluster import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shipshape.controller.cache import read_decision
+from shipshape.controller.state import read_decision
 from shipshape.emulator.resources import NODES
 from tests.integration.emulator.served_cluster import ServedCluster, ready_pods, serve_cluster
 

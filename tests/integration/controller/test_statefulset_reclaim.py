@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.controller.cache import read_decision
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.state import read_decision
 from shipshape.emulator.resources import NODES
 from tests.integration.emulator.served_cluster import ServedCluster, ready_pods, scenario, serve_cluster
 

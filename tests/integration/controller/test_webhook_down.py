@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.controller.cache import read_decision
+from shipshape.controller.state import read_decision
 from shipshape.emulator.resources import MUTATING_WEBHOOKS
 from tests.integration.emulator.served_cluster import SPOT_A, SPOT_B, ready_pods, serve_cluster
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.loops.base import Reconciler, SharedState
 from shipshape.controller.loops.guards import SurgeGuards
 from shipshape.controller.loops.interruptions import InterruptionResponder
@@ -19,6 +18,7 @@ from shipshape.controller.ops import ClusterOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.kube.clock import Clock, VirtualClock
 
@@ -192,7 +192,7 @@ class Harness:
     def __init__(self, config: ControllerConfig | None = None, risk: RiskModel | None = None) -> None:
         self.config = config or ControllerConfig()
         self.clock = VirtualClock()
-        self.cache = ClusterCache(self.config)
+        self.cache = ClusterState(self.config)
         self.risk = risk or RiskModel(cooldown_seconds=self.config.risk_cooldown_seconds)
         self.registry = CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry)
@@ -217,7 +217,7 @@ class InterruptionLane:
     def __init__(
         self,
         clock: Clock,
-        cache: ClusterCache,
+        cache: ClusterState,
         ops: ClusterOps,
         config: ControllerConfig,
         metrics: ControllerMetrics,

@@ -6,14 +6,11 @@ from typing import Any
 import pytest
 
 from shipshape.controller.availability import availability_floor, pdb_floor
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import (
     Direction,
     Move,
     MoveKind,
-    PodState,
     ShortageTracker,
-    WorkloadState,
     allowed_pools_of,
     deletion_cost_updates,
     deletion_costs,
@@ -24,12 +21,12 @@ from shipshape.controller.decisions import (
     removal_order,
     replacement_lands,
     spot_pods_by_pool,
-    workload_state,
 )
 from shipshape.controller.headroom import placeholder_deployments, priority_class
 from shipshape.controller.notices import Notice, notice_from_instance_action, notices_from_taints
 from shipshape.controller.placement import Exclusion, PlacementView, Pool, desired_split
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
+from shipshape.controller.state import ClusterState, PodState, WorkloadState
 from shipshape.controller.surge import ActionKind, plan_interruptions
 from shipshape.kube.clock import rfc3339
 
@@ -361,7 +358,7 @@ def test_pdb_floor(spec: dict[str, Any], expected: int) -> None:
 
 
 def test_workload_state_from_the_cache() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     dep = deployment("web", 4, max_unavailable=0)
     rs = replicaset(dep)
     for obj in (dep, rs, *cluster_nodes()):
@@ -370,7 +367,7 @@ def test_workload_state_from_the_cache() -> None:
         cache.apply(added(pod_of(rs, f"web-{i}", node=where, ready=i != 3)))
     ref = cache.workload_of(pod_of(rs, "web-0"))
     assert ref is not None
-    current = workload_state(cache, ref, POLICY)
+    current = cache.workload_state(ref, POLICY)
     assert current.ready == 3 and current.floor == 4  # maxUnavailable 0 (maxSurge 25 % > 0)
     assert [(p.capacity, p.pool) for p in current.pods] == [(OD, None), (SPOT, A), (SPOT, A), (SPOT, B)]
     assert current.pods[0].cpu_millis == 500

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from shipshape.controller.availability import availability_floor, statefulset_max_unavailable
-from shipshape.controller.cache import WorkloadRef
 from shipshape.controller.decisions import Direction, PodState, WorkloadState, next_move, nodes_by_name
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.notices import Notice
@@ -28,6 +27,7 @@ from shipshape.controller.placement import (
     statefulset_split,
 )
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.state import WorkloadRef
 from shipshape.controller.surge import ActionKind, next_replacement, plan_interruptions
 
 from .builders import Harness, InterruptionLane, namespace, node, pod_of, statefulset

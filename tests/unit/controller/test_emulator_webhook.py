@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from shipshape.controller.cache import ClusterCache, read_decision
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState, read_decision
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.controller.webhook.registration import WEBHOOK_NAME, webhook_configuration
 from shipshape.controller.webhook.server import bind, create_app, https_server
@@ -75,7 +75,7 @@ def run_create(api: Api, rt: Any, namespace: str, body: Obj) -> Obj:
 
 
 @pytest.fixture
-def emulated(tmp_path: Path) -> Iterator[tuple[Cluster, Api, ClusterCache]]:
+def emulated(tmp_path: Path) -> Iterator[tuple[Cluster, Api, ClusterState]]:
     cluster = Cluster(VirtualClock())
     api = Api(cluster)
     for name in ("default", "kube-system", "shipshape-system"):
@@ -90,7 +90,7 @@ def emulated(tmp_path: Path) -> Iterator[tuple[Cluster, Api, ClusterCache]]:
     ):
         cluster.store.create(NODES, {k: v for k, v in body.items() if k != "kind"})
     config = ControllerConfig()
-    cache = ClusterCache(config)
+    cache = ClusterState(config)
     for rt in (NAMESPACES, NODES):
         cache.replace(rt.kind, cluster.store.list(rt))
 
@@ -117,7 +117,7 @@ def emulated(tmp_path: Path) -> Iterator[tuple[Cluster, Api, ClusterCache]]:
 
 
 def test_ten_replica_burst_through_the_emulator_lands_on_the_split(
-    emulated: tuple[Cluster, Api, ClusterCache],
+    emulated: tuple[Cluster, Api, ClusterState],
 ) -> None:
     cluster, api, _ = emulated
     labels = {"app": "web"}
@@ -169,7 +169,7 @@ def test_ten_replica_burst_through_the_emulator_lands_on_the_split(
 
 
 def test_pods_outside_managed_workloads_are_created_unchanged(
-    emulated: tuple[Cluster, Api, ClusterCache],
+    emulated: tuple[Cluster, Api, ClusterState],
 ) -> None:
     cluster, api, cache = emulated
     labels = {"app": "plain"}

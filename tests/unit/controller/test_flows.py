@@ -9,17 +9,16 @@ from typing import Any
 
 import jsonpatch
 
-from shipshape.controller.cache import read_decision
 from shipshape.controller.decisions import (
     Direction,
     ShortageTracker,
     deletion_costs,
     fallback_candidates,
     next_move,
-    workload_state,
 )
 from shipshape.controller.placement import Pool, desired_split
 from shipshape.controller.policy import resolve_policy
+from shipshape.controller.state import read_decision
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.kube.clock import rfc3339
 
@@ -90,7 +89,7 @@ class Cluster:
         assert ref is not None
         policy = resolve_policy(ref.kind, ref.annotations, {}, self.h.config).policy
         assert policy is not None
-        return workload_state(self.h.cache, ref, policy)
+        return self.h.cache.workload_state(ref, policy)
 
 
 def test_split_holds_across_scale_down_and_up() -> None:

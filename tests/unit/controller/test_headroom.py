@@ -8,7 +8,6 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.headroom import placeholder_deployments, pods_to_cover, uncovered_plan
 from shipshape.controller.loops.headroom import _same
@@ -21,6 +20,7 @@ from shipshape.controller.policy import (
     WorkloadKind,
     WorkloadPolicy,
 )
+from shipshape.controller.state import ClusterState
 
 from .builders import node
 
@@ -89,7 +89,7 @@ def test_spare_is_the_room_workload_pods_leave_on_schedulable_nodes_they_hold() 
         lone_daemon,
         placeholder("od-placeholders-only"),  # a node the autoscaler may remove: no spare
     ]
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     cache.replace("Node", nodes)
     cache.replace("Pod", pods)
     assert list(cache.spare_rooms()) == [Room(None, 3400, 14 * GIB, 108), Room(POOL_B, 3000, 15 * GIB, 109)]

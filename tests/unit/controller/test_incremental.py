@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from shipshape.controller.cache import ClusterCache
-from shipshape.controller.decisions import (
-    PodState,
-    WorkloadState,
-    deletion_cost_updates,
-    removal_order,
-    workload_state,
-)
-from shipshape.controller.loops.base import workload_ref
+from shipshape.controller.decisions import deletion_cost_updates, removal_order
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
+from shipshape.controller.state import ClusterState, PodState, WorkloadState, workload_ref
 
 from .builders import added, deployment, namespace, node, pod_of, replicaset
 
@@ -23,8 +16,8 @@ A = Pool("m5.large", "us-east-1a")
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
 
 
-def cluster() -> tuple[ClusterCache, dict[str, object]]:
-    cache = ClusterCache(ControllerConfig())
+def cluster() -> tuple[ClusterState, dict[str, object]]:
+    cache = ClusterState(ControllerConfig())
     dep = deployment("web", 3)
     rs = replicaset(dep)
     objs: dict[str, object] = {"dep": dep, "rs": rs}
@@ -35,10 +28,10 @@ def cluster() -> tuple[ClusterCache, dict[str, object]]:
     return cache, objs
 
 
-def state_of(cache: ClusterCache) -> WorkloadState:
+def state_of(cache: ClusterState) -> WorkloadState:
     obj = cache.get("Deployment", "shop", "web")
     assert obj is not None
-    return workload_state(cache, workload_ref(WorkloadKind.DEPLOYMENT, obj), POLICY)
+    return cache.workload_state(workload_ref(WorkloadKind.DEPLOYMENT, obj), POLICY)
 
 
 def test_workload_state_is_rebuilt_only_when_its_inputs_change() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from shipshape.controller.cache import ClusterCache
-from shipshape.controller.informers import LockedCache
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.state import ClusterState
+from shipshape.controller.state.views import Fanout, Replica
 from shipshape.kube.informers import NOT_SERVED_RETRY_SECONDS, Informer, Source
 
 Obj = dict[str, Any]
@@ -79,8 +79,8 @@ def test_lists_watches_relists_on_gone_and_retries_when_unreachable() -> None:
             WatchResponse([{"type": "DELETED", "object": node("b", "22")}], after=stop),
         ]
     )
-    cache = ClusterCache(ControllerConfig())
-    informer = Informer(Source("Node", api), LockedCache(cache, threading.RLock()), stop, backoff_max=0.01)
+    cache = ClusterState(ControllerConfig())
+    informer = Informer(Source("Node", api), Fanout(Replica(cache)), stop, backoff_max=0.01)
     informer._run()  # on this thread: returns once the script is played and `stop` is set
 
     assert api.calls == [
@@ -112,14 +112,12 @@ def test_an_optional_kind_the_server_does_not_serve_counts_as_none_and_is_listed
     nodepool = {"metadata": {"name": "spot", "resourceVersion": "3"}, "spec": {}}
     api = ScriptedApi([ApiException(status=404, reason="Not Found"), ListResponse([nodepool], "3")])
     watch = WatchResponse([], after=stop)
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
 
     def answer(**kwargs: Any) -> Any:
         return watch if kwargs.get("watch") else api(**kwargs)
 
-    informer = Informer(
-        Source("NodePool", answer, optional=True), LockedCache(cache, threading.RLock()), stop
-    )
+    informer = Informer(Source("NodePool", answer, optional=True), Fanout(Replica(cache)), stop)
     informer._run()
     assert informer.synced.is_set() and stop.waits == [NOT_SERVED_RETRY_SECONDS]
     assert [n["metadata"]["name"] for n in cache.objects("NodePool")] == ["spot"]

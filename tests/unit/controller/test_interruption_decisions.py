@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shipshape.controller.cache import QUEUE_NOTICE_TAINT
 from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.guards import (
     GUARD_EXPIRES,
@@ -23,6 +22,7 @@ from shipshape.controller.notices import (
 )
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.state import QUEUE_NOTICE_TAINT
 from shipshape.controller.surge import RestartWatch
 from shipshape.kube.clock import parse_time, rfc3339
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shipshape.controller.cache import QUEUE_NOTICE_TAINT, QUEUE_REBALANCE_TAINT, ClusterCache
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.notices import (
     INTERRUPTION,
@@ -19,6 +18,7 @@ from shipshape.controller.notices import (
 from shipshape.controller.ops import OpsError, RecordingOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import QUEUE_NOTICE_TAINT, QUEUE_REBALANCE_TAINT, ClusterState
 from shipshape.controller.surge import SURGE_NOTE
 from shipshape.emulator.cloud.queue import EventQueue, InvalidReceipt
 from shipshape.kube.clock import rfc3339
@@ -194,7 +194,7 @@ def test_the_leader_taints_a_queue_noticed_node_once_and_every_cache_then_avoids
         },
     ]
     # What another replica's cache makes of the tainted node: no new pods there, its pool at risk.
-    other = ClusterCache(h.config)
+    other = ClusterState(h.config)
     other.apply(added({**tainted, "spec": {"taints": taints}}))
     view = other.placement_view(h.clock.now(), RiskModel())
     assert view.avoided_nodes == frozenset({"spot-0"})
@@ -230,7 +230,7 @@ def test_the_leader_taints_a_queue_recommended_node_so_other_replicas_avoid_it_t
     ((name, taints, _),) = ops.of("taint_node")
     assert name == "spot-0"
     assert taints == [{"key": QUEUE_REBALANCE_TAINT, "value": "event-queue", "effect": "PreferNoSchedule"}]
-    other = ClusterCache(h.config)
+    other = ClusterState(h.config)
     node = h.cache.get("Node", "", "spot-0")
     assert node is not None
     other.apply(added({**node, "spec": {"taints": taints}}))

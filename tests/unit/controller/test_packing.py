@@ -7,7 +7,6 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from shipshape.controller.cache import ClusterCache, node_pool
 from shipshape.controller.packing import (
     NodeRoom,
     Room,
@@ -20,6 +19,7 @@ from shipshape.controller.packing import (
 )
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, Packing
+from shipshape.controller.state import ClusterState, node_pool
 from shipshape.kube.scheduling import node_allocatable
 
 from .builders import Harness, added, deployment, namespace, node, pod_of, replicaset, review
@@ -275,7 +275,7 @@ def scanned_rooms(
     pods: Iterable[Obj],
 ) -> list[Room]:
     """The room left on each node that takes replacements and runs a workload pod, by a scan of every
-    node and pod: what `ClusterCache.spare_rooms` keeps from pod events."""
+    node and pod: what `ClusterState.spare_rooms` keeps from pod events."""
     free: dict[str, list[int]] = {}
     pools: dict[str, Pool | None] = {}
     for item in nodes:
@@ -341,7 +341,7 @@ def test_spare_rooms_from_the_per_node_sums_equal_a_scan_of_every_pod() -> None:
     """The cache's incremental sums give what a scan of all nodes and pods gives,
     through random creations, bindings, moves, finished pods, deletions and node changes."""
     rng = random.Random(11)
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     names = [f"n{i}" for i in range(6)]
     for i, name in enumerate(names):
         cache.apply(added(ready_node(name, "spot" if i % 2 else "on-demand", cpu="4", memory="16Gi")))
@@ -378,7 +378,7 @@ def test_spare_rooms_from_the_per_node_sums_equal_a_scan_of_every_pod() -> None:
 
 
 def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholders_hold() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     for name in ("daemons-only", "busy", "cordoned"):
         cache.apply(added(ready_node(name, "on-demand", cpu="4", memory="16Gi")))
     cordoned = ready_node("cordoned", "on-demand", cpu="4", memory="16Gi")
@@ -422,7 +422,7 @@ def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholde
 
 
 def test_node_versions_that_share_their_unchanged_parts_are_read_for_readiness_only() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     first = ready_node("od-1", "on-demand", cpu="4", memory="16Gi")
     cache.apply(added(first))
     work: Obj = {

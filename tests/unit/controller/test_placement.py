@@ -8,7 +8,6 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from shipshape.controller.cache import read_decision
 from shipshape.controller.placement import (
     Exclusion,
     GroupCounts,
@@ -24,6 +23,7 @@ from shipshape.controller.placement import (
 )
 from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
 from shipshape.controller.risk import RiskModel, SpotAdvisor
+from shipshape.controller.state import read_decision
 
 from .builders import Harness, deployment, namespace, node, pod_of, replicaset, review, statefulset
 

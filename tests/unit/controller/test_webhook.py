@@ -8,8 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.policy import ControllerConfig, TolerationSpec
+from shipshape.controller.state import ClusterState, WorkloadRef
 from shipshape.controller.webhook.admission import BadReview
 from shipshape.controller.webhook.mutators import diff
 
@@ -211,7 +211,7 @@ def test_unmanaged_unknown_and_pinned_pods_pass_unmodified() -> None:
     assert h.metric("shipshape_webhook_skipped_total", {"cause": "not-managed"}) == 1
 
 
-class BrokenCache(ClusterCache):
+class BrokenCache(ClusterState):
     def workload_of(self, pod: Any, namespace: str | None = None) -> WorkloadRef | None:
         raise RuntimeError("cache corrupted")
 

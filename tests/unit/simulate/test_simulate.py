@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shipshape.controller.cache import read_decision
+from shipshape.controller.state import read_decision
 from shipshape.emulator import assembly
 from shipshape.emulator.resources import PODS
 from shipshape.kube.clock import VirtualClock

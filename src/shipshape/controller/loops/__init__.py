@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from shipshape.controller.batch_capacity import NodeResources
-from shipshape.controller.cache import ClusterCache
 from shipshape.controller.loops.base import LoopSettings, Reconciler, SharedState
 from shipshape.controller.loops.batch_resources import BatchResources
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
@@ -32,6 +31,7 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import ClusterOps
 from shipshape.controller.policy import ControllerConfig
+from shipshape.controller.state import ClusterState
 from shipshape.kube.clock import Clock
 
 LOOPS: tuple[type[Reconciler], ...] = (
@@ -51,7 +51,7 @@ __all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconciler
 
 def all_reconcilers(
     clock: Clock,
-    cache: ClusterCache,
+    cache: ClusterState,
     ops: ClusterOps,
     config: ControllerConfig,
     metrics: ControllerMetrics,

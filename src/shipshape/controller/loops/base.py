@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shipshape.analyzers.efficiency import publish
-from shipshape.controller.cache import ClusterCache, GroupKey, WorkloadRef
-from shipshape.controller.decisions import ShortageTracker, WorkloadState, workload_state
+from shipshape.controller.decisions import ShortageTracker
 from shipshape.controller.events import event_for
 from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import Notice
 from shipshape.controller.ops import ClusterOps, OpsError
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind, resolve_policy
+from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState, Managed
 from shipshape.kube.clock import Clock
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class LoopSettings(BaseModel):
 @dataclass(slots=True)
 class NoticeBoard:
     """What the notice watcher knows now: the responder acts on `at_hand`, the webhook avoids the nodes
-    `recommended` for rebalancing (written and read under the cache lock)."""
+    `recommended` for rebalancing (each replaced whole, so the webhook reads either one or the next)."""
 
     # Every termination notice at hand (taints, instance metadata, on the leader the event queue).
     at_hand: tuple[Notice, ...] = ()
@@ -165,14 +165,6 @@ class SharedState:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Managed:
-    """A managed workload with a valid policy, as the loops see it."""
-
-    ref: WorkloadRef
-    state: WorkloadState
-
-
 class Reconciler:
     """Base of the loops; subclasses set `name`, return their interval and override the two rounds.
 
@@ -191,7 +183,7 @@ class Reconciler:
     def __init__(
         self,
         clock: Clock,
-        cache: ClusterCache,
+        cache: ClusterState,
         ops: ClusterOps,
         config: ControllerConfig,
         metrics: ControllerMetrics,
@@ -236,40 +228,12 @@ class Reconciler:
     # --- helpers shared by the loops --------------------------------------------------------------
 
     def managed(self) -> list[Managed]:
-        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`).
-
-        Every loop asks each round; the answer is worked out again only after the cache changed
-        something it reads (workloads, pods, ReplicaSets, PDBs, namespaces, node placements).
-        """
-        kept = self.cache.managed_memo(self.config)
-        if isinstance(kept, tuple):
-            return list(kept)
-        found: list[Managed] = []
-        for kind in (WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFULSET):
-            for obj in self.cache.objects(kind.value):
-                if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                result = self.policy_of(kind, obj)
-                if not result.valid or result.policy is None:
-                    continue
-                ref = workload_ref(kind, obj)
-                found.append(Managed(ref, workload_state(self.cache, ref, result.policy)))
-        self.cache.keep_managed(self.config, tuple(found))
-        return found
+        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`); the
+        state keeps the answer until something it reads changes (`ClusterState.managed`)."""
+        return list(self.cache.managed(self.config))
 
     def policy_of(self, kind: WorkloadKind, obj: Obj) -> PolicyResult:
-        metadata = obj.get("metadata") or {}
-        namespace = str(metadata.get("namespace") or "")
-        if namespace == self.config.namespace or namespace in self.config.excluded_namespaces:
-            return PolicyResult(managed=False)
-        labels = self.cache.namespace_labels(namespace)
-        key = (kind.value, namespace, str(metadata.get("name")))
-        kept = self.cache.kept_policy(key, obj, labels, self.config)
-        if isinstance(kept, PolicyResult):
-            return kept
-        result = resolve_policy(kind, metadata.get("annotations") or {}, labels, self.config)
-        self.cache.keep_policy(key, obj, labels, self.config, result)
-        return result
+        return self.cache.policy_of(kind, obj, self.config)
 
     def post_event(
         self, obj: Obj, kind: str, reason: str, message: str, now: float, *, warning: bool = False
@@ -280,9 +244,3 @@ class Reconciler:
             self.ops.post_event(body)
         except OpsError as error:
             LOG.warning("cannot post event %s on %s: %s", reason, body["involvedObject"]["name"], error)
-
-
-def workload_ref(kind: WorkloadKind, obj: Obj) -> WorkloadRef:
-    metadata = obj.get("metadata") or {}
-    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name"))
-    return WorkloadRef(kind, namespace, name, obj, GroupKey(namespace, kind.value, name))

@@ -48,7 +48,7 @@ class SpotFallback(Reconciler):
                 self.cache.conventions,
             )
             nodes_by_pool = self.cache.pool_nodes()
-        # The webhook reads the tracker under the same lock.
+        # The tracker takes its own lock: the webhook reads it.
         with self.reading():
             tracker = self.shared.shortages
             for pool in tracker.shortages(now):

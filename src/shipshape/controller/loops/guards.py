@@ -34,10 +34,11 @@ from shipshape.controller.guards import (
     is_guard,
     plan_guards,
 )
-from shipshape.controller.loops.base import Managed, Reconciler
+from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Every
 from shipshape.controller.ops import ClusterOps, ObjectRef, OpsError
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.state import Managed
 from shipshape.controller.surge import (
     RESTART_NOTE,
     SURGE_GRACE_SECONDS,

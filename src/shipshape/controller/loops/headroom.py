@@ -1,6 +1,6 @@
 """Headroom: low-priority placeholder Deployments on on-demand capacity, sized from the largest set of
 pods one spot pool could lose (by default only those whose loss would take a workload below its floor,
-`pods_to_cover`) that the room left on other nodes (`ClusterCache.spare_rooms`, kept per node from the
+`pods_to_cover`) that the room left on other nodes (`ClusterState.spare_rooms`, kept per node from the
 pod events) would not already take (`uncovered_plan`), so that
 those replacements after a notice preempt placeholders or land in free room and start at once. Keeps
 the PriorityClass, creates/updates the placeholders and removes the ones no longer needed."""
@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import HeadroomPlan, WorkloadState
+from shipshape.controller.decisions import HeadroomPlan
 from shipshape.controller.headroom import (
     placeholder_deployments,
     pods_to_cover,
@@ -23,6 +23,7 @@ from shipshape.controller.loops.kit import Unchanged
 from shipshape.controller.ops import ObjectRef, OpsError
 from shipshape.controller.packing import Room
 from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.controller.state import WorkloadState
 
 LOG = logging.getLogger("shipshape.controller.loops.headroom")
 

@@ -28,10 +28,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from shipshape.controller.events import INTERRUPTION_RESPONSE
-from shipshape.controller.loops.base import Managed, Reconciler
+from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.policy import DELETION_COST, WorkloadKind
+from shipshape.controller.state import Managed
 from shipshape.controller.surge import (
     DOOMED_COST,
     SURGE_GRACE_SECONDS,

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.cache import NOTICE_TAINTS, REBALANCE_TAINTS, taint_keys
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Every, Expectations
 from shipshape.controller.notices import (
@@ -38,6 +37,7 @@ from shipshape.controller.notices import (
 from shipshape.controller.ops import OpsError
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
+from shipshape.controller.state import NOTICE_TAINTS, REBALANCE_TAINTS, taint_keys
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops.notices")
@@ -125,7 +125,7 @@ class NoticeWatcher(Reconciler):
 
     def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
         """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
-        with self.reading():  # the webhook reads the risk model under the same lock
+        with self.reading():  # the risk model takes its own lock: the webhook reads it
             notes = risk_notes(notices, nodes, now, self.config.notice_lead_seconds, self.cache.conventions)
             for note in notes:
                 if self.shared.risk.record_notice(note.key, note.pool, note.at) and note.source is not None:
@@ -175,7 +175,7 @@ class NoticeWatcher(Reconciler):
                 if name not in self._recommended:
                     LOG.info("rebalance recommendation for node %s (pool %s)", name, pool)
         self._metadata_notices = found
-        with self.reading():  # the webhook reads them under the same lock
+        with self.reading():  # the board is replaced whole: the webhook reads it
             self._recommended = recommended
             self._publish_recommended()
 

@@ -4,7 +4,7 @@ Moves go through the Eviction API (PodDisruptionBudgets apply); a single-replica
 by a surge restart instead. A workload being surged for a notice is left to the interruption
 responder. The pace is rate-limited cluster-wide (`rebalance_moves_per_minute`), and a pod already
 evicted is not evicted again while the cache still shows it (an expectation, for `RECENT_SECONDS`). A
-workload found balanced is not looked at again while its state (`decisions.workload_state` keeps one
+workload found balanced is not looked at again while its state (`ClusterState.workload_state` keeps one
 object per change of its inputs) and the placement view stay the same (`kit.Unchanged`).
 """
 
@@ -15,11 +15,12 @@ from typing import Any
 
 from shipshape.controller.decisions import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
-from shipshape.controller.loops.base import Managed, Reconciler
+from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations, Unchanged
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.state import Managed
 from shipshape.controller.surge import restart_patch, surging
 
 LOG = logging.getLogger("shipshape.controller.loops.rebalance")

@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 
 from shipshape.controller.availability import availability_floor, disruption_allowance
-from shipshape.controller.cache import ClusterCache, WorkloadRef
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
 from shipshape.controller.placement import (
@@ -35,6 +34,8 @@ from shipshape.controller.policy import (
     resolve_policy,
 )
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState, WorkloadRef
+from shipshape.controller.state.views import Replica
 from shipshape.controller.webhook.mutators import (
     CHAIN,
     DRY_RUN_CHAIN,
@@ -81,7 +82,7 @@ class PodPlacer:
 
     def __init__(
         self,
-        cache: ClusterCache,
+        cache: ClusterState,
         config: ControllerConfig,
         risk: RiskModel,
         clock: Clock,
@@ -292,3 +293,16 @@ class PodPlacer:
     def _skip(self, cause: str) -> Outcome:
         self.metrics.skipped.labels(cause=cause).inc()
         return Outcome(patch=[], skipped=cause)
+
+
+class ReplicaPlacer(PodPlacer):
+    """The placer of a controller process: it answers from the webhook's own replica of the state
+    (`state.views`), caught up at each review, so that it never waits behind a planning pass."""
+
+    def __init__(self, replica: Replica, *args: Any, **kwargs: Any) -> None:
+        super().__init__(replica.state, *args, **kwargs)
+        self._replica = replica
+
+    def review(self, body: Mapping[str, Any]) -> Obj:
+        with self._replica.view():
+            return super().review(body)

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from shipshape.controller.cache import ClusterCache, GroupKey
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import ClusterState, GroupKey
 
 from .builders import added, deployment, node, pod_of, replicaset, statefulset
 
@@ -11,7 +11,7 @@ DECIDED_SPOT = '{"capacityType": "spot", "pool": "m5.large/us-east-1b", "reason"
 
 
 def test_counts_follow_pod_binding_node_labels_and_deletion() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     dep = deployment("web", 3)
     rs = replicaset(dep)
     cache.apply(added(dep))
@@ -39,7 +39,7 @@ def test_counts_follow_pod_binding_node_labels_and_deletion() -> None:
 
 
 def test_assumption_totals_per_group() -> None:
-    cache = ClusterCache(ControllerConfig(assume_ttl_seconds=10))
+    cache = ClusterState(ControllerConfig(assume_ttl_seconds=10))
     a, b = GroupKey("shop", "ReplicaSet", "a"), GroupKey("shop", "ReplicaSet", "b")
     cache.assume("1", a, CapacityType.SPOT, Pool("m5.large", "z"), now=0.0)
     cache.assume("2", a, CapacityType.ON_DEMAND, None, now=5.0)
@@ -53,7 +53,7 @@ def test_assumption_totals_per_group() -> None:
 
 
 def test_workload_lookup_needs_the_whole_owner_chain() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     dep = deployment("web", 3)
     rs = replicaset(dep)
     pod = pod_of(rs, "web-1")
@@ -86,7 +86,7 @@ def pdb(name: str, namespace: str, match: dict[str, str], max_unavailable: int =
 
 
 def test_matching_pdbs_follow_every_pdb_change() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     labels = {"app": "web"}
     assert cache.pdbs_matching("shop", labels) == []
     cache.apply(added(pdb("web", "shop", labels)))
@@ -105,7 +105,7 @@ def test_matching_pdbs_follow_every_pdb_change() -> None:
 
 
 def test_node_summary_follows_pools_and_taints_but_not_status_updates() -> None:
-    cache = ClusterCache(ControllerConfig())
+    cache = ClusterState(ControllerConfig())
     a = Pool("m5.large", "us-east-1a")
     cache.apply(added(node("a-1", "spot")))
     cache.apply(added(node("od-1", "on-demand")))
@@ -129,7 +129,7 @@ def test_node_summary_follows_pools_and_taints_but_not_status_updates() -> None:
 def test_kept_pod_counts_add_up_as_a_recount_with_assumptions_first() -> None:
     """The pods' counts are kept between pod and node changes; with assumptions they add up, pools in
     the order a pod-by-pod recount gives (assumed pools first, then the pods' in pod order)."""
-    cache = ClusterCache(ControllerConfig(assume_ttl_seconds=100))
+    cache = ClusterState(ControllerConfig(assume_ttl_seconds=100))
     dep = deployment("web", 6)
     rs = replicaset(dep)
     cache.apply(added(dep))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,9 +39,21 @@ from shipshape.controller.policy import (
     ZONE_LABEL,
     CapacityType,
     ControllerConfig,
+    PolicyResult,
     WorkloadKind,
+    WorkloadPolicy,
 )
 from shipshape.controller.risk import RiskModel
+from shipshape.controller.state import workloads
+from shipshape.controller.state.records import (
+    Assumption,
+    GroupKey,
+    Managed,
+    PodState,
+    WorkloadRef,
+    WorkloadState,
+)
+from shipshape.controller.state.workloads import is_active
 from shipshape.kube import capacity as capacity_labels
 from shipshape.kube.labels import from_label_selector
 from shipshape.kube.scheduling import (
@@ -95,39 +108,35 @@ KINDS = (
 )
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class GroupKey:
-    """Pods decided together: those of one ReplicaSet (a Deployment revision) or one StatefulSet."""
-
-    namespace: str
-    kind: str
-    name: str
+# Deletions remembered (per state) so that an event older than a deletion is known to be stale.
+TOMBSTONES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class WorkloadRef:
-    kind: WorkloadKind
-    namespace: str
-    name: str
-    obj: Obj
-    group: GroupKey
+class DirtyWorkloads:
+    """What changed since the last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
+    objects, ReplicaSets or pods changed, namespaces whose PDBs or labels changed, or `everything`
+    (a node changed capacity type or pool, so every placement may have)."""
 
-    @property
-    def replicas(self) -> int:
-        value = (self.obj.get("spec") or {}).get("replicas")
-        return 1 if value is None else int(value)
+    everything: bool = False
+    workloads: frozenset[tuple[str, str, str]] = frozenset()
+    namespaces: frozenset[str] = frozenset()
 
-    @property
-    def annotations(self) -> Mapping[str, str]:
-        return self.obj.get("metadata", {}).get("annotations") or {}
+    def covers(self, kind: str, namespace: str, name: str) -> bool:
+        return self.everything or namespace in self.namespaces or (kind, namespace, name) in self.workloads
 
 
-@dataclass(frozen=True, slots=True)
-class Assumption:
-    group: GroupKey
-    capacity: CapacityType
-    pool: Pool | None
-    expires: float
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """An object's resourceVersion as a number, or None (absent, or not a number: no ordering then).
+    Kubernetes calls it opaque; the API server (etcd's revision) and the emulator both number
+    versions globally, which is what ordering events by it assumes."""
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    if raw is None or isinstance(raw, bool):
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -140,13 +149,6 @@ def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if ref.get("controller"):
             return dict(ref)
     return None
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    """A pod that counts toward its workload: not terminating and not finished."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -205,11 +207,6 @@ def taint_keys(node: Mapping[str, Any]) -> set[str]:
     return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
 
 
-# What the loops keep per pod object (`ClusterCache.pod_derived`).
-POD_STATE = "state"
-POD_SLOTS = (POD_STATE,)
-
-
 @dataclass(frozen=True, slots=True)
 class PodUsage:
     """Where a pod's requests count: `packed` (its node, or the node its decision packed it onto while
@@ -220,6 +217,9 @@ class PodUsage:
     cpu: int
     memory: int
     role: str
+    # The pod spec the requests were read from: another spec object is read again (in-place resize
+    # changes requests; an in-process store shares an unchanged spec between versions).
+    spec: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +252,7 @@ def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 
 # Keys whose change may change a node's capacity type (those of any convention, configured ones
-# included, are read by `ClusterCache`; this set is what the summary compares).
+# included, are read by `ClusterState`; this set is what the summary compares).
 _CAPACITY_KEYS: frozenset[str] = capacity_labels.DEFAULT.keys
 
 
@@ -328,7 +328,7 @@ def summarize_nodes(
     )
 
 
-class ClusterCache:
+class ClusterState:
     """Objects by kind and key, plus the indexes the webhook and the loops read."""
 
     def __init__(self, config: ControllerConfig) -> None:
@@ -363,23 +363,28 @@ class ClusterCache:
         self._node_placements: dict[str, tuple[Obj, tuple[CapacityType | None, Pool | None]]] = {}
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
         # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
-        # namespace, node placements. `_derived` keeps one derived value per workload.
+        # namespace, node placements (`workload_inputs`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
         # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
         self._placed: dict[GroupKey, tuple[tuple[int, int], GroupCounts]] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
-        self._pod_derived: dict[tuple[str, str, str], tuple[Mapping[str, Any], Hashable, object]] = {}
+        # Each pod's state as the loops see it, with the pod object and the inputs it was derived from.
+        self._pod_states: dict[tuple[str, str], tuple[Mapping[str, Any], Hashable, PodState]] = {}
         self._node_version = 0
         # Changes of anything the loops' view of managed workloads reads (every kind but Node, and
         # node placements): equal versions give the same `Reconciler.managed` answer.
         self._workloads_version = 0
-        self._managed_memo: tuple[int, object, object] | None = None
+        # `managed`'s answer: the workloads version and the config it was worked out for.
+        self._managed: tuple[int, ControllerConfig, tuple[Managed, ...]] | None = None
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
-        self._derived: dict[tuple[str, str, str], tuple[Obj, Hashable, object]] = {}
-        # Each workload's policy, with what it was read from (`kept_policy`).
-        self._policies: dict[tuple[str, str, str], tuple[Obj, object, object, object]] = {}
+        # Each workload's state (`workload_state`), with the object and the inputs it was derived from.
+        self._workload_states: dict[tuple[str, str, str], tuple[Obj, Hashable, WorkloadState]] = {}
+        # Each workload's policy, with the object, namespace labels and config it was read from.
+        self._policies: dict[
+            tuple[str, str, str], tuple[Obj, Mapping[str, str], ControllerConfig, PolicyResult]
+        ] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
         # What the pods on each node, and the pending ones packed onto it, request (cpu, memory, pods),
@@ -398,6 +403,15 @@ class ClusterCache:
         self._noticed: set[str] = set()
         # `spare_rooms`' answer until one of its inputs changes (None: work it out again).
         self._spare_rooms: tuple[Room, ...] | None = None
+        # Ordering: the resourceVersion of each object held and of recent deletions, per kind, and
+        # the newest version the last relist of each kind held; an older event is stale and dropped.
+        self._seen: dict[str, dict[tuple[str, str], int]] = {kind: {} for kind in KINDS}
+        self._tombstones: deque[tuple[str, tuple[str, str]]] = deque()
+        self._floors: dict[str, int] = {}
+        # What changed since the last `take_dirty`.
+        self._dirty_groups: set[GroupKey] = set()
+        self._dirty_namespaces: set[str] = set()
+        self._dirty_all = True
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -408,17 +422,74 @@ class ClusterCache:
         if obj_kind not in self._objects:
             return
         key = _key(obj)
+        version = resource_version(obj)
+        if version is not None and self._stale(obj_kind, key, version):
+            return
         if event.get("type") == "DELETED":
             self._remove(obj_kind, key)
+            if version is not None:
+                self._bury(obj_kind, key, version)
         elif event.get("type") in ("ADDED", "MODIFIED"):
             self._put(obj_kind, key, dict(obj))
+            if version is not None:
+                self._seen[obj_kind][key] = version
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
-        """Replace every object of a kind (after a relist)."""
+        """Replace every object of a kind (after a relist). The newest version listed becomes the kind's
+        floor: an event older than it is already reflected in the list."""
         for key in list(self._objects[kind]):
             self._remove(kind, key)
+        seen = self._seen[kind]
+        listed: list[int] = []
         for item in items:
-            self._put(kind, _key(item), item)
+            key = _key(item)
+            self._put(kind, key, item)
+            version = resource_version(item)
+            if version is not None:
+                seen[key] = version
+                listed.append(version)
+        if listed:
+            self._floors[kind] = max(self._floors.get(kind, 0), *listed)
+        # What the list no longer holds keeps its last known version, as a tombstone.
+        for key in [key for key in seen if key not in self._objects[kind]]:
+            self._tombstones.append((kind, key))
+        self._trim_tombstones()
+
+    def _stale(self, kind: str, key: tuple[str, str], version: int) -> bool:
+        """Whether an event is older than what the state knows of its object (held, deleted, or listed)."""
+        known = self._seen[kind].get(key)
+        if known is not None:
+            return version < known
+        return version < self._floors.get(kind, 0)
+
+    def _bury(self, kind: str, key: tuple[str, str], version: int) -> None:
+        """Remember a deletion's version (the last `TOMBSTONES` deletions)."""
+        self._seen[kind][key] = version
+        self._tombstones.append((kind, key))
+        self._trim_tombstones()
+
+    def _trim_tombstones(self) -> None:
+        while len(self._tombstones) > TOMBSTONES:
+            old_kind, old_key = self._tombstones.popleft()
+            if old_key not in self._objects[old_kind]:
+                self._seen[old_kind].pop(old_key, None)
+
+    def take_dirty(self) -> DirtyWorkloads:
+        """What changed since the last call (every workload at first): the workloads to look at again."""
+        workloads: set[tuple[str, str, str]] = set()
+        for group in self._dirty_groups:
+            if group.kind != "ReplicaSet":
+                workloads.add((group.kind, group.namespace, group.name))
+                continue
+            rs = self._objects["ReplicaSet"].get((group.namespace, group.name))
+            owner = controller_ref(rs) if rs is not None else None
+            if owner is not None and owner.get("kind") == "Deployment":
+                workloads.add(("Deployment", group.namespace, str(owner.get("name"))))
+        dirty = DirtyWorkloads(self._dirty_all, frozenset(workloads), frozenset(self._dirty_namespaces))
+        self._dirty_groups.clear()
+        self._dirty_namespaces.clear()
+        self._dirty_all = False
+        return dirty
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind in ("ConfigMap", "NodePool"):
@@ -480,10 +551,16 @@ class ClusterCache:
             owner = controller_ref(obj)
             if owner is not None and owner.get("kind") == "Deployment":
                 self._replicasets_of.setdefault((key[0], str(owner.get("name"))), set()).add(key[1])
+                self._dirty_groups.add(GroupKey(key[0], "Deployment", str(owner.get("name"))))
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
+            self._dirty_namespaces.add(key[0])
+        elif kind == "Namespace":
+            self._dirty_namespaces.add(key[1])
+        elif kind in ("Deployment", "StatefulSet"):
+            self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
@@ -505,8 +582,7 @@ class ClusterCache:
                 self._nodes_moved()
         elif kind == "Pod":
             self._placements.pop(key, None)
-            for slot in POD_SLOTS:
-                self._pod_derived.pop((*key, slot), None)
+            self._pod_states.pop(key, None)
             self._unindex_pod(key)
             self._account(key, None)
             self._unbound.pop(key, None)
@@ -516,8 +592,12 @@ class ClusterCache:
         elif kind == "PodDisruptionBudget":
             self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
+            self._dirty_namespaces.add(key[0])
+        elif kind == "Namespace":
+            self._dirty_namespaces.add(key[1])
         elif kind in ("Deployment", "StatefulSet"):
-            self._derived.pop((kind, key[0], key[1]), None)
+            self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
+            self._workload_states.pop((kind, key[0], key[1]), None)
             self._policies.pop((kind, key[0], key[1]), None)
         self._objects[kind].pop(key, None)
 
@@ -529,25 +609,32 @@ class ClusterCache:
         For packing, a pod not bound yet counts on the node its decision packed it onto (the decision's
         `node`), as kube-scheduler's assumed pods do: a burst of creations then fills one node after
         another instead of every pod preferring the same node. For the headroom's room, only bound
-        pods count, placeholders not at all. A pod's requests do not change, so they are parsed once.
+        pods count, placeholders not at all. A pod's requests are parsed again only from another spec
+        object (`PodUsage.spec`).
         """
         packed, bound = "", ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             bound = str((pod.get("spec") or {}).get("nodeName") or "")
             packed = bound or (str(decision.get("node") or "") if decision is not None else "")
         old = self._pod_usage.get(key)
-        if old is not None and old.packed == packed and old.bound == bound:
+        spec = pod.get("spec") if pod is not None else None
+        if old is not None and old.spec is spec and old.packed == packed and old.bound == bound:
             return
-        if old is not None:
-            self._count(old, -1)
         if pod is None or not (packed or bound):
+            if old is not None:
+                self._count(old, -1)
             self._pod_usage.pop(key, None)
             return
-        if old is not None:
-            usage = PodUsage(packed, bound, old.cpu, old.memory, old.role)
+        if old is not None and old.spec is spec:
+            usage = PodUsage(packed, bound, old.cpu, old.memory, old.role, spec)
         else:
             role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon(pod) else "workload"
-            usage = PodUsage(packed, bound, *pod_requests(pod), role)
+            usage = PodUsage(packed, bound, *pod_requests(pod), role, spec)
+            if old is not None and old == usage:  # the same requests from another spec object
+                self._pod_usage[key] = usage
+                return
+        if old is not None:
+            self._count(old, -1)
         self._pod_usage[key] = usage
         self._count(usage, 1)
 
@@ -647,9 +734,11 @@ class ClusterCache:
         self._node_version = next(self._versions)
         self._workloads_version = self._node_version
         self._spare_rooms = None
+        self._dirty_all = True
 
     def _touch(self, group: GroupKey) -> None:
         self._group_versions[group] = next(self._versions)
+        self._dirty_groups.add(group)
 
     def _unindex_replicaset(self, key: tuple[str, str]) -> None:
         old = self._objects["ReplicaSet"].get(key)
@@ -657,6 +746,7 @@ class ClusterCache:
         if owner is None or owner.get("kind") != "Deployment":
             return
         deployment = (key[0], str(owner.get("name")))
+        self._dirty_groups.add(GroupKey(key[0], "Deployment", deployment[1]))
         names = self._replicasets_of.get(deployment)
         if names is not None:
             names.discard(key[1])
@@ -681,16 +771,6 @@ class ClusterCache:
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         return self._objects[kind].get((namespace, name))
 
-    def managed_memo(self, owner: object) -> object | None:
-        """What `keep_managed` kept for `owner` (a loop's config), if nothing it reads changed since."""
-        memo = self._managed_memo
-        if memo is None or memo[0] != self._workloads_version or memo[1] is not owner:
-            return None
-        return memo[2]
-
-    def keep_managed(self, owner: object, value: object) -> None:
-        self._managed_memo = (self._workloads_version, owner, value)
-
     def objects(self, kind: str) -> Iterator[Obj]:
         return iter(list(self._objects[kind].values()))
 
@@ -702,21 +782,6 @@ class ClusterCache:
         ns = self._objects["Namespace"].get(("", namespace))
         labels: Mapping[str, str] = ((ns or {}).get("metadata") or {}).get("labels") or _NO_LABELS
         return labels
-
-    def kept_policy(
-        self, workload: tuple[str, str, str], obj: Obj, labels: object, owner: object
-    ) -> object | None:
-        """What `keep_policy` kept for a workload (kind, namespace, name), if it was read from this very
-        workload object, namespace labels object and `owner` (the loops' config)."""
-        kept = self._policies.get(workload)
-        if kept is None or kept[0] is not obj or kept[1] is not labels or kept[2] is not owner:
-            return None
-        return kept[3]
-
-    def keep_policy(
-        self, workload: tuple[str, str, str], obj: Obj, labels: object, owner: object, value: object
-    ) -> None:
-        self._policies[workload] = (obj, labels, owner, value)
 
     @staticmethod
     def _group_of_pod(pod: Mapping[str, Any]) -> GroupKey | None:
@@ -797,39 +862,81 @@ class ClusterCache:
             )
         return (self._node_version, self._pdb_versions.get(workload.namespace, 0), groups)
 
-    def derived(self, workload: WorkloadRef, inputs: Hashable) -> object | None:
-        """The value kept by `keep_derived` for this workload, if the workload object is the same one
-        and `inputs` (its stamp plus whatever else the caller derived it from) are equal."""
-        found = self._derived.get((workload.kind.value, workload.namespace, workload.name))
-        if found is None or found[0] is not workload.obj or found[1] != inputs:
-            return None
-        return found[2]
+    def workload_state(self, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
+        """The workload as the loops see it: its active pods with placement, readiness and requests.
 
-    def keep_derived(self, workload: WorkloadRef, inputs: Hashable, value: object) -> None:
-        self._derived[(workload.kind.value, workload.namespace, workload.name)] = (
-            workload.obj,
-            inputs,
-            value,
+        Derived once per change of its inputs (the workload object, its pods and ReplicaSets, the PDBs
+        of its namespace, node placements, the policy), so a round over every managed workload rebuilds
+        only the ones that changed; the same inputs give the same state object.
+        """
+        key = (workload.kind.value, workload.namespace, workload.name)
+        inputs = (self.workload_inputs(workload), policy)
+        kept = self._workload_states.get(key)
+        if kept is not None and kept[0] is workload.obj and kept[1] == inputs:
+            return kept[2]
+        all_pods = self.keyed_pods_of_workload(workload)
+        active = [(pod_key, pod) for pod_key, pod in all_pods if is_active(pod)]
+        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in active]
+        labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        state = workloads.build_workload_state(
+            workload,
+            policy,
+            [pod for _, pod in active],
+            len(all_pods),
+            states,
+            self.pdbs_matching(workload.namespace, labels),
         )
+        self._workload_states[key] = (workload.obj, inputs, state)
+        return state
 
-    def pod_derived(
-        self, pod: Mapping[str, Any], slot: str, inputs: Hashable = None, key: tuple[str, str] | None = None
-    ) -> object | None:
-        """The value kept in `slot` by `keep_pod_derived` for this pod object, if `inputs` are equal
-        (a pod's state, its requests): what a round reads of every pod is worked out once per object.
-        `key` is the pod's (namespace, name) where the caller has it."""
-        found = self._pod_derived.get((*(key or _key(pod)), slot))
-        if found is None or found[0] is not pod or found[1] != inputs:
-            return None
-        return found[2]
-
-    def keep_pod_derived(
-        self, pod: Mapping[str, Any], slot: str, value: object, inputs: Hashable = None
-    ) -> None:
-        """Keep `value` for a pod object the cache holds (until the pod changes or goes)."""
-        key = _key(pod)
+    def _pod_state(self, key: tuple[str, str], pod: Mapping[str, Any], kind: WorkloadKind) -> PodState:
+        """A pod's state, worked out once per pod object, placement and workload kind."""
+        placement = self.placement_of(pod, key)
+        inputs = (placement, kind)
+        kept = self._pod_states.get(key)
+        if kept is not None and kept[0] is pod and kept[1] == inputs:
+            return kept[2]
+        state = workloads.pod_state(pod, placement, kind)
         if self._objects["Pod"].get(key) is pod:
-            self._pod_derived[(*key, slot)] = (pod, inputs, value)
+            self._pod_states[key] = (pod, inputs, state)
+        return state
+
+    def policy_of(self, kind: WorkloadKind, obj: Obj, config: ControllerConfig) -> PolicyResult:
+        """A workload's policy, read again only when the workload object, its namespace's labels or
+        the config changed."""
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        labels = self.namespace_labels(namespace)
+        key = (kind.value, namespace, str(metadata.get("name")))
+        kept = self._policies.get(key)
+        if kept is not None and kept[0] is obj and kept[1] is labels and kept[2] is config:
+            return kept[3]
+        result = workloads.resolve(kind, obj, labels, config)
+        self._policies[key] = (obj, labels, config, result)
+        return result
+
+    def managed(self, config: ControllerConfig) -> tuple[Managed, ...]:
+        """Managed Deployments and StatefulSets with a valid policy, with their state.
+
+        Every loop asks each round; the answer is worked out again only after something it reads
+        changed (workloads, pods, ReplicaSets, PDBs, namespaces, node placements) or for another config.
+        """
+        kept = self._managed
+        if kept is not None and kept[0] == self._workloads_version and kept[1] is config:
+            return kept[2]
+        found: list[Managed] = []
+        for kind in workloads.managed_kinds():
+            for obj in self._objects[kind.value].values():
+                if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                result = self.policy_of(kind, obj, config)
+                if not result.valid or result.policy is None:
+                    continue
+                ref = workloads.workload_ref(kind, obj)
+                found.append(Managed(ref, self.workload_state(ref, result.policy)))
+        answer = tuple(found)
+        self._managed = (self._workloads_version, config, answer)
+        return answer
 
     def placement_of(
         self, pod: Mapping[str, Any], key: tuple[str, str] | None = None
@@ -927,6 +1034,10 @@ class ClusterCache:
     def assumed_count(self, now: float) -> int:
         self._expire(now)
         return len(self._assumed)
+
+    def expire(self, now: float) -> None:
+        """Drop the assumptions whose TTL passed by `now`."""
+        self._expire(now)
 
     def _expire(self, now: float) -> None:
         while self._assumed:
