@@ -64,6 +64,32 @@ async def test_snapshot_then_deltas_give_the_state_of_a_fresh_snapshot(database_
 
 
 @pytest.mark.integration
+async def test_a_delta_of_more_objects_than_one_statement_takes(database_url: str) -> None:
+    """Changed rows go in batches of keys: every batch lands, and the last change of an object wins."""
+    count = repo._KEYS_PER_STATEMENT * 2 + 100
+    async with harness(BackendSettings(db=database_url)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, snapshot(1, nodes=2, pods=count))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        changes = [
+            ("MODIFIED", "pods", {**pod(f"p{i}", "n1"), "status": {"phase": "Failed"}}) for i in range(count)
+        ]
+        changes += [("DELETED", "pods", pod(f"p{i}", "n0")) for i in range(0, count, 3)]
+        changes += [("ADDED", "pods", pod(f"q{i}", "n0")) for i in range(count)]
+        changes += [("MODIFIED", "pods", pod("p1", "n0"))]
+        assert (await h.push(t.agent_token, delta(2, 1, changes))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+
+        stored = _stored(h, t.org_id, t.cluster_id)
+        pods = {name: o for kind, _, name in stored if kind == "pods" for o in [stored[(kind, "shop", name)]]}
+        deleted = {f"p{i}" for i in range(0, count, 3)}
+        assert set(pods) == {f"p{i}" for i in range(count)} - deleted | {f"q{i}" for i in range(count)}
+        assert pods["p1"]["status"] == {"phase": "Running"} and pods["p1"]["spec"]["nodeName"] == "n0"
+        assert pods["p2"]["status"] == {"phase": "Failed"}
+        assert pods["q0"]["status"] == {"phase": "Running"}
+
+
+@pytest.mark.integration
 async def test_a_replayed_push_is_stored_and_applied_once(sqlite_url: str) -> None:
     async with harness(BackendSettings(db=sqlite_url)) as h:
         t = h.tenant("acme")

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -324,30 +324,38 @@ def _replace_objects(session: Session, cluster_id: str, snapshot: ClusterSnapsho
 
 
 def _apply_changes(session: Session, cluster_id: str, delta: ClusterDelta) -> None:
-    # Only the last change of each object matters.
+    # Only the last change of each object matters: the changed objects' rows go in one statement per
+    # batch of keys, and their new rows in one insert.
     last: dict[Any, Any] = {}
     for change in delta.changes:
         last[change.key()] = change
-    for key, change in last.items():
+    keys = [(key.kind, key.namespace, key.name) for key in last]
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
         session.execute(
             delete(ClusterObject).where(
                 ClusterObject.cluster_id == cluster_id,
-                ClusterObject.kind == key.kind,
-                ClusterObject.namespace == key.namespace,
-                ClusterObject.name == key.name,
+                tuple_(ClusterObject.kind, ClusterObject.namespace, ClusterObject.name).in_(
+                    keys[start : start + _KEYS_PER_STATEMENT]
+                ),
             )
         )
-        if change.type != "DELETED":
-            session.add(
-                ClusterObject(
-                    cluster_id=cluster_id,
-                    kind=key.kind,
-                    namespace=key.namespace,
-                    name=key.name,
-                    body=change.object,
-                )
-            )
-    session.flush()
+    rows = [
+        {
+            "cluster_id": cluster_id,
+            "kind": key.kind,
+            "namespace": key.namespace,
+            "name": key.name,
+            "body": change.object,
+        }
+        for key, change in last.items()
+        if change.type != "DELETED"
+    ]
+    if rows:
+        session.execute(insert(ClusterObject), rows)
+
+
+# Object keys named in one DELETE (three parameters each: well within SQLite's and PostgreSQL's limits).
+_KEYS_PER_STATEMENT = 500
 
 
 def _counts(session: Session, cluster_id: str) -> tuple[int, int]:
