@@ -40,6 +40,8 @@ class Workers:
     processed: int = 0
     analyses: int = 0
     _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Clusters whose state changed while their analysis was not due: when it falls due (monotonic).
+    _deferred: dict[str, float] = field(default_factory=dict)
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -70,14 +72,18 @@ class Workers:
         return Verdict.DONE
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
-        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
-        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
-        after the next push)."""
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`; then they
+        run once that time is up (`deferred`), so no change waits for the next push to be analyzed.
+        In its own transaction: a failing analyzer never undoes an applied push (it is logged, and runs
+        again after the next push)."""
         moment = time.monotonic()
-        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
-            return False
-        self._analyzed_at[cluster_id] = moment
         with self._inflight_lock:
+            due = self._analyzed_at.get(cluster_id, -1e9) + self.analysis_seconds
+            if not force and moment < due:
+                self._deferred.setdefault(cluster_id, due)
+                return False
+            self._analyzed_at[cluster_id] = moment
+            self._deferred.pop(cluster_id, None)
             lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
         try:
             with lock, self.sessions.begin() as session:
@@ -93,6 +99,22 @@ class Workers:
         self.analyses += 1
         LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
         return True
+
+    def deferred_due(self) -> list[str]:
+        """Clusters whose analysis was put off by `analysis_seconds` and is due now."""
+        moment = time.monotonic()
+        with self._inflight_lock:
+            return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
+
+    async def deferred(self) -> None:
+        """Run the analyses put off by `analysis_seconds` once they fall due."""
+        while True:
+            for cluster_id in self.deferred_due():
+                try:
+                    await asyncio.to_thread(self.analyze_if_due, cluster_id)
+                except Exception:  # the database is away: the next push analyzes again
+                    LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            await asyncio.sleep(min(1.0, max(0.05, self.analysis_seconds / 10)))
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
@@ -132,9 +154,10 @@ class Workers:
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep, until the context ends."""
+        """`consumers` tasks taking jobs, plus the sweep and the deferred analyses, until the context ends."""
         tasks = [asyncio.create_task(self.queue.consume(self.handle)) for _ in range(consumers)]
         tasks.append(asyncio.create_task(self.sweep()))
+        tasks.append(asyncio.create_task(self.deferred()))
         try:
             yield self
         finally:
