@@ -250,6 +250,10 @@ def _inflate(body: bytes, limit: int) -> bytes:
         raise HTTPException(400, f"body is not valid gzip: {error}") from None
     if len(out) > limit or inflater.unconsumed_tail:
         raise HTTPException(413, f"push larger than {limit} bytes once inflated")
+    if not inflater.eof or inflater.unused_data:
+        # A cut-short stream, or a second gzip member: the body is stored as received, and must read
+        # back as exactly what was validated.
+        raise HTTPException(400, "body is not one complete gzip stream")
     return out
 
 
@@ -340,14 +344,18 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         else:
             raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
         try:
-            message = push_contract.stripped(push_contract.parse_push(orjson.loads(body)))
+            parsed = push_contract.parse_push(orjson.loads(body))
+            message = push_contract.stripped(parsed)
         except orjson.JSONDecodeError as error:
             backend.metrics.pushes.labels("unknown", "malformed").inc()
             raise HTTPException(400, f"body is not JSON: {error}") from None
         except (ValidationError, ValueError) as error:
             backend.metrics.pushes.labels("unknown", "invalid").inc()
             raise HTTPException(422, _validation_message(error)) from None
-        stored = gzip.compress(push_contract.dump(message), compresslevel=1)
+        if message is parsed and encoding == "gzip":
+            stored = raw  # as received: valid, and nothing in it needed stripping
+        else:
+            stored = gzip.compress(push_contract.dump(message), compresslevel=1)
         schema = message.schema_
         with backend.transaction() as session:
             recorded = repo.record_push(
