@@ -67,7 +67,8 @@ class Workers:
             return Verdict.RETRY
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
-        if outcome == "applied":
+        # Superseded: a newer snapshot was applied in its place.
+        if outcome in ("applied", "superseded"):
             self.analyze_if_due(job.cluster_id)
         return Verdict.DONE
 

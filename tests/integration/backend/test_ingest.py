@@ -90,6 +90,54 @@ async def test_a_delta_of_more_objects_than_one_statement_takes(database_url: st
 
 
 @pytest.mark.integration
+def test_pushes_before_the_newest_waiting_snapshot_are_superseded(database_url: str) -> None:
+    """A backlog of one cluster's pushes costs one replacement: those older than its newest snapshot
+    are marked superseded without being applied, and the state is that snapshot's (then what follows)."""
+    from datetime import UTC, datetime
+
+    from shipshape.backend.store import engine as store_engine
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC)
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster, _ = repo.create_cluster(session, org.id, "prod", now)
+            org_id, cluster_id = org.id, cluster.id
+        bodies = [
+            snapshot(1, nodes=1, pods=2),
+            delta(2, 1, [("ADDED", "pods", pod("d2", "n0"))]),
+            snapshot(3, nodes=1, pods=3),
+            snapshot(4, nodes=2, pods=1),
+            delta(5, 4, [("ADDED", "pods", pod("d5", "n0"))]),
+        ]
+        ids = []
+        with sessions.begin() as session:
+            for body in bodies:
+                raw = gzip.compress(orjson.dumps(body, default=str))
+                recorded = repo.record_push(
+                    session, cluster_id, f"k{body['sequence']}", body["schema"], body["sequence"], raw, now
+                )
+                ids.append(recorded.push_id)
+        with sessions.begin() as session:
+            assert repo.apply_pushes(session, ids[0], now) == "superseded"
+        with sessions.begin() as session:
+            outcomes = {p.sequence: p.outcome for p in session.query(repo.Push)}
+            names = {o["metadata"]["name"] for o in repo.cluster_objects(session, org_id, cluster_id, "pods")}
+            stored = session.get(repo.Cluster, cluster_id)
+            assert stored is not None
+            assert (stored.applied_sequence, stored.node_count, stored.pod_count) == (5, 2, 2)
+        assert outcomes == {1: "superseded", 2: "superseded", 3: "superseded", 4: "applied", 5: "applied"}
+        assert names == {"p0", "d5"}
+        with sessions.begin() as session:
+            assert repo.apply_pushes(session, ids[3], now) == "duplicate"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
 async def test_a_replayed_push_is_stored_and_applied_once(sqlite_url: str) -> None:
     async with harness(BackendSettings(db=sqlite_url)) as h:
         t = h.tenant("acme")

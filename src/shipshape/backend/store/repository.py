@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from shipshape.backend import auth
 from shipshape.backend.store.models import (
@@ -27,7 +27,7 @@ from shipshape.backend.store.models import (
     RecommendationRow,
 )
 from shipshape.contracts.instructions import InstructionOutcome, Recommendation
-from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
+from shipshape.contracts.push import SNAPSHOT_SCHEMA, ClusterDelta, ClusterSnapshot, parse_push
 
 
 class NotFound(Exception):
@@ -248,7 +248,9 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
 
     Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
     the cluster's row lock applies what is ready in order, and a job whose push someone else already
-    applied is a `duplicate`. NotYet: `push_id` is a delta whose base has not arrived yet.
+    applied is a `duplicate`; pushes older than a snapshot also waiting are `superseded` by it (not
+    applied: the snapshot holds their effect). NotYet: `push_id` is a delta whose base has not
+    arrived yet.
     """
     push = session.get(Push, push_id)
     if push is None:
@@ -262,11 +264,20 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
         return "duplicate"  # applied by the worker that held the lock before us
     pending = session.scalars(
         select(Push)
+        .options(defer(Push.body_gzip))  # read only for the pushes applied
         .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None))
         .order_by(Push.sequence, Push.id)
     ).all()
+    # A snapshot replaces the whole state: the pushes before the newest one waiting are not applied
+    # (an agent draining its spool, or a backlog of snapshots, costs one replacement, not one each).
+    newest = max((p.sequence for p in pending if p.schema_name == SNAPSHOT_SCHEMA), default=None)
     mine: str | None = None
     for candidate in pending:
+        if newest is not None and candidate.sequence < newest:
+            candidate.processed_at, candidate.outcome = now, "superseded"
+            if candidate.id == push.id:
+                mine = "superseded"
+            continue
         try:
             outcome = _apply_one(session, cluster, candidate, now)
         except NotYet:
