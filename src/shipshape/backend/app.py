@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -336,31 +337,43 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         if not _IDEMPOTENCY_KEY.match(idempotency_key):
             raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
         raw = await _read_limited(request, backend.settings.max_push_bytes)
-        encoding = (content_encoding or "identity").lower()
-        if encoding == "gzip":
-            body = _inflate(raw, backend.settings.max_inflated_bytes)
-        elif encoding == "identity":
-            body = raw
-        else:
-            raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
-        try:
-            parsed = push_contract.parse_push(orjson.loads(body))
-            message = push_contract.stripped(parsed)
-        except orjson.JSONDecodeError as error:
-            backend.metrics.pushes.labels("unknown", "malformed").inc()
-            raise HTTPException(400, f"body is not JSON: {error}") from None
-        except (ValidationError, ValueError) as error:
-            backend.metrics.pushes.labels("unknown", "invalid").inc()
-            raise HTTPException(422, _validation_message(error)) from None
-        if message is parsed and encoding == "gzip":
-            stored = raw  # as received: valid, and nothing in it needed stripping
-        else:
-            stored = gzip.compress(push_contract.dump(message), compresslevel=1)
-        schema = message.schema_
-        with backend.transaction() as session:
-            recorded = repo.record_push(
-                session, agent.cluster_id, idempotency_key, schema, message.sequence, stored, backend.now()
-            )
+
+        def accept() -> tuple[str, repo.Recorded]:
+            # Off the event loop: validating a snapshot takes a good part of a CPU second, and the
+            # commit waits for the database's disk; other requests (and other commits) go on meanwhile.
+            encoding = (content_encoding or "identity").lower()
+            if encoding == "gzip":
+                body = _inflate(raw, backend.settings.max_inflated_bytes)
+            elif encoding == "identity":
+                body = raw
+            else:
+                raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
+            try:
+                parsed = push_contract.parse_push(orjson.loads(body))
+                message = push_contract.stripped(parsed)
+            except orjson.JSONDecodeError as error:
+                backend.metrics.pushes.labels("unknown", "malformed").inc()
+                raise HTTPException(400, f"body is not JSON: {error}") from None
+            except (ValidationError, ValueError) as error:
+                backend.metrics.pushes.labels("unknown", "invalid").inc()
+                raise HTTPException(422, _validation_message(error)) from None
+            if message is parsed and encoding == "gzip":
+                stored = raw  # as received: valid, and nothing in it needed stripping
+            else:
+                stored = gzip.compress(push_contract.dump(message), compresslevel=1)
+            with backend.transaction() as session:
+                recorded = repo.record_push(
+                    session,
+                    agent.cluster_id,
+                    idempotency_key,
+                    message.schema_,
+                    message.sequence,
+                    stored,
+                    backend.now(),
+                )
+            return message.schema_, recorded
+
+        schema, recorded = await run_in_threadpool(accept)
         if not recorded.duplicate:
             await backend.queue.publish(
                 Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
