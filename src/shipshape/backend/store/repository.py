@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
@@ -208,34 +209,35 @@ def record_push(
     body_gzip: bytes,
     now: datetime,
 ) -> Recorded:
-    """Store an accepted push once per (cluster, idempotency key); a replay returns the first one."""
-    existing = session.scalar(
-        select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
+    """Store an accepted push once per (cluster, idempotency key); a replay returns the first one.
+
+    One statement (`INSERT … ON CONFLICT DO NOTHING RETURNING`, PostgreSQL and SQLite alike) instead of
+    a look-up, a savepoint, the insert and its release: four round trips to the database were most of
+    the time an API process spent accepting a delta. A key racing in from another API process waits
+    for that one's transaction and then finds its push.
+    """
+    dialect_insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    push_id = session.scalar(
+        dialect_insert(Push)
+        .values(
+            cluster_id=cluster_id,
+            idempotency_key=idempotency_key,
+            schema_name=schema_name,
+            sequence=sequence,
+            received_at=now,
+            body_gzip=body_gzip,
+        )
+        .on_conflict_do_nothing(index_elements=[Push.cluster_id, Push.idempotency_key])
+        .returning(Push.id)
     )
-    if existing is not None:
-        return Recorded(existing, duplicate=True)
-    push = Push(
-        cluster_id=cluster_id,
-        idempotency_key=idempotency_key,
-        schema_name=schema_name,
-        sequence=sequence,
-        received_at=now,
-        body_gzip=body_gzip,
-    )
-    try:
-        with session.begin_nested():
-            session.add(push)
-            session.flush()
-    except IntegrityError:
-        # The same key raced in from another API process: theirs is the push.
-        raced = session.scalar(
+    if push_id is None:
+        existing = session.scalar(
             select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
         )
-        if raced is None:
-            raise
-        return Recorded(raced, duplicate=True)
+        assert existing is not None  # the conflicting row, committed
+        return Recorded(existing, duplicate=True)
     session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
-    return Recorded(push.id, duplicate=False)
+    return Recorded(push_id, duplicate=False)
 
 
 class NotYet(Exception):
