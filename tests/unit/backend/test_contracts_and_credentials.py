@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from pydantic import ValidationError
@@ -125,6 +127,74 @@ def test_a_push_that_needs_no_stripping_is_kept_and_dump_round_trips() -> None:
     )
     for message in (snapshot, delta, cleaned):
         assert push.parse_push(orjson.loads(push.dump(message))) == message
+
+
+def test_clean_snapshot_accepts_only_what_the_full_path_accepts_unchanged() -> None:
+    """The receiver's fast check: when it says a body is a clean snapshot, `parse_push` accepts the body
+    and `stripped` keeps it as it is; anything else is left to them (None)."""
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a", "annotations": {"keep": "1"}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "DB_PASSWORD", "value": "<redacted>"}]}]},
+    }
+    deployment = {
+        "metadata": {"name": "d", "namespace": "a"},
+        "spec": {
+            "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "X"}]}]}},
+        },
+    }
+    base = {
+        "schema": push.SNAPSHOT_SCHEMA,
+        "sequence": 7,
+        "taken_at": "2026-01-01T00:00:00Z",
+        "objects": {"pods": [pod], "deployments": [deployment], "nodes": [{"metadata": {"name": "n"}}]},
+    }
+    leaked = {"name": "API_TOKEN", "value": "t"}
+    variants: list[Any] = [
+        base,
+        {**base, "sequence": -1},
+        {**base, "sequence": "7"},
+        {**base, "taken_at": "yesterday"},
+        {**base, "extra": 1},
+        {**base, "schema": push.DELTA_SCHEMA},
+        {**base, "objects": {"secrets": [pod]}},
+        {**base, "objects": {"pods": [pod, pod]}},
+        {**base, "objects": {"pods": [{**pod, "metadata": {"name": "p"}}]}},
+        {**base, "objects": {"nodes": [{"metadata": {"name": "n", "namespace": "a"}}]}},
+        {**base, "objects": {"pods": [{**pod, "metadata": {**pod["metadata"], "managedFields": []}}]}},
+        {**base, "objects": {"pods": [{**pod, "spec": {"initContainers": [{"env": [leaked]}]}}]}},
+        {
+            **base,
+            "objects": {
+                "deployments": [
+                    {**deployment, "spec": {"template": {"spec": {"containers": [{"env": [leaked]}]}}}}
+                ]
+            },
+        },
+        {
+            **base,
+            "objects": {"pods": [{**pod, "metadata": {**pod["metadata"], "labels": {"team": "équipe"}}}]},
+        },
+        {**base, "objects": {"pods": [{**pod, "spec": {"containers": "not a list"}}]}},
+        {**base, "objects": {"pods": ["not an object"]}},
+    ]
+    accepted = 0
+    for variant in variants:
+        body = orjson.dumps(variant)
+        head = push.clean_snapshot(body)
+        if head is None:
+            continue
+        accepted += 1
+        parsed = push.parse_push(orjson.loads(body))
+        assert push.stripped(parsed) is parsed, variant
+        assert (head.schema_, head.sequence, head.taken_at) == (
+            parsed.schema_,
+            parsed.sequence,
+            parsed.taken_at,
+        )
+    assert accepted == 1 and push.clean_snapshot(orjson.dumps(base)) is not None
+    assert push.clean_snapshot(b"{not json") is None
 
 
 def test_credentials_round_trip_and_reject_look_alikes() -> None:
