@@ -47,6 +47,9 @@ class Workers:
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
     # One analysis of a cluster at a time in this process (the row lock does it across processes).
     _analysis_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    # One transaction applying a cluster's pushes at a time in this process: a second would wait for
+    # the row lock on PostgreSQL, and on SQLite (no row locks) apply the same pushes and be rolled back.
+    _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -59,8 +62,10 @@ class Workers:
                 self._inflight -= 1
 
     def _apply(self, job: Job) -> Verdict:
+        with self._inflight_lock:
+            lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
         try:
-            with self.sessions.begin() as session:
+            with lock, self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now())
         except repo.NotYet as waiting:
             LOG.debug("push %s: %s", job.push_id, waiting)

@@ -254,25 +254,27 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
     applied: the snapshot holds their effect). NotYet: `push_id` is a delta whose base has not
     arrived yet.
     """
-    push = session.get(Push, push_id)
+    # Bodies are read only for the pushes applied, all in one query.
+    push = session.get(Push, push_id, options=[defer(Push.body_gzip)])
     if push is None:
         return "gone"  # removed by retention before it was processed
     if push.processed_at is not None:
         return "duplicate"
     cluster = session.scalar(select(Cluster).where(Cluster.id == push.cluster_id).with_for_update())
     assert cluster is not None
-    session.refresh(push)
+    session.refresh(push, ["processed_at"])
     if push.processed_at is not None:
         return "duplicate"  # applied by the worker that held the lock before us
     pending = session.scalars(
         select(Push)
-        .options(defer(Push.body_gzip))  # read only for the pushes applied
+        .options(defer(Push.body_gzip))
         .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None))
         .order_by(Push.sequence, Push.id)
     ).all()
     # A snapshot replaces the whole state: the pushes before the newest one waiting are not applied
     # (an agent draining its spool, or a backlog of snapshots, costs one replacement, not one each).
     newest = max((p.sequence for p in pending if p.schema_name == SNAPSHOT_SCHEMA), default=None)
+    bodies = _bodies(session, [p.id for p in pending if newest is None or p.sequence >= newest])
     mine: str | None = None
     for candidate in pending:
         if newest is not None and candidate.sequence < newest:
@@ -281,7 +283,7 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
                 mine = "superseded"
             continue
         try:
-            outcome = _apply_one(session, cluster, candidate, now)
+            outcome = _apply_one(session, cluster, candidate, bodies[candidate.id], now)
         except NotYet:
             if candidate.id == push.id:
                 raise
@@ -294,9 +296,18 @@ def apply_pushes(session: Session, push_id: int, now: datetime) -> str:
     return mine
 
 
-def _apply_one(session: Session, cluster: Cluster, push: Push, now: datetime) -> str:
+def _bodies(session: Session, push_ids: list[int]) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
+        chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
+        for push_id, body in session.execute(select(Push.id, Push.body_gzip).where(Push.id.in_(chunk))):
+            out[push_id] = body
+    return out
+
+
+def _apply_one(session: Session, cluster: Cluster, push: Push, body_gzip: bytes, now: datetime) -> str:
     try:
-        message = parse_push(orjson.loads(gzip.decompress(push.body_gzip)))
+        message = parse_push(orjson.loads(gzip.decompress(body_gzip)))
     except (orjson.JSONDecodeError, ValueError) as error:
         # The API validated it; a body that reads back otherwise (a number out of range in a field the
         # API's fast check skips) is set aside rather than retried for ever.
