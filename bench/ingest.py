@@ -95,6 +95,9 @@ class Sizes:
     latency_trials: int = 24
     # Seconds between two pushes of one cluster in the latency case: the agent's delta period.
     latency_spacing: float = 15.0
+    # Other clusters pushing deltas meanwhile, at this rate in all (a fifth of the deltas target).
+    latency_background_clusters: int = 8
+    latency_background_per_second: float = 100.0
     agent_nodes: int = 1000
     agent_pods_per_node: int = 30
     agent_seconds: float = 60.0
@@ -110,6 +113,8 @@ QUICK = Sizes(
     latency_clusters=2,
     latency_trials=6,
     latency_spacing=15.0,
+    latency_background_clusters=4,
+    latency_background_per_second=50.0,
     agent_seconds=20.0,
     drain_limit=120.0,
 )
@@ -912,17 +917,19 @@ async def deltas_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
 async def latency_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
     """Each cluster holds the fixture; every `latency_spacing` seconds (the agent's delta period) it
     pushes a delta of pod changes that also brings a new Deployment running wholly on on-demand nodes;
-    a poller lists the cluster's recommendations every 0.1 s until that workload's appears."""
+    a poller lists the cluster's recommendations every 0.1 s until that workload's appears. Meanwhile
+    other clusters (holding the fixture too) push deltas at `latency_background_per_second`."""
     snapshot = SnapshotBodies(fixture.objects_json)
     writer = DeltaWriter(fixture)
     on_demand = fixture.on_demand_nodes()
     gap = sizes.latency_spacing / sizes.latency_clusters
-    async with http_client(stack.url, 8) as http:
-        clusters = await clusters_of(stack, http, sizes.latency_clusters)
-        for c in clusters:
+    async with http_client(stack.url, 8) as http, http_client(stack.url, 16) as loader:
+        everyone = await clusters_of(stack, http, sizes.latency_clusters + sizes.latency_background_clusters)
+        clusters, others = everyone[: sizes.latency_clusters], everyone[sizes.latency_clusters :]
+        for c in everyone:
             if await push(http, c, snapshot.body(1), "baseline") != 202:
                 raise RuntimeError("baseline snapshot refused")
-        await wait_applied(http, stack, clusters, 1)
+        await wait_applied(http, stack, everyone, 1)
         # The baseline's own analysis has run once its findings are listed.
         for c in clusters:
             await until_listed(http, stack, c, lambda names: bool(names), 120.0)
@@ -954,17 +961,39 @@ async def latency_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
             else:
                 missed.append(f"{name}: not listed within 60 s")
 
+        stop = asyncio.Event()
+        background_writer = DeltaWriter(fixture)
+        background_answers: dict[str, int] = {}
+
+        async def background(c: Credentials) -> None:
+            # One cluster's share of the background rate, in order (an agent sends one push at a time).
+            interval = len(others) / sizes.latency_background_per_second
+            sequence, began = 1, time.monotonic()
+            while not stop.is_set():
+                body = background_writer.delta(sequence + 1, sequence, sizes.changes_per_delta)
+                status = await push(loader, c, body, f"load-{sequence + 1}")
+                background_answers[str(status)] = background_answers.get(str(status), 0) + 1
+                sequence += 1
+                await asyncio.sleep(max(0.0, began + (sequence - 1) * interval - time.monotonic()))
+
+        loads = [asyncio.create_task(background(c)) for c in others]
         tasks = []
         start = time.monotonic()
         for i in range(sizes.latency_trials):
             await asyncio.sleep(max(0.0, start + i * gap - time.monotonic()))
             tasks.append(asyncio.create_task(trial(i)))
         await asyncio.gather(*tasks)
+        stop.set()
+        await asyncio.gather(*loads)
+        loaded_for = time.monotonic() - start
     p99 = percentile(latencies, 99) if latencies else math.inf
     return {
         "clusters": len(clusters),
         "trials": sizes.latency_trials,
         "secondsBetweenPushesOfOneCluster": sizes.latency_spacing,
+        "backgroundClusters": len(others),
+        "backgroundDeltasPerSecond": round(sum(background_answers.values()) / loaded_for, 1),
+        "backgroundAnswers": background_answers,
         "listed": len(latencies),
         "missed": missed,
         "latencySeconds": {
