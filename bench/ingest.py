@@ -1280,6 +1280,7 @@ def agent_case(sizes: Sizes, workdir: Path) -> Json:
                     f"(RSS {rss_synced:.0f} MiB, peak {peak_synced:.0f} MiB)"
                 )
                 pods = asyncio.run(pod_names(served))
+                events = asyncio.run(count_of(served, "/api/v1/events"))
                 cpu_before = cpu_seconds(agent.pid)
                 churn_began = time.monotonic()
                 changes = asyncio.run(
@@ -1303,6 +1304,8 @@ def agent_case(sizes: Sizes, workdir: Path) -> Json:
         "clusterReadySeconds": round(populated, 1),
         "firstSnapshotStoredSeconds": round(synced, 1),
         "storedPods": stored,
+        # The rollout's Events (scheduled, pulled, created, started), which the agent mirrors too.
+        "events": events,
         "cpuSecondsUntilFirstSnapshot": round(cpu_synced, 2),
         "podChanges": changes,
         "podChangesPerSecond": round(changes / sizes.agent_seconds, 2),
@@ -1331,6 +1334,13 @@ async def until_stored(stack: Stack, pods: int, limit: float, agent: subprocess.
                 return int(body["pod_count"])
             await asyncio.sleep(1)
     raise RuntimeError(f"the agent's snapshot was not stored within {limit:g} s")
+
+
+async def count_of(served: Served, path: str) -> int:
+    """How many objects a list holds (its first item and `remainingItemCount`)."""
+    async with served.client(1) as http:
+        listed = await get_json(http, path, limit="1")
+    return len(listed["items"]) + int(listed["metadata"].get("remainingItemCount") or 0)
 
 
 async def pod_names(served: Served) -> list[tuple[str, str]]:
