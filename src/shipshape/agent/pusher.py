@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -35,7 +36,8 @@ class Pusher:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
         )
 
-    def send(self, sequence: int, gzipped: bytes) -> Answer:
+    def send(self, sequence: int, gzipped: bytes | Iterable[bytes]) -> Answer:
+        """Post one push (gzip bytes, or their pieces: then streamed, chunked)."""
         try:
             response = self.client.post(
                 PUSH_PATH,

@@ -146,7 +146,7 @@ class Agent:
     def drain(self) -> bool:
         """Send what is spooled, oldest first; False when the backend is away (retry later)."""
         for item in self.spool.items():
-            answer = self.pusher.send(item.sequence, item.gzipped())
+            answer = self.pusher.send(item.sequence, item.gzipped_pieces())
             if answer.outcome is Outcome.RETRY:
                 self.last_error = answer.detail
                 return False

@@ -14,7 +14,7 @@ import gzip
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,12 @@ class Spooled:
 
     def gzipped(self) -> bytes:
         return self.path.read_bytes()
+
+    def gzipped_pieces(self, size: int = 256 * 1024) -> Iterator[bytes]:
+        """The file in pieces, for a sender that streams it (a large cluster's snapshot is tens of MiB)."""
+        with open(self.path, "rb") as handle:
+            while piece := handle.read(size):
+                yield piece
 
 
 class Spool:
