@@ -1217,7 +1217,8 @@ async def populate(served: Served, nodes: int, per_node: int) -> float:
             if time.monotonic() - last > 15:
                 last = time.monotonic()
                 log(
-                    f"agent: {pods} of {want} pods created, not all running ({time.monotonic() - began:.0f} s)"
+                    f"agent: {pods} of {want} pods created, not all running "
+                    f"({time.monotonic() - began:.0f} s)"
                 )
             if time.monotonic() - began > 1200:
                 raise RuntimeError(f"{pods} of {want} pods created, not all running after 1200 s")
