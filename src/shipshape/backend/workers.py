@@ -74,8 +74,17 @@ class Workers:
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
         # Superseded: a newer snapshot was applied in its place.
         if outcome in ("applied", "superseded"):
-            self.analyze_if_due(job.cluster_id)
+            self.analysis_wanted(job.cluster_id)
         return Verdict.DONE
+
+    def analysis_wanted(self, cluster_id: str) -> None:
+        """The cluster's state changed: its analysis runs once `analysis_seconds` have passed since the
+        last one (at once if they have), in `deferred`, not in the consumer that applied the push: an
+        analysis of a 3,000-pod cluster takes a good part of a second, and the consumer goes on with
+        the next job meanwhile."""
+        with self._inflight_lock:
+            due = self._analyzed_at.get(cluster_id, -1e9) + self.analysis_seconds
+            self._deferred.setdefault(cluster_id, due)
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
         """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`; then they
@@ -113,14 +122,14 @@ class Workers:
             return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
 
     async def deferred(self) -> None:
-        """Run the analyses put off by `analysis_seconds` once they fall due."""
+        """Run the analyses asked for (`analysis_wanted`) once they fall due, one at a time."""
         while True:
             for cluster_id in self.deferred_due():
                 try:
                     await asyncio.to_thread(self.analyze_if_due, cluster_id)
                 except Exception:  # the database is away: the next push analyzes again
                     LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
-            await asyncio.sleep(min(1.0, max(0.05, self.analysis_seconds / 10)))
+            await asyncio.sleep(0.1)
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
