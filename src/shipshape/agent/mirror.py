@@ -74,7 +74,7 @@ def _body_of(stored: bytes) -> bytes:
 @dataclass(frozen=True, slots=True)
 class Pending:
     type: str  # ADDED | MODIFIED | DELETED
-    body: bytes  # packed
+    stored: bytes  # the object as kept (`_stored`): shared with the mirror, not a copy
 
 
 class Packer:
@@ -129,13 +129,13 @@ class Mirror:
             current = self._objects.get(plural, {})
             for name, stored in current.items():
                 if name not in fresh:
-                    self._record("DELETED", (plural, name), _body_of(stored))
+                    self._record("DELETED", (plural, name), stored)
             for name, stored in fresh.items():
                 old = current.get(name)
                 if old is not None and _version_of(old) == _version_of(stored) and _version_of(stored):
                     fresh[name] = old
                     continue
-                self._record("ADDED" if old is None else "MODIFIED", (plural, name), _body_of(stored))
+                self._record("ADDED" if old is None else "MODIFIED", (plural, name), stored)
             self._objects[plural] = fresh
 
     def apply(self, event: Mapping[str, Any], kind: str) -> None:
@@ -147,15 +147,15 @@ class Mirror:
         plural = KIND_PLURALS[kind]
         key = _key(plural, stripped)
         raw = orjson.dumps(stripped)
-        body = self._packer(plural, [raw]).pack(raw)
+        stored = _stored(_version(stripped), self._packer(plural, [raw]).pack(raw))
         with self._lock:
             objects = self._objects.setdefault(plural, {})
             if change == "DELETED":
                 objects.pop(key[1], None)
             else:
                 change = "MODIFIED" if key[1] in objects else "ADDED"
-                objects[key[1]] = _stored(_version(stripped), body)
-            self._record(str(change), key, body)
+                objects[key[1]] = stored
+            self._record(str(change), key, stored)
 
     def _packer(self, plural: str, samples: list[bytes]) -> Packer:
         packer = self._packers.get(plural)
@@ -164,14 +164,14 @@ class Mirror:
                 packer = self._packers.setdefault(plural, Packer(samples))
         return packer
 
-    def _record(self, change: str, key: Key, body: bytes) -> None:
+    def _record(self, change: str, key: Key, stored: bytes) -> None:
         previous = self._pending.get(key)
         if previous is not None and previous.type == "ADDED" and change == "DELETED":
             # Came and went between two pushes: nothing to tell.
             del self._pending[key]
         else:
             kept = "ADDED" if previous is not None and previous.type == "ADDED" else change
-            self._pending[key] = Pending(kept, body)
+            self._pending[key] = Pending(kept, stored)
         self.version += 1
 
     # ---- pushes ------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class Mirror:
             + b',"kind":'
             + orjson.dumps(key[0])
             + b',"object":'
-            + packers[key[0]].unpack(p.body)
+            + packers[key[0]].unpack(_body_of(p.stored))
             + b"}"
             for key, p in pending
         )
