@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -35,9 +36,9 @@ class Pusher:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
         )
 
-    def send(self, sequence: int, gzipped: bytes, key: str | None = None) -> Answer:
-        """POST one push; its idempotency key is `seq-<sequence>` unless `key` names another (a usage
-        report's is its bucket's)."""
+    def send(self, sequence: int, gzipped: bytes | Iterable[bytes], key: str | None = None) -> Answer:
+        """POST one push (gzip bytes, or their pieces: then streamed, chunked); its idempotency key is
+        `seq-<sequence>` unless `key` names another (a usage report's is its bucket's)."""
         try:
             response = self.client.post(
                 PUSH_PATH,

@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -167,11 +167,10 @@ class Agent:
         self._last_sequence = sequence
         return sequence
 
-    def _spool(self, kind: str, body_for: Callable[[int], bytes]) -> None:
+    def _spool(self, kind: str, body_for: Callable[[int], Iterable[bytes]]) -> None:
         sequence = self._next_sequence()
-        body = body_for(sequence)
         try:
-            self.spool.add(sequence, kind, body)
+            self.spool.add_chunks(sequence, kind, body_for(sequence))
         except ValueError:
             LOG.warning(
                 "spool full: folding %d spooled pushes into a fresh snapshot", len(self.spool.items())
@@ -181,7 +180,7 @@ class Agent:
         self._base = sequence
 
     def snapshot_now(self) -> None:
-        self._spool("snapshot", lambda seq: self.mirror.snapshot(seq, self.wall(), __version__))
+        self._spool("snapshot", lambda seq: self.mirror.snapshot_chunks(seq, self.wall(), __version__))
 
     def delta_now(self) -> None:
         if self._base is None or self.mirror.pending() > MAX_DELTA_CHANGES:
@@ -206,7 +205,7 @@ class Agent:
         for item in self.spool.items():
             if not self.leading:
                 return True
-            answer = self.pusher.send(item.sequence, item.gzipped())
+            answer = self.pusher.send(item.sequence, item.gzipped_pieces())
             if answer.outcome is Outcome.RETRY:
                 self.last_error = answer.detail
                 return False

@@ -14,6 +14,7 @@ import gzip
 import os
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,12 @@ class Spooled:
 
     def gzipped(self) -> bytes:
         return self.path.read_bytes()
+
+    def gzipped_pieces(self, size: int = 256 * 1024) -> Iterator[bytes]:
+        """The file in pieces, for a sender that streams it (a large cluster's snapshot is tens of MiB)."""
+        with open(self.path, "rb") as handle:
+            while piece := handle.read(size):
+                yield piece
 
 
 class Spool:
@@ -73,19 +80,27 @@ class Spool:
 
     def add(self, sequence: int, kind: str, body: bytes) -> Spooled:
         """Write a push durably; returns it. Raise ValueError when it does not fit (see `fold`)."""
-        data = gzip.compress(body, compresslevel=5)
+        return self.add_chunks(sequence, kind, [body])
+
+    def add_chunks(self, sequence: int, kind: str, chunks: Iterable[bytes]) -> Spooled:
+        """`add` of a push given in pieces, compressed as they come (a snapshot of a large cluster is
+        never held whole, nor its compressed copy)."""
         with self._lock:
-            if not self.fits(len(data)):
-                raise ValueError(f"spool full ({self.max_bytes} bytes)")
             path = self.directory / f"{sequence:020d}.{kind}.json.gz"
             temporary = path.with_suffix(".tmp")
             with open(temporary, "wb") as handle:
-                handle.write(data)
+                with gzip.GzipFile(fileobj=handle, mode="wb", compresslevel=5) as zipped:
+                    for chunk in chunks:
+                        zipped.write(chunk)
                 handle.flush()
                 os.fsync(handle.fileno())
+            size = temporary.stat().st_size
+            if not self.fits(size):
+                temporary.unlink(missing_ok=True)
+                raise ValueError(f"spool full ({self.max_bytes} bytes)")
             os.replace(temporary, path)
             _sync_directory(self.directory)
-            self._sizes[path] = len(data)
+            self._sizes[path] = size
             return Spooled(sequence, kind, path)
 
     def fold(self, sequence: int, snapshot: bytes) -> Spooled:

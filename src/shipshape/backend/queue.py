@@ -186,16 +186,20 @@ class NatsQueue:
                 messages = await subscription.fetch(self.batch, timeout=1.0)
             except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
                 continue
-            for message in messages:
-                try:
-                    verdict = await handler(Job.decode(message.data))
-                except Exception:
-                    LOG.exception("job failed; NATS will deliver it again")
-                    verdict = Verdict.RETRY
-                if verdict is Verdict.DONE:
-                    await message.ack()
-                else:
-                    await message.nak(delay=self.retry_delay)
+            # The jobs of a batch at once: each waits mostly for the database (its commit), and the
+            # workers apply one cluster's pushes one transaction at a time whatever the order.
+            await asyncio.gather(*(self._handle(message, handler) for message in messages))
+
+    async def _handle(self, message: Any, handler: Handler) -> None:
+        try:
+            verdict = await handler(Job.decode(message.data))
+        except Exception:
+            LOG.exception("job failed; NATS will deliver it again")
+            verdict = Verdict.RETRY
+        if verdict is Verdict.DONE:
+            await message.ack()
+        else:
+            await message.nak(delay=self.retry_delay)
 
     async def close(self) -> None:
         if self._nc is not None:

@@ -50,11 +50,16 @@ class Workers:
     processed: int = 0
     analyses: int = 0
     _analyzed_at: dict[str, float] = field(default_factory=dict)
+    # Clusters whose state changed while their analysis was not due: when it falls due (monotonic).
+    _deferred: dict[str, float] = field(default_factory=dict)
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
     # One analysis of a cluster at a time in this process (the row lock does it across processes).
     _analysis_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    # One transaction applying a cluster's pushes at a time in this process: a second would wait for
+    # the row lock on PostgreSQL, and on SQLite (no row locks) apply the same pushes and be rolled back.
+    _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -67,30 +72,46 @@ class Workers:
                 self._inflight -= 1
 
     def _apply(self, job: Job) -> Verdict:
+        with self._inflight_lock:
+            lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
         try:
-            with self.sessions.begin() as session:
+            with lock, self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
         except repo.NotYet as waiting:
             LOG.debug("push %s: %s", job.push_id, waiting)
             return Verdict.RETRY
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
-        if outcome == "applied":
-            self.analyze_if_due(job.cluster_id)
+        # Superseded: a newer snapshot was applied in its place.
+        if outcome in ("applied", "superseded"):
+            self.analysis_wanted(job.cluster_id)
             if self.series is not None:
                 self.series.record_if_due(job.cluster_id)
             self.analyze_usage_if_due(job.cluster_id)
         return Verdict.DONE
 
-    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
-        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`. In its own
-        transaction: a failing analyzer never undoes an applied push (it is logged, and runs again
-        after the next push)."""
-        moment = time.monotonic()
-        if not force and moment - self._analyzed_at.get(cluster_id, -1e9) < self.analysis_seconds:
-            return False
-        self._analyzed_at[cluster_id] = moment
+    def analysis_wanted(self, cluster_id: str) -> None:
+        """The cluster's state changed: its analysis runs once `analysis_seconds` have passed since the
+        last one (at once if they have), in `deferred`, not in the consumer that applied the push: an
+        analysis of a 3,000-pod cluster takes a good part of a second, and the consumer goes on with
+        the next job meanwhile."""
         with self._inflight_lock:
+            due = self._analyzed_at.get(cluster_id, -1e9) + self.analysis_seconds
+            self._deferred.setdefault(cluster_id, due)
+
+    def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`; then they
+        run once that time is up (`deferred`), so no change waits for the next push to be analyzed.
+        In its own transaction: a failing analyzer never undoes an applied push (it is logged, and runs
+        again after the next push)."""
+        moment = time.monotonic()
+        with self._inflight_lock:
+            due = self._analyzed_at.get(cluster_id, -1e9) + self.analysis_seconds
+            if not force and moment < due:
+                self._deferred.setdefault(cluster_id, due)
+                return False
+            self._analyzed_at[cluster_id] = moment
+            self._deferred.pop(cluster_id, None)
             lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
         try:
             with lock, self.sessions.begin() as session:
@@ -138,6 +159,22 @@ class Workers:
         LOG.debug("cluster %s: %d efficiency recommendation(s)", cluster_id, len(findings))
         return True
 
+    def deferred_due(self) -> list[str]:
+        """Clusters whose analysis was put off by `analysis_seconds` and is due now."""
+        moment = time.monotonic()
+        with self._inflight_lock:
+            return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
+
+    async def deferred(self) -> None:
+        """Run the analyses asked for (`analysis_wanted`) once they fall due, one at a time."""
+        while True:
+            for cluster_id in self.deferred_due():
+                try:
+                    await asyncio.to_thread(self.analyze_if_due, cluster_id)
+                except Exception:  # the database is away: the next push analyzes again
+                    LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            await asyncio.sleep(0.1)
+
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
 
@@ -182,9 +219,10 @@ class Workers:
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep, until the context ends."""
+        """`consumers` tasks taking jobs, plus the sweep and the deferred analyses, until the context ends."""
         tasks = [asyncio.create_task(self.queue.consume(self.handle)) for _ in range(consumers)]
         tasks.append(asyncio.create_task(self.sweep()))
+        tasks.append(asyncio.create_task(self.deferred()))
         try:
             yield self
         finally:

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import urllib3
 from kubernetes import client as k8s
@@ -40,6 +40,16 @@ class Sink(Protocol):
     def replace(self, kind: str, items: list[Obj]) -> None: ...
 
     def apply(self, event: Obj, kind: str) -> None: ...
+
+
+@runtime_checkable
+class PagedSink(Sink, Protocol):
+    """A sink that takes a (re)list page by page, as the pages arrive, so that a long list (30,000
+    pods, 100,000 events) is never held whole: `replace_pages` consumes `pages` once, holding no lock
+    while it does (a page is fetched from the API server on each step), and a failed fetch raises
+    from it, before anything was replaced."""
+
+    def replace_pages(self, kind: str, pages: Iterator[list[Obj]]) -> None: ...
 
 
 class Gone(Exception):
@@ -130,21 +140,30 @@ class Informer:
                 backoff = min(self.backoff_max, backoff * 2)
 
     def _list(self) -> str:
-        items: list[Obj] = []
+        versions: list[str] = []
+        if isinstance(self.sink, PagedSink):
+            self.sink.replace_pages(self.source.kind, self._pages(versions))
+        else:
+            self.sink.replace(self.source.kind, [item for page in self._pages(versions) for item in page])
+        if not versions:
+            raise WatchFailed(f"list of {self.source.kind} was not read to its end")
+        self.relists += 1
+        return versions[0]
+
+    def _pages(self, versions: list[str]) -> Iterator[list[Obj]]:
+        """The list's pages; once the last one is read, its resourceVersion goes in `versions`."""
         token: str | None = None
         while True:
             extra: dict[str, Any] = {"limit": PAGE_SIZE}
             if token:
                 extra["_continue"] = token
             body = _call(self.source, **extra)
-            items.extend(body.get("items") or [])
             metadata = body.get("metadata") or {}
             token = metadata.get("continue")
+            yield body.get("items") or []
             if not token:
-                break
-        self.sink.replace(self.source.kind, items)
-        self.relists += 1
-        return str(metadata.get("resourceVersion") or "")
+                versions.append(str(metadata.get("resourceVersion") or ""))
+                return
 
     def _watch(self, version: str) -> str:
         try:

@@ -64,6 +64,80 @@ async def test_snapshot_then_deltas_give_the_state_of_a_fresh_snapshot(database_
 
 
 @pytest.mark.integration
+async def test_a_delta_of_more_objects_than_one_statement_takes(database_url: str) -> None:
+    """Changed rows go in batches of keys: every batch lands, and the last change of an object wins."""
+    count = repo._KEYS_PER_STATEMENT * 2 + 100
+    async with harness(BackendSettings(db=database_url)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, snapshot(1, nodes=2, pods=count))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        changes = [
+            ("MODIFIED", "pods", {**pod(f"p{i}", "n1"), "status": {"phase": "Failed"}}) for i in range(count)
+        ]
+        changes += [("DELETED", "pods", pod(f"p{i}", "n0")) for i in range(0, count, 3)]
+        changes += [("ADDED", "pods", pod(f"q{i}", "n0")) for i in range(count)]
+        changes += [("MODIFIED", "pods", pod("p1", "n0"))]
+        assert (await h.push(t.agent_token, delta(2, 1, changes))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+
+        stored = _stored(h, t.org_id, t.cluster_id)
+        pods = {name: o for kind, _, name in stored if kind == "pods" for o in [stored[(kind, "shop", name)]]}
+        deleted = {f"p{i}" for i in range(0, count, 3)}
+        assert set(pods) == {f"p{i}" for i in range(count)} - deleted | {f"q{i}" for i in range(count)}
+        assert pods["p1"]["status"] == {"phase": "Running"} and pods["p1"]["spec"]["nodeName"] == "n0"
+        assert pods["p2"]["status"] == {"phase": "Failed"}
+        assert pods["q0"]["status"] == {"phase": "Running"}
+
+
+@pytest.mark.integration
+def test_pushes_before_the_newest_waiting_snapshot_are_superseded(database_url: str) -> None:
+    """A backlog of one cluster's pushes costs one replacement: those older than its newest snapshot
+    are marked superseded without being applied, and the state is that snapshot's (then what follows)."""
+    from datetime import UTC, datetime
+
+    from shipshape.backend.store import engine as store_engine
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC)
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster, _ = repo.create_cluster(session, org.id, "prod", now)
+            org_id, cluster_id = org.id, cluster.id
+        bodies = [
+            snapshot(1, nodes=1, pods=2),
+            delta(2, 1, [("ADDED", "pods", pod("d2", "n0"))]),
+            snapshot(3, nodes=1, pods=3),
+            snapshot(4, nodes=2, pods=1),
+            delta(5, 4, [("ADDED", "pods", pod("d5", "n0"))]),
+        ]
+        ids = []
+        with sessions.begin() as session:
+            for body in bodies:
+                raw = gzip.compress(orjson.dumps(body, default=str))
+                recorded = repo.record_push(
+                    session, cluster_id, f"k{body['sequence']}", body["schema"], body["sequence"], raw, now
+                )
+                ids.append(recorded.push_id)
+        with sessions.begin() as session:
+            assert repo.apply_pushes(session, ids[0], now) == "superseded"
+        with sessions.begin() as session:
+            outcomes = {p.sequence: p.outcome for p in session.query(repo.Push)}
+            names = {o["metadata"]["name"] for o in repo.cluster_objects(session, org_id, cluster_id, "pods")}
+            stored = session.get(repo.Cluster, cluster_id)
+            assert stored is not None
+            assert (stored.applied_sequence, stored.node_count, stored.pod_count) == (5, 2, 2)
+        assert outcomes == {1: "superseded", 2: "superseded", 3: "superseded", 4: "applied", 5: "applied"}
+        assert names == {"p0", "d5"}
+        with sessions.begin() as session:
+            assert repo.apply_pushes(session, ids[3], now) == "duplicate"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
 async def test_a_replayed_push_is_stored_and_applied_once(sqlite_url: str) -> None:
     async with harness(BackendSettings(db=sqlite_url)) as h:
         t = h.tenant("acme")
@@ -118,6 +192,11 @@ async def test_bad_pushes_get_4xx_and_store_nothing(sqlite_url: str, tmp_path: P
         bomb = gzip.compress(b"[" + b" " * (1024 * 1024) + b"]")
         assert await status(bomb, **{"Idempotency-Key": "k6", "Content-Encoding": "gzip"}) == 413
         assert await status(b"garbage", **{"Idempotency-Key": "k7", "Content-Encoding": "gzip"}) == 400
+        # Stored as received, a body must read back as what was checked: one whole gzip stream.
+        zipped = gzip.compress(good)
+        assert await status(zipped[:-4], **{"Idempotency-Key": "k9", "Content-Encoding": "gzip"}) == 400
+        two = zipped + gzip.compress(b"{}")
+        assert await status(two, **{"Idempotency-Key": "k10", "Content-Encoding": "gzip"}) == 400
         assert await status(good, **{"Idempotency-Key": "k8", "Content-Encoding": "br"}) == 415
         assert await status(good, **{"Idempotency-Key": "bad key!"}) == 400
         with h.backend.transaction() as session:

@@ -91,3 +91,64 @@ def test_spool_is_ordered_durable_and_bounded(tmp_path: Path) -> None:
     assert spool.size() == Spool(tmp_path / "spool").size() == folded.path.stat().st_size
     spool.remove(folded)
     assert spool.items() == [] and not spool and spool.size() == 0
+
+
+class _Page:
+    def __init__(self, items: list[dict[str, Any]], rv: str, token: str | None) -> None:
+        metadata: dict[str, Any] = {"resourceVersion": rv}
+        if token:
+            metadata["continue"] = token
+        self.data = orjson.dumps({"metadata": metadata, "items": items})
+
+
+def test_a_list_reaches_the_mirror_page_by_page_and_a_failed_page_changes_nothing() -> None:
+    import threading
+
+    from kubernetes.client import ApiException
+
+    from shipshape.kube.informers import Informer, PagedSink, Source, WatchFailed
+
+    mirror = Mirror()
+    assert isinstance(mirror, PagedSink)
+    mirror.replace("Pod", [pod("old", "1")])
+    mirror.take_delta(1, 0, NOW)
+    pages: list[Any] = [
+        _Page([pod("a", "2"), pod("b", "3")], "5", "t1"),
+        _Page([pod("c", "4")], "7", None),
+    ]
+    seen: list[str | None] = []
+
+    def list_pods(**kwargs: Any) -> Any:
+        seen.append(kwargs.get("_continue"))
+        answer = pages.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    informer = Informer(Source("Pod", list_pods), mirror, threading.Event())
+    assert informer._list() == "7"
+    assert seen == [None, "t1"]
+    snap = parse_push(orjson.loads(mirror.snapshot(2, NOW)))
+    assert isinstance(snap, ClusterSnapshot) and names(snap) == {"pods": ["a", "b", "c"]}
+
+    pages[:] = [_Page([pod("d", "8")], "9", "t2"), ApiException(status=500, reason="boom")]
+    with pytest.raises(WatchFailed):
+        informer._list()
+    assert mirror.take_delta(3, 2, NOW) is None  # nothing replaced, nothing to tell
+    snap = parse_push(orjson.loads(mirror.snapshot(4, NOW)))
+    assert isinstance(snap, ClusterSnapshot) and names(snap) == {"pods": ["a", "b", "c"]}
+
+
+def test_a_snapshot_spooled_in_pieces_reads_back_whole(tmp_path: Path) -> None:
+    mirror = Mirror()
+    mirror.replace("Pod", [pod(f"p{i}", str(i)) for i in range(2500)])
+    mirror.replace("Node", [{"metadata": {"name": "n1", "resourceVersion": "3"}}])
+    spool = Spool(tmp_path / "spool")
+    item = spool.add_chunks(7, "snapshot", mirror.snapshot_chunks(7, NOW))
+    assert item.body() == mirror.snapshot(7, NOW)
+    snap = parse_push(orjson.loads(item.body()))
+    assert isinstance(snap, ClusterSnapshot) and len(snap.objects["pods"]) == 2500
+    small = Spool(tmp_path / "small", max_bytes=1024)
+    with pytest.raises(ValueError, match="spool full"):
+        small.add_chunks(8, "snapshot", mirror.snapshot_chunks(8, NOW))
+    assert not small and not list((tmp_path / "small").iterdir())

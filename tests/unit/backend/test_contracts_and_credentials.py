@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -66,6 +69,132 @@ def test_stripping_removes_what_must_not_leave_the_cluster() -> None:
     # The original is untouched.
     assert deployment["metadata"]["managedFields"] == [{}]
     assert container["env"][0]["value"] == "k"
+
+
+def test_needs_stripping_agrees_with_strip_object() -> None:
+    """The receiver skips the copy when nothing needs stripping: the check must see exactly what
+    `strip_object` would change."""
+    pod_spec = {"containers": [{"name": "c", "env": [{"name": "LOG_LEVEL", "value": "info"}]}]}
+    clean = {"metadata": {"name": "p", "annotations": {"keep": "1"}}, "spec": pod_spec}
+    secret = {"name": "DB_PASSWORD", "value": "hunter2"}
+    variants = [
+        clean,
+        {"metadata": {"name": "p", "managedFields": []}, "spec": pod_spec},
+        {
+            "metadata": {
+                "name": "p",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            }
+        },
+        {"metadata": {"name": "p"}, "spec": {"initContainers": [{"name": "i", "env": [secret]}]}},
+        {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "env": [{**secret, "value": "<redacted>"}]}]},
+        },
+        {
+            "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"ephemeralContainers": [{"env": [secret]}]}}},
+        },
+        {"metadata": {"name": "d"}, "spec": {"template": {"spec": pod_spec}, "replicas": 2}},
+        {"metadata": {"name": "e"}, "involvedObject": {"name": "p"}},
+    ]
+    for obj in variants:
+        assert push.needs_stripping(obj) == (push.strip_object(obj) != obj), obj
+
+
+def test_a_push_that_needs_no_stripping_is_kept_and_dump_round_trips() -> None:
+    now = "2026-01-01T00:00:00Z"
+    pod = {"metadata": {"name": "p", "namespace": "a"}, "spec": {"containers": [{"name": "c"}]}}
+    snapshot = push.parse_push(
+        {"schema": push.SNAPSHOT_SCHEMA, "sequence": 1, "taken_at": now, "objects": {"pods": [pod]}}
+    )
+    assert push.stripped(snapshot) is snapshot
+    leaky = {**pod, "metadata": {**pod["metadata"], "managedFields": [{}]}}
+    delta = push.parse_push(
+        {
+            "schema": push.DELTA_SCHEMA,
+            "sequence": 2,
+            "base_sequence": 1,
+            "taken_at": now,
+            "changes": [{"type": "MODIFIED", "kind": "pods", "object": leaky}],
+        }
+    )
+    cleaned = push.stripped(delta)
+    assert cleaned is not delta
+    assert (
+        isinstance(cleaned, push.ClusterDelta)
+        and "managedFields" not in cleaned.changes[0].object["metadata"]
+    )
+    for message in (snapshot, delta, cleaned):
+        assert push.parse_push(orjson.loads(push.dump(message))) == message
+
+
+def test_clean_snapshot_accepts_only_what_the_full_path_accepts_unchanged() -> None:
+    """The receiver's fast check: when it says a body is a clean snapshot, `parse_push` accepts the body
+    and `stripped` keeps it as it is; anything else is left to them (None)."""
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a", "annotations": {"keep": "1"}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "DB_PASSWORD", "value": "<redacted>"}]}]},
+    }
+    deployment = {
+        "metadata": {"name": "d", "namespace": "a"},
+        "spec": {
+            "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "X"}]}]}},
+        },
+    }
+    base = {
+        "schema": push.SNAPSHOT_SCHEMA,
+        "sequence": 7,
+        "taken_at": "2026-01-01T00:00:00Z",
+        "objects": {"pods": [pod], "deployments": [deployment], "nodes": [{"metadata": {"name": "n"}}]},
+    }
+    leaked = {"name": "API_TOKEN", "value": "t"}
+    variants: list[Any] = [
+        base,
+        {**base, "sequence": -1},
+        {**base, "sequence": "7"},
+        {**base, "taken_at": "yesterday"},
+        {**base, "extra": 1},
+        {**base, "schema": push.DELTA_SCHEMA},
+        {**base, "objects": {"secrets": [pod]}},
+        {**base, "objects": {"pods": [pod, pod]}},
+        {**base, "objects": {"pods": [{**pod, "metadata": {"name": "p"}}]}},
+        {**base, "objects": {"nodes": [{"metadata": {"name": "n", "namespace": "a"}}]}},
+        {**base, "objects": {"pods": [{**pod, "metadata": {**pod["metadata"], "managedFields": []}}]}},
+        {**base, "objects": {"pods": [{**pod, "spec": {"initContainers": [{"env": [leaked]}]}}]}},
+        {
+            **base,
+            "objects": {
+                "deployments": [
+                    {**deployment, "spec": {"template": {"spec": {"containers": [{"env": [leaked]}]}}}}
+                ]
+            },
+        },
+        {
+            **base,
+            "objects": {"pods": [{**pod, "metadata": {**pod["metadata"], "labels": {"team": "équipe"}}}]},
+        },
+        {**base, "objects": {"pods": [{**pod, "spec": {"containers": "not a list"}}]}},
+        {**base, "objects": {"pods": ["not an object"]}},
+    ]
+    accepted = 0
+    for variant in variants:
+        body = orjson.dumps(variant)
+        head = push.clean_snapshot(body)
+        if head is None:
+            continue
+        accepted += 1
+        parsed = push.parse_push(orjson.loads(body))
+        assert push.stripped(parsed) is parsed, variant
+        assert (head.schema_, head.sequence, head.taken_at) == (
+            parsed.schema_,
+            parsed.sequence,
+            parsed.taken_at,
+        )
+    assert accepted == 1 and push.clean_snapshot(orjson.dumps(base)) is not None
+    assert push.clean_snapshot(b"{not json") is None
 
 
 def test_credentials_round_trip_and_reject_look_alikes() -> None:

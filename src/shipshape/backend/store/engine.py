@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -29,6 +30,15 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# JSON columns (object bodies, recommendations) are written and read with orjson: the standard
+# library's encoder was most of the time a worker spent storing a full snapshot.
+_JSON = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
+
+
 def create(url: str) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it)."""
     try:
@@ -40,7 +50,7 @@ def create(url: str) -> Engine:
         database = parsed.database or ""
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False}, **_JSON)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -55,7 +65,7 @@ def create(url: str) -> Engine:
         raise StoreError(
             f"unsupported database {parsed.get_backend_name()!r}: use postgresql:// or sqlite://"
         )
-    return create_engine(parsed, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    return create_engine(parsed, pool_size=10, max_overflow=10, pool_pre_ping=True, **_JSON)
 
 
 def _config(engine: Engine) -> Config:

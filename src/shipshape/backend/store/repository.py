@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from shipshape.backend import auth
 from shipshape.backend import usage as usage_store
@@ -31,7 +32,7 @@ from shipshape.backend.store.models import (
     UsageWorkload,
 )
 from shipshape.contracts.instructions import InstructionOutcome, Recommendation
-from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
+from shipshape.contracts.push import SNAPSHOT_SCHEMA, ClusterDelta, ClusterSnapshot, parse_push
 from shipshape.contracts.usage import USAGE_SCHEMA, parse_usage
 
 
@@ -224,34 +225,35 @@ def record_push(
     body_gzip: bytes,
     now: datetime,
 ) -> Recorded:
-    """Store an accepted push once per (cluster, idempotency key); a replay returns the first one."""
-    existing = session.scalar(
-        select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
+    """Store an accepted push once per (cluster, idempotency key); a replay returns the first one.
+
+    One statement (`INSERT … ON CONFLICT DO NOTHING RETURNING`, PostgreSQL and SQLite alike) instead of
+    a look-up, a savepoint, the insert and its release: four round trips to the database were most of
+    the time an API process spent accepting a delta. A key racing in from another API process waits
+    for that one's transaction and then finds its push.
+    """
+    dialect_insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    push_id = session.scalar(
+        dialect_insert(Push)
+        .values(
+            cluster_id=cluster_id,
+            idempotency_key=idempotency_key,
+            schema_name=schema_name,
+            sequence=sequence,
+            received_at=now,
+            body_gzip=body_gzip,
+        )
+        .on_conflict_do_nothing(index_elements=[Push.cluster_id, Push.idempotency_key])
+        .returning(Push.id)
     )
-    if existing is not None:
-        return Recorded(existing, duplicate=True)
-    push = Push(
-        cluster_id=cluster_id,
-        idempotency_key=idempotency_key,
-        schema_name=schema_name,
-        sequence=sequence,
-        received_at=now,
-        body_gzip=body_gzip,
-    )
-    try:
-        with session.begin_nested():
-            session.add(push)
-            session.flush()
-    except IntegrityError:
-        # The same key raced in from another API process: theirs is the push.
-        raced = session.scalar(
+    if push_id is None:
+        existing = session.scalar(
             select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
         )
-        if raced is None:
-            raise
-        return Recorded(raced, duplicate=True)
+        assert existing is not None  # the conflicting row, committed
+        return Recorded(existing, duplicate=True)
     session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
-    return Recorded(push.id, duplicate=False)
+    return Recorded(push_id, duplicate=False)
 
 
 class NotYet(Exception):
@@ -265,9 +267,12 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
 
     Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
     the cluster's row lock applies what is ready in order, and a job whose push someone else already
-    applied is a `duplicate`. NotYet: `push_id` is a delta whose base has not arrived yet.
+    applied is a `duplicate`; pushes older than a snapshot also waiting are `superseded` by it (not
+    applied: the snapshot holds their effect). NotYet: `push_id` is a delta whose base has not
+    arrived yet.
     """
-    push = session.get(Push, push_id)
+    # Bodies are read only for the pushes applied, all in one query.
+    push = session.get(Push, push_id, options=[defer(Push.body_gzip)])
     if push is None:
         return "gone"  # removed by retention before it was processed
     if push.processed_at is not None:
@@ -275,20 +280,30 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
     _take_cluster_lock(session, push.cluster_id)
     cluster = session.scalar(select(Cluster).where(Cluster.id == push.cluster_id).with_for_update())
     assert cluster is not None
-    session.refresh(push)
+    session.refresh(push, ["processed_at"])
     if push.processed_at is not None:
         return "duplicate"  # applied by the worker that held the lock before us
     if push.schema_name == USAGE_SCHEMA:
         return _apply_usage(session, cluster, push, now, usage_step)
     pending = session.scalars(
         select(Push)
+        .options(defer(Push.body_gzip))
         .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None), Push.schema_name != USAGE_SCHEMA)
         .order_by(Push.sequence, Push.id)
     ).all()
+    # A snapshot replaces the whole state: the pushes before the newest one waiting are not applied
+    # (an agent draining its spool, or a backlog of snapshots, costs one replacement, not one each).
+    newest = max((p.sequence for p in pending if p.schema_name == SNAPSHOT_SCHEMA), default=None)
+    bodies = _bodies(session, [p.id for p in pending if newest is None or p.sequence >= newest])
     mine: str | None = None
     for candidate in pending:
+        if newest is not None and candidate.sequence < newest:
+            candidate.processed_at, candidate.outcome = now, "superseded"
+            if candidate.id == push.id:
+                mine = "superseded"
+            continue
         try:
-            outcome = _apply_one(session, cluster, candidate, now)
+            outcome = _apply_one(session, cluster, candidate, bodies[candidate.id], now)
         except NotYet:
             if candidate.id == push.id:
                 raise
@@ -301,8 +316,23 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
     return mine
 
 
-def _apply_one(session: Session, cluster: Cluster, push: Push, now: datetime) -> str:
-    message = parse_push(orjson.loads(gzip.decompress(push.body_gzip)))
+def _bodies(session: Session, push_ids: list[int]) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
+        chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
+        for push_id, body in session.execute(select(Push.id, Push.body_gzip).where(Push.id.in_(chunk))):
+            out[push_id] = body
+    return out
+
+
+def _apply_one(session: Session, cluster: Cluster, push: Push, body_gzip: bytes, now: datetime) -> str:
+    try:
+        message = parse_push(orjson.loads(gzip.decompress(body_gzip)))
+    except (orjson.JSONDecodeError, ValueError) as error:
+        # The API validated it; a body that reads back otherwise (a number out of range in a field the
+        # API's fast check skips) is set aside rather than retried for ever.
+        push.processed_at, push.outcome = now, f"invalid: {error}"[:256]
+        return "invalid"
     applied = cluster.applied_sequence
     if isinstance(message, ClusterSnapshot):
         if applied is not None and message.sequence < applied:
@@ -344,30 +374,38 @@ def _replace_objects(session: Session, cluster_id: str, snapshot: ClusterSnapsho
 
 
 def _apply_changes(session: Session, cluster_id: str, delta: ClusterDelta) -> None:
-    # Only the last change of each object matters.
+    # Only the last change of each object matters: the changed objects' rows go in one statement per
+    # batch of keys, and their new rows in one insert.
     last: dict[Any, Any] = {}
     for change in delta.changes:
         last[change.key()] = change
-    for key, change in last.items():
+    keys = [(key.kind, key.namespace, key.name) for key in last]
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
         session.execute(
             delete(ClusterObject).where(
                 ClusterObject.cluster_id == cluster_id,
-                ClusterObject.kind == key.kind,
-                ClusterObject.namespace == key.namespace,
-                ClusterObject.name == key.name,
+                tuple_(ClusterObject.kind, ClusterObject.namespace, ClusterObject.name).in_(
+                    keys[start : start + _KEYS_PER_STATEMENT]
+                ),
             )
         )
-        if change.type != "DELETED":
-            session.add(
-                ClusterObject(
-                    cluster_id=cluster_id,
-                    kind=key.kind,
-                    namespace=key.namespace,
-                    name=key.name,
-                    body=change.object,
-                )
-            )
-    session.flush()
+    rows = [
+        {
+            "cluster_id": cluster_id,
+            "kind": key.kind,
+            "namespace": key.namespace,
+            "name": key.name,
+            "body": change.object,
+        }
+        for key, change in last.items()
+        if change.type != "DELETED"
+    ]
+    if rows:
+        session.execute(insert(ClusterObject), rows)
+
+
+# Object keys named in one DELETE (three parameters each: well within SQLite's and PostgreSQL's limits).
+_KEYS_PER_STATEMENT = 500
 
 
 def _counts(session: Session, cluster_id: str) -> tuple[int, int]:

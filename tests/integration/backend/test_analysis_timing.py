@@ -1,0 +1,99 @@
+"""When the workers analyse a cluster: after a push that changed it, at most once per
+`analysis_seconds`, and a change that lands inside that window is analysed when it ends."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from shipshape.backend.settings import BackendSettings
+from tests.integration.backend.conftest import Harness, Tenant, delta, harness
+
+Obj = dict[str, Any]
+
+
+def _node(name: str, capacity: str) -> Obj:
+    return {
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "node.kubernetes.io/capacity": capacity,
+                "node.kubernetes.io/instance-type": "m5.xlarge",
+            },
+        },
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}},
+    }
+
+
+def _on_demand_workload(name: str) -> list[tuple[str, str, Obj]]:
+    """A Deployment of 3 replicas wholly on the on-demand node: what spot adoption recommends."""
+    owner = {"kind": "Deployment", "name": name, "controller": True}
+    objects: list[tuple[str, str, Obj]] = [
+        ("ADDED", "deployments", {"metadata": {"name": name, "namespace": "shop"}, "spec": {"replicas": 3}}),
+        (
+            "ADDED",
+            "replicasets",
+            {"metadata": {"name": f"{name}-1", "namespace": "shop", "ownerReferences": [owner]}},
+        ),
+    ]
+    for i in range(3):
+        pod = {
+            "metadata": {
+                "name": f"{name}-1-{i}",
+                "namespace": "shop",
+                "ownerReferences": [{"kind": "ReplicaSet", "name": f"{name}-1", "controller": True}],
+            },
+            "spec": {
+                "nodeName": "od-0",
+                "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+        objects.append(("ADDED", "pods", pod))
+    return objects
+
+
+def _snapshot_with(name: str) -> Obj:
+    objects: dict[str, list[Obj]] = {"nodes": [_node("od-0", "on-demand"), _node("spot-0", "spot")]}
+    for _, kind, obj in _on_demand_workload(name):
+        objects.setdefault(kind, []).append(obj)
+    return {
+        "schema": "shipshape.dev/snapshot/v1",
+        "sequence": 1,
+        "taken_at": datetime.now(UTC).isoformat(),
+        "objects": objects,
+    }
+
+
+async def _recommended(h: Harness, t: Tenant) -> set[str]:
+    answer = await h.client.get(
+        f"/api/v1/clusters/{t.cluster_id}/recommendations", headers={"Authorization": f"Bearer {t.api_key}"}
+    )
+    assert answer.status_code == 200, answer.text
+    return {r["recommendation"]["target"]["name"] for r in answer.json()}
+
+
+async def _until_recommended(h: Harness, t: Tenant, name: str, within: float) -> float:
+    began = asyncio.get_running_loop().time()
+    while asyncio.get_running_loop().time() - began < within:
+        if name in await _recommended(h, t):
+            return asyncio.get_running_loop().time() - began
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no recommendation for {name} within {within} s")
+
+
+@pytest.mark.integration
+async def test_a_change_inside_the_analysis_window_is_analysed_when_it_ends(sqlite_url: str) -> None:
+    async with harness(BackendSettings(db=sqlite_url, analysis_seconds=2.0)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, _snapshot_with("web"))).status_code == 202
+        await _until_recommended(h, t, "web", 10.0)
+        # Right after that analysis: this change falls inside the window, and no push follows it.
+        assert (await h.push(t.agent_token, delta(2, 1, _on_demand_workload("api")))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+        await _until_recommended(h, t, "api", 8.0)
+        assert h.workers.analyses == 2
