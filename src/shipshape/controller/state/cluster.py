@@ -437,7 +437,8 @@ class ClusterState:
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """Replace every object of a kind (after a relist). The newest version listed becomes the kind's
         floor: an event older than it is already reflected in the list."""
-        for key in list(self._objects[kind]):
+        held = list(self._objects[kind])
+        for key in held:
             self._remove(kind, key)
         seen = self._seen[kind]
         listed: list[int] = []
@@ -451,8 +452,9 @@ class ClusterState:
         if listed:
             self._floors[kind] = max(self._floors.get(kind, 0), *listed)
         # What the list no longer holds keeps its last known version, as a tombstone.
-        for key in [key for key in seen if key not in self._objects[kind]]:
-            self._tombstones.append((kind, key))
+        for key in held:
+            if key in seen and key not in self._objects[kind]:
+                self._tombstones.append((kind, key))
         self._trim_tombstones()
 
     def _stale(self, kind: str, key: tuple[str, str], version: int) -> bool:
