@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.contracts.instructions import Precondition, Recommendation, SetSpotPolicy, WorkloadRef
+from shipshape.kube import objects as kube_objects
+from shipshape.kube import wellknown
 from shipshape.kube.quantity import parse_quantity
 
 Obj = Mapping[str, Any]
@@ -141,11 +143,7 @@ def _finding(
             "pods_on_on_demand": len(placed),
             "instance_types": sorted(
                 {
-                    str(
-                        (n.get("metadata", {}).get("labels") or {}).get(
-                            "node.kubernetes.io/instance-type", "?"
-                        )
-                    )
+                    str((n.get("metadata", {}).get("labels") or {}).get(wellknown.INSTANCE_TYPE_LABEL, "?"))
                     for _, n in placed
                 }
             ),
@@ -165,10 +163,8 @@ def _finding(
 
 
 def _controller(obj: Obj) -> tuple[str, str] | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("kind")), str(ref.get("name"))
-    return None
+    owner = kube_objects.controller_workload(obj)
+    return None if owner is None else (owner.kind, owner.name)
 
 
 def _share(pod: Obj, node: Obj) -> float | None:

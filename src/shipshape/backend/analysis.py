@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from shipshape.analyzers import spot_adoption
 from shipshape.backend.store import repository as repo
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 from shipshape.pricing.catalog import default_catalog
 
 Obj = Mapping[str, Any]
@@ -31,10 +32,10 @@ def capacity_of(node: Obj) -> str:
 
 def price_of(node: Obj) -> spot_adoption.NodePrice | None:
     labels = node.get("metadata", {}).get("labels") or {}
-    instance_type = labels.get("node.kubernetes.io/instance-type")
+    instance_type = labels.get(wellknown.INSTANCE_TYPE_LABEL)
     if not instance_type:
         return None
-    region = labels.get("topology.kubernetes.io/region") or DEFAULT_REGION
+    region = labels.get(wellknown.REGION_LABEL) or DEFAULT_REGION
     catalog = default_catalog()
     on_demand = catalog.on_demand_price(instance_type, region)
     spot = catalog.spot_price(instance_type, region)

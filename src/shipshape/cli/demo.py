@@ -56,7 +56,7 @@ from shipshape.emulator.cloud.model import CloudModel
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
-from shipshape.kube import errors
+from shipshape.kube import errors, objects
 from shipshape.kube import informers as kit
 from shipshape.kube.client import KubeClientError, load_api_client
 from shipshape.kube.clock import ScaledClock, parse_time
@@ -97,7 +97,7 @@ def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[Poo
         if pool is None:
             continue
         counted[pool] += 1
-        ready[pool] += node_ready(node)
+        ready[pool] += objects.node_ready(node)
     return [
         PoolRow(
             pool=p["name"],
@@ -110,11 +110,6 @@ def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[Poo
         )
         for p in sorted(pools, key=lambda p: (p["capacityType"], p["name"]))
     ]
-
-
-def node_ready(node: Obj) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def deployment_available(deployment: Obj) -> bool:
@@ -152,23 +147,13 @@ def rollout_progress(deployments: Iterable[Obj]) -> tuple[int, int, bool]:
 
 def owner_of(pod: Obj) -> str:
     """`Kind/name` of the workload a pod belongs to (a ReplicaSet's pods count for its Deployment)."""
-    refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
-    if not refs:
-        return f"Pod/{pod['metadata']['name']}"
-    kind, name = refs[0]["kind"], refs[0]["name"]
-    if kind == "ReplicaSet":
-        hashed = (pod["metadata"].get("labels") or {}).get("pod-template-hash")
-        if hashed and name.endswith("-" + hashed):
-            return f"Deployment/{name[: -len(hashed) - 1]}"
-    return f"{kind}/{name}"
+    owner = objects.workload_of(pod)
+    return str(owner) if owner is not None else f"Pod/{objects.name(pod)}"
 
 
 def is_workload_pod(pod: Obj) -> bool:
     """A pod a drain moves: not a DaemonSet's, not finished, not already being deleted."""
-    refs = pod["metadata"].get("ownerReferences") or []
-    if any(r.get("kind") == "DaemonSet" for r in refs) or pod["metadata"].get("deletionTimestamp"):
-        return False
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    return objects.is_active(pod) and not objects.is_daemon_pod(pod)
 
 
 def pods_per_pool(pods: Iterable[Obj], pool_of_node: dict[str, str]) -> Counter[str]:
@@ -275,8 +260,7 @@ def ready_replicas(pods: Iterable[Obj]) -> Counter[str]:
     for pod in pods:
         if not is_workload_pod(pod):
             continue
-        conditions = pod.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        if objects.pod_ready(pod):
             counts[owner_of(pod)] += 1
     return counts
 
@@ -478,7 +462,7 @@ class Show:
     async def show_nodes(self) -> None:
         store = self.cluster.store
         await self.until(
-            lambda: bool(store.list(NODES)) and all(node_ready(n) for n in store.list(NODES)),
+            lambda: bool(store.list(NODES)) and all(objects.node_ready(n) for n in store.list(NODES)),
             self.settings.rollout_timeout,
         )
         rows = pool_rows(self.cloud.pools_view(), store.list(NODES))
@@ -699,7 +683,7 @@ class Show:
         return (
             int(view["booting"]) == 0
             and len(nodes) >= int(view["desired"])
-            and all(node_ready(n) for n in nodes)
+            and all(objects.node_ready(n) for n in nodes)
         )
 
     def _owner_settled(self, owner: str) -> bool:

@@ -23,32 +23,24 @@ from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
     Room,
-    is_daemon,
     is_placeholder,
-    node_ready,
     pod_requests,
     takes_replacements,
 )
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
-from shipshape.controller.policy import (
-    DECISION,
-    HOSTNAME_LABEL,
-    INSTANCE_TYPE_LABEL,
-    REGION_LABEL,
-    ZONE_LABEL,
-    CapacityType,
-    ControllerConfig,
-    WorkloadKind,
-)
+from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig, WorkloadKind
 from shipshape.controller.risk import RiskModel
 from shipshape.kube import capacity as capacity_labels
+from shipshape.kube import wellknown
 from shipshape.kube.labels import from_label_selector
+from shipshape.kube.objects import controller_ref, is_active, is_daemon_pod, node_ready
 from shipshape.kube.scheduling import (
     DO_NOT_SCHEDULE_EFFECTS,
     RequiredNodeAffinity,
     node_allocatable,
     tolerates,
 )
+from shipshape.kube.wellknown import HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 
 Obj = dict[str, Any]
 
@@ -61,19 +53,22 @@ QUEUE_NOTICE_TAINT = notice_contract.NOTICE_TAINT
 # the node-side poller and the leader).
 SPOT_NOTICE_TAINTS = frozenset(
     {
-        "aws-node-termination-handler/spot-itn",
-        "aws-node-termination-handler/asg-lifecycle-termination",
-        "aws-node-termination-handler/scheduled-maintenance",
+        wellknown.AWS_NTH_SPOT_ITN_TAINT,
+        wellknown.AWS_NTH_ASG_LIFECYCLE_TAINT,
+        wellknown.AWS_NTH_SCHEDULED_MAINTENANCE_TAINT,
         "emulator.shipshape.dev/spot-interruption",
         QUEUE_NOTICE_TAINT,
     }
 )
 # Karpenter v1 (`karpenter.sh/disrupted`) and v1beta1 (`karpenter.sh/disruption=disrupting`).
-NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted", "karpenter.sh/disruption"}
+NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {
+    wellknown.KARPENTER_DISRUPTED_TAINT,
+    wellknown.KARPENTER_DISRUPTION_TAINT,
+}
 # The rebalance-recommendation taint of the node contract (PreferNoSchedule; poller or leader).
 QUEUE_REBALANCE_TAINT = notice_contract.REBALANCE_TAINT
 # Taints that recommend moving off a node without draining it.
-REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation", QUEUE_REBALANCE_TAINT})
+REBALANCE_TAINTS = frozenset({wellknown.AWS_NTH_REBALANCE_TAINT, QUEUE_REBALANCE_TAINT})
 # Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.
 SPOT_TAINT_KEYS = frozenset({"spot", *capacity_labels.DEFAULT.keys})
 
@@ -133,20 +128,6 @@ class Assumption:
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     md = obj.get("metadata") or {}
     return str(md.get("namespace") or ""), str(md.get("name") or "")
-
-
-def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    """A pod that counts toward its workload: not terminating and not finished."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -546,7 +527,7 @@ class ClusterCache:
         if old is not None:
             usage = PodUsage(packed, bound, old.cpu, old.memory, old.role)
         else:
-            role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon(pod) else "workload"
+            role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon_pod(pod) else "workload"
             usage = PodUsage(packed, bound, *pod_requests(pod), role)
         self._pod_usage[key] = usage
         self._count(usage, 1)
@@ -771,8 +752,8 @@ class ClusterCache:
         pods: list[tuple[tuple[str, str], Obj]] = []
         for name in self._replicaset_names(workload):
             rs = self._objects["ReplicaSet"][(workload.namespace, name)]
-            owner = controller_ref(rs) or {}
-            if uid and owner.get("uid") not in (None, uid):
+            owner = controller_ref(rs)
+            if uid and owner is not None and owner.get("uid") not in (None, uid):
                 continue
             pods.extend(self._pods_by_group.get(GroupKey(workload.namespace, "ReplicaSet", name), {}).items())
         return pods

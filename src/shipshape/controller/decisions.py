@@ -28,7 +28,6 @@ from shipshape.controller.cache import (
     QUEUE_NOTICE_TAINT,
     ClusterCache,
     WorkloadRef,
-    is_active,
     node_pool,
     read_decision,
 )
@@ -46,18 +45,12 @@ from shipshape.controller.placement import (
     statefulset_split,
     zone_counts,
 )
-from shipshape.controller.policy import (
-    DELETION_COST,
-    INSTANCE_TYPE_LABEL,
-    ZONE_LABEL,
-    CapacityType,
-    SingleReplicaMode,
-    WorkloadKind,
-    WorkloadPolicy,
-)
+from shipshape.controller.policy import CapacityType, SingleReplicaMode, WorkloadKind, WorkloadPolicy
 from shipshape.controller.webhook.admission import statefulset_ordinal
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
+from shipshape.kube.objects import controller_ref, is_active, pod_ready
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABEL, POD_DELETION_COST, ZONE_LABEL
 
 Obj = dict[str, Any]
 
@@ -103,11 +96,6 @@ class WorkloadState:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.kind.value}/{self.name}"
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def workload_state(cache: ClusterCache, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
@@ -158,11 +146,9 @@ def _build_workload_state(
 
 
 def _controller_name(pod: Mapping[str, Any]) -> str:
-    """The name of the pod's controller ("None" without one): `controller_ref` without its copy."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("name"))
-    return "None"
+    """The name of the pod's controller ("None" without one)."""
+    ref = controller_ref(pod)
+    return "None" if ref is None else str(ref.get("name"))
 
 
 def _pod_state(
@@ -180,7 +166,7 @@ def _pod_state(
         ordinal=statefulset_ordinal(pod) if kind is WorkloadKind.STATEFULSET else None,
         cpu_millis=cpu,
         memory_bytes=memory,
-        deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
+        deletion_cost=(metadata.get("annotations") or {}).get(POD_DELETION_COST),
     )
 
 

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, HOSTNAME_LABEL, CapacityType
+from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube.objects import node_ready
 from shipshape.kube.quantity import cpu_millis, to_int
+from shipshape.kube.wellknown import HOSTNAME_LABEL
 
 # Weights of the preferred terms for the fullest node, the next one, ...: the scheduler normalises
 # NodeAffinity scores to the best feasible node, so when the first node is full the second one
@@ -100,11 +102,6 @@ class Room:
     pods: int
 
 
-def node_ready(node: Mapping[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def takes_replacements(node: Mapping[str, Any], capacity: CapacityType | str | None = "") -> bool:
     """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
     not cordoned, not under a notice, not being removed): where replacements after a notice can go.
@@ -123,12 +120,6 @@ def takes_replacements(node: Mapping[str, Any], capacity: CapacityType | str | N
 
 def is_placeholder(pod: Mapping[str, Any]) -> bool:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
-
-
-def is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )
 
 
 def packing_preferences(hosts: Iterable[str]) -> list[dict[str, Any]]:

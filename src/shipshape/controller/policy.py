@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 
 PREFIX = "spot.shipshape.dev/"
 # Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
@@ -30,13 +31,8 @@ SINGLE_REPLICA = PREFIX + "single-replica"
 DECISION = PREFIX + "decision"
 POLICY_ANNOTATIONS = (ENABLED, ON_DEMAND_BASE, SPOT_PERCENTAGE, MAX_POOL_SHARE, SINGLE_REPLICA)
 
-# The original design's capacity label; every convention is in `kube.capacity` (see `capacity_labels`).
-CAPACITY_LABEL = kube_capacity.CAPACITY_LABEL
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# Upstream's pod-deletion-cost (`kube.wellknown`), under the name the loops import it by.
+DELETION_COST = wellknown.POD_DELETION_COST
 
 
 class CapacityType(StrEnum):

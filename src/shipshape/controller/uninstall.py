@@ -35,7 +35,6 @@ from shipshape.controller.loops.interruptions import (
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import (
     DECISION,
-    DELETION_COST,
     HEADROOM_LABEL,
     PREFIX,
     ControllerConfig,
@@ -43,6 +42,7 @@ from shipshape.controller.policy import (
     resolve_policy,
 )
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
+from shipshape.kube.wellknown import POD_DELETION_COST
 
 Obj = dict[str, Any]
 TLS_SECRET = "shipshape-webhook-tls"
@@ -191,14 +191,14 @@ def _deletion_cost_steps(view: ClusterView, config: ControllerConfig) -> list[St
     steps: list[Step] = []
     for pod in view.pods:
         annotations = _annotations(pod)
-        if DELETION_COST not in annotations:
+        if POD_DELETION_COST not in annotations:
             continue
         namespace, _ = _ns_name(pod)
         replicaset = _owner(pod, "ReplicaSet")
         workload = deployment_of.get((namespace, replicaset)) if replicaset is not None else None
-        if DECISION in annotations or annotations[DELETION_COST] == DOOMED_COST or workload in managed:
-            body = {"metadata": {"annotations": {DELETION_COST: None}}}
-            steps.append(Step("patch", "pod", *_ns_name(pod), "annotation " + DELETION_COST, body))
+        if DECISION in annotations or annotations[POD_DELETION_COST] == DOOMED_COST or workload in managed:
+            body = {"metadata": {"annotations": {POD_DELETION_COST: None}}}
+            steps.append(Step("patch", "pod", *_ns_name(pod), "annotation " + POD_DELETION_COST, body))
     return steps
 
 

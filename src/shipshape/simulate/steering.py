@@ -14,9 +14,10 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.policy import CAPACITY_LABEL, INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 from shipshape.controller.webhook.mutators import pins_capacity
 from shipshape.emulator.scenario import Pool, Scenario
+from shipshape.kube.capacity import CAPACITY_LABEL
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 from shipshape.pricing.catalog import default_catalog
 
 Obj = dict[str, Any]

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from shipshape.analyzers.efficiency.usage import ContainerKey
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import objects, wellknown
 from shipshape.kube.quantity import QuantityError, cpu_millis, to_int
 
 Obj = Mapping[str, Any]
@@ -98,19 +99,10 @@ def qos_class(pod: Obj) -> str:
 
 
 def owner_workload(pod: Obj) -> tuple[str, str]:
-    """(kind, name) of the workload that owns the pod: a ReplicaSet's pod belongs to its
-    Deployment (the name less the pod-template-hash), a Job's pod to its Job; else the pod."""
-    md = pod.get("metadata") or {}
-    for ref in md.get("ownerReferences") or []:
-        if not ref.get("controller", True):
-            continue
-        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
-        if kind == "ReplicaSet":
-            template_hash = (md.get("labels") or {}).get("pod-template-hash")
-            if template_hash and name.endswith("-" + template_hash):
-                return "Deployment", name[: -len(template_hash) - 1]
-        return kind, name
-    return "Pod", str(md.get("name", ""))
+    """(kind, name) of the workload that owns the pod (`kube.objects.workload_of`: a ReplicaSet's pod
+    belongs to its Deployment, a Job's pod to its Job); else the pod itself."""
+    owner = objects.workload_of(pod)
+    return (owner.kind, owner.name) if owner is not None else ("Pod", objects.name(pod))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,10 +187,10 @@ def read_nodes(nodes: Sequence[Obj]) -> Nodes:
         labels_out.append(labels)
         ctype.append(capacity_type(labels))
         itype.append(
-            labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
+            labels.get(wellknown.INSTANCE_TYPE_LABEL) or labels.get(wellknown.BETA_INSTANCE_TYPE_LABEL)
         )
-        zones.append(labels.get("topology.kubernetes.io/zone"))
-        regions.append(labels.get("topology.kubernetes.io/region"))
+        zones.append(labels.get(wellknown.ZONE_LABEL))
+        regions.append(labels.get(wellknown.REGION_LABEL))
     return Nodes(
         tuple(names),
         cap_cpu,

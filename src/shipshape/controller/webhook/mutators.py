@@ -14,14 +14,9 @@ import orjson
 
 from shipshape.controller.packing import packing_preferences
 from shipshape.controller.placement import Decision, Pool
-from shipshape.controller.policy import (
-    DECISION,
-    HOSTNAME_LABEL,
-    INSTANCE_TYPE_LABEL,
-    ZONE_LABEL,
-    CapacityType,
-)
+from shipshape.controller.policy import DECISION, CapacityType
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube.wellknown import HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
 
 Obj = dict[str, Any]
 PREFERRED_POOL_WEIGHT = 100
