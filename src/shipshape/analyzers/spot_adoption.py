@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import ENABLED, ON_DEMAND_BASE
 from shipshape.contracts.instructions import Precondition, Recommendation, SetSpotPolicy, WorkloadRef
 from shipshape.kube import objects as kube_objects
 from shipshape.kube import wellknown
@@ -23,8 +24,6 @@ from shipshape.kube.quantity import parse_quantity
 
 Obj = Mapping[str, Any]
 HOURS_PER_MONTH = 730.0
-ENABLED = "spot.shipshape.dev/enabled"
-BASE = "spot.shipshape.dev/on-demand-base"
 KIND = "spot-adoption"
 
 
@@ -157,7 +156,7 @@ def _finding(
         instruction=SetSpotPolicy(
             target=target,
             precondition=Precondition(generation=generation),
-            annotations={ENABLED: "true", BASE: str(settings.on_demand_base)},
+            annotations={ENABLED: "true", ON_DEMAND_BASE: str(settings.on_demand_base)},
         ),
     )
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import socket
@@ -43,11 +42,11 @@ from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.cli import common
 from shipshape.cli import emulator as emulator_cli
+from shipshape.contracts.annotations import DecisionRecord, RestartNote, SurgeNote
 from shipshape.controller.availability import pdb_floor
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.loops.interruptions import RESTART_NOTE, SURGE_NOTE
-from shipshape.controller.policy import DECISION, ControllerConfig
+from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
@@ -201,16 +200,9 @@ def hourly_rates(pools: Iterable[dict[str, Any]]) -> tuple[float, float]:
     return now, on_demand
 
 
-def decision_of(pod: Obj) -> dict[str, Any] | None:
+def decision_of(pod: Obj) -> DecisionRecord | None:
     """The controller's placement decision recorded on a pod (`spot.shipshape.dev/decision`), if any."""
-    text = (pod["metadata"].get("annotations") or {}).get(DECISION)
-    if not text:
-        return None
-    try:
-        decision = json.loads(text)
-    except ValueError:
-        return None
-    return decision if isinstance(decision, dict) else None
+    return DecisionRecord.read(pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +227,12 @@ def placement_rows(pods: Iterable[Obj], capacity_of_node: dict[str, str]) -> lis
             continue
         owner = owner_of(pod)
         running.setdefault(owner, Counter())
-        reasons.setdefault(owner, Counter())[str(decision.get("reason", "?"))] += 1
+        reasons.setdefault(owner, Counter())[decision.reason] += 1
         capacity = capacity_of_node.get(pod.get("spec", {}).get("nodeName") or "")
         if capacity is not None:
             running[owner][capacity] += 1
-        if decision.get("capacityType") == "spot" and decision.get("pool"):
-            pools.setdefault(owner, set()).add(str(decision["pool"]))
+        if decision.capacity_type == "spot" and decision.pool:
+            pools.setdefault(owner, set()).add(decision.pool)
     return [
         PlacementRow(
             workload=owner,
@@ -309,20 +301,15 @@ def controller_actions(workloads: Iterable[Obj], seen: set[tuple[str, str]]) -> 
     lines = []
     for workload in workloads:
         name = f"{workload['kind']}/{workload['metadata']['name']}"
-        notes = workload["metadata"].get("annotations") or {}
-        surge, restart = notes.get(SURGE_NOTE), notes.get(RESTART_NOTE)
-        if surge and ("surge", name) not in seen:
+        surge, restart = SurgeNote.read(workload), RestartNote.read(workload)
+        if surge is not None and ("surge", name) not in seen:
             seen.add(("surge", name))
-            try:
-                count = int(json.loads(surge).get("surge", 0))
-            except (ValueError, AttributeError, TypeError):
-                count = 0
             lines.append(
-                f"controller surged {name}: +{count} replica(s), so that the replacements are Ready "
+                f"controller surged {name}: +{surge.surge} replica(s), so that the replacements are Ready "
                 "before the noticed nodes go"
             )
-        if restart and ("restart:" + restart, name) not in seen:
-            seen.add(("restart:" + restart, name))
+        if restart is not None and ("restart:" + restart.dump(), name) not in seen:
+            seen.add(("restart:" + restart.dump(), name))
             lines.append(
                 f"controller restarted {name} with a surge: its new pod starts on a safe node before "
                 "the old one goes"

@@ -12,13 +12,13 @@ decision annotation) appears, or after a TTL (the pod was never created).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from shipshape.contracts import notices as notice_contract
+from shipshape.contracts.annotations import DecisionRecord
 from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
@@ -28,7 +28,7 @@ from shipshape.controller.packing import (
     takes_replacements,
 )
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
-from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig, WorkloadKind
+from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind
 from shipshape.controller.risk import RiskModel
 from shipshape.kube import capacity as capacity_labels
 from shipshape.kube import wellknown
@@ -130,16 +130,9 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(md.get("namespace") or ""), str(md.get("name") or "")
 
 
-def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The webhook's decision annotation on a pod, or None when absent or unreadable."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def read_decision(pod: Mapping[str, Any]) -> DecisionRecord | None:
+    """The webhook's decision record on a pod; None when absent, or (with a logged reason) unreadable."""
+    return DecisionRecord.read(pod)
 
 
 def node_pool(
@@ -454,8 +447,8 @@ class ClusterCache:
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
                 self._touch(group)
-            if decision is not None and isinstance(decision.get("id"), str):
-                self._forget(decision["id"])
+            if decision is not None:
+                self._forget(decision.id)
         elif kind == "ReplicaSet":
             self._unindex_replicaset(key)
             owner = controller_ref(obj)
@@ -503,7 +496,7 @@ class ClusterCache:
         self._objects[kind].pop(key, None)
 
     def _account(
-        self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: Mapping[str, Any] | None = None
+        self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: DecisionRecord | None = None
     ) -> None:
         """Move the pod's requests to the nodes it counts on now (none once it is gone or finished).
 
@@ -515,7 +508,7 @@ class ClusterCache:
         packed, bound = "", ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             bound = str((pod.get("spec") or {}).get("nodeName") or "")
-            packed = bound or (str(decision.get("node") or "") if decision is not None else "")
+            packed = bound or (decision.node if decision is not None else "")
         old = self._pod_usage.get(key)
         if old is not None and old.packed == packed and old.bound == bound:
             return
@@ -840,15 +833,10 @@ class ClusterCache:
         if decision is None:
             return None, None
         try:
-            capacity = CapacityType(str(decision.get("capacityType")))
-        except ValueError:
-            return None, None
-        pool_text = decision.get("pool")
-        try:
-            pool = Pool.parse(pool_text) if isinstance(pool_text, str) and pool_text else None
+            pool = Pool.parse(decision.pool) if decision.pool else None
         except ValueError:
             pool = None
-        return capacity, pool
+        return CapacityType(decision.capacity_type), pool
 
     def group_counts(self, group: GroupKey, now: float) -> GroupCounts:
         """Active pods of the group by capacity and pool, plus unexpired assumptions."""

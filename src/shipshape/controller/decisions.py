@@ -539,7 +539,7 @@ def fallback_candidates(
         if not is_active(pod) or (pod.get("spec") or {}).get("nodeName"):
             continue
         decision = read_decision(pod)
-        if decision is None or decision.get("capacityType") != CapacityType.SPOT.value:
+        if decision is None or decision.capacity_type != CapacityType.SPOT.value:
             continue
         since = unschedulable_since(pod)
         if since is None or now - since < threshold_seconds:

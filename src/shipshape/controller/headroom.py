@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.decisions import (
     HeadroomPlan,
     PodState,
@@ -20,7 +21,7 @@ from shipshape.controller.decisions import (
 )
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.controller.policy import CapacityType
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import format_bytes, format_cpu
 

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.controller.policy import CapacityType
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.objects import node_ready
 from shipshape.kube.quantity import cpu_millis, to_int

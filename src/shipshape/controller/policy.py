@@ -17,21 +17,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shipshape.contracts import annotations as names
+from shipshape.contracts.annotations import (
+    ENABLED,
+    MAX_POOL_SHARE,
+    ON_DEMAND_BASE,
+    SINGLE_REPLICA,
+    SPOT_PERCENTAGE,
+)
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube import wellknown
 
-PREFIX = "spot.shipshape.dev/"
-# Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
-HEADROOM_LABEL = PREFIX + "headroom"
-ENABLED = PREFIX + "enabled"
-ON_DEMAND_BASE = PREFIX + "on-demand-base"
-SPOT_PERCENTAGE = PREFIX + "spot-percentage"
-MAX_POOL_SHARE = PREFIX + "max-pool-share"
-SINGLE_REPLICA = PREFIX + "single-replica"
-DECISION = PREFIX + "decision"
-POLICY_ANNOTATIONS = (ENABLED, ON_DEMAND_BASE, SPOT_PERCENTAGE, MAX_POOL_SHARE, SINGLE_REPLICA)
-
-# Upstream's pod-deletion-cost (`kube.wellknown`), under the name the loops import it by.
+# Names re-exported for the loops, which read them through the policy; their one definition is in
+# `contracts.annotations` (Shipshape's) and `kube.wellknown` (upstream's).
+DECISION = names.DECISION
+HEADROOM_LABEL = names.HEADROOM_LABEL
+POLICY_ANNOTATIONS = names.POLICY_ANNOTATIONS
 DELETION_COST = wellknown.POD_DELETION_COST
 
 

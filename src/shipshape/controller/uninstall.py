@@ -22,25 +22,20 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
-from shipshape.controller.headroom import PRIORITY_CLASS
-from shipshape.controller.kube_ops import MERGE_PATCH, call
-from shipshape.controller.leader import LEASE_NAME, lease_step
-from shipshape.controller.loops.interruptions import (
-    DOOMED_COST,
-    RESTART_NOTE,
-    SURGE_NOTE,
-    SurgeNote,
-    is_guard,
-)
-from shipshape.controller.ops import OpsError
-from shipshape.controller.policy import (
+from shipshape.contracts.annotations import (
     DECISION,
     HEADROOM_LABEL,
     PREFIX,
-    ControllerConfig,
-    WorkloadKind,
-    resolve_policy,
+    RESTART_NOTE,
+    SURGE_NOTE,
+    SurgeNote,
 )
+from shipshape.controller.headroom import PRIORITY_CLASS
+from shipshape.controller.kube_ops import MERGE_PATCH, call
+from shipshape.controller.leader import LEASE_NAME, lease_step
+from shipshape.controller.loops.interruptions import DOOMED_COST, is_guard
+from shipshape.controller.ops import OpsError
+from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
 from shipshape.kube.wellknown import POD_DELETION_COST
 

@@ -22,9 +22,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from shipshape.contracts.annotations import SURGE_NOTE
 from shipshape.controller.cache import KINDS, NOTICE_TAINTS, ClusterCache, taint_keys
 from shipshape.controller.loops import LoopSettings, Reconciler, SharedState, all_reconcilers
-from shipshape.controller.loops.interruptions import SURGE_NOTE, InterruptionResponder
+from shipshape.controller.loops.interruptions import InterruptionResponder
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from shipshape.cli.main import app
+from shipshape.contracts.annotations import HEADROOM_LABEL, PREFIX
 from shipshape.controller.headroom import PRIORITY_CLASS
 from shipshape.controller.loops import LoopSettings
 from shipshape.controller.loops.interruptions import (
@@ -25,7 +26,7 @@ from shipshape.controller.loops.interruptions import (
     SURGE_NOTE,
     guard_name,
 )
-from shipshape.controller.policy import DELETION_COST, HEADROOM_LABEL, PREFIX, ControllerConfig
+from shipshape.controller.policy import DELETION_COST, ControllerConfig
 from shipshape.emulator.resources import (
     DEPLOYMENTS,
     LEASES,

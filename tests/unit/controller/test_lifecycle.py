@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from shipshape.cli import logs
+from shipshape.contracts.annotations import DECISION, HEADROOM_LABEL
 from shipshape.controller.acting import DRY_RUN_PREFIX, ActingOps
 from shipshape.controller.events import event_for
 from shipshape.controller.loops.base import LoopSettings, SharedState
@@ -28,14 +29,7 @@ from shipshape.controller.loops.interruptions import (
 )
 from shipshape.controller.loops.rebalance import Rebalancer
 from shipshape.controller.ops import ObjectRef, RecordingOps
-from shipshape.controller.policy import (
-    DECISION,
-    DELETION_COST,
-    HEADROOM_LABEL,
-    ConfigError,
-    ControllerConfig,
-    WorkloadKind,
-)
+from shipshape.controller.policy import DELETION_COST, ConfigError, ControllerConfig, WorkloadKind
 from shipshape.controller.uninstall import ClusterView, lease_holder, plan_uninstall
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import WORKLOADS_WEBHOOK_NAME, webhook_configuration

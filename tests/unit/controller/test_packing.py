@@ -390,7 +390,13 @@ def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholde
             "name": "agent-1",
             "namespace": "kube-system",
             "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "a", "controller": True}
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": "agent",
+                    "uid": "a",
+                    "controller": True,
+                }
             ],
         },
         "spec": {"nodeName": "daemons-only", "containers": [{"resources": {"requests": {"cpu": "100m"}}}]},

@@ -34,6 +34,7 @@ from shipshape.analyzers.gpu.fleet import (
     NodeAllocation,
 )
 from shipshape.analyzers.gpu.idle import PodUsage
+from shipshape.contracts.annotations import ENABLED
 
 KINDS = (
     "binpack",
@@ -45,7 +46,6 @@ KINDS = (
     "training-needs-checkpointing",
     "scale-down",
 )
-SPOT_ANNOTATION = "spot.shipshape.dev/enabled"
 SCALABLE = ("Deployment", "StatefulSet")
 
 
@@ -267,7 +267,7 @@ def _to_spot(
     owner = pod.owner
     if owner is not None and owner.kind in SCALABLE:
         instruction = (
-            f"kubectl annotate {owner.kind.lower()}/{owner.name} -n {pod.namespace} {SPOT_ANNOTATION}=true "
+            f"kubectl annotate {owner.kind.lower()}/{owner.name} -n {pod.namespace} {ENABLED}=true "
             "(the controller keeps the on-demand base and spreads the rest over spot pools)"
         )
     else:

@@ -39,12 +39,19 @@ longer than the TTL, and anyone (`kubectl`) can tell whether a guard is still ke
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import (
+    GUARD_EXPIRES,
+    GUARD_LABEL,
+    GUARD_OWNER,
+    RESTART_NOTE,
+    SURGE_NOTE,
+    RestartNote,
+    SurgeNote,
+)
 from shipshape.contracts.notices import QUEUE_VALUE
 from shipshape.controller.availability import deployment_max_unavailable
 from shipshape.controller.cache import (
@@ -70,92 +77,23 @@ from shipshape.controller.loops.base import Managed, Reconciler
 from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import ClusterOps, EvictionOutcome, ObjectRef, OpsError
 from shipshape.controller.placement import Pool, desired_split
-from shipshape.controller.policy import DELETION_COST, PREFIX, CapacityType, WorkloadKind
+from shipshape.controller.policy import DELETION_COST, CapacityType, WorkloadKind
 from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.wellknown import RESTARTED_AT
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.loops.interruptions")
 
-# On a Deployment being surged: {"surge": k, "pods": [...], "nodes": [...], "since": t, "deadline": t}.
-SURGE_NOTE = PREFIX + "surge"
-# On a single-replica Deployment restarted for a notice: {"nodes": [...], "at": t}.
-RESTART_NOTE = PREFIX + "interruption-restart"
-RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # Lowest pod-deletion-cost: the ReplicaSet removes doomed pods first when the surge ends.
 DOOMED_COST = "-1000000"
 # A surge whose deadline passed this long ago ends whatever the pods look like.
 SURGE_GRACE_SECONDS = 300.0
-# Label on the guard PDBs the responder keeps for single-replica `surge` Deployments (value: its name).
-GUARD_LABEL = PREFIX + "guard"
-# On each guard PDB: until when it holds (RFC 3339; renewed by the leader while needed), and who keeps it.
-GUARD_EXPIRES = PREFIX + "guard-expires-at"
-GUARD_OWNER = PREFIX + "guard-owner"
 # Guard PDBs (and cordoned nodes under guarded pods) are looked at this often.
 GUARD_INTERVAL_SECONDS = 10.0
 # The instance-metadata endpoints (notices, rebalance recommendations) are asked this often.
 METADATA_POLL_SECONDS = 5.0
 # A node tainted for a queue notice is not tainted again for this long while the cache catches up.
 MARKING_SECONDS = 10.0
-
-
-def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(annotation)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _dump(value: Obj) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class SurgeNote:
-    surge: int
-    pods: tuple[str, ...]
-    nodes: tuple[str, ...]
-    since: float
-    deadline: float
-    # The surge is over (replicas are back); the note stays until its doomed pods are gone, so that
-    # they are not surged for again while the ReplicaSet removes them.
-    done: bool = False
-
-    @property
-    def active(self) -> bool:
-        return not self.done
-
-    @classmethod
-    def read(cls, deployment: Mapping[str, Any]) -> SurgeNote | None:
-        note = read_note(deployment, SURGE_NOTE)
-        if note is None:
-            return None
-        try:
-            return cls(
-                int(note["surge"]),
-                tuple(str(p) for p in note.get("pods") or ()),
-                tuple(str(n) for n in note.get("nodes") or ()),
-                float(note["since"]),
-                float(note["deadline"]),
-                bool(note.get("done", False)),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def dump(self) -> str:
-        return _dump(
-            {
-                "surge": self.surge,
-                "pods": list(self.pods),
-                "nodes": list(self.nodes),
-                "since": self.since,
-                "deadline": self.deadline,
-                "done": self.done,
-            }
-        )
 
 
 def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], stamp: float) -> Obj:
@@ -166,7 +104,7 @@ def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], stamp: fl
     nothing, instead of restarting the pods a second time.
     """
     patch: Obj = {
-        "metadata": {"annotations": {RESTART_NOTE: _dump({"nodes": sorted(nodes), "at": stamp})}},
+        "metadata": {"annotations": {RESTART_NOTE: RestartNote(nodes=tuple(sorted(nodes)), at=stamp).dump()}},
         "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: rfc3339(stamp)}}}},
     }
     if deployment_max_unavailable(deployment) != 0:
@@ -183,8 +121,10 @@ def surge_start_patch(replicas: int, note: SurgeNote) -> Obj:
 
 def surge_end_patch(replicas: int, note: SurgeNote) -> Obj:
     """Replicas back; the note kept (done) until the doomed pods are gone."""
-    done = SurgeNote(0, note.pods, note.nodes, note.since, note.deadline, done=True)
-    return {"metadata": {"annotations": {SURGE_NOTE: done.dump()}}, "spec": {"replicas": max(0, replicas)}}
+    return {
+        "metadata": {"annotations": {SURGE_NOTE: note.ended().dump()}},
+        "spec": {"replicas": max(0, replicas)},
+    }
 
 
 def guard_name(deployment: str) -> str:
@@ -511,8 +451,8 @@ class InterruptionResponder(Reconciler):
         if action.kind is ActionKind.REPLACE:
             return self._replace(workload, action, plan, now)
         if action.kind is ActionKind.SURGE_RESTART:
-            note = read_note(obj, RESTART_NOTE) or {}
-            done = doomed_nodes <= set(note.get("nodes") or ())
+            restarted = RestartNote.read(obj)
+            done = doomed_nodes <= set(restarted.nodes if restarted is not None else ())
         else:
             surge = SurgeNote.read(obj)
             done = surge is not None and set(action.doomed_pods) <= set(surge.pods)
@@ -664,10 +604,10 @@ class InterruptionResponder(Reconciler):
     def _restart_for_drain(self, workload: Managed, node: str, now: float) -> None:
         """A guarded single replica on a cordoned node: start its replacement so the drain can go on."""
         obj = workload.ref.obj
-        note = read_note(obj, RESTART_NOTE) or {}
+        note = RestartNote.read(obj)
         key = workload.state.key
         pending = self._pending.get(key)
-        if node in (note.get("nodes") or ()) or (pending is not None and node in pending[0]):
+        if (note is not None and node in note.nodes) or (pending is not None and node in pending[0]):
             return
         if len(workload.state.pods) > 1:
             return  # a rollout is under way: its new pod is the replacement
