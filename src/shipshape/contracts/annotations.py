@@ -17,9 +17,10 @@ each; the controller, the agent, the analyzers and the CLI import them from here
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final, Literal, Self, TypeVar
+from typing import Any, ClassVar, Final, Literal, Self, TypeVar, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
@@ -185,18 +186,28 @@ def _warn_once(annotation: str, text: str, reason: str) -> None:
     LOG.warning("ignoring an unreadable annotation: %s", reason)
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed(record: type[Record], text: str) -> Record | AnnotationError:
+    """`record.parse(text)`, remembered: an object is read again on each of its events, and records
+    are immutable."""
+    try:
+        return record.parse(text)
+    except AnnotationError as error:
+        return error
+
+
 def read(obj: Mapping[str, Any], record: type[R]) -> R | None:
     """`record`'s annotation on `obj`: None when absent; None, with the reason logged, when malformed
     or of a version this reader does not know."""
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(record.annotation)
     if not text:
         return None
-    try:
-        return record.parse(str(text))
-    except AnnotationError as error:
+    found = _parsed(record, str(text))
+    if isinstance(found, AnnotationError):
         name = str((obj.get("metadata") or {}).get("name") or "")
-        _warn_once(record.annotation, str(text), f"{name}: {error}")
+        _warn_once(record.annotation, str(text), f"{name}: {found}")
         return None
+    return cast(R, found)
 
 
 class DecisionRecord(Record):
