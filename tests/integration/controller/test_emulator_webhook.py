@@ -32,8 +32,7 @@ from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import WatchEvent
 from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import VirtualClock
-
-from .builders import node
+from tests.unit.controller.builders import node
 
 Obj = dict[str, Any]
 
