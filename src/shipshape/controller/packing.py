@@ -22,8 +22,8 @@ from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import scheduling
 from shipshape.kube.objects import node_ready
-from shipshape.kube.quantity import cpu_millis, to_int
 from shipshape.kube.wellknown import HOSTNAME_LABEL
 
 # Weights of the preferred terms for the fullest node, the next one, ...: the scheduler normalises
@@ -33,19 +33,10 @@ PACKING_WEIGHTS: tuple[int, ...] = (100, 50, 25)
 
 
 def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """Effective cpu (millicores) and memory (bytes) requests: the larger of the containers' sum
-    and the largest init container, as the scheduler counts them."""
-    spec = pod.get("spec") or {}
-
-    def of(container: Mapping[str, Any]) -> tuple[int, int]:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        return cpu_millis(requests.get("cpu", 0)), to_int(requests.get("memory", 0))
-
-    regular = [of(c) for c in spec.get("containers") or []]
-    init = [of(c) for c in spec.get("initContainers") or []]
-    cpu = max(sum(c for c, _ in regular), max((c for c, _ in init), default=0))
-    memory = max(sum(m for _, m in regular), max((m for _, m in init), default=0))
-    return cpu, memory
+    """Effective cpu (millicores) and memory (bytes) requests, as the scheduler counts them
+    (`kube.scheduling.pod_requests`: containers, sidecars, init containers, overhead)."""
+    requests = scheduling.pod_requests(pod)
+    return requests.get("cpu", 0), requests.get("memory", 0)
 
 
 @dataclass(frozen=True, slots=True)

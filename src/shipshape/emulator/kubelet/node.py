@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
 from shipshape.emulator.kubelet.pods import PodWorker
-from shipshape.emulator.kubelet.resources import admission_check, pod_requests
+from shipshape.emulator.kubelet.resources import admission_check
 from shipshape.emulator.resources import LEASES, NODES, PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
 from shipshape.kube.clock import parse_time, rfc3339, rfc3339_micro
+from shipshape.kube.scheduling import pod_requests
 
 if TYPE_CHECKING:
     from shipshape.emulator.kubelet.model import KubeletModel
