@@ -172,6 +172,12 @@ def condition(obj: Body, type_: str) -> Condition | None:
     return None
 
 
+def condition_status(obj: Body, type_: str) -> str | None:
+    """The status ("True", "False", "Unknown") of the condition of `type_`, None without one."""
+    found = condition(obj, type_)
+    return None if found is None else str(found.get("status"))
+
+
 def condition_true(obj: Body, type_: str) -> bool:
     found = condition(obj, type_)
     return found is not None and found.get("status") == "True"
@@ -241,6 +247,7 @@ __all__ = [
     "WorkloadRef",
     "annotations",
     "condition",
+    "condition_status",
     "condition_true",
     "controller_ref",
     "controller_workload",

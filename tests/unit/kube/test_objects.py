@@ -110,6 +110,8 @@ def test_pod_phase_readiness_and_activity() -> None:
     }
     assert objects.condition_true(_with(_pod(), ready="True"), "Ready")
     assert objects.condition(_pod(), "Ready") is None
+    assert objects.condition_status(_with(_pod(), ready="False"), "Ready") == "False"
+    assert objects.condition_status(_pod(), "Ready") is None
 
 
 def test_pod_node_and_metadata() -> None:
