@@ -42,7 +42,13 @@ from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.cli import common
 from shipshape.cli import emulator as emulator_cli
-from shipshape.contracts.annotations import DecisionRecord, RestartNote, SurgeNote
+from shipshape.contracts.annotations import (
+    EMULATOR_POOL_LABEL,
+    EMULATOR_SPOT_INTERRUPTION_TAINT,
+    DecisionRecord,
+    RestartNote,
+    SurgeNote,
+)
 from shipshape.controller.availability import pdb_floor
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
@@ -63,8 +69,6 @@ from shipshape.kube.labels import from_label_selector
 
 log = logging.getLogger(__name__)
 
-POOL_LABEL = "emulator.shipshape.dev/pool"
-SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
 DEFAULT_WORKDIR = Path(".emulator/demo")  # a folder per run under it: <scenario>-<port>
@@ -92,7 +96,7 @@ def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[Poo
     counted: Counter[str] = Counter()
     ready: Counter[str] = Counter()
     for node in nodes:
-        pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+        pool = (node["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL)
         if pool is None:
             continue
         counted[pool] += 1
@@ -185,7 +189,9 @@ def noticed_nodes(nodes: Iterable[Obj]) -> set[str]:
     return {
         n["metadata"]["name"]
         for n in nodes
-        if any(t.get("key") == SPOT_TAINT for t in n.get("spec", {}).get("taints") or [])
+        if any(
+            t.get("key") == EMULATOR_SPOT_INTERRUPTION_TAINT for t in n.get("spec", {}).get("taints") or []
+        )
     }
 
 
@@ -390,7 +396,7 @@ class Show:
     def pool_of_node(self) -> dict[str, str]:
         out = {}
         for node in self.cluster.store.list(NODES):
-            pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+            pool = (node["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL)
             if pool:
                 out[node["metadata"]["name"]] = pool
         return out
@@ -665,7 +671,7 @@ class Show:
         nodes = [
             n
             for n in self.cluster.store.list(NODES)
-            if (n["metadata"].get("labels") or {}).get(POOL_LABEL) == pool
+            if (n["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL) == pool
         ]
         return (
             int(view["booting"]) == 0

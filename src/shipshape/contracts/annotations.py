@@ -62,6 +62,11 @@ BATCH_UPDATED: Final = "shipshape.dev/batch-resources-updated"
 # A node's QoS band label (`koord-batch`-like bands for the QoS analyzer).
 PRIORITY_BAND_LABEL: Final = "shipshape.dev/priority-band"
 
+# What the emulator's cloud puts on its nodes, read by the simulator, the demo and the start-up analysis
+# (which pool a node belongs to) and taken by the controller for a notice, as an interruption handler's.
+EMULATOR_POOL_LABEL: Final = "emulator.shipshape.dev/pool"
+EMULATOR_SPOT_INTERRUPTION_TAINT: Final = "emulator.shipshape.dev/spot-interruption"
+
 # ---- node start-up events, in the order they happen (the EKS start-up timing table) ------------
 INSTANCE_CREATED: Final = "instance_created"
 VM_INITIALIZED: Final = "vm_initialized"

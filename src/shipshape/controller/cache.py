@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from shipshape.contracts import notices as notice_contract
-from shipshape.contracts.annotations import DecisionRecord
+from shipshape.contracts.annotations import EMULATOR_SPOT_INTERRUPTION_TAINT, DecisionRecord
 from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
@@ -56,7 +56,7 @@ SPOT_NOTICE_TAINTS = frozenset(
         wellknown.AWS_NTH_SPOT_ITN_TAINT,
         wellknown.AWS_NTH_ASG_LIFECYCLE_TAINT,
         wellknown.AWS_NTH_SCHEDULED_MAINTENANCE_TAINT,
-        "emulator.shipshape.dev/spot-interruption",
+        EMULATOR_SPOT_INTERRUPTION_TAINT,
         QUEUE_NOTICE_TAINT,
     }
 )

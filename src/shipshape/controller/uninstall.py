@@ -37,6 +37,7 @@ from shipshape.controller.loops.interruptions import DOOMED_COST, is_guard
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
+from shipshape.kube.objects import controller_ref
 from shipshape.kube.wellknown import POD_DELETION_COST
 
 Obj = dict[str, Any]
@@ -98,10 +99,9 @@ def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _owner(obj: Mapping[str, Any], kind: str) -> str | None:
-    for ref in _meta(obj).get("ownerReferences") or []:
-        if ref.get("kind") == kind:
-            return str(ref.get("name"))
-    return None
+    """The name of the object's controller when it is a `kind`."""
+    controller = controller_ref(obj)
+    return str(controller.get("name")) if controller is not None and controller.get("kind") == kind else None
 
 
 def plan_uninstall(view: ClusterView, config: ControllerConfig) -> list[Step]:

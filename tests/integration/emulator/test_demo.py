@@ -21,6 +21,8 @@ import pytest
 from shipshape.cli import demo
 from shipshape.contracts.annotations import (
     DECISION,
+    EMULATOR_POOL_LABEL,
+    EMULATOR_SPOT_INTERRUPTION_TAINT,
     RESTART_NOTE,
     SURGE_NOTE,
     DecisionRecord,
@@ -282,8 +284,8 @@ def test_busiest_spot_pool_and_pool_rows() -> None:
     assert demo.busiest_spot_pool([_pool("od", "on-demand", 1)], Counter()) is None
     ready = {"type": "Ready", "status": "True"}
     nodes = [
-        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": [ready]}},
-        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": []}},
+        {"metadata": {"labels": {EMULATOR_POOL_LABEL: "spot-a"}}, "status": {"conditions": [ready]}},
+        {"metadata": {"labels": {EMULATOR_POOL_LABEL: "spot-a"}}, "status": {"conditions": []}},
     ]
     rows = {row.pool: row for row in demo.pool_rows(pools, nodes)}
     assert (rows["spot-a"].ready, rows["spot-a"].nodes) == (1, 2)
@@ -299,7 +301,11 @@ def test_on_demand_equivalent() -> None:
 def test_noticed_nodes_are_those_with_the_interruption_taint() -> None:
     tainted = {
         "metadata": {"name": "a"},
-        "spec": {"taints": [{"key": demo.SPOT_TAINT, "value": "terminate", "effect": "NoSchedule"}]},
+        "spec": {
+            "taints": [
+                {"key": EMULATOR_SPOT_INTERRUPTION_TAINT, "value": "terminate", "effect": "NoSchedule"}
+            ]
+        },
     }
     other = {"metadata": {"name": "b"}, "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
     bare = {"metadata": {"name": "c"}, "spec": {}}

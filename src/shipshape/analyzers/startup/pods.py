@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from shipshape.analyzers.startup import model
 from shipshape.analyzers.startup.events import Event, EventIndex, PulledMessage, TimeParser, parse_pulled
 from shipshape.analyzers.startup.model import ContainerTiming, NodeInfo, Obj, PodTimeline, WorkloadRef
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube import objects
 from shipshape.kube.quantity import cpu_millis
@@ -33,7 +34,7 @@ _CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)")
 _KUBELET_CONTAINER_REASONS = frozenset({"Pulling", "Pulled", "Created", "Started"})
 _SANDBOX_ERRORS = frozenset({"FailedCreatePodSandBox", "NetworkNotReady"})
 
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 
 
 def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
 from shipshape.emulator.kubelet.pods import PodWorker
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 MAX_REPORTED_IMAGES = 50  # the kubelet's nodeStatusMaxImages default
 
 # (type, reason, message) of the conditions the kubelet owns besides Ready, in upstream order.
