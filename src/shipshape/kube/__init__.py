@@ -1,4 +1,6 @@
-"""Kubernetes primitives shared by every part: quantities, label selectors, API errors, typed bodies.
+"""Kubernetes primitives shared by every part: typed readings of bodies (objects, workloads,
+IntOrString), well-known names, quantities, selectors, scheduling predicates, API errors, clocks.
 
-Nothing here does I/O. The emulator, the controller and the analyzers all speak these.
+Those do no I/O; the emulator, the controller and the analyzers all speak them. `client`,
+`informers` and `sources` are the one place that talks to an API server through the official client.
 """
