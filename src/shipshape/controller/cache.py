@@ -209,6 +209,14 @@ class NodeSummary:
     on_demand_nodes: frozenset[str] = frozenset()
 
 
+def _same_pdb_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether what workload states derive from a PodDisruptionBudget (its spec: selector, minAvailable,
+    maxUnavailable; its labels) is the same in both versions: a renewed guard's expiry annotation or a
+    status update rebuilds no workload state."""
+    old_md, new_md = old.get("metadata") or {}, new.get("metadata") or {}
+    return old.get("spec") == new.get("spec") and old_md.get("labels") == new_md.get("labels")
+
+
 def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether everything the cache derives from a node (labels, taints and the rest of the spec,
     deletion, capacity, allocatable, readiness) is the same in both versions. Cheap where the two
@@ -456,7 +464,9 @@ class ClusterCache:
                 self._replicasets_of.setdefault((key[0], str(owner.get("name"))), set()).add(key[1])
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
-            self._pdb_versions[key[0]] = next(self._versions)
+            old = self._objects[kind].get(key)
+            if old is None or not _same_pdb_facts(old, obj):
+                self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
         self._objects[kind][key] = obj
 
