@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from kubernetes import client as k8s
-
 from shipshape import __version__
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Outcome, Pusher
@@ -30,6 +28,7 @@ from shipshape.agent.spool import Spool
 from shipshape.agent.usage import UsageLoop
 from shipshape.kube import errors
 from shipshape.kube import informers as kit
+from shipshape.kube import sources as kube_sources
 from shipshape.kube.clock import Clock
 from shipshape.kube.leader import LeaseElector
 
@@ -53,27 +52,25 @@ class AgentSettings:
     spool_max_bytes: int = 256 * 1024 * 1024
 
 
-def sources(api_client: k8s.ApiClient) -> list[kit.Source]:
-    """What the agent reports, cluster-wide (read-only: list and watch)."""
-    core = k8s.CoreV1Api(api_client)
-    apps = k8s.AppsV1Api(api_client)
-    batch = k8s.BatchV1Api(api_client)
-    policy = k8s.PolicyV1Api(api_client)
-    autoscaling = k8s.AutoscalingV2Api(api_client)
-    scheduling = k8s.SchedulingV1Api(api_client)
-    return [
-        kit.Source("Node", core.list_node),
-        kit.Source("Pod", core.list_pod_for_all_namespaces),
-        kit.Source("Deployment", apps.list_deployment_for_all_namespaces),
-        kit.Source("ReplicaSet", apps.list_replica_set_for_all_namespaces),
-        kit.Source("StatefulSet", apps.list_stateful_set_for_all_namespaces),
-        kit.Source("DaemonSet", apps.list_daemon_set_for_all_namespaces),
-        kit.Source("Job", batch.list_job_for_all_namespaces),
-        kit.Source("PodDisruptionBudget", policy.list_pod_disruption_budget_for_all_namespaces),
-        kit.Source("HorizontalPodAutoscaler", autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces),
-        kit.Source("PriorityClass", scheduling.list_priority_class),
-        kit.Source("Event", core.list_event_for_all_namespaces),
-    ]
+# What the agent reports, cluster-wide (read-only: list and watch).
+KINDS = (
+    "Node",
+    "Pod",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+    "PriorityClass",
+    "Event",
+)
+
+
+def sources(api_client: kube_sources.ApiClient) -> list[kit.Source]:
+    """What the agent reports (`KINDS`), cluster-wide."""
+    return kube_sources.cluster_wide(api_client, KINDS)
 
 
 class Agent:

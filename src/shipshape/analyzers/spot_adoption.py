@@ -16,13 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import ENABLED, ON_DEMAND_BASE
 from shipshape.contracts.instructions import Precondition, Recommendation, SetSpotPolicy, WorkloadRef
-from shipshape.kube.quantity import parse_quantity
+from shipshape.kube import objects as kube_objects
+from shipshape.kube import scheduling, wellknown
+from shipshape.kube.quantity import QuantityError, resource_amount
 
 Obj = Mapping[str, Any]
 HOURS_PER_MONTH = 730.0
-ENABLED = "spot.shipshape.dev/enabled"
-BASE = "spot.shipshape.dev/on-demand-base"
 KIND = "spot-adoption"
 
 
@@ -141,11 +142,7 @@ def _finding(
             "pods_on_on_demand": len(placed),
             "instance_types": sorted(
                 {
-                    str(
-                        (n.get("metadata", {}).get("labels") or {}).get(
-                            "node.kubernetes.io/instance-type", "?"
-                        )
-                    )
+                    str((n.get("metadata", {}).get("labels") or {}).get(wellknown.INSTANCE_TYPE_LABEL, "?"))
                     for _, n in placed
                 }
             ),
@@ -159,28 +156,27 @@ def _finding(
         instruction=SetSpotPolicy(
             target=target,
             precondition=Precondition(generation=generation),
-            annotations={ENABLED: "true", BASE: str(settings.on_demand_base)},
+            annotations={ENABLED: "true", ON_DEMAND_BASE: str(settings.on_demand_base)},
         ),
     )
 
 
 def _controller(obj: Obj) -> tuple[str, str] | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("kind")), str(ref.get("name"))
-    return None
+    owner = kube_objects.controller_workload(obj)
+    return None if owner is None else (owner.kind, owner.name)
 
 
 def _share(pod: Obj, node: Obj) -> float | None:
-    """The larger of the pod's CPU and memory requests over the node's allocatable (None without requests)."""
-    cpu = memory = 0.0
-    for container in pod.get("spec", {}).get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += float(parse_quantity(requests.get("cpu", 0)))
-        memory += float(parse_quantity(requests.get("memory", 0)))
-    allocatable = node.get("status", {}).get("allocatable") or {}
-    node_cpu = float(parse_quantity(allocatable.get("cpu", 0)))
-    node_memory = float(parse_quantity(allocatable.get("memory", 0)))
+    """The larger of the pod's CPU and memory requests over the node's allocatable (None without requests).
+    Requests as the scheduler counts them (`kube.scheduling.pod_requests`)."""
+    requests = scheduling.pod_requests(pod)
+    cpu, memory = requests.get("cpu", 0), requests.get("memory", 0)
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        node_cpu = resource_amount("cpu", allocatable.get("cpu", 0))
+        node_memory = resource_amount("memory", allocatable.get("memory", 0))
+    except QuantityError:
+        return None
     if (cpu == 0 and memory == 0) or node_cpu == 0 or node_memory == 0:
         return None
     return min(1.0, max(cpu / node_cpu, memory / node_memory))

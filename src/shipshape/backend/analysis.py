@@ -41,6 +41,7 @@ from shipshape.contracts.instructions import (
     WorkloadRef,
 )
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 from shipshape.kube.quantity import QuantityError, cpu_millis, format_bytes, format_cpu, to_int
 from shipshape.pricing.catalog import default_catalog
 
@@ -67,10 +68,10 @@ def capacity_of(node: Obj) -> str:
 
 def price_of(node: Obj) -> spot_adoption.NodePrice | None:
     labels = node.get("metadata", {}).get("labels") or {}
-    instance_type = labels.get("node.kubernetes.io/instance-type")
+    instance_type = labels.get(wellknown.INSTANCE_TYPE_LABEL)
     if not instance_type:
         return None
-    region = labels.get("topology.kubernetes.io/region") or DEFAULT_REGION
+    region = labels.get(wellknown.REGION_LABEL) or DEFAULT_REGION
     catalog = default_catalog()
     on_demand = catalog.on_demand_price(instance_type, region)
     spot = catalog.spot_price(instance_type, region)

@@ -13,28 +13,19 @@ from typing import Any
 from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
 from shipshape.backend.analysis import capacity_of, price_of
 from shipshape.backend.usage import NodeUsed
+from shipshape.kube import objects as kube_objects
+from shipshape.kube import wellknown
 from shipshape.kube.scheduling import node_allocatable, pod_requests
 
 Obj = Mapping[str, Any]
 KINDS = ("nodes", "pods", "replicasets", "events")
 
 
-def _ready(obj: Obj) -> bool:
-    conditions = obj.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _owner(pod: Obj, rs_owner: Mapping[tuple[str, str], str]) -> str | None:
-    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
-        if not ref.get("controller"):
-            continue
-        if ref.get("kind") == "DaemonSet":
-            return None
-        if ref.get("kind") == "ReplicaSet":
-            namespace = pod["metadata"].get("namespace", "")
-            return rs_owner.get((namespace, ref.get("name", "")), f"ReplicaSet/{ref.get('name')}")
-        return f"{ref.get('kind')}/{ref.get('name')}"
-    return None
+def _owner(pod: Obj, rs_owner: Mapping[tuple[str, str], kube_objects.WorkloadRef]) -> str | None:
+    """`Kind/name` of the pod's workload (a ReplicaSet's by the ReplicaSet's controller); None for a
+    DaemonSet's pod or one without a controller."""
+    owner = kube_objects.workload_of(pod, lambda namespace, name: rs_owner.get((namespace, name)))
+    return None if owner is None or owner.kind == "DaemonSet" else str(owner)
 
 
 def utilisation(
@@ -126,26 +117,24 @@ def summarize(
         kind = capacity_of(node)
         capacity[node["metadata"]["name"]] = kind
         key = (
-            labels.get("node.kubernetes.io/instance-type", "?"),
-            labels.get("topology.kubernetes.io/zone", "?"),
+            labels.get(wellknown.INSTANCE_TYPE_LABEL, "?"),
+            labels.get(wellknown.ZONE_LABEL, "?"),
             kind,
         )
         row = pools.setdefault(
             key, {"instance_type": key[0], "zone": key[1], "capacity_type": kind, "nodes": 0, "ready": 0}
         )
         row["nodes"] += 1
-        row["ready"] += _ready(node)
+        row["ready"] += kube_objects.node_ready(node)
         price = price_of(node)
         if price is not None:
             now_rate += price.spot if kind == "spot" else price.on_demand
             on_demand_rate += price.on_demand
     rs_owner = {}
     for rs in objects.get("replicasets", ()):
-        for ref in rs.get("metadata", {}).get("ownerReferences") or []:
-            if ref.get("controller"):
-                rs_owner[(rs["metadata"].get("namespace", ""), rs["metadata"]["name"])] = (
-                    f"{ref.get('kind')}/{ref.get('name')}"
-                )
+        controller = kube_objects.controller_workload(rs)
+        if controller is not None:
+            rs_owner[kube_objects.key(rs)] = controller
     per_workload: dict[str, Counter[str]] = {}
     for pod in pods:
         owner = _owner(pod, rs_owner)

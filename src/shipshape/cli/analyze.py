@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from shipshape.kube import wellknown
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -42,11 +44,9 @@ def node_prices(nodes: list[dict[str, Any]]) -> dict[str, float]:
     for node in nodes:
         md = node.get("metadata") or {}
         labels = md.get("labels") or {}
-        itype = labels.get("node.kubernetes.io/instance-type") or labels.get(
-            "beta.kubernetes.io/instance-type"
-        )
-        zone = labels.get("topology.kubernetes.io/zone", "")
-        region = labels.get("topology.kubernetes.io/region") or zone[:-1]
+        itype = labels.get(wellknown.INSTANCE_TYPE_LABEL) or labels.get(wellknown.BETA_INSTANCE_TYPE_LABEL)
+        zone = labels.get(wellknown.ZONE_LABEL, "")
+        region = labels.get(wellknown.REGION_LABEL) or zone[:-1]
         if not itype or not region:
             continue
         spot = capacity_type(labels) == SPOT

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import socket
@@ -47,12 +46,18 @@ from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.cli import common
 from shipshape.cli import emulator as emulator_cli
+from shipshape.contracts.annotations import (
+    EMULATOR_POOL_LABEL,
+    EMULATOR_SPOT_INTERRUPTION_TAINT,
+    DecisionRecord,
+    RestartNote,
+    SurgeNote,
+)
 from shipshape.controller.availability import pdb_floor
 from shipshape.controller.leader import LeaseSettings
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.policy import DECISION, ControllerConfig
+from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.process import ControllerProcess, ProcessSettings
-from shipshape.controller.surge import RESTART_NOTE, SURGE_NOTE
 from shipshape.emulator import assembly
 from shipshape.emulator import scenario as scenario_mod
 from shipshape.emulator.apiserver import runner
@@ -60,7 +65,7 @@ from shipshape.emulator.cloud.model import CloudModel
 from shipshape.emulator.resources import DEPLOYMENTS, NODES, PDBS, PODS, STATEFULSETS
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import Obj
-from shipshape.kube import errors
+from shipshape.kube import errors, objects
 from shipshape.kube import informers as kit
 from shipshape.kube.client import KubeClientError, load_api_client
 from shipshape.kube.clock import ScaledClock, parse_time
@@ -68,8 +73,6 @@ from shipshape.kube.labels import from_label_selector
 
 log = logging.getLogger(__name__)
 
-POOL_LABEL = "emulator.shipshape.dev/pool"
-SPOT_TAINT = "emulator.shipshape.dev/spot-interruption"
 NOTICE_SECONDS = 120.0
 DEFAULT_SCENARIO = Path("examples/scenarios/demo.yaml")
 DEFAULT_WORKDIR = Path(".emulator/demo")  # a folder per run under it: <scenario>-<port>
@@ -97,11 +100,11 @@ def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[Poo
     counted: Counter[str] = Counter()
     ready: Counter[str] = Counter()
     for node in nodes:
-        pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+        pool = (node["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL)
         if pool is None:
             continue
         counted[pool] += 1
-        ready[pool] += node_ready(node)
+        ready[pool] += objects.node_ready(node)
     return [
         PoolRow(
             pool=p["name"],
@@ -114,11 +117,6 @@ def pool_rows(pools: Iterable[dict[str, Any]], nodes: Iterable[Obj]) -> list[Poo
         )
         for p in sorted(pools, key=lambda p: (p["capacityType"], p["name"]))
     ]
-
-
-def node_ready(node: Obj) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def deployment_available(deployment: Obj) -> bool:
@@ -156,23 +154,13 @@ def rollout_progress(deployments: Iterable[Obj]) -> tuple[int, int, bool]:
 
 def owner_of(pod: Obj) -> str:
     """`Kind/name` of the workload a pod belongs to (a ReplicaSet's pods count for its Deployment)."""
-    refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
-    if not refs:
-        return f"Pod/{pod['metadata']['name']}"
-    kind, name = refs[0]["kind"], refs[0]["name"]
-    if kind == "ReplicaSet":
-        hashed = (pod["metadata"].get("labels") or {}).get("pod-template-hash")
-        if hashed and name.endswith("-" + hashed):
-            return f"Deployment/{name[: -len(hashed) - 1]}"
-    return f"{kind}/{name}"
+    owner = objects.workload_of(pod)
+    return str(owner) if owner is not None else f"Pod/{objects.name(pod)}"
 
 
 def is_workload_pod(pod: Obj) -> bool:
     """A pod a drain moves: not a DaemonSet's, not finished, not already being deleted."""
-    refs = pod["metadata"].get("ownerReferences") or []
-    if any(r.get("kind") == "DaemonSet" for r in refs) or pod["metadata"].get("deletionTimestamp"):
-        return False
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    return objects.is_active(pod) and not objects.is_daemon_pod(pod)
 
 
 def pods_per_pool(pods: Iterable[Obj], pool_of_node: dict[str, str]) -> Counter[str]:
@@ -205,7 +193,9 @@ def noticed_nodes(nodes: Iterable[Obj]) -> set[str]:
     return {
         n["metadata"]["name"]
         for n in nodes
-        if any(t.get("key") == SPOT_TAINT for t in n.get("spec", {}).get("taints") or [])
+        if any(
+            t.get("key") == EMULATOR_SPOT_INTERRUPTION_TAINT for t in n.get("spec", {}).get("taints") or []
+        )
     }
 
 
@@ -220,16 +210,9 @@ def hourly_rates(pools: Iterable[dict[str, Any]]) -> tuple[float, float]:
     return now, on_demand
 
 
-def decision_of(pod: Obj) -> dict[str, Any] | None:
+def decision_of(pod: Obj) -> DecisionRecord | None:
     """The controller's placement decision recorded on a pod (`spot.shipshape.dev/decision`), if any."""
-    text = (pod["metadata"].get("annotations") or {}).get(DECISION)
-    if not text:
-        return None
-    try:
-        decision = json.loads(text)
-    except ValueError:
-        return None
-    return decision if isinstance(decision, dict) else None
+    return DecisionRecord.read(pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,12 +237,12 @@ def placement_rows(pods: Iterable[Obj], capacity_of_node: dict[str, str]) -> lis
             continue
         owner = owner_of(pod)
         running.setdefault(owner, Counter())
-        reasons.setdefault(owner, Counter())[str(decision.get("reason", "?"))] += 1
+        reasons.setdefault(owner, Counter())[decision.reason] += 1
         capacity = capacity_of_node.get(pod.get("spec", {}).get("nodeName") or "")
         if capacity is not None:
             running[owner][capacity] += 1
-        if decision.get("capacityType") == "spot" and decision.get("pool"):
-            pools.setdefault(owner, set()).add(str(decision["pool"]))
+        if decision.capacity_type == "spot" and decision.pool:
+            pools.setdefault(owner, set()).add(decision.pool)
     return [
         PlacementRow(
             workload=owner,
@@ -279,8 +262,7 @@ def ready_replicas(pods: Iterable[Obj]) -> Counter[str]:
     for pod in pods:
         if not is_workload_pod(pod):
             continue
-        conditions = pod.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        if objects.pod_ready(pod):
             counts[owner_of(pod)] += 1
     return counts
 
@@ -329,20 +311,15 @@ def controller_actions(workloads: Iterable[Obj], seen: set[tuple[str, str]]) -> 
     lines = []
     for workload in workloads:
         name = f"{workload['kind']}/{workload['metadata']['name']}"
-        notes = workload["metadata"].get("annotations") or {}
-        surge, restart = notes.get(SURGE_NOTE), notes.get(RESTART_NOTE)
-        if surge and ("surge", name) not in seen:
+        surge, restart = SurgeNote.read(workload), RestartNote.read(workload)
+        if surge is not None and ("surge", name) not in seen:
             seen.add(("surge", name))
-            try:
-                count = int(json.loads(surge).get("surge", 0))
-            except (ValueError, AttributeError, TypeError):
-                count = 0
             lines.append(
-                f"controller surged {name}: +{count} replica(s), so that the replacements are Ready "
+                f"controller surged {name}: +{surge.surge} replica(s), so that the replacements are Ready "
                 "before the noticed nodes go"
             )
-        if restart and ("restart:" + restart, name) not in seen:
-            seen.add(("restart:" + restart, name))
+        if restart is not None and ("restart:" + restart.dump(), name) not in seen:
+            seen.add(("restart:" + restart.dump(), name))
             lines.append(
                 f"controller restarted {name} with a surge: its new pod starts on a safe node before "
                 "the old one goes"
@@ -429,7 +406,7 @@ class Show:
     def pool_of_node(self) -> dict[str, str]:
         out = {}
         for node in self.cluster.store.list(NODES):
-            pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
+            pool = (node["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL)
             if pool:
                 out[node["metadata"]["name"]] = pool
         return out
@@ -489,7 +466,7 @@ class Show:
     async def show_nodes(self) -> None:
         store = self.cluster.store
         await self.until(
-            lambda: bool(store.list(NODES)) and all(node_ready(n) for n in store.list(NODES)),
+            lambda: bool(store.list(NODES)) and all(objects.node_ready(n) for n in store.list(NODES)),
             self.settings.rollout_timeout,
         )
         rows = pool_rows(self.cloud.pools_view(), store.list(NODES))
@@ -798,12 +775,12 @@ class Show:
         nodes = [
             n
             for n in self.cluster.store.list(NODES)
-            if (n["metadata"].get("labels") or {}).get(POOL_LABEL) == pool
+            if (n["metadata"].get("labels") or {}).get(EMULATOR_POOL_LABEL) == pool
         ]
         return (
             int(view["booting"]) == 0
             and len(nodes) >= int(view["desired"])
-            and all(node_ready(n) for n in nodes)
+            and all(objects.node_ready(n) for n in nodes)
         )
 
     def _owner_settled(self, owner: str) -> bool:

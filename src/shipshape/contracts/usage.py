@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shipshape.kube import objects, wellknown
+
 UsageSchema = Literal["shipshape.dev/usage/v1"]
 USAGE_SCHEMA: UsageSchema = "shipshape.dev/usage/v1"
 KEY_PREFIX = "usage-"
@@ -55,9 +57,10 @@ def pod_workload(metadata: Mapping[str, Any]) -> tuple[str, str]:
             continue
         kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
         if kind == "ReplicaSet":
-            template_hash = (metadata.get("labels") or {}).get("pod-template-hash")
-            if template_hash and name.endswith("-" + template_hash):
-                return "Deployment", name[: -len(template_hash) - 1]
+            template_hash = (metadata.get("labels") or {}).get(wellknown.POD_TEMPLATE_HASH_LABEL)
+            deployment = objects.deployment_of_replicaset(name, template_hash)
+            if deployment is not None:
+                return "Deployment", deployment
         return kind, name
     return "Pod", str(metadata.get("name", ""))
 

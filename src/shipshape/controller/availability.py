@@ -1,66 +1,51 @@
 """How many ready replicas a workload must keep: PodDisruptionBudgets and rolling-update settings.
 
-Pure: Kubernetes' own arithmetic (IntOrString percentages, the disruption controller's desired
-healthy count), shared by the webhook (a StatefulSet's disruption allowance caps its spot replicas per
-zone) and the loops (no move or eviction takes a workload below its floor).
+Pure: Kubernetes' own arithmetic (`kube.workloads`: IntOrString percentages, rolling-update
+fenceposts, the disruption controller's desired healthy count) with the controller's answer to
+invalid values, shared by the webhook (a StatefulSet's disruption allowance caps its spot replicas
+per zone) and the loops (no move or eviction takes a workload below its floor).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shipshape.controller.policy import WorkloadKind
+from shipshape.kube import workloads
+from shipshape.kube.intstr import IntOrStringError
 
 if TYPE_CHECKING:
     from shipshape.controller.state.records import WorkloadRef
 
 
-def scaled(value: int | str | None, total: int, *, round_up: bool, default: int) -> int:
-    """An IntOrString (`3` or `"25%"`) against `total`, rounded as Kubernetes rounds it."""
-    if value is None:
-        return default
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text.endswith("%"):
-        share = int(text[:-1]) * total / 100
-        return math.ceil(share) if round_up else math.floor(share)
-    return int(text)
-
-
 def deployment_max_unavailable(deployment: Mapping[str, Any]) -> int:
-    """maxUnavailable of a Deployment's rolling update (default 25 %, rounded down; 1 when surge is 0 too)."""
-    spec = deployment.get("spec") or {}
-    replicas = int(spec.get("replicas", 1))
-    strategy = spec.get("strategy") or {}
-    if strategy.get("type") == "Recreate":
-        return replicas
-    rolling = strategy.get("rollingUpdate") or {}
-    unavailable = scaled(rolling.get("maxUnavailable", "25%"), replicas, round_up=False, default=0)
-    surge = scaled(rolling.get("maxSurge", "25%"), replicas, round_up=True, default=0)
-    if unavailable == 0 and surge == 0:
-        return 1
-    return unavailable
+    """Replicas a Deployment's rollout may take down at once (`kube.workloads`); 0 for a rolling update
+    whose values are invalid (the API server refuses them; nothing is assumed disposable)."""
+    try:
+        return workloads.deployment_max_unavailable(deployment)
+    except IntOrStringError:
+        return 0
 
 
 def statefulset_max_unavailable(statefulset: Mapping[str, Any]) -> int:
-    """maxUnavailable of a StatefulSet's rolling update (default 1; a percentage rounds down, at least 1)."""
-    spec = statefulset.get("spec") or {}
-    replicas = int(spec.get("replicas", 1))
-    rolling = (spec.get("updateStrategy") or {}).get("rollingUpdate") or {}
-    return max(1, scaled(rolling.get("maxUnavailable"), replicas, round_up=False, default=1))
+    """maxUnavailable of a StatefulSet's rolling update (`kube.workloads`); 1 for invalid values."""
+    try:
+        return workloads.statefulset_max_unavailable(statefulset)
+    except IntOrStringError:
+        return 1
 
 
 def pdb_floor(pdb: Mapping[str, Any], expected: int) -> int:
-    """Desired healthy pods of a PodDisruptionBudget, as the disruption controller computes it."""
-    spec = pdb.get("spec") or {}
-    if spec.get("minAvailable") is not None:
-        return scaled(spec["minAvailable"], expected, round_up=True, default=0)
-    if spec.get("maxUnavailable") is not None:
-        return max(0, expected - scaled(spec["maxUnavailable"], expected, round_up=True, default=0))
-    return 0
+    """Desired healthy pods of a PodDisruptionBudget, as the disruption controller computes it.
+
+    A budget whose values are invalid keeps every expected pod: the disruption controller's fail-safe
+    allows no disruption for it.
+    """
+    try:
+        return workloads.pdb_desired_healthy(pdb.get("spec") or {}, expected)
+    except IntOrStringError:
+        return expected
 
 
 def availability_floor(workload: WorkloadRef, pdbs: Sequence[Mapping[str, Any]]) -> int:

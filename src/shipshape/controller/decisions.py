@@ -33,21 +33,12 @@ from shipshape.controller.placement import (
     statefulset_split,
     zone_counts,
 )
-from shipshape.controller.policy import (
-    INSTANCE_TYPE_LABEL,
-    ZONE_LABEL,
-    CapacityType,
-    WorkloadKind,
-    WorkloadPolicy,
-)
-from shipshape.controller.state import (
-    PodState,
-    WorkloadState,
-    is_active,
-    read_decision,
-)
+from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
+from shipshape.controller.state import PodState, WorkloadState, read_decision
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import parse_time
+from shipshape.kube.objects import is_active
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABEL, ZONE_LABEL
 
 Obj = dict[str, Any]
 
@@ -421,7 +412,7 @@ def fallback_candidates(
         if not is_active(pod) or (pod.get("spec") or {}).get("nodeName"):
             continue
         decision = read_decision(pod)
-        if decision is None or decision.get("capacityType") != CapacityType.SPOT.value:
+        if decision is None or decision.capacity_type != CapacityType.SPOT.value:
             continue
         since = unschedulable_since(pod)
         if since is None or now - since < threshold_seconds:

@@ -25,9 +25,10 @@ from typing import Any
 import yaml
 
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import INSTANCE_TYPE_LABEL, ZONE_LABEL, NodeGroupSpec
+from shipshape.controller.policy import NodeGroupSpec
 from shipshape.kube.capacity import KARPENTER_LABEL, SPOT
 from shipshape.kube.quantity import QuantityError, parse_quantity
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABELS, ZONE_LABELS
 
 AUTOSCALER_STATUS = ("kube-system", "cluster-autoscaler-status")
 # libyaml's safe loader where PyYAML was built with it (several times faster), else the pure one.
@@ -41,8 +42,6 @@ NODE_GROUP_LABELS = (
     "kops.k8s.io/instancegroup",
     "karpenter.sh/nodepool",
 )
-ZONE_LABELS = (ZONE_LABEL, "failure-domain.beta.kubernetes.io/zone")
-INSTANCE_TYPE_LABELS = (INSTANCE_TYPE_LABEL, "beta.kubernetes.io/instance-type")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,18 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import GUARD_EXPIRES, GUARD_LABEL, GUARD_OWNER
 from shipshape.controller.placement import desired_split
-from shipshape.controller.policy import PREFIX, WorkloadKind
+from shipshape.controller.policy import WorkloadKind
 from shipshape.controller.state import WorkloadState
 from shipshape.kube.clock import parse_time, rfc3339
 
 Obj = dict[str, Any]
 
-# Label on the guard PDBs the responder keeps for single-replica `surge` Deployments (value: its name).
-GUARD_LABEL = PREFIX + "guard"
-# On each guard PDB: until when it holds (RFC 3339; renewed by the leader while needed), and who keeps it.
-GUARD_EXPIRES = PREFIX + "guard-expires-at"
-GUARD_OWNER = PREFIX + "guard-owner"
 # Guard PDBs (and cordoned nodes under guarded pods) are looked at this often.
 GUARD_INTERVAL_SECONDS = 10.0
 

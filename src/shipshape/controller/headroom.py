@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.decisions import HeadroomPlan, headroom_plan, spot_pods_by_pool
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, CapacityType
+from shipshape.controller.policy import CapacityType
 from shipshape.controller.state import PodState, WorkloadState
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.quantity import format_bytes, format_cpu

@@ -16,13 +16,18 @@ import urllib3
 from kubernetes import client as k8s
 
 from shipshape.controller.ops import (
+    MANAGED_KINDS,
     ApplyResult,
     EvictionOutcome,
     ObjectRef,
     OpsError,
     SpotMetadata,
     delete_through,
+    event_namespace,
     evict_through,
+    not_managed,
+    replacement,
+    retryable_status,
     taints_patch,
 )
 from shipshape.controller.policy import WorkloadKind
@@ -42,8 +47,7 @@ def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
     except k8s.ApiException as error:
         status = int(error.status) if error.status else None
         message = _status_message(error.body) or str(error.reason)
-        retryable = status is None or status == 429 or status >= 500 or status == 409
-        raise OpsError(f"{status} {message}", status=status, retryable=retryable) from error
+        raise OpsError(f"{status} {message}", status=status, retryable=retryable_status(status)) from error
     except (OSError, urllib3.exceptions.HTTPError) as error:  # connection refused, TLS, timeouts
         raise OpsError(client.unreachable(error)) from error
     raw = response.data
@@ -57,15 +61,6 @@ def _status_message(body: Any) -> str | None:
     except (TypeError, ValueError):
         return None
     return str(status.get("message")) if isinstance(status, dict) and status.get("message") else None
-
-
-def _contains(have: Any, want: Any) -> bool:
-    """Whether `have` holds everything `want` sets (the API server adds defaults of its own)."""
-    if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(k in have and _contains(have[k], v) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(have, list) and len(have) == len(want) and all(map(_contains, have, want))
-    return bool(have == want)
 
 
 class KubeOps:
@@ -103,13 +98,14 @@ class KubeOps:
 
     def _accessors(
         self, ref: ObjectRef
-    ) -> tuple[Callable[[], Obj], Callable[[Obj], Obj], Callable[[Obj], Obj]]:
-        """read, create and replace for the kinds the loops own."""
+    ) -> tuple[Callable[[], Obj], Callable[[Obj], Obj], Callable[[Obj], Obj], Callable[[], Obj]]:
+        """read, create, replace and delete for the kinds the loops own (`MANAGED_KINDS`)."""
         if ref.kind == "Deployment":
             return (
                 lambda: call(self.apps.read_namespaced_deployment, ref.name, ref.namespace),
                 lambda body: call(self.apps.create_namespaced_deployment, ref.namespace, body),
                 lambda body: call(self.apps.replace_namespaced_deployment, ref.name, ref.namespace, body),
+                lambda: call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace),
             )
         if ref.kind == "PodDisruptionBudget":
             return (
@@ -118,24 +114,27 @@ class KubeOps:
                 lambda body: call(
                     self.policy.replace_namespaced_pod_disruption_budget, ref.name, ref.namespace, body
                 ),
+                lambda: call(self.policy.delete_namespaced_pod_disruption_budget, ref.name, ref.namespace),
             )
         if ref.kind == "PriorityClass":
             return (
                 lambda: call(self.scheduling.read_priority_class, ref.name),
                 lambda body: call(self.scheduling.create_priority_class, body),
                 lambda body: call(self.scheduling.replace_priority_class, ref.name, body),
+                lambda: call(self.scheduling.delete_priority_class, ref.name),
             )
         if ref.kind == "Namespace":
             return (
                 lambda: call(self.core.read_namespace, ref.name),
                 lambda body: call(self.core.create_namespace, body),
                 lambda body: call(self.core.replace_namespace, ref.name, body),
+                lambda: call(self.core.delete_namespace, ref.name),
             )
-        raise OpsError(f"the controller does not manage {ref.kind} objects", retryable=False)
+        raise not_managed(ref.kind)
 
     def apply(self, body: Obj) -> ApplyResult:
         ref = ObjectRef.of(body)
-        read, create, replace = self._accessors(ref)
+        read, create, replace, _ = self._accessors(ref)
         try:
             existing = read()
         except OpsError as error:
@@ -148,28 +147,16 @@ class KubeOps:
                     raise
                 return "unchanged"  # created meanwhile (another replica)
             return "created"
-        wanted = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
-        metadata = body.get("metadata") or {}
-        wanted["metadata"] = {key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)}
-        if not wanted["metadata"]:
-            del wanted["metadata"]
-        if _contains(existing, wanted):
+        updated = replacement(existing, body)
+        if updated is None:
             return "unchanged"
-        updated = json.loads(json.dumps(body))
-        updated.setdefault("metadata", {})["resourceVersion"] = (existing.get("metadata") or {}).get(
-            "resourceVersion"
-        )
         replace(updated)
         return "updated"
 
     def delete(self, ref: ObjectRef) -> bool:
-        if ref.kind == "PodDisruptionBudget":
-            return delete_through(
-                lambda: call(self.policy.delete_namespaced_pod_disruption_budget, ref.name, ref.namespace)
-            )
-        if ref.kind != "Deployment":
-            raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
-        return delete_through(lambda: call(self.apps.delete_namespaced_deployment, ref.name, ref.namespace))
+        if ref.kind not in MANAGED_KINDS:
+            raise not_managed(ref.kind, "delete")
+        return delete_through(self._accessors(ref)[3])
 
     def read_secret(self, namespace: str, name: str) -> Obj | None:
         """The webhook's serving certificate is shared by the replicas through a Secret."""
@@ -196,7 +183,7 @@ class KubeOps:
         call(self.core.replace_namespaced_secret, metadata["name"], metadata["namespace"], body)
 
     def post_event(self, body: Obj) -> None:
-        call(self.core.create_namespaced_event, body["metadata"]["namespace"], body)
+        call(self.core.create_namespaced_event, event_namespace(body), body)
 
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
         body = taints_patch(taints, resource_version)

@@ -1,16 +1,25 @@
 """What the controller's loops do to a cluster: the few writes they need, behind one small interface.
 
 `ClusterOps` is implemented by `kube_ops.KubeOps` (the official client, for real clusters and the
-served emulator) and by whatever drives the loops in process (the what-if simulator, tests).
-`RecordingOps` ships here as a fake that records every call and answers from a script, so the
-loops can be tested without a cluster. Bodies are plain JSON dicts, as the API server speaks them.
+served emulator), by `simulate.ops.ApiOps` (the emulator's API in process, for the what-if
+simulator) and by `RecordingOps` here, a fake that records every call and answers as the cluster a
+test describes would, so the loops can be tested without a cluster. One conformance suite
+(`tests/integration/controller/test_ops_conformance.py`) holds all three to the contract below.
+Bodies are plain JSON dicts, as the API server speaks them.
+
+What the implementations share is written once here: the Eviction body and what its answers mean
+(`evict_through`), a delete that finds nothing (`delete_through`), the conditional taint patch
+(`taints_patch`), the kinds `apply` and `delete` manage (`MANAGED_KINDS`) and when `apply` changes
+an object (`replacement`: what the API server adds itself, defaults included, is no change).
 
 Errors: an implementation raises `OpsError` (with `retryable`) and nothing else, so no client
-exception leaks into the loops.
+exception leaks into the loops. The fake raises `UnscriptedCall` for a call the test did not prepare
+it for.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +29,9 @@ from shipshape.controller.policy import WorkloadKind
 
 Obj = dict[str, Any]
 ApplyResult = Literal["created", "updated", "unchanged"]
+# The kinds the loops create, replace or delete by reference (placeholders and their PriorityClass and
+# Namespace, the single-replica guard PodDisruptionBudgets).
+MANAGED_KINDS = frozenset({"Deployment", "PodDisruptionBudget", "PriorityClass", "Namespace"})
 
 
 class EvictionOutcome(StrEnum):
@@ -86,6 +98,53 @@ def evict_through(post: Callable[[Obj], object], namespace: str, pod: str) -> Ev
             return EvictionOutcome.GONE
         raise
     return EvictionOutcome.EVICTED
+
+
+def retryable_status(status: int | None) -> bool:
+    """Whether a write refused with `status` may work later: no answer at all, a conflict (409: a newer
+    copy to retry from), too many requests (429) or a server error (5xx); not a 4xx about the request."""
+    return status is None or status in (409, 429) or status >= 500
+
+
+def event_namespace(body: Mapping[str, Any]) -> str:
+    """Where an Event is posted: its own namespace ("default" for one about a cluster-scoped object)."""
+    return str((body.get("metadata") or {}).get("namespace") or "default")
+
+
+def not_managed(kind: str, verb: str = "manage") -> OpsError:
+    return OpsError(f"the controller does not {verb} {kind} objects", retryable=False)
+
+
+def _holds(have: Any, want: Any) -> bool:
+    """Whether `have` holds everything `want` sets (the API server adds defaults of its own)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(k in have and _holds(have[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(map(_holds, have, want))
+    return bool(have == want)
+
+
+def replacement(existing: Mapping[str, Any], body: Mapping[str, Any]) -> Obj | None:
+    """What `apply` sends to replace `existing` with `body`, or None when nothing would change.
+
+    Nothing changes when the cluster's copy already holds everything the body sets: its top-level
+    fields other than apiVersion, kind, metadata and status (`spec`, a PriorityClass's `value`, ...)
+    and its labels and annotations. What the API server adds itself (defaults, status, uid,
+    timestamps, managedFields) is no change. A replacement is the body with the existing copy's
+    resourceVersion, so that a concurrent change makes it a 409 conflict instead of being lost.
+    """
+    wanted: Obj = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    metadata = body.get("metadata") or {}
+    wanted_meta = {key: metadata[key] for key in ("labels", "annotations") if metadata.get(key)}
+    if wanted_meta:
+        wanted["metadata"] = wanted_meta
+    if _holds(existing, wanted):
+        return None
+    updated: Obj = json.loads(json.dumps(body))
+    updated.setdefault("metadata", {})["resourceVersion"] = (existing.get("metadata") or {}).get(
+        "resourceVersion"
+    )
+    return updated
 
 
 def delete_through(send: Callable[[], object]) -> bool:
@@ -160,15 +219,33 @@ class Call:
     args: tuple[Any, ...]
 
 
+class UnscriptedCall(AssertionError):
+    """The fake was asked something its test did not prepare it for (an object it was not told about,
+    an answer not scripted): the test fails here instead of running on a made-up answer."""
+
+
+# What a test says exists: (kind, namespace, name) -> the object, or None ("" namespace: cluster-scoped).
+Objects = Callable[[str, str, str], Mapping[str, Any] | None]
+Key = tuple[str, str, str]
+
+
 @dataclass(slots=True)
 class RecordingOps:
-    """A `ClusterOps` that records calls and changes nothing; answers come from the fields below.
+    """A `ClusterOps` that records calls, changes nothing outside itself, and answers as the cluster
+    the test describes would.
 
-    `evictions` maps "namespace/pod" to the outcome (default EVICTED); `instance_actions` and
+    `objects` says what exists (a test harness passes a lookup into the cache it fills);
+    what the fake itself created, replaced, evicted or deleted then overrides it, so that a second
+    delete finds nothing, as in a cluster. Without `objects`, or for anything the test did not script,
+    a call whose answer depends on the cluster raises `UnscriptedCall`.
+
+    Scripts: `evictions` maps "namespace/pod" to the outcome of its eviction (BLOCKED for a PDB that
+    refuses it; a pod that exists is otherwise EVICTED); `instance_actions` and
     `rebalance_recommendations` map a node name to its metadata answers, and the endpoints of
     `unreachable_metadata` do not answer; `fail` maps an operation name to the error it raises.
     """
 
+    objects: Objects | None = None
     evictions: dict[str, EvictionOutcome] = field(default_factory=dict)
     instance_actions: dict[str, Obj] = field(default_factory=dict)
     rebalance_recommendations: dict[str, Obj] = field(default_factory=dict)
@@ -176,6 +253,9 @@ class RecordingOps:
     fail: dict[str, OpsError] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     on_call: Callable[[Call], None] | None = None
+    # What this fake did: objects it created or replaced, and objects it removed.
+    made: dict[Key, Obj] = field(default_factory=dict)
+    gone: set[Key] = field(default_factory=set)
 
     def _record(self, op: str, *args: Any) -> None:
         call = Call(op, args)
@@ -190,26 +270,75 @@ class RecordingOps:
         """The arguments of every recorded call of one operation, in order."""
         return [call.args for call in self.calls if call.op == op]
 
+    def find(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The object as the fake sees it now; `UnscriptedCall` when the test described no cluster."""
+        key = (kind, namespace, name)
+        if key in self.gone:
+            return None
+        if key in self.made:
+            return self.made[key]
+        if self.objects is None:
+            raise UnscriptedCall(
+                f"RecordingOps was asked about {kind} {namespace}/{name} but was given no `objects` "
+                "(say what exists: RecordingOps(objects=a lookup of (kind, namespace, name)))"
+            )
+        return self.objects(kind, namespace, name)
+
+    def _must_find(self, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+        found = self.find(kind, namespace, name)
+        if found is None:
+            raise OpsError(f'404 {kind} "{name}" not found', status=404, retryable=False)
+        return found
+
     def evict(self, namespace: str, pod: str) -> EvictionOutcome:
         self._record("evict", namespace, pod)
-        return self.evictions.get(f"{namespace}/{pod}", EvictionOutcome.EVICTED)
+        outcome = self.evictions.get(f"{namespace}/{pod}")
+        if outcome is None:
+            outcome = EvictionOutcome.EVICTED if self.find("Pod", namespace, pod) else EvictionOutcome.GONE
+        if outcome is EvictionOutcome.EVICTED:
+            self.gone.add(("Pod", namespace, pod))
+        return outcome
 
     def delete_pod(self, namespace: str, pod: str) -> bool:
         self._record("delete_pod", namespace, pod)
+        if self.find("Pod", namespace, pod) is None:
+            return False
+        self.gone.add(("Pod", namespace, pod))
         return True
 
     def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str | None]) -> None:
         self._record("annotate_pod", namespace, pod, dict(annotations))
+        self._must_find("Pod", namespace, pod)
 
     def patch_workload(self, kind: WorkloadKind, namespace: str, name: str, patch: Obj) -> None:
         self._record("patch_workload", kind, namespace, name, patch)
+        self._must_find(kind.value, namespace, name)
 
     def apply(self, body: Obj) -> ApplyResult:
         self._record("apply", body)
-        return "created"
+        ref = ObjectRef.of(body)
+        if ref.kind not in MANAGED_KINDS:
+            raise not_managed(ref.kind)
+        key = (ref.kind, ref.namespace, ref.name)
+        existing = self.find(*key)
+        if existing is None:
+            self.gone.discard(key)
+            self.made[key] = body
+            return "created"
+        if replacement(existing, body) is None:
+            return "unchanged"
+        self.made[key] = body
+        return "updated"
 
     def delete(self, ref: ObjectRef) -> bool:
         self._record("delete", ref)
+        if ref.kind not in MANAGED_KINDS:
+            raise not_managed(ref.kind, "delete")
+        key = (ref.kind, ref.namespace, ref.name)
+        if self.find(*key) is None:
+            return False
+        self.made.pop(key, None)
+        self.gone.add(key)
         return True
 
     def post_event(self, body: Obj) -> None:
@@ -217,6 +346,10 @@ class RecordingOps:
 
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
         self._record("taint_node", node, [dict(t) for t in taints], resource_version)
+        found = self._must_find("Node", "", node)
+        current = str((found.get("metadata") or {}).get("resourceVersion") or "")
+        if resource_version and resource_version != current:
+            raise OpsError(f'409 Node "{node}": the object has been modified', status=409)
 
     def spot_metadata(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, SpotMetadata]:
         names = [str((node.get("metadata") or {}).get("name")) for node in nodes]

@@ -18,10 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import HEADROOM_LABEL, HOSTNAME_LABEL, CapacityType
+from shipshape.controller.policy import CapacityType
 from shipshape.kube import capacity as kube_capacity
-from shipshape.kube.quantity import cpu_millis, to_int
+from shipshape.kube import scheduling
+from shipshape.kube.objects import node_ready
+from shipshape.kube.wellknown import HOSTNAME_LABEL
 
 # Weights of the preferred terms for the fullest node, the next one, ...: the scheduler normalises
 # NodeAffinity scores to the best feasible node, so when the first node is full the second one
@@ -30,19 +33,10 @@ PACKING_WEIGHTS: tuple[int, ...] = (100, 50, 25)
 
 
 def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """Effective cpu (millicores) and memory (bytes) requests: the larger of the containers' sum
-    and the largest init container, as the scheduler counts them."""
-    spec = pod.get("spec") or {}
-
-    def of(container: Mapping[str, Any]) -> tuple[int, int]:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        return cpu_millis(requests.get("cpu", 0)), to_int(requests.get("memory", 0))
-
-    regular = [of(c) for c in spec.get("containers") or []]
-    init = [of(c) for c in spec.get("initContainers") or []]
-    cpu = max(sum(c for c, _ in regular), max((c for c, _ in init), default=0))
-    memory = max(sum(m for _, m in regular), max((m for _, m in init), default=0))
-    return cpu, memory
+    """Effective cpu (millicores) and memory (bytes) requests, as the scheduler counts them
+    (`kube.scheduling.pod_requests`: containers, sidecars, init containers, overhead)."""
+    requests = scheduling.pod_requests(pod)
+    return requests.get("cpu", 0), requests.get("memory", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +94,6 @@ class Room:
     pods: int
 
 
-def node_ready(node: Mapping[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def takes_replacements(node: Mapping[str, Any], capacity: CapacityType | str | None = "") -> bool:
     """A Ready, schedulable on-demand or spot node without NoSchedule/NoExecute taints (not a GPU node,
     not cordoned, not under a notice, not being removed): where replacements after a notice can go.
@@ -123,12 +112,6 @@ def takes_replacements(node: Mapping[str, Any], capacity: CapacityType | str | N
 
 def is_placeholder(pod: Mapping[str, Any]) -> bool:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(HEADROOM_LABEL) == "true"
-
-
-def is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )
 
 
 def packing_preferences(hosts: Iterable[str]) -> list[dict[str, Any]]:

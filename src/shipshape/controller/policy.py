@@ -17,26 +17,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shipshape.contracts import annotations as names
+from shipshape.contracts.annotations import (
+    ENABLED,
+    MAX_POOL_SHARE,
+    ON_DEMAND_BASE,
+    SINGLE_REPLICA,
+    SPOT_PERCENTAGE,
+)
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 
-PREFIX = "spot.shipshape.dev/"
-# Placeholder pods of the headroom (and their Deployments) carry this label set to "true".
-HEADROOM_LABEL = PREFIX + "headroom"
-ENABLED = PREFIX + "enabled"
-ON_DEMAND_BASE = PREFIX + "on-demand-base"
-SPOT_PERCENTAGE = PREFIX + "spot-percentage"
-MAX_POOL_SHARE = PREFIX + "max-pool-share"
-SINGLE_REPLICA = PREFIX + "single-replica"
-DECISION = PREFIX + "decision"
-POLICY_ANNOTATIONS = (ENABLED, ON_DEMAND_BASE, SPOT_PERCENTAGE, MAX_POOL_SHARE, SINGLE_REPLICA)
-
-# The original design's capacity label; every convention is in `kube.capacity` (see `capacity_labels`).
-CAPACITY_LABEL = kube_capacity.CAPACITY_LABEL
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# Names re-exported for the loops, which read them through the policy; their one definition is in
+# `contracts.annotations` (Shipshape's) and `kube.wellknown` (upstream's).
+DECISION = names.DECISION
+HEADROOM_LABEL = names.HEADROOM_LABEL
+POLICY_ANNOTATIONS = names.POLICY_ANNOTATIONS
+DELETION_COST = wellknown.POD_DELETION_COST
 
 
 class CapacityType(StrEnum):

@@ -14,92 +14,28 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from shipshape.contracts.annotations import RESTART_NOTE, SURGE_NOTE, RestartNote, SurgeNote
 from shipshape.controller.availability import deployment_max_unavailable
 from shipshape.controller.notices import Notice, reclaimed_scope
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import PREFIX, SingleReplicaMode, WorkloadKind
+from shipshape.controller.policy import SingleReplicaMode, WorkloadKind
 from shipshape.controller.state import PodState, WorkloadState, node_pool
 from shipshape.kube import capacity as kube_capacity
 from shipshape.kube.clock import rfc3339
+from shipshape.kube.wellknown import RESTARTED_AT
 
 Obj = dict[str, Any]
 
-# On a Deployment being surged: {"surge": k, "pods": [...], "nodes": [...], "since": t, "deadline": t}.
-SURGE_NOTE = PREFIX + "surge"
-# On a single-replica Deployment restarted for a notice: {"nodes": [...], "at": t}.
-RESTART_NOTE = PREFIX + "interruption-restart"
-RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # Lowest pod-deletion-cost: the ReplicaSet removes doomed pods first when the surge ends.
 DOOMED_COST = "-1000000"
 # A surge whose deadline passed this long ago ends whatever the pods look like.
 SURGE_GRACE_SECONDS = 300.0
-
-
-def read_note(obj: Mapping[str, Any], annotation: str) -> Obj | None:
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(annotation)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _dump(value: Obj) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class SurgeNote:
-    surge: int
-    pods: tuple[str, ...]
-    nodes: tuple[str, ...]
-    since: float
-    deadline: float
-    # The surge is over (replicas are back); the note stays until its doomed pods are gone, so that
-    # they are not surged for again while the ReplicaSet removes them.
-    done: bool = False
-
-    @property
-    def active(self) -> bool:
-        return not self.done
-
-    @classmethod
-    def read(cls, deployment: Mapping[str, Any]) -> SurgeNote | None:
-        note = read_note(deployment, SURGE_NOTE)
-        if note is None:
-            return None
-        try:
-            return cls(
-                int(note["surge"]),
-                tuple(str(p) for p in note.get("pods") or ()),
-                tuple(str(n) for n in note.get("nodes") or ()),
-                float(note["since"]),
-                float(note["deadline"]),
-                bool(note.get("done", False)),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def dump(self) -> str:
-        return _dump(
-            {
-                "surge": self.surge,
-                "pods": list(self.pods),
-                "nodes": list(self.nodes),
-                "since": self.since,
-                "deadline": self.deadline,
-                "done": self.done,
-            }
-        )
 
 
 def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], stamp: float) -> Obj:
@@ -110,7 +46,7 @@ def restart_patch(deployment: Mapping[str, Any], nodes: Sequence[str], stamp: fl
     nothing, instead of restarting the pods a second time.
     """
     patch: Obj = {
-        "metadata": {"annotations": {RESTART_NOTE: _dump({"nodes": sorted(nodes), "at": stamp})}},
+        "metadata": {"annotations": {RESTART_NOTE: RestartNote(nodes=tuple(sorted(nodes)), at=stamp).dump()}},
         "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: rfc3339(stamp)}}}},
     }
     if deployment_max_unavailable(deployment) != 0:
@@ -127,8 +63,10 @@ def surge_start_patch(replicas: int, note: SurgeNote) -> Obj:
 
 def surge_end_patch(replicas: int, note: SurgeNote) -> Obj:
     """Replicas back; the note kept (done) until the doomed pods are gone."""
-    done = SurgeNote(0, note.pods, note.nodes, note.since, note.deadline, done=True)
-    return {"metadata": {"annotations": {SURGE_NOTE: done.dump()}}, "spec": {"replicas": max(0, replicas)}}
+    return {
+        "metadata": {"annotations": {SURGE_NOTE: note.ended().dump()}},
+        "spec": {"replicas": max(0, replicas)},
+    }
 
 
 def surging(deployment: Mapping[str, Any]) -> bool:
@@ -286,8 +224,8 @@ def doomed_nodes(state: WorkloadState, action: WorkloadAction) -> frozenset[str]
 def action_done(action: WorkloadAction, deployment: Mapping[str, Any], nodes: frozenset[str]) -> bool:
     """The Deployment's notes already answer a restart or a surge for these doomed nodes / pods."""
     if action.kind is ActionKind.SURGE_RESTART:
-        note = read_note(deployment, RESTART_NOTE) or {}
-        return nodes <= set(note.get("nodes") or ())
+        restarted = RestartNote.read(deployment)
+        return nodes <= set(restarted.nodes if restarted is not None else ())
     surge = SurgeNote.read(deployment)
     return surge is not None and set(action.doomed_pods) <= set(surge.pods)
 

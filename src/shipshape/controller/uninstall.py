@@ -22,22 +22,24 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
+from shipshape.contracts.annotations import (
+    DECISION,
+    HEADROOM_LABEL,
+    PREFIX,
+    RESTART_NOTE,
+    SURGE_NOTE,
+    SurgeNote,
+)
 from shipshape.controller.guards import is_guard
 from shipshape.controller.headroom import PRIORITY_CLASS
 from shipshape.controller.kube_ops import MERGE_PATCH, call
 from shipshape.controller.leader import LEASE_NAME, lease_step
 from shipshape.controller.ops import OpsError
-from shipshape.controller.policy import (
-    DECISION,
-    DELETION_COST,
-    HEADROOM_LABEL,
-    PREFIX,
-    ControllerConfig,
-    WorkloadKind,
-    resolve_policy,
-)
-from shipshape.controller.surge import DOOMED_COST, RESTART_NOTE, SURGE_NOTE, SurgeNote
+from shipshape.controller.policy import ControllerConfig, WorkloadKind, resolve_policy
+from shipshape.controller.surge import DOOMED_COST
 from shipshape.controller.webhook.registration import CONFIGURATION_NAME
+from shipshape.kube.objects import controller_ref
+from shipshape.kube.wellknown import POD_DELETION_COST
 
 Obj = dict[str, Any]
 TLS_SECRET = "shipshape-webhook-tls"
@@ -98,10 +100,9 @@ def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _owner(obj: Mapping[str, Any], kind: str) -> str | None:
-    for ref in _meta(obj).get("ownerReferences") or []:
-        if ref.get("kind") == kind:
-            return str(ref.get("name"))
-    return None
+    """The name of the object's controller when it is a `kind`."""
+    controller = controller_ref(obj)
+    return str(controller.get("name")) if controller is not None and controller.get("kind") == kind else None
 
 
 def plan_uninstall(view: ClusterView, config: ControllerConfig) -> list[Step]:
@@ -186,14 +187,14 @@ def _deletion_cost_steps(view: ClusterView, config: ControllerConfig) -> list[St
     steps: list[Step] = []
     for pod in view.pods:
         annotations = _annotations(pod)
-        if DELETION_COST not in annotations:
+        if POD_DELETION_COST not in annotations:
             continue
         namespace, _ = _ns_name(pod)
         replicaset = _owner(pod, "ReplicaSet")
         workload = deployment_of.get((namespace, replicaset)) if replicaset is not None else None
-        if DECISION in annotations or annotations[DELETION_COST] == DOOMED_COST or workload in managed:
-            body = {"metadata": {"annotations": {DELETION_COST: None}}}
-            steps.append(Step("patch", "pod", *_ns_name(pod), "annotation " + DELETION_COST, body))
+        if DECISION in annotations or annotations[POD_DELETION_COST] == DOOMED_COST or workload in managed:
+            body = {"metadata": {"annotations": {POD_DELETION_COST: None}}}
+            steps.append(Step("patch", "pod", *_ns_name(pod), "annotation " + POD_DELETION_COST, body))
     return steps
 
 

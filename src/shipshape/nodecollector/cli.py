@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shipshape.analyzers.startup import nodes
+from shipshape.contracts.annotations import STARTUP_TIMELINE
 from shipshape.kube import client
 from shipshape.kube.clock import rfc3339_micro
 from shipshape.nodecollector import publish
@@ -103,7 +104,7 @@ def node_collector(
         value = publish.annotation_value(timeline)
         if api is not None and node_name and value != published:
             try:
-                client.annotate_node(api, node_name, {nodes.TIMELINE_ANNOTATION: value})
+                client.annotate_node(api, node_name, {STARTUP_TIMELINE: value})
                 published = value
             except client.KubeClientError as error:
                 console.print(f"[yellow]could not annotate node {node_name}:[/yellow] {error}")

@@ -3,24 +3,22 @@ Prometheus gauges in the shape of node-latency-for-k8s (seconds since the first 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from shipshape.analyzers.startup import nodes
-from shipshape.kube.clock import rfc3339_micro
+from shipshape.contracts.annotations import STARTUP_TIMELINE, NodeStartupTimeline
 from shipshape.nodecollector.timeline import NodeLogTimeline
 
 
 def annotation_value(timeline: NodeLogTimeline) -> str:
-    """Compact JSON of event -> RFC 3339 time with microseconds, in time order."""
-    ordered = sorted(timeline.events.values(), key=lambda e: (e.time, nodes.EVENT_ORDER[e.event]))
-    return json.dumps({event.event: rfc3339_micro(event.time) for event in ordered}, separators=(",", ":"))
+    """The timeline as its record (`contracts.annotations.NodeStartupTimeline`): compact JSON of
+    event -> RFC 3339 time with microseconds, in time order."""
+    return NodeStartupTimeline.of_seconds({e.event: e.time for e in timeline.events.values()}).dump()
 
 
 def annotation_patch(timeline: NodeLogTimeline) -> dict[str, Any]:
-    return {"metadata": {"annotations": {nodes.TIMELINE_ANNOTATION: annotation_value(timeline)}}}
+    return {"metadata": {"annotations": {STARTUP_TIMELINE: annotation_value(timeline)}}}
 
 
 class CollectorMetrics:

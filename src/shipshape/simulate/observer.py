@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from shipshape.controller.state import NOTICE_TAINTS, taint_keys
 from shipshape.emulator import resources as r
 from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent
+from shipshape.kube import objects, workloads
 from shipshape.kube.clock import Clock, parse_time
+from shipshape.kube.intstr import IntOrStringError
 from shipshape.kube.labels import SelectorError, from_label_selector
 
 WorkloadKey = tuple[str, str, str]  # namespace, kind, name
@@ -35,39 +36,20 @@ def workload_label(key: WorkloadKey) -> str:
     return f"{key[0]}/{key[1]}/{key[2]}"
 
 
-def scaled(value: Any, total: int) -> int | None:
-    """An IntOrString of a PDB scaled to `total` (percentages round up, as upstream's PDB controller)."""
-    if value is None:
+def pdb_floor(pdb_spec: Obj, expected: int) -> int | None:
+    """The disruption controller's desired healthy pods for `expected` (`kube.workloads`), or None for
+    a budget that sets neither field or an invalid value (the workload is then held to one ready pod)."""
+    if pdb_spec.get("minAvailable") is None and pdb_spec.get("maxUnavailable") is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = str(value)
-    if text.endswith("%"):
-        try:
-            return math.ceil(float(text[:-1]) * total / 100.0)
-        except ValueError:
-            return None
-    return int(text) if text.isdigit() else None
-
-
-def desired_healthy(pdb_spec: Obj, expected: int) -> int | None:
-    """The disruption controller's desiredHealthy for `expected` pods, or None for an unusable spec."""
-    min_available = scaled(pdb_spec.get("minAvailable"), expected)
-    if min_available is not None:
-        return max(0, min_available)
-    max_unavailable = scaled(pdb_spec.get("maxUnavailable"), expected)
-    if max_unavailable is not None:
-        return max(0, expected - max_unavailable)
-    return None
+    try:
+        return workloads.pdb_desired_healthy(pdb_spec, expected)
+    except IntOrStringError:
+        return None
 
 
 def is_ready(pod: Obj) -> bool:
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
+    """A replica in service: Ready and not terminating."""
+    return not objects.is_deleting(pod) and objects.pod_ready(pod)
 
 
 @dataclass(slots=True)
@@ -134,7 +116,7 @@ class Observer:
         self.measure_from = measure_from
         self.excluded = excluded_namespaces
         self.workloads: dict[WorkloadKey, WorkloadTrack] = {}
-        self._rs_owner: dict[tuple[str, str], WorkloadKey] = {}
+        self._rs_owner: dict[tuple[str, str], objects.WorkloadRef] = {}
         self._pod_owner: dict[tuple[str, str], WorkloadKey] = {}
         self._pdbs: dict[tuple[str, str], Obj] = {}
         self._noticed: dict[str, float] = {}
@@ -211,19 +193,19 @@ class Observer:
         if event.type == DELETED:
             self._rs_owner.pop((namespace, name), None)
             return
-        for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []:
-            if ref.get("controller") and ref.get("kind") == "Deployment":
-                self._rs_owner[(namespace, name)] = (namespace, "Deployment", str(ref.get("name")))
+        owner = objects.controller_workload(event.object)
+        if owner is not None and owner.kind == "Deployment":
+            self._rs_owner[(namespace, name)] = owner
+
+    def _replicaset_owner(self, namespace: str, name: str) -> objects.WorkloadRef | None:
+        return self._rs_owner.get((namespace, name))
 
     def _owner_of(self, pod: Obj, namespace: str) -> WorkloadKey | None:
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-            if not ref.get("controller"):
-                continue
-            if ref.get("kind") == "ReplicaSet":
-                return self._rs_owner.get((namespace, str(ref.get("name"))))
-            if ref.get("kind") == "StatefulSet":
-                return (namespace, "StatefulSet", str(ref.get("name")))
-        return None
+        """The Deployment or StatefulSet of a pod (a ReplicaSet's pod by the ReplicaSet's controller)."""
+        owner = objects.workload_of(pod, self._replicaset_owner)
+        if owner is None or owner.kind not in ("Deployment", "StatefulSet"):
+            return None
+        return (namespace, owner.kind, owner.name)
 
     def _on_pod(self, event: WatchEvent, namespace: str, name: str) -> None:
         pod_key = (namespace, name)
@@ -292,7 +274,7 @@ class Observer:
             except SelectorError:
                 continue
             if matches:
-                track.floor = desired_healthy(spec, min(track.replicas, track.declared))
+                track.floor = pdb_floor(spec, min(track.replicas, track.declared))
                 track.pdb = name
                 return
 

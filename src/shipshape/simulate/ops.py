@@ -17,7 +17,11 @@ from shipshape.controller.ops import (
     OpsError,
     SpotMetadata,
     delete_through,
+    event_namespace,
     evict_through,
+    not_managed,
+    replacement,
+    retryable_status,
     taints_patch,
 )
 from shipshape.controller.policy import WorkloadKind
@@ -28,7 +32,7 @@ from shipshape.kube import errors
 from shipshape.kube.patch import MERGE_PATCH
 
 Obj = dict[str, Any]
-# The kinds the loops create, replace or delete by reference.
+# The kinds the loops create, replace or delete by reference (`ops.MANAGED_KINDS`).
 _OWNED: Mapping[str, ResourceType] = {
     "Deployment": r.DEPLOYMENTS,
     "PriorityClass": r.PRIORITYCLASSES,
@@ -49,8 +53,7 @@ def complete(coro: Coroutine[Any, Any, Any]) -> Any:
 
 def _ops_error(error: errors.ApiError) -> OpsError:
     status = error.code
-    retryable = status in (409, 429) or status >= 500
-    return OpsError(f"{status} {error}", status=status, retryable=retryable)
+    return OpsError(f"{status} {error}", status=status, retryable=retryable_status(status))
 
 
 class ApiOps:
@@ -88,7 +91,7 @@ class ApiOps:
         ref = ObjectRef.of(body)
         rt = _OWNED.get(ref.kind)
         if rt is None:
-            raise OpsError(f"the controller does not manage {ref.kind} objects", retryable=False)
+            raise not_managed(ref.kind)
         namespace = ref.namespace if rt.namespaced else ""
         existing = self.api.store.get(rt, namespace, ref.name)
         if existing is None:
@@ -99,23 +102,21 @@ class ApiOps:
                     raise
                 return "unchanged"
             return "created"
-        wanted = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata", "status")}
-        if all(existing.get(k) == v for k, v in wanted.items()):
+        updated = replacement(existing, body)
+        if updated is None:
             return "unchanged"
-        updated = {**existing, **wanted}
         self._call(self.api.update(rt, namespace, ref.name, updated))
         return "updated"
 
     def delete(self, ref: ObjectRef) -> bool:
         rt = _OWNED.get(ref.kind)
         if rt is None:
-            raise OpsError(f"the controller does not delete {ref.kind} objects", retryable=False)
+            raise not_managed(ref.kind, "delete")
         namespace = ref.namespace if rt.namespaced else ""
         return delete_through(lambda: self._call(self.api.delete(rt, namespace, ref.name, DeleteOptions())))
 
     def post_event(self, body: Obj) -> None:
-        namespace = str((body.get("metadata") or {}).get("namespace") or "default")
-        self._call(self.api.create(r.EVENTS, namespace, body))
+        self._call(self.api.create(r.EVENTS, event_namespace(body), body))
 
     def taint_node(self, node: str, taints: Sequence[Obj], resource_version: str) -> None:
         body = taints_patch(taints, resource_version)

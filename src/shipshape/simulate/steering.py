@@ -14,13 +14,16 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from shipshape.controller.policy import CAPACITY_LABEL, INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL
 from shipshape.controller.webhook.mutators import pins_capacity
 from shipshape.emulator.scenario import Pool, Scenario
+from shipshape.kube.capacity import CAPACITY_LABEL
+from shipshape.kube.objects import controller_ref
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 from shipshape.pricing.catalog import default_catalog
 
 Obj = dict[str, Any]
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 # Pods of these owners are workload replicas a placement strategy steers (DaemonSet pods are not).
 STEERED_OWNERS = frozenset({"ReplicaSet", "StatefulSet"})
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet"})
@@ -76,8 +79,8 @@ def is_steered(pod: Mapping[str, Any], namespace: str) -> bool:
     """A workload replica (ReplicaSet or StatefulSet pod) outside kube-system that chose no capacity."""
     if namespace in EXCLUDED_NAMESPACES or pins_capacity(dict(pod)):
         return False
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(ref.get("controller") and ref.get("kind") in STEERED_OWNERS for ref in owners)
+    controller = controller_ref(pod)
+    return controller is not None and controller.get("kind") in STEERED_OWNERS
 
 
 def _tolerate(spec: Obj, tolerations: Iterable[Obj]) -> None:

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shipshape.contracts.annotations import ENABLED
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.policy import ENABLED, ControllerConfig
+from shipshape.controller.policy import ControllerConfig
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, Attributes
 from shipshape.emulator.runtime import Cluster

@@ -16,11 +16,18 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from shipshape.cli.main import app
-from shipshape.controller.guards import GUARD_EXPIRES, GUARD_OWNER, guard_name
+from shipshape.contracts.annotations import (
+    GUARD_EXPIRES,
+    GUARD_OWNER,
+    HEADROOM_LABEL,
+    PREFIX,
+    RESTART_NOTE,
+    SURGE_NOTE,
+)
+from shipshape.controller.guards import guard_name
 from shipshape.controller.headroom import PRIORITY_CLASS
 from shipshape.controller.loops import LoopSettings
-from shipshape.controller.policy import DELETION_COST, HEADROOM_LABEL, PREFIX, ControllerConfig
-from shipshape.controller.surge import RESTART_NOTE, SURGE_NOTE
+from shipshape.controller.policy import DELETION_COST, ControllerConfig
 from shipshape.emulator.resources import (
     DEPLOYMENTS,
     LEASES,

@@ -78,7 +78,7 @@ def test_metadata_rebalance_recommendation_stops_new_placements_without_draining
         for pod in new:
             decision = read_decision(pod)
             assert decision is not None
-            if decision["capacityType"] == "spot":
+            if decision.capacity_type == "spot":
                 assert node in avoided_in(pod)
             assert pod["spec"]["nodeName"] != node
         # Not drained: the pods already on the node are still there.

@@ -43,7 +43,7 @@ def test_ten_replica_burst_lands_on_the_exact_split(tmp_path: Path) -> None:
         pods = cluster.pods(app="web")
         decisions: list[Any] = [read_decision(p) for p in pods]
         assert all(decisions), "every pod went through the webhook"
-        assert Counter(d["reason"] for d in decisions) == {
+        assert Counter(d.reason for d in decisions) == {
             "on-demand-base": 2,
             "spot-share": 6,
             "on-demand-share": 2,

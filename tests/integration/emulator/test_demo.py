@@ -3,7 +3,6 @@ a right-sizing recommendation approved through the backend's API and applied by 
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -22,6 +21,16 @@ import httpx
 import pytest
 
 from shipshape.cli import demo
+from shipshape.contracts.annotations import (
+    DECISION,
+    EMULATOR_POOL_LABEL,
+    EMULATOR_SPOT_INTERRUPTION_TAINT,
+    RESTART_NOTE,
+    SURGE_NOTE,
+    DecisionRecord,
+    RestartNote,
+    SurgeNote,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "examples" / "scenarios" / "demo.yaml"
@@ -311,8 +320,8 @@ def test_busiest_spot_pool_and_pool_rows() -> None:
     assert demo.busiest_spot_pool([_pool("od", "on-demand", 1)], Counter()) is None
     ready = {"type": "Ready", "status": "True"}
     nodes = [
-        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": [ready]}},
-        {"metadata": {"labels": {demo.POOL_LABEL: "spot-a"}}, "status": {"conditions": []}},
+        {"metadata": {"labels": {EMULATOR_POOL_LABEL: "spot-a"}}, "status": {"conditions": [ready]}},
+        {"metadata": {"labels": {EMULATOR_POOL_LABEL: "spot-a"}}, "status": {"conditions": []}},
     ]
     rows = {row.pool: row for row in demo.pool_rows(pools, nodes)}
     assert (rows["spot-a"].ready, rows["spot-a"].nodes) == (1, 2)
@@ -328,7 +337,11 @@ def test_on_demand_equivalent() -> None:
 def test_noticed_nodes_are_those_with_the_interruption_taint() -> None:
     tainted = {
         "metadata": {"name": "a"},
-        "spec": {"taints": [{"key": demo.SPOT_TAINT, "value": "terminate", "effect": "NoSchedule"}]},
+        "spec": {
+            "taints": [
+                {"key": EMULATOR_SPOT_INTERRUPTION_TAINT, "value": "terminate", "effect": "NoSchedule"}
+            ]
+        },
     }
     other = {"metadata": {"name": "b"}, "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
     bare = {"metadata": {"name": "c"}, "spec": {}}
@@ -336,7 +349,8 @@ def test_noticed_nodes_are_those_with_the_interruption_taint() -> None:
 
 
 def _decided(name: str, node: str, owner: tuple[str, str], decision: dict[str, Any]) -> dict[str, Any]:
-    pod = _pod(name, node, owner, uid=name, annotations={demo.DECISION: json.dumps(decision)})
+    record = DecisionRecord(id=name, **decision)
+    pod = _pod(name, node, owner, uid=name, annotations={DECISION: record.dump()})
     pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return pod
 
@@ -344,9 +358,9 @@ def _decided(name: str, node: str, owner: tuple[str, str], decision: dict[str, A
 def test_placement_rows_count_where_decided_pods_run_and_why() -> None:
     rs = ("ReplicaSet", "web-5d8f7c")
     pods = [
-        _decided("web-1", "od1", rs, {"capacityType": "on-demand", "reason": "on-demand-base"}),
-        _decided("web-2", "s1", rs, {"capacityType": "spot", "pool": "m5.large/a", "reason": "spot-share"}),
-        _decided("web-3", "s2", rs, {"capacityType": "spot", "pool": "c5.large/b", "reason": "spot-share"}),
+        _decided("web-1", "od1", rs, {"capacity_type": "on-demand", "reason": "on-demand-base"}),
+        _decided("web-2", "s1", rs, {"capacity_type": "spot", "pool": "m5.large/a", "reason": "spot-share"}),
+        _decided("web-3", "s2", rs, {"capacity_type": "spot", "pool": "c5.large/b", "reason": "spot-share"}),
         # Not decided by the controller (not opted in): not a row.
         _pod("other-1", "s1", ("ReplicaSet", "other-7b9c")),
     ]
@@ -365,15 +379,19 @@ def test_placement_rows_count_where_decided_pods_run_and_why() -> None:
 
 def test_lowest_ready_follows_pod_events() -> None:
     rs = ("ReplicaSet", "web-5d8f7c")
-    pods = [_decided(f"web-{i}", "n", rs, {"capacityType": "spot"}) for i in range(3)]
+    pods = [
+        _decided(f"web-{i}", "n", rs, {"capacity_type": "spot", "reason": "spot-share"}) for i in range(3)
+    ]
     tracker = demo.LowestReady(pods, ["Deployment/web"])
     assert tracker.lowest == {"Deployment/web": 3}
     tracker.observe("DELETED", pods[0])
     unready = {**pods[1], "status": {"phase": "Running", "conditions": []}}
     tracker.observe("MODIFIED", unready)
-    replacement = _decided("web-9", "n", rs, {"capacityType": "on-demand"})
+    replacement = _decided("web-9", "n", rs, {"capacity_type": "on-demand", "reason": "on-demand-base"})
     tracker.observe("ADDED", replacement)
-    tracker.observe("ADDED", _decided("web-10", "n", rs, {"capacityType": "on-demand"}))
+    tracker.observe(
+        "ADDED", _decided("web-10", "n", rs, {"capacity_type": "on-demand", "reason": "on-demand-base"})
+    )
     # 3 -> 2 (deleted) -> 1 (unready) -> 2 -> 3: the lowest stays 1.
     assert tracker.lowest == {"Deployment/web": 1}
 
@@ -409,11 +427,14 @@ def test_workload_floors_take_the_strictest_selecting_pdb() -> None:
 def test_controller_actions_are_reported_once_each() -> None:
     web = {
         "kind": "Deployment",
-        "metadata": {"name": "web", "annotations": {demo.SURGE_NOTE: json.dumps({"surge": 2, "pods": []})}},
+        "metadata": {
+            "name": "web",
+            "annotations": {SURGE_NOTE: SurgeNote(surge=2, since=1, deadline=2).dump()},
+        },
     }
     one = {
         "kind": "Deployment",
-        "metadata": {"name": "one", "annotations": {demo.RESTART_NOTE: '{"at": "t1"}'}},
+        "metadata": {"name": "one", "annotations": {RESTART_NOTE: RestartNote(nodes=("n1",), at=1.0).dump()}},
     }
     seen: set[tuple[str, str]] = set()
     lines = demo.controller_actions([web, one], seen)
@@ -421,8 +442,12 @@ def test_controller_actions_are_reported_once_each() -> None:
     assert lines[1].startswith("controller restarted Deployment/one")
     assert demo.controller_actions([web, one], seen) == []
     # A second restart (another notice) is reported again.
-    one["metadata"]["annotations"][demo.RESTART_NOTE] = '{"at": "t2"}'
+    one["metadata"]["annotations"][RESTART_NOTE] = RestartNote(nodes=("n2",), at=2.0).dump()
     assert len(demo.controller_actions([web, one], seen)) == 1
+    # A note that is not a record of its schema is left out, not a crash.
+    one["metadata"]["annotations"][RESTART_NOTE] = '{"at": "t3"}'
+    web["metadata"]["annotations"][SURGE_NOTE] = "[]"
+    assert demo.controller_actions([web, one], seen) == []
 
 
 def test_hourly_rates_price_running_nodes_both_ways() -> None:

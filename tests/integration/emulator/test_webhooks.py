@@ -22,7 +22,7 @@ import yaml
 
 from shipshape.emulator.resources import REPLICASETS
 from shipshape.emulator.store import Obj
-from tests.unit.emulator.api.webhook_server import Certificates, make_certificates
+from tests.webhook_server import Certificates, make_certificates
 
 from .served_cluster import ServedCluster, ready_pods, serve_cluster
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -18,7 +18,7 @@ from shipshape.controller.ops import ClusterOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.state import ClusterState
+from shipshape.controller.state import KINDS, ClusterState
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.kube.clock import Clock, VirtualClock
 
@@ -186,6 +186,15 @@ def added(obj: Obj) -> Obj:
     return {"type": "ADDED", "object": obj}
 
 
+def objects_of(objs: Iterable[Obj]) -> Callable[[str, str, str], Obj | None]:
+    """A lookup of these objects by (kind, namespace, name), as `RecordingOps(objects=...)` asks."""
+    by_key = {
+        (str(o.get("kind")), str(o["metadata"].get("namespace") or ""), str(o["metadata"]["name"])): o
+        for o in objs
+    }
+    return lambda kind, namespace, name: by_key.get((kind, namespace, name))
+
+
 class Harness:
     """A placer over a cache, on a virtual clock, with its own metrics registry."""
 
@@ -204,6 +213,10 @@ class Harness:
     def add(self, *objs: Obj) -> None:
         for obj in objs:
             self.cache.apply(added(obj))
+
+    def objects(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """What the cache holds, as `RecordingOps(objects=...)` asks it (kinds it does not hold: none)."""
+        return self.cache.get(kind, namespace, name) if kind in KINDS else None
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(name, labels or {})

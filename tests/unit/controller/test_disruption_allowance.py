@@ -219,7 +219,7 @@ def test_responder_evicts_the_next_doomed_pod_once_and_respects_a_blocked_evicti
     h.add(namespace("shop"), sts, pdb("search", {"maxUnavailable": 1}), *nodes)
     h.add(pod_of(sts, "search-0", node="od-0"), pod_of(sts, "search-1", node="od-0"))
     h.add(pod_of(sts, "search-2", node="a1"))
-    ops = RecordingOps(evictions={"shop/search-2": EvictionOutcome.BLOCKED})
+    ops = RecordingOps(objects=h.objects, evictions={"shop/search-2": EvictionOutcome.BLOCKED})
     shared = SharedState.for_config(h.config, risk=h.risk)
     responder = InterruptionLane(h.clock, h.cache, ops, h.config, h.metrics, shared)
     responder.reconcile(h.clock.now())

@@ -50,8 +50,8 @@ class Cluster:
         pod["metadata"]["name"] = f"web-abc12-{self.serial}"
         decision = read_decision(pod)
         assert decision is not None
-        if schedulable or decision["capacityType"] == "on-demand":
-            where = NODE_OF[decision["pool"] or None] if decision["capacityType"] == "spot" else "od-1"
+        if schedulable or decision.capacity_type == "on-demand":
+            where = NODE_OF[decision.pool or None] if decision.capacity_type == "spot" else "od-1"
             pod["spec"]["nodeName"] = where
             pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         else:
@@ -132,7 +132,7 @@ def test_spot_shortage_falls_back_to_on_demand_and_returns() -> None:
         tracker.mark(fallback.pools, h.clock.now())
         cluster.delete(fallback.pod)
     replacements = [cluster.create() for _ in range(3)]
-    assert {read_decision(p)["reason"] for p in replacements} == {"spot-fallback"}  # type: ignore[index]
+    assert {getattr(read_decision(p), "reason", None) for p in replacements} == {"spot-fallback"}
     assert cluster.split() == (4, 0)
     assert (
         next_move(

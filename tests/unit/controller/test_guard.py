@@ -47,7 +47,7 @@ def test_guard_body_is_owned_by_the_deployment() -> None:
 
 def test_a_single_surge_replica_without_pdb_gets_a_guard_and_loses_it_when_not_needed() -> None:
     h, dep = setup()
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = responder(h, ops)
     loop.reconcile(h.clock.now())
     (applied,) = ops.of("apply")
@@ -70,7 +70,7 @@ def test_a_single_surge_replica_without_pdb_gets_a_guard_and_loses_it_when_not_n
 def test_no_guard_for_more_replicas_or_the_on_demand_mode() -> None:
     for replicas, extra in ((2, {}), (1, {"spot.shipshape.dev/single-replica": "on-demand"})):
         h, _ = setup(replicas, extra)
-        ops = RecordingOps()
+        ops = RecordingOps(objects=h.objects)
         responder(h, ops).reconcile(h.clock.now())
         assert ops.of("apply") == []
 
@@ -80,7 +80,7 @@ def test_a_cordoned_node_under_a_guarded_replica_restarts_it_once() -> None:
     cordoned = node("spot-0", "spot")
     cordoned["spec"]["unschedulable"] = True
     h.cache.apply({"type": "MODIFIED", "object": cordoned}, "Node")
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = responder(h, ops)
     loop.reconcile(h.clock.now())
     ((_, ns, name, patch),) = ops.of("patch_workload")
@@ -99,7 +99,9 @@ def test_metadata_rebalance_recommendations_steer_the_webhook_without_draining()
     spot_a = node("spot-a", "spot", zone="us-east-1a")
     spot_b = node("spot-b", "spot", zone="us-east-1b")
     h.add(namespace("shop"), dep, rs, spot_a, spot_b)
-    ops = RecordingOps(rebalance_recommendations={"spot-a": {"noticeTime": "2026-01-01T00:00:00Z"}})
+    ops = RecordingOps(
+        objects=h.objects, rebalance_recommendations={"spot-a": {"noticeTime": "2026-01-01T00:00:00Z"}}
+    )
     loop = responder(h, ops)
     h.placer = PodPlacer(
         h.cache, h.config, h.risk, h.clock, h.metrics, recommendations=loop.shared.notices.recommendations
@@ -139,7 +141,7 @@ def test_a_new_single_replica_workload_is_guarded_at_once_not_after_the_interval
     # already have its guard, so a workload coming under management triggers a guard sync right away.
     h = Harness()
     h.add(namespace("shop"), node("spot-0", "spot"))
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = responder(h, ops)
     loop.reconcile(h.clock.now())
     assert ops.of("apply") == []

@@ -8,18 +8,13 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from shipshape.contracts.annotations import HEADROOM_LABEL
 from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.headroom import placeholder_deployments, pods_to_cover, uncovered_plan
 from shipshape.controller.loops.headroom import _same
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
-from shipshape.controller.policy import (
-    HEADROOM_LABEL,
-    CapacityType,
-    ControllerConfig,
-    WorkloadKind,
-    WorkloadPolicy,
-)
+from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
 from shipshape.controller.state import ClusterState
 
 from .builders import node

@@ -10,6 +10,7 @@ from shipshape.controller.policy import CapacityType, ControllerConfig, Workload
 from shipshape.controller.state import ClusterState, PodState, WorkloadState, workload_ref
 
 from .builders import added, deployment, namespace, node, pod_of, replicaset
+from .test_state import pdb
 
 POLICY = WorkloadPolicy(WorkloadKind.DEPLOYMENT, on_demand_base=2, spot_percentage=75, max_pool_share=1.0)
 A = Pool("m5.large", "us-east-1a")
@@ -61,6 +62,24 @@ def test_workload_state_is_rebuilt_only_when_its_inputs_change() -> None:
     assert "web-new" in {pod.name for pod in fourth.pods} and fourth.settling
     cache.apply({"type": "DELETED", "object": pod_of(objs["rs"], "web-0", node="od-1")})  # type: ignore[arg-type]
     assert "web-0" not in {pod.name for pod in state_of(cache).pods}
+
+
+def test_a_budget_renewed_or_reported_on_keeps_the_state_and_a_new_spec_rebuilds_it() -> None:
+    cache, _ = cluster()
+    budget = pdb("web", "shop", {"app": "web"}, max_unavailable=1)
+    cache.apply(added(budget))
+    first = state_of(cache)
+    assert first.floor == 2
+    # A guard's renewed expiry, a status from the disruption controller: nothing the state reads.
+    renewed = {
+        **budget,
+        "metadata": {**budget["metadata"], "annotations": {"spot.shipshape.dev/guard-expires-at": "x"}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    cache.apply({"type": "MODIFIED", "object": renewed})
+    assert state_of(cache) is first
+    cache.apply({"type": "MODIFIED", "object": pdb("web", "shop", {"app": "web"}, max_unavailable=2)})
+    assert state_of(cache).floor == 1
 
 
 def members(od: int, spot: int, costs: dict[str, str] | None = None) -> tuple[PodState, ...]:

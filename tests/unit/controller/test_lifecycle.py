@@ -12,28 +12,39 @@ from typing import Any
 import pytest
 
 from shipshape.cli import logs
+from shipshape.contracts.annotations import (
+    DECISION,
+    GUARD_EXPIRES,
+    GUARD_OWNER,
+    HEADROOM_LABEL,
+    RESTART_NOTE,
+    SURGE_NOTE,
+)
 from shipshape.controller.acting import DRY_RUN_PREFIX, ActingOps
 from shipshape.controller.events import event_for
-from shipshape.controller.guards import GUARD_EXPIRES, GUARD_INTERVAL_SECONDS, GUARD_OWNER, guard_pdb
+from shipshape.controller.guards import GUARD_INTERVAL_SECONDS, guard_pdb
 from shipshape.controller.loops.base import LoopSettings, SharedState
 from shipshape.controller.loops.guards import remove_guards
 from shipshape.controller.loops.rebalance import Rebalancer
-from shipshape.controller.ops import ObjectRef, RecordingOps
-from shipshape.controller.policy import (
-    DECISION,
-    DELETION_COST,
-    HEADROOM_LABEL,
-    ConfigError,
-    ControllerConfig,
-    WorkloadKind,
-)
-from shipshape.controller.surge import DOOMED_COST, RESTART_NOTE, SURGE_NOTE
+from shipshape.controller.ops import EvictionOutcome, ObjectRef, RecordingOps
+from shipshape.controller.policy import DELETION_COST, ConfigError, ControllerConfig, WorkloadKind
+from shipshape.controller.surge import DOOMED_COST
 from shipshape.controller.uninstall import ClusterView, lease_holder, plan_uninstall
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import WORKLOADS_WEBHOOK_NAME, webhook_configuration
 from shipshape.kube.clock import VirtualClock, parse_time, rfc3339_micro
 
-from .builders import Harness, InterruptionLane, deployment, namespace, node, pod_of, replicaset, review
+from .builders import (
+    Harness,
+    InterruptionLane,
+    deployment,
+    namespace,
+    node,
+    objects_of,
+    pod_of,
+    replicaset,
+    review,
+)
 from .test_placement import admit
 
 Obj = dict[str, Any]
@@ -48,7 +59,7 @@ def guarded(ttl: float = 100.0) -> tuple[Harness, InterruptionLane, RecordingOps
     dep = deployment("solo", 1, ON)
     rs = replicaset(dep)
     h.add(namespace("shop"), dep, rs, node("spot-0", "spot"), pod_of(rs, "solo-x", node="spot-0"))
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     shared = SharedState.for_config(
         h.config, LoopSettings(guard_ttl_seconds=ttl), h.risk, instance="replica-a"
     )
@@ -85,10 +96,11 @@ def test_expired_and_own_guards_are_removed_and_others_kept() -> None:
     legacy = guard_pdb(dep)  # written before guards had deadlines: counts as expired
     legacy["metadata"]["name"] = "d"
     user = {"metadata": {"name": "users", "namespace": "shop"}, "spec": {"minAvailable": 1}}
-    ops = RecordingOps()
-    assert remove_guards(ops, [expired, live, mine, legacy, user], expired_at=now) == 2
+    pdbs = [expired, live, mine, legacy, user]
+    ops = RecordingOps(objects=objects_of(pdbs))
+    assert remove_guards(ops, pdbs, expired_at=now) == 2
     assert [ref.name for (ref,) in ops.of("delete")] == ["a", "d"]
-    ops = RecordingOps()
+    ops = RecordingOps(objects=objects_of(pdbs))
     assert remove_guards(ops, [expired, live, mine, user], owner="me") == 1
     assert ops.of("delete") == [(ObjectRef("policy/v1", "PodDisruptionBudget", "shop", "c"),)]
 
@@ -98,7 +110,7 @@ def test_expired_and_own_guards_are_removed_and_others_kept() -> None:
 
 def test_recommend_only_ops_send_nothing_but_events() -> None:
     h = Harness()
-    inner = RecordingOps()
+    inner = RecordingOps(objects=h.objects)
     ops = ActingOps(inner, h.metrics, dry_run=True)
     ops.evict("shop", "web-1")
     ops.delete_pod("shop", "web-1")
@@ -114,7 +126,9 @@ def test_recommend_only_ops_send_nothing_but_events() -> None:
     assert h.metric("shipshape_actions_total", {"action": "patch", "dry_run": "true"}) == 1
 
     # The loops find the same writes again each round: reported once per repeat period.
-    repeated = ActingOps(RecordingOps(), h.metrics, dry_run=True, clock=h.clock, repeat_seconds=600)
+    repeated = ActingOps(
+        RecordingOps(objects=h.objects), h.metrics, dry_run=True, clock=h.clock, repeat_seconds=600
+    )
     event = event_for(deployment("web", 3), "Deployment", "R", "moved pod web-1", now=0.0)
     for _ in range(3):
         repeated.annotate_pod("shop", "web-2", {DELETION_COST: "7"})
@@ -128,7 +142,7 @@ def test_recommend_only_ops_send_nothing_but_events() -> None:
     assert h.metric("shipshape_actions_total", {"action": "annotate", "dry_run": "true"}) == 3
     assert len(repeated.inner.of("post_event")) == 2  # type: ignore[attr-defined]
 
-    sending = ActingOps(RecordingOps(), h.metrics)
+    sending = ActingOps(RecordingOps(evictions={"shop/web-1": EvictionOutcome.EVICTED}), h.metrics)
     sending.evict("shop", "web-1")
     assert [c.op for c in sending.inner.calls] == ["evict"]  # type: ignore[attr-defined]
 
@@ -156,7 +170,7 @@ def test_rebalance_evictions_switched_off_moves_nothing() -> None:
     h.add(namespace("shop"), dep, rs, node("od-1", "on-demand"), node("a-1", "spot"))
     for i in range(4):
         h.add(pod_of(rs, f"web-{i}", node="od-1"))
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     shared = SharedState.for_config(h.config, LoopSettings(poll_instance_metadata=False), h.risk)
     Rebalancer(h.clock, h.cache, ops, h.config, h.metrics, shared).reconcile(h.clock.now())
     assert ops.calls == []

@@ -158,7 +158,7 @@ def test_the_responder_acts_on_a_queue_notice_without_any_taint() -> None:
     )
     queue = EventQueue(now=h.clock.now)
     warning(queue, "i-1", h.clock.now())
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     patches = [p for (_, _, name, p) in ops.of("patch_workload") if name == "web"]
@@ -178,7 +178,7 @@ def test_the_leader_taints_a_queue_noticed_node_once_and_every_cache_then_avoids
     queue = EventQueue(now=h.clock.now)
     warned = h.clock.now()
     warning(queue, "i-1", warned)
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     loop.reconcile(h.clock.now() + 1)  # the cache has not seen the taint yet: not sent again
@@ -209,7 +209,7 @@ def test_a_failed_taint_is_sent_again_next_round() -> None:
     h.add(namespace("shop"), spot_node("spot-0", "i-1"))
     queue = EventQueue(now=h.clock.now)
     warning(queue, "i-1", h.clock.now())
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = queue_responder(h, ops, queue)
     ops.fail["taint_node"] = OpsError("409 conflict", status=409)
     loop.reconcile(h.clock.now())
@@ -223,7 +223,7 @@ def test_the_leader_taints_a_queue_recommended_node_so_other_replicas_avoid_it_t
     h.add(namespace("shop"), spot_node("spot-0", "i-1"))
     queue = EventQueue(now=h.clock.now)
     queue.send(queue.event(REBALANCE, "i-1", h.clock.now(), {}))
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = queue_responder(h, ops, queue)
     loop.reconcile(h.clock.now())
     loop.reconcile(h.clock.now() + 1)
@@ -272,7 +272,7 @@ def test_one_notice_from_every_source_is_acted_on_once() -> None:
     queue = EventQueue(now=h.clock.now)
     warning(queue, "i-1", now)
     warning(queue, "i-1", now)  # and delivered twice
-    ops = RecordingOps()
+    ops = RecordingOps(objects=h.objects)
     loop = queue_responder(h, ops, queue)
     for step in range(3):
         loop.observe(now + step)

@@ -11,7 +11,6 @@ from shipshape.controller.packing import (
     NodeRoom,
     Room,
     fullest_fitting,
-    is_daemon,
     is_placeholder,
     packing_preferences,
     pod_requests,
@@ -20,6 +19,7 @@ from shipshape.controller.packing import (
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, Packing
 from shipshape.controller.state import ClusterState, node_pool
+from shipshape.kube.objects import is_daemon_pod
 from shipshape.kube.scheduling import node_allocatable
 
 from .builders import Harness, added, deployment, namespace, node, pod_of, replicaset, review
@@ -296,7 +296,7 @@ def scanned_rooms(
             continue
         if is_placeholder(pod):
             continue
-        if not is_daemon(pod):
+        if not is_daemon_pod(pod):
             held.add(node_name)
         cpu, memory = pod_requests(pod)
         slot[0] -= cpu
@@ -389,7 +389,15 @@ def test_spare_rooms_count_nodes_running_a_workload_pod_and_free_what_placeholde
         "metadata": {
             "name": "agent-1",
             "namespace": "kube-system",
-            "ownerReferences": [{"kind": "DaemonSet"}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": "agent",
+                    "uid": "a",
+                    "controller": True,
+                }
+            ],
         },
         "spec": {"nodeName": "daemons-only", "containers": [{"resources": {"requests": {"cpu": "100m"}}}]},
     }

@@ -47,7 +47,7 @@ def admit(h: Harness, pod: dict[str, Any], uid: str | None = None) -> dict[str, 
 def decision_of(pod: dict[str, Any]) -> dict[str, Any]:
     found = read_decision(pod)
     assert found is not None
-    return dict(found)
+    return found.body()
 
 
 def split_of(pods: list[dict[str, Any]]) -> Counter[str]:

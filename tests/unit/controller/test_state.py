@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import pytest
+
+from shipshape.contracts.annotations import DECISION
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
@@ -36,6 +39,29 @@ def test_counts_follow_pod_binding_node_labels_and_deletion() -> None:
     assert cache.group_counts(group, 0.0).total == 0
     cache.apply({"type": "DELETED", "object": terminating})
     assert cache.pods_of_group(group) == []
+
+
+def test_an_unreadable_decision_counts_for_nothing_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A pod whose decision another replica (or a person) wrote in a form this one does not know is
+    counted as undecided, with the reason in the log, instead of breaking the cache."""
+    cache = ClusterState(ControllerConfig())
+    dep = deployment("web", 3)
+    rs = replicaset(dep)
+    cache.apply(added(dep))
+    cache.apply(added(rs))
+    group = GroupKey("shop", "ReplicaSet", rs["metadata"]["name"])
+    for i, text in enumerate(
+        (DECIDED_SPOT.replace("{", '{"v": 2, ', 1), '{"capacityType": "spot"}', "not json", DECIDED_SPOT)
+    ):
+        pod = pod_of(rs, f"web-{i}")
+        pod["metadata"]["annotations"] = {DECISION: text}
+        cache.apply(added(pod))
+    counts = cache.group_counts(group, 0.0)
+    assert counts.spot_by_pool == {Pool("m5.large", "us-east-1b"): 1} and counts.on_demand == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "shipshape.contracts.annotations"]
+    assert any("web-0" in m and "unknown version 2" in m for m in messages)
+    assert any("web-1" in m and "Field required" in m for m in messages)
+    assert any("web-2" in m and "is not JSON" in m for m in messages)
 
 
 def test_assumption_totals_per_group() -> None:

@@ -108,6 +108,7 @@ def test_patch_applied_to_the_original_gives_the_mutated_pod() -> None:
     assert spec["topologySpreadConstraints"][0]["labelSelector"] == {"matchLabels": {"app": "web"}}
     decision = json.loads(mutated["metadata"]["annotations"]["spot.shipshape.dev/decision"])
     assert decision == {
+        "v": 1,
         "capacityType": "spot",
         "pool": "c5.large/us-east-1a",
         "reason": "spot-share",

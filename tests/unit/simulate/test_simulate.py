@@ -89,7 +89,7 @@ def test_shipshape_pods_carry_the_webhook_decision() -> None:
     assert all(d is not None for d in decisions)
     web = [d for p, d in zip(pods, decisions, strict=True) if p["metadata"]["name"].startswith("web-")]
     # 6 replicas, base 1, 100 % spot above it.
-    assert sorted(d["capacityType"] for d in web if d) == ["on-demand"] + ["spot"] * 5
+    assert sorted(d.capacity_type for d in web if d) == ["on-demand"] + ["spot"] * 5
 
 
 def test_a_run_replays_identically_for_a_seed_and_differs_for_another() -> None:

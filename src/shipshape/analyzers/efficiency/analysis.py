@@ -23,6 +23,7 @@ from shipshape.analyzers.efficiency.cluster import Cluster, read_cluster
 from shipshape.analyzers.efficiency.qos import ColocationReport, ColocationSettings
 from shipshape.analyzers.efficiency.rightsizing import SimpleSettings, VpaSettings
 from shipshape.analyzers.efficiency.usage import UsageData, Window
+from shipshape.contracts.annotations import BATCH_CPU, BATCH_MEMORY
 from shipshape.kube.quantity import format_bytes, format_cpu
 
 F64 = NDArray[np.float64]
@@ -31,8 +32,6 @@ CPU_HOUR_LIST_PRICE = 0.031611
 GIB_HOUR_LIST_PRICE = 0.004237
 GIB = 2.0**30
 HpaPolicy = Literal["skip-resource", "skip", "ignore"]
-BATCH_CPU_RESOURCE = "shipshape.dev/batch-cpu"
-BATCH_MEMORY_RESOURCE = "shipshape.dev/batch-memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,8 +425,8 @@ def _colocation_findings(
                         "kind": "Node",
                         "name": node.node,
                         "resources": {
-                            BATCH_CPU_RESOURCE: int(cpu.batch.percentile * 1000),
-                            BATCH_MEMORY_RESOURCE: int(memory.batch.percentile),
+                            BATCH_CPU: int(cpu.batch.percentile * 1000),
+                            BATCH_MEMORY: int(memory.batch.percentile),
                         },
                     },
                 )

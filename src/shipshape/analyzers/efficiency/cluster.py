@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from shipshape.analyzers.efficiency.usage import ContainerKey
 from shipshape.contracts import usage as usage_contract
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 from shipshape.kube.quantity import QuantityError, cpu_millis, to_int
 
 Obj = Mapping[str, Any]
@@ -78,24 +79,28 @@ def container_amounts(container: Obj, memo: dict[tuple[str, object], float] | No
 
 
 def qos_of(amounts: Sequence[Amounts]) -> str:
-    """The kubelet's QoS class from every container's (and init container's) amounts."""
-    any_set = False
+    """The pod's QoS class from every container's (and init container's) parsed amounts: the rule of
+    `kube.scheduling.qos_class` (upstream `GetPodQOS`) on the columns this module already parsed (a
+    differential test holds the two together). Zero counts as unset; a missing request is its limit
+    (API defaulting); Guaranteed needs cpu and memory limits on every container and the pod's
+    request totals equal to its limit totals."""
+    requests = [0.0, 0.0]
+    limits = [0.0, 0.0]
     guaranteed = True
     for cpu_req, mem_req, cpu_lim, mem_lim in amounts:
-        if not (math.isnan(cpu_req) and math.isnan(mem_req) and math.isnan(cpu_lim) and math.isnan(mem_lim)):
-            any_set = True
-        for request, limit in ((cpu_req, cpu_lim), (mem_req, mem_lim)):
-            if math.isnan(limit) or (not math.isnan(request) and request != limit):
+        for index, (request, limit) in enumerate(((cpu_req, cpu_lim), (mem_req, mem_lim))):
+            limit_set = not math.isnan(limit) and limit != 0
+            if math.isnan(request):
+                request = limit
+            if not math.isnan(request) and request != 0:
+                requests[index] += request
+            if limit_set:
+                limits[index] += limit
+            else:
                 guaranteed = False
-    if not any_set:
+    if not any(requests) and not any(limits):
         return BEST_EFFORT
-    return GUARANTEED if guaranteed else BURSTABLE
-
-
-def qos_class(pod: Obj) -> str:
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-    return qos_of([container_amounts(c) for c in containers])
+    return GUARANTEED if guaranteed and requests == limits else BURSTABLE
 
 
 def owner_workload(pod: Obj) -> tuple[str, str]:
@@ -188,10 +193,10 @@ def read_nodes(nodes: Sequence[Obj]) -> Nodes:
         labels_out.append(labels)
         ctype.append(capacity_type(labels))
         itype.append(
-            labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type")
+            labels.get(wellknown.INSTANCE_TYPE_LABEL) or labels.get(wellknown.BETA_INSTANCE_TYPE_LABEL)
         )
-        zones.append(labels.get("topology.kubernetes.io/zone"))
-        regions.append(labels.get("topology.kubernetes.io/region"))
+        zones.append(labels.get(wellknown.ZONE_LABEL))
+        regions.append(labels.get(wellknown.REGION_LABEL))
     return Nodes(
         tuple(names),
         cap_cpu,

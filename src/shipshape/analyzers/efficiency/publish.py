@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-BATCH_CPU = "shipshape.dev/batch-cpu"
-BATCH_MEMORY = "shipshape.dev/batch-memory"
-UPDATED_ANNOTATION = "shipshape.dev/batch-resources-updated"
+from shipshape.contracts import annotations as names
+
+BATCH_CPU = names.BATCH_CPU
+BATCH_MEMORY = names.BATCH_MEMORY
+UPDATED_ANNOTATION = names.BATCH_UPDATED
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,13 +37,14 @@ from numpy.typing import NDArray
 
 from shipshape.analyzers.efficiency.cluster import BEST_EFFORT, Cluster
 from shipshape.analyzers.efficiency.usage import Array, UsageData
+from shipshape.contracts.annotations import PRIORITY_BAND_LABEL
 
 F64 = NDArray[np.float64]
 
 LATENCY_SENSITIVE = "latency-sensitive"
 BATCH = "batch"
 KOORD_PRIORITY_LABEL = "koordinator.sh/priority-class"
-BAND_LABEL = "shipshape.dev/priority-band"
+BAND_LABEL = PRIORITY_BAND_LABEL
 _KOORD_CLASSES = {"koord-prod": LATENCY_SENSITIVE, "koord-mid": LATENCY_SENSITIVE, "koord-batch": BATCH,
                   "koord-free": BATCH}  # fmt: skip
 _PRIORITY_RANGES = ((9000, 9999, LATENCY_SENSITIVE), (7000, 7999, LATENCY_SENSITIVE), (5000, 5999, BATCH),

@@ -40,6 +40,7 @@ from shipshape.analyzers.gpu.fleet import (
     Workload,
 )
 from shipshape.analyzers.gpu.idle import PodUsage
+from shipshape.contracts.annotations import ENABLED
 from shipshape.contracts.instructions import Precondition, SetReplicas, WorkloadRef
 
 KINDS = (
@@ -52,7 +53,6 @@ KINDS = (
     "training-needs-checkpointing",
     "scale-down",
 )
-SPOT_ANNOTATION = "spot.shipshape.dev/enabled"
 SCALABLE = ("Deployment", "StatefulSet")
 
 
@@ -288,7 +288,7 @@ def _to_spot(
     owner = pod.owner
     if owner is not None and owner.kind in SCALABLE:
         instruction = (
-            f"kubectl annotate {owner.kind.lower()}/{owner.name} -n {pod.namespace} {SPOT_ANNOTATION}=true "
+            f"kubectl annotate {owner.kind.lower()}/{owner.name} -n {pod.namespace} {ENABLED}=true "
             "(the controller keeps the on-demand base and spreads the rest over spot pools)"
         )
     else:

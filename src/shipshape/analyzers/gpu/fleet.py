@@ -18,13 +18,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from shipshape.contracts import annotations as names
+
 SPOT = "spot"
 ON_DEMAND = "on-demand"
 UNKNOWN = "unknown"
 CAPACITY_TYPES = (SPOT, ON_DEMAND, UNKNOWN)
 ROLES = ("inference", "training", "other")
 # A training workload declares that it checkpoints (so a spot interruption loses little work).
-CHECKPOINTING_ANNOTATION = "spot.shipshape.dev/checkpointing"
+CHECKPOINTING_ANNOTATION = names.CHECKPOINTING
 
 
 class FleetError(ValueError):

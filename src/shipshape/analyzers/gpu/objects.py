@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shipshape.analyzers.gpu.fleet import UNKNOWN, GpuNode, GpuPod, Owner, Workload, role_of
+from shipshape.kube import objects
+from shipshape.kube.wellknown import INSTANCE_TYPE_LABEL, ZONE_LABEL
 
 WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "alibabacloud.com/gpu-count")
 SHARE_ANNOTATION = "alibabacloud.com/gpu-milli"
@@ -34,8 +36,6 @@ MODEL_LABELS = (
     "k8s.amazonaws.com/accelerator",
     "accelerator",
 )
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+)g\.\d+gb$")
 MIG_SLICES = 7
 
@@ -131,15 +131,8 @@ def _model_constraint(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _owner(body: Body) -> Owner | None:
-    metadata = body.get("metadata") or {}
-    refs = [r for r in metadata.get("ownerReferences") or [] if r.get("controller")]
-    if not refs:
-        return None
-    kind, name = refs[0].get("kind", ""), refs[0].get("name", "")
-    template_hash = (metadata.get("labels") or {}).get("pod-template-hash")
-    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
-        return Owner("Deployment", name[: -len(template_hash) - 1])
-    return Owner(kind, name)
+    owner = objects.workload_of(body)
+    return None if owner is None else Owner(owner.kind, owner.name)
 
 
 def pod_from_object(body: Body) -> GpuPod | None:

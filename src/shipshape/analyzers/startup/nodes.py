@@ -9,7 +9,6 @@ the host knows (VM initialised, cloud-init stages, containerd, kubelet start) th
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,29 +17,32 @@ from typing import Any
 from shipshape.analyzers.startup.events import EventIndex, TimeParser
 from shipshape.analyzers.startup.model import NodeInfo, Obj
 from shipshape.analyzers.startup.pods import node_info, workload_of
+from shipshape.contracts import annotations as wire
 
-INSTANCE_CREATED = "instance_created"
-VM_INITIALIZED = "vm_initialized"
-NETWORK_START = "network_start"
-NETWORK_READY = "network_ready"
-CONTAINERD_START = "containerd_start"
-CONTAINERD_READY = "containerd_initialized"
-CLOUD_INIT_LOCAL = "cloud_init_local"
-CLOUD_INIT_START = "cloud_init_start"
-CLOUD_INIT_CONFIG = "cloud_init_config"
-CLOUD_INIT_FINAL = "cloud_init_final"
-CLOUD_INIT_FINISH = "cloud_init_finish"
-KUBELET_START = "kubelet_start"
-KUBELET_INITIALIZED = "kubelet_initialized"
-REGISTERED = "registered"
-KUBE_PROXY_START = "kube_proxy_start"
-CNI_INIT_START = "cni_init_start"
-CNI_START = "cni_start"
-CNI_READY = "cni_ready"
-KUBE_PROXY_READY = "kube_proxy_ready"
-DAEMONSETS_READY = "daemonsets_ready"
-NODE_READY = "node_ready"
-FIRST_POD_STARTED = "first_pod_started"
+# The events are the node collector's wire contract (`contracts.annotations`, which checks the
+# annotation's names); named here as well for the analyzers, the collector and the CLI.
+INSTANCE_CREATED = wire.INSTANCE_CREATED
+VM_INITIALIZED = wire.VM_INITIALIZED
+NETWORK_START = wire.NETWORK_START
+NETWORK_READY = wire.NETWORK_READY
+CONTAINERD_START = wire.CONTAINERD_START
+CONTAINERD_READY = wire.CONTAINERD_READY
+CLOUD_INIT_LOCAL = wire.CLOUD_INIT_LOCAL
+CLOUD_INIT_START = wire.CLOUD_INIT_START
+CLOUD_INIT_CONFIG = wire.CLOUD_INIT_CONFIG
+CLOUD_INIT_FINAL = wire.CLOUD_INIT_FINAL
+CLOUD_INIT_FINISH = wire.CLOUD_INIT_FINISH
+KUBELET_START = wire.KUBELET_START
+KUBELET_INITIALIZED = wire.KUBELET_INITIALIZED
+REGISTERED = wire.REGISTERED
+KUBE_PROXY_START = wire.KUBE_PROXY_START
+CNI_INIT_START = wire.CNI_INIT_START
+CNI_START = wire.CNI_START
+CNI_READY = wire.CNI_READY
+KUBE_PROXY_READY = wire.KUBE_PROXY_READY
+DAEMONSETS_READY = wire.DAEMONSETS_READY
+NODE_READY = wire.NODE_READY
+FIRST_POD_STARTED = wire.FIRST_POD_STARTED
 
 EVENT_TITLES: Mapping[str, str] = {
     INSTANCE_CREATED: "Instance Created",
@@ -66,8 +68,8 @@ EVENT_TITLES: Mapping[str, str] = {
     NODE_READY: "Node Ready",
     FIRST_POD_STARTED: "First Pod Started",
 }
-NODE_EVENTS: tuple[str, ...] = tuple(EVENT_TITLES)
-EVENT_ORDER: Mapping[str, int] = {name: index for index, name in enumerate(NODE_EVENTS)}
+NODE_EVENTS: tuple[str, ...] = wire.NODE_STARTUP_EVENTS
+EVENT_ORDER: Mapping[str, int] = wire.EVENT_ORDER
 
 # Consecutive milestones; each segment is named for the work between two of them. Cloud-init
 # begins with its first stage: 'init-local' where it is logged, else 'init'.
@@ -83,15 +85,11 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
 )
 SEGMENT_NAMES: tuple[str, ...] = tuple(name for name, _, _ in SEGMENTS)
 
-TIMELINE_ANNOTATION = "startup.shipshape.dev/timeline"
+TIMELINE_ANNOTATION = wire.STARTUP_TIMELINE
 CNI_DAEMONSETS = frozenset(
     {"aws-node", "calico-node", "cilium", "kube-flannel-ds", "weave-net", "antrea-agent", "kindnet", "canal"}
 )
 KUBE_PROXY_DAEMONSETS = frozenset({"kube-proxy"})
-
-
-class TimelineAnnotationError(ValueError):
-    """A node's timeline annotation that is not what the node collector writes."""
 
 
 @dataclass(slots=True)
@@ -145,25 +143,11 @@ class NodeTimeline:
 
 
 def parse_timeline_annotation(text: str, parse_time: TimeParser | None = None) -> dict[str, float]:
-    """`{"vm_initialized": "2022-11-28T02:59:07.000000Z", ...}` -> event -> POSIX seconds."""
+    """`{"v":1,"vm_initialized":"2022-11-28T02:59:07.000000Z",...}` -> event -> POSIX seconds
+    (`contracts.annotations.NodeStartupTimeline`; `AnnotationError` says what is wrong with it)."""
     parse = parse_time or TimeParser()
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TimelineAnnotationError(f"{TIMELINE_ANNOTATION} is not JSON: {error.msg}") from error
-    if not isinstance(body, dict):
-        raise TimelineAnnotationError(f"{TIMELINE_ANNOTATION} must be a JSON object of event -> time")
-    times: dict[str, float] = {}
-    for name, value in body.items():
-        if name not in EVENT_ORDER:
-            raise TimelineAnnotationError(f"{TIMELINE_ANNOTATION}: unknown event {name!r}")
-        if not isinstance(value, str):
-            raise TimelineAnnotationError(f"{TIMELINE_ANNOTATION}: {name} must be an RFC 3339 time")
-        try:
-            times[name] = parse(value)
-        except ValueError as error:
-            raise TimelineAnnotationError(f"{TIMELINE_ANNOTATION}: {name}: {error}") from error
-    return times
+    timeline = wire.NodeStartupTimeline.parse(text)
+    return {name: parse(value) for name, value in timeline.events.items()}
 
 
 def _pod_ready(pod: Obj, parse: TimeParser) -> float | None:
@@ -321,7 +305,7 @@ def analyze_nodes(
         if log_times is None and annotation:
             try:
                 log_times = parse_timeline_annotation(annotation, index.time)
-            except TimelineAnnotationError as error:
+            except wire.AnnotationError as error:
                 problem = str(error)
         timeline = node_timeline(
             node,

@@ -14,8 +14,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from shipshape.analyzers.startup import model
 from shipshape.analyzers.startup.events import Event, EventIndex, PulledMessage, TimeParser, parse_pulled
 from shipshape.analyzers.startup.model import ContainerTiming, NodeInfo, Obj, PodTimeline, WorkloadRef
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import objects
 from shipshape.kube.quantity import cpu_millis
+from shipshape.kube.wellknown import (
+    BETA_INSTANCE_TYPE_LABEL,
+    BETA_ZONE_LABEL,
+    INSTANCE_TYPE_LABEL,
+    POD_TEMPLATE_HASH_LABEL,
+    ZONE_LABEL,
+)
 
 # A scale-up older than this before a pod's creation is not taken as the request that made it.
 MAX_ADMISSION_LOOKBACK = 300.0
@@ -25,9 +34,7 @@ _CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)")
 _KUBELET_CONTAINER_REASONS = frozenset({"Pulling", "Pulled", "Created", "Started"})
 _SANDBOX_ERRORS = frozenset({"FailedCreatePodSandBox", "NetworkNotReady"})
 
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 
 
 def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
@@ -39,8 +46,8 @@ def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
     parse = parse_time or TimeParser()
     return NodeInfo(
         name=metadata.get("name") or "",
-        instance_type=labels.get(INSTANCE_TYPE_LABEL) or labels.get("beta.kubernetes.io/instance-type") or "",
-        zone=labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone") or "",
+        instance_type=labels.get(INSTANCE_TYPE_LABEL) or labels.get(BETA_INSTANCE_TYPE_LABEL) or "",
+        zone=labels.get(ZONE_LABEL) or labels.get(BETA_ZONE_LABEL) or "",
         capacity_type=capacity,
         pool=labels.get(POOL_LABEL) or "",
         created=parse.optional(metadata.get("creationTimestamp")),
@@ -51,27 +58,26 @@ WorkloadCache = dict[tuple[str, str, str], tuple[WorkloadRef, WorkloadRef]]
 
 
 def workload_of(pod: Obj, cache: WorkloadCache | None = None) -> tuple[WorkloadRef, WorkloadRef | None]:
-    """(top-level workload, immediate controller) from the pod's owner references.
+    """(top-level workload, immediate controller) from the pod's controller reference (a pod without
+    one is its own workload).
 
-    A ReplicaSet named `<deployment>-<pod-template-hash>` belongs to that Deployment. `cache` shares
-    the answers between the pods of one controller.
+    A ReplicaSet named `<deployment>-<pod-template-hash>` belongs to that Deployment
+    (`kube.objects.deployment_of_replicaset`). `cache` shares the answers between the pods of one
+    controller.
     """
-    metadata = pod.get("metadata") or {}
-    owners: Sequence[Obj] = metadata.get("ownerReferences") or []
-    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    owner = objects.controller_ref(pod)
     if owner is None:
-        return WorkloadRef("Pod", metadata.get("name") or ""), None
+        return WorkloadRef("Pod", objects.name(pod)), None
     kind, name = owner.get("kind") or "", owner.get("name") or ""
-    template_hash = (
-        ((metadata.get("labels") or {}).get("pod-template-hash") or "") if kind == "ReplicaSet" else ""
-    )
+    template_hash = (objects.labels(pod).get(POD_TEMPLATE_HASH_LABEL) or "") if kind == "ReplicaSet" else ""
     key = (kind, name, template_hash)
     if cache is not None and (known := cache.get(key)) is not None:
         return known
     direct = WorkloadRef(kind, name)
     answer = (direct, direct)
-    if template_hash and name.endswith("-" + template_hash):
-        answer = (WorkloadRef("Deployment", name[: -len(template_hash) - 1]), direct)
+    deployment = objects.deployment_of_replicaset(name, template_hash)
+    if deployment is not None:
+        answer = (WorkloadRef("Deployment", deployment), direct)
     if cache is not None:
         cache[key] = answer
     return answer

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from shipshape.contracts.annotations import RestartNote
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.guards import (
     GUARD_INTERVAL_SECONDS,
@@ -39,13 +40,7 @@ from shipshape.controller.loops.kit import Every
 from shipshape.controller.ops import ClusterOps, ObjectRef, OpsError
 from shipshape.controller.policy import WorkloadKind
 from shipshape.controller.state import Managed
-from shipshape.controller.surge import (
-    RESTART_NOTE,
-    SURGE_GRACE_SECONDS,
-    RestartWatch,
-    read_note,
-    restart_patch,
-)
+from shipshape.controller.surge import SURGE_GRACE_SECONDS, RestartWatch, restart_patch
 
 LOG = logging.getLogger("shipshape.controller.loops.guards")
 
@@ -136,10 +131,10 @@ class SurgeGuards(Reconciler):
     def _restart_for_drain(self, candidate: GuardCandidate, node: str, now: float) -> None:
         """A guarded single replica on a cordoned node: start its replacement so the drain can go on."""
         obj, state = candidate.deployment, candidate.state
-        note = read_note(obj, RESTART_NOTE) or {}
+        note = RestartNote.read(obj)
         key = state.key
         pending = self.shared.restarts.get(key, now)
-        if node in (note.get("nodes") or ()) or (pending is not None and node in pending.value):
+        if (note is not None and node in note.nodes) or (pending is not None and node in pending.value):
             return
         if len(state.pods) > 1:
             return  # a rollout is under way: its new pod is the replacement

@@ -15,7 +15,7 @@ goes through `surge.plan_interruptions` in one round, so a pool or a zone reclai
   disruption allowance of spot replicas in any one zone, so even a zone reclaim with no time to spare
   takes it at most to its floor.
 
-What was done is written on the Deployment (`surge.SURGE_NOTE`, `surge.RESTART_NOTE`), so a restarted
+What was done is written on the Deployment (`contracts.annotations.SurgeNote`, `RestartNote`), so a restarted
 controller neither repeats a restart nor surges twice, and finishes a surge another replica started.
 A write sent and not yet seen in the cache is an expectation (`SharedState.restarts`, shared with the
 guards, which restart Deployments too; evictions here), held until the action's deadline plus a grace.
@@ -27,6 +27,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from shipshape.contracts.annotations import SURGE_NOTE, SurgeNote
 from shipshape.controller.events import INTERRUPTION_RESPONSE
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations
@@ -36,11 +37,9 @@ from shipshape.controller.state import Managed
 from shipshape.controller.surge import (
     DOOMED_COST,
     SURGE_GRACE_SECONDS,
-    SURGE_NOTE,
     ActionKind,
     InterruptionPlan,
     RestartWatch,
-    SurgeNote,
     WorkloadAction,
     action_done,
     doomed_nodes,

@@ -23,7 +23,6 @@ from shipshape.controller.state.cluster import (
     ClusterState,
     NodeSummary,
     PodUsage,
-    controller_ref,
     node_capacity,
     node_pool,
     read_decision,
@@ -38,7 +37,8 @@ from shipshape.controller.state.records import (
     WorkloadRef,
     WorkloadState,
 )
-from shipshape.controller.state.workloads import is_active, pod_ready, workload_ref
+from shipshape.controller.state.workloads import workload_ref
+from shipshape.kube.objects import controller_ref, is_active, pod_ready
 
 __all__ = [
     "KINDS",

@@ -12,7 +12,6 @@ decision annotation) appears, or after a TTL (the pod was never created).
 from __future__ import annotations
 
 import itertools
-import json
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,23 +19,17 @@ from types import MappingProxyType
 from typing import Any
 
 from shipshape.contracts import notices as notice_contract
+from shipshape.contracts.annotations import EMULATOR_SPOT_INTERRUPTION_TAINT, DecisionRecord
 from shipshape.controller import growth
 from shipshape.controller.packing import (
     NodeRoom,
     Room,
-    is_daemon,
     is_placeholder,
-    node_ready,
     pod_requests,
     takes_replacements,
 )
 from shipshape.controller.placement import Exclusion, GroupCounts, PlacementView, Pool
 from shipshape.controller.policy import (
-    DECISION,
-    HOSTNAME_LABEL,
-    INSTANCE_TYPE_LABEL,
-    REGION_LABEL,
-    ZONE_LABEL,
     CapacityType,
     ControllerConfig,
     PolicyResult,
@@ -53,15 +46,17 @@ from shipshape.controller.state.records import (
     WorkloadRef,
     WorkloadState,
 )
-from shipshape.controller.state.workloads import is_active
 from shipshape.kube import capacity as capacity_labels
+from shipshape.kube import wellknown
 from shipshape.kube.labels import from_label_selector
+from shipshape.kube.objects import controller_ref, is_active, is_daemon_pod, node_ready
 from shipshape.kube.scheduling import (
     DO_NOT_SCHEDULE_EFFECTS,
     RequiredNodeAffinity,
     node_allocatable,
     tolerates,
 )
+from shipshape.kube.wellknown import HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, REGION_LABEL, ZONE_LABEL
 
 Obj = dict[str, Any]
 
@@ -74,19 +69,22 @@ QUEUE_NOTICE_TAINT = notice_contract.NOTICE_TAINT
 # the node-side poller and the leader).
 SPOT_NOTICE_TAINTS = frozenset(
     {
-        "aws-node-termination-handler/spot-itn",
-        "aws-node-termination-handler/asg-lifecycle-termination",
-        "aws-node-termination-handler/scheduled-maintenance",
-        "emulator.shipshape.dev/spot-interruption",
+        wellknown.AWS_NTH_SPOT_ITN_TAINT,
+        wellknown.AWS_NTH_ASG_LIFECYCLE_TAINT,
+        wellknown.AWS_NTH_SCHEDULED_MAINTENANCE_TAINT,
+        EMULATOR_SPOT_INTERRUPTION_TAINT,
         QUEUE_NOTICE_TAINT,
     }
 )
 # Karpenter v1 (`karpenter.sh/disrupted`) and v1beta1 (`karpenter.sh/disruption=disrupting`).
-NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {"karpenter.sh/disrupted", "karpenter.sh/disruption"}
+NOTICE_TAINTS = SPOT_NOTICE_TAINTS | {
+    wellknown.KARPENTER_DISRUPTED_TAINT,
+    wellknown.KARPENTER_DISRUPTION_TAINT,
+}
 # The rebalance-recommendation taint of the node contract (PreferNoSchedule; poller or leader).
 QUEUE_REBALANCE_TAINT = notice_contract.REBALANCE_TAINT
 # Taints that recommend moving off a node without draining it.
-REBALANCE_TAINTS = frozenset({"aws-node-termination-handler/rebalance-recommendation", QUEUE_REBALANCE_TAINT})
+REBALANCE_TAINTS = frozenset({wellknown.AWS_NTH_REBALANCE_TAINT, QUEUE_REBALANCE_TAINT})
 # Taint keys clouds and provisioners commonly put on every spot node; spot-bound pods tolerate them.
 SPOT_TAINT_KEYS = frozenset({"spot", *capacity_labels.DEFAULT.keys})
 
@@ -144,23 +142,9 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(md.get("namespace") or ""), str(md.get("name") or "")
 
 
-def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-def read_decision(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The webhook's decision annotation on a pod, or None when absent or unreadable."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def read_decision(pod: Mapping[str, Any]) -> DecisionRecord | None:
+    """The webhook's decision record on a pod; None when absent, or (with a logged reason) unreadable."""
+    return DecisionRecord.read(pod)
 
 
 def node_pool(
@@ -233,6 +217,14 @@ class NodeSummary:
     # The names of each spot pool's nodes.
     pool_nodes: Mapping[Pool, frozenset[str]] = field(default_factory=dict)
     on_demand_nodes: frozenset[str] = frozenset()
+
+
+def _same_pdb_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether what workload states derive from a PodDisruptionBudget (its spec: selector, minAvailable,
+    maxUnavailable; its labels) is the same in both versions: a renewed guard's expiry annotation or a
+    status update rebuilds no workload state."""
+    old_md, new_md = old.get("metadata") or {}, new.get("metadata") or {}
+    return old.get("spec") == new.get("spec") and old_md.get("labels") == new_md.get("labels")
 
 
 def _same_node_facts(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -546,8 +538,8 @@ class ClusterState:
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
                 self._touch(group)
-            if decision is not None and isinstance(decision.get("id"), str):
-                self._forget(decision["id"])
+            if decision is not None:
+                self._forget(decision.id)
         elif kind == "ReplicaSet":
             self._unindex_replicaset(key)
             owner = controller_ref(obj)
@@ -556,7 +548,9 @@ class ClusterState:
                 self._dirty_groups.add(GroupKey(key[0], "Deployment", str(owner.get("name"))))
             self._touch(GroupKey(key[0], "ReplicaSet", key[1]))
         elif kind == "PodDisruptionBudget":
-            self._pdb_versions[key[0]] = next(self._versions)
+            old = self._objects[kind].get(key)
+            if old is None or not _same_pdb_facts(old, obj):
+                self._pdb_versions[key[0]] = next(self._versions)
             self._pdb_answers.clear()
             self._dirty_namespaces.add(key[0])
         elif kind == "Namespace":
@@ -604,7 +598,7 @@ class ClusterState:
         self._objects[kind].pop(key, None)
 
     def _account(
-        self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: Mapping[str, Any] | None = None
+        self, key: tuple[str, str], pod: Mapping[str, Any] | None, decision: DecisionRecord | None = None
     ) -> None:
         """Move the pod's requests to the nodes it counts on now (none once it is gone or finished).
 
@@ -617,7 +611,7 @@ class ClusterState:
         packed, bound = "", ""
         if pod is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             bound = str((pod.get("spec") or {}).get("nodeName") or "")
-            packed = bound or (str(decision.get("node") or "") if decision is not None else "")
+            packed = bound or (decision.node if decision is not None else "")
         old = self._pod_usage.get(key)
         spec = pod.get("spec") if pod is not None else None
         if old is not None and old.spec is spec and old.packed == packed and old.bound == bound:
@@ -630,7 +624,7 @@ class ClusterState:
         if old is not None and old.spec is spec:
             usage = PodUsage(packed, bound, old.cpu, old.memory, old.role, spec)
         else:
-            role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon(pod) else "workload"
+            role = "placeholder" if is_placeholder(pod) else "daemon" if is_daemon_pod(pod) else "workload"
             usage = PodUsage(packed, bound, *pod_requests(pod), role, spec)
             if old is not None and old == usage:  # the same requests from another spec object
                 self._pod_usage[key] = usage
@@ -838,8 +832,8 @@ class ClusterState:
         pods: list[tuple[tuple[str, str], Obj]] = []
         for name in self._replicaset_names(workload):
             rs = self._objects["ReplicaSet"][(workload.namespace, name)]
-            owner = controller_ref(rs) or {}
-            if uid and owner.get("uid") not in (None, uid):
+            owner = controller_ref(rs)
+            if uid and owner is not None and owner.get("uid") not in (None, uid):
                 continue
             pods.extend(self._pods_by_group.get(GroupKey(workload.namespace, "ReplicaSet", name), {}).items())
         return pods
@@ -968,15 +962,10 @@ class ClusterState:
         if decision is None:
             return None, None
         try:
-            capacity = CapacityType(str(decision.get("capacityType")))
-        except ValueError:
-            return None, None
-        pool_text = decision.get("pool")
-        try:
-            pool = Pool.parse(pool_text) if isinstance(pool_text, str) and pool_text else None
+            pool = Pool.parse(decision.pool) if decision.pool else None
         except ValueError:
             pool = None
-        return capacity, pool
+        return CapacityType(decision.capacity_type), pool
 
     def group_counts(self, group: GroupKey, now: float) -> GroupCounts:
         """Active pods of the group by capacity and pool, plus unexpired assumptions."""

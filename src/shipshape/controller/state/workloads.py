@@ -14,7 +14,6 @@ from shipshape.controller.availability import availability_floor
 from shipshape.controller.packing import pod_requests
 from shipshape.controller.placement import Pool, statefulset_ordinal
 from shipshape.controller.policy import (
-    DELETION_COST,
     CapacityType,
     ControllerConfig,
     PolicyResult,
@@ -23,24 +22,14 @@ from shipshape.controller.policy import (
     resolve_policy,
 )
 from shipshape.controller.state.records import GroupKey, PodState, WorkloadRef, WorkloadState
+from shipshape.kube.objects import controller_ref, is_active, pod_ready
+from shipshape.kube.wellknown import POD_DELETION_COST
 
 if TYPE_CHECKING:
     from shipshape.controller.state.cluster import ClusterState
 
 Obj = dict[str, Any]
 Placement = tuple[CapacityType | None, Pool | None]
-
-
-def pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    """A pod that counts toward its workload: not terminating and not finished."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def workload_ref(kind: WorkloadKind, obj: Obj) -> WorkloadRef:
@@ -62,7 +51,7 @@ def pod_state(pod: Mapping[str, Any], placement: Placement, kind: WorkloadKind) 
         ordinal=statefulset_ordinal(pod) if kind is WorkloadKind.STATEFULSET else None,
         cpu_millis=cpu,
         memory_bytes=memory,
-        deletion_cost=(metadata.get("annotations") or {}).get(DELETION_COST),
+        deletion_cost=(metadata.get("annotations") or {}).get(POD_DELETION_COST),
     )
 
 
@@ -90,11 +79,9 @@ def build_workload_state(
 
 
 def _controller_name(pod: Mapping[str, Any]) -> str:
-    """The name of the pod's controller ("None" without one): `controller_ref` without its copy."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("name"))
-    return "None"
+    """The name of the pod's controller ("None" without one)."""
+    ref = controller_ref(pod)
+    return "None" if ref is None else str(ref.get("name"))
 
 
 def resolve(

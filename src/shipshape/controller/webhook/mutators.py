@@ -12,16 +12,12 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from shipshape.contracts.annotations import DECISION, DecisionRecord
 from shipshape.controller.packing import packing_preferences
 from shipshape.controller.placement import Decision, Pool
-from shipshape.controller.policy import (
-    DECISION,
-    HOSTNAME_LABEL,
-    INSTANCE_TYPE_LABEL,
-    ZONE_LABEL,
-    CapacityType,
-)
+from shipshape.controller.policy import CapacityType
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube.wellknown import HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
 
 Obj = dict[str, Any]
 PREFERRED_POOL_WEIGHT = 100
@@ -192,19 +188,17 @@ def inject_topology_spread(data: MutationInput, pod: Obj) -> None:
 
 
 def decision_annotation(decision: Decision, decision_id: str, node: str = "", dry_run: bool = False) -> str:
-    """The decision as JSON; `node`, when the pod was packed, names the node it should fill; `dryRun`
-    marks a decision that was only recommended (nothing else of the pod was changed)."""
-    body: Obj = {
-        "capacityType": decision.capacity_type.value,
-        "pool": str(decision.pool) if decision.pool is not None else "",
-        "reason": decision.reason.value,
-        "id": decision_id,
-    }
-    if node:
-        body["node"] = node
-    if dry_run:
-        body["dryRun"] = True
-    return orjson.dumps(body).decode()
+    """The decision as its record (`contracts.annotations.DecisionRecord`); `node`, when the pod was
+    packed, names the node it should fill; `dry_run` marks a decision that was only recommended
+    (nothing else of the pod was changed)."""
+    return DecisionRecord(
+        capacity_type=decision.capacity_type.value,
+        pool=str(decision.pool) if decision.pool is not None else "",
+        reason=decision.reason.value,
+        id=decision_id,
+        node=node,
+        dry_run=dry_run,
+    ).dump()
 
 
 def annotate_decision(data: MutationInput, pod: Obj) -> None:

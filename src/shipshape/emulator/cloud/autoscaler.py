@@ -44,6 +44,7 @@ from shipshape.emulator.resources import (
     ResourceType,
 )
 from shipshape.emulator.store import Obj, WatchEvent
+from shipshape.kube import scheduling
 from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.kube.quantity import resource_amount
 
@@ -120,7 +121,7 @@ class Packer:
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         cached = self._requests.get(uid)
         if cached is None:
-            cached = self._requests[uid] = fit.pod_requests(pod)
+            cached = self._requests[uid] = scheduling.pod_requests(pod)
         return cached
 
     def allocatable(self, sim: SimNode) -> dict[str, int]:
@@ -329,7 +330,7 @@ class ClusterAutoscaler:
                 self._dirty = True
             return
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
-        requests = old.requests if old is not None and old.uid == uid else fit.pod_requests(pod)
+        requests = old.requests if old is not None and old.uid == uid else scheduling.pod_requests(pod)
         new = scaledown.pod_facts(pod, requests, old)
         new.expendable = self.priority(new) < self.cloud.autoscaler_settings.expendable_pods_priority_cutoff
         if old is not None and old.node and old.relevance() == new.relevance():

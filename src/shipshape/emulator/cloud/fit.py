@@ -11,23 +11,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shipshape.kube.quantity import resource_amount
+from shipshape.kube.scheduling import pod_requests
 
 Obj = dict[str, Any]
-
-
-def pod_requests(pod: Obj) -> dict[str, int]:
-    """Effective requests: max(sum of containers, largest init container) per resource, plus overhead."""
-    spec = pod.get("spec", {})
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[name] = total.get(name, 0) + resource_amount(name, value)
-    for container in spec.get("initContainers") or []:
-        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[name] = max(total.get(name, 0), resource_amount(name, value))
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, 0) + resource_amount(name, value)
-    return total
 
 
 def _requirement_matches(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

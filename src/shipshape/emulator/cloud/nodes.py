@@ -8,20 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL, EMULATOR_SPOT_INTERRUPTION_TAINT
 from shipshape.emulator.scenario import Pool
 from shipshape.kube import capacity as kube_capacity
+from shipshape.kube import wellknown
 from shipshape.kube.clock import rfc3339
 from shipshape.kube.quantity import cpu_millis, format_cpu, to_int
 
 # The default convention's capacity label (every convention: `kube.capacity`).
 CAPACITY_LABEL = kube_capacity.CAPACITY_LABEL
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 METADATA_URL_ANNOTATION = "emulator.shipshape.dev/metadata-url"
 INSTANCE_ID_ANNOTATION = "emulator.shipshape.dev/instance-id"
 LAUNCH_TIME_ANNOTATION = "emulator.shipshape.dev/launch-time"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-SPOT_INTERRUPTION_TAINT = "emulator.shipshape.dev/spot-interruption"
-NTH_SPOT_TAINT = "aws-node-termination-handler/spot-itn"
+SPOT_INTERRUPTION_TAINT = EMULATOR_SPOT_INTERRUPTION_TAINT
+NTH_SPOT_TAINT = wellknown.AWS_NTH_SPOT_ITN_TAINT
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
 UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"
 GCP_PROJECT = "shipshape-emulator"

@@ -21,11 +21,11 @@ from shipshape.emulator.controllers.base import PodOwnerController
 from shipshape.emulator.controllers.claims import claim
 from shipshape.emulator.controllers.deploymentutil import compute_hash
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
-from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
 from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
 from shipshape.kube import errors
+from shipshape.kube.intstr import IntOrStringError, scaled_value
 from shipshape.kube.labels import Selector
 from shipshape.kube.scheduling import node_affinity_matches, untolerated_taints
 
@@ -568,7 +568,7 @@ class DaemonSetController(PodOwnerController):
         rolling = (ds["spec"].get("updateStrategy") or {}).get("rollingUpdate") or {}
         try:
             return scaled_value(rolling.get("maxSurge", 0), 1, round_up=True)
-        except IntOrPercentError:
+        except IntOrStringError:
             return 0
 
     def _is_updated(self, ds: Obj, pod: Obj, hash_value: str) -> bool:
@@ -608,7 +608,7 @@ class DaemonSetController(PodOwnerController):
         try:
             max_unavailable = scaled_value(rolling.get("maxUnavailable", 1), desired, round_up=True)
             max_surge = scaled_value(rolling.get("maxSurge", 0), desired, round_up=True)
-        except IntOrPercentError:
+        except IntOrStringError:
             return
         if desired > 0 and max_unavailable == 0 and max_surge == 0:
             max_unavailable = 1

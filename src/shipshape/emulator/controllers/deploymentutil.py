@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from shipshape.emulator.controllers import podutil
-from shipshape.emulator.controllers.intstr import scaled_value
 from shipshape.emulator.store import Obj, clone
+from shipshape.kube.workloads import resolve_fenceposts
 
 REVISION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
@@ -125,22 +125,6 @@ def active(rss: Iterable[Obj | None]) -> list[Obj]:
 def is_rolling(d: Mapping[str, Any]) -> bool:
     strategy = str(((d.get("spec") or {}).get("strategy") or {}).get("type", "RollingUpdate"))
     return strategy == "RollingUpdate"
-
-
-def _rolling_params(d: Mapping[str, Any]) -> tuple[Any, Any]:
-    rolling = ((d.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-    return rolling.get("maxSurge", "25%"), rolling.get("maxUnavailable", "25%")
-
-
-def resolve_fenceposts(d: Mapping[str, Any]) -> tuple[int, int]:
-    """(maxSurge, maxUnavailable): surge rounds up, unavailable down; both zero means unavailable 1."""
-    desired = replicas(d)
-    surge_value, unavailable_value = _rolling_params(d)
-    surge = scaled_value(surge_value, desired, round_up=True)
-    unavailable = scaled_value(unavailable_value, desired, round_up=False)
-    if surge == 0 and unavailable == 0:
-        unavailable = 1
-    return surge, unavailable
 
 
 def max_surge(d: Mapping[str, Any]) -> int:

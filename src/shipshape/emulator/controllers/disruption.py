@@ -8,10 +8,10 @@ from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
-from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
 from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS
 from shipshape.emulator.store import Obj, WatchEvent
 from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.intstr import IntOrStringError, scaled_value
 from shipshape.kube.labels import Selector, SelectorError, from_label_selector
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class DisruptionController(Controller):
         facts = self._facts.facts(key, pods)
         try:
             expected, desired, unmanaged = self._expected_pod_count(pdb, facts)
-        except (ExpectedCountError, IntOrPercentError) as exc:
+        except (ExpectedCountError, IntOrStringError) as exc:
             self.event(
                 pdb,
                 "CalculateExpectedPodCountFailed",

@@ -191,7 +191,7 @@ class NodeLifecycleController(Controller):
         lease = self.store.get(LEASES, LEASE_NAMESPACE, node_name)
         renew = str(((lease or {}).get("spec") or {}).get("renewTime") or "")
         ready = podutil.condition(node, "Ready")
-        heartbeat = str((ready or {}).get("lastHeartbeatTime") or "")
+        heartbeat = str(ready.get("lastHeartbeatTime") or "") if ready is not None else ""
         if renew and renew != health.renew_time:
             health.renew_time, health.probe = renew, now
         if heartbeat and heartbeat != health.heartbeat:
@@ -207,7 +207,7 @@ class NodeLifecycleController(Controller):
             if never_posted
             else ("NodeStatusUnknown", "Kubelet stopped posting node status.")
         )
-        was_ready = (podutil.condition(node, "Ready") or {}).get("status") == "True"
+        was_ready = podutil.condition_status(node, "Ready") == "True"
 
         def change(new: Obj) -> None:
             conditions = new.setdefault("status", {}).setdefault("conditions", [])
@@ -259,7 +259,7 @@ class NodeLifecycleController(Controller):
         taints: list[Obj] = list((node.get("spec") or {}).get("taints") or [])
         present = {(t.get("key"), t.get("effect")) for t in taints}
         wanted = no_schedule_taints(node)
-        status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
+        status = podutil.condition_status(node, "Ready") or "Unknown"
         add_no_execute: str | None = None
         drop_no_execute: set[str] = set()
         zone = zone_key(node)
@@ -332,7 +332,7 @@ class NodeLifecycleController(Controller):
         node = self.store.get(NODES, "", node_name)
         if node is None:
             return
-        status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
+        status = podutil.condition_status(node, "Ready") or "Unknown"
         if status == "True":
             return
         want, other = (NOT_READY, UNREACHABLE) if status == "False" else (UNREACHABLE, NOT_READY)
@@ -362,7 +362,7 @@ class NodeLifecycleController(Controller):
         for node in nodes:
             if EXCLUDE_DISRUPTION_LABEL in (node["metadata"].get("labels") or {}):
                 continue
-            ready = (podutil.condition(node, "Ready") or {}).get("status") == "True"
+            ready = podutil.condition_status(node, "Ready") == "True"
             zones.setdefault(zone_key(node), []).append(ready)
         new_states = {zone: self._zone_state(ready) for zone, ready in zones.items()}
         for zone in new_states:
@@ -505,7 +505,7 @@ class NodeLifecycleController(Controller):
             node = self.store.get(NODES, "", node_name)
             if node is None or not _out_of_service(node):
                 continue
-            if (podutil.condition(node, "Ready") or {}).get("status") == "True":
+            if podutil.condition_status(node, "Ready") == "True":
                 continue
             for pod in self.store.pods_on_node(node["metadata"]["name"]):
                 if not podutil.is_terminating(pod):
@@ -552,7 +552,7 @@ _MANAGED_NO_SCHEDULE = frozenset(
 def no_schedule_taints(node: Mapping[str, Any]) -> set[tuple[str, str]]:
     """The NoSchedule taints the controller keeps on a node to mirror its conditions (taint by condition)."""
     wanted: set[tuple[str, str]] = set()
-    status = (podutil.condition(node, "Ready") or {}).get("status", "Unknown")
+    status = podutil.condition_status(node, "Ready") or "Unknown"
     if status == "False":
         wanted.add((NOT_READY, "NoSchedule"))
     elif status == "Unknown":
@@ -560,7 +560,7 @@ def no_schedule_taints(node: Mapping[str, Any]) -> set[tuple[str, str]]:
     if (node.get("spec") or {}).get("unschedulable"):
         wanted.add((UNSCHEDULABLE, "NoSchedule"))
     for kind, key in CONDITION_TAINTS.items():
-        if (podutil.condition(node, kind) or {}).get("status") == "True":
+        if podutil.condition_status(node, kind) == "True":
             wanted.add((key, "NoSchedule"))
     return wanted
 

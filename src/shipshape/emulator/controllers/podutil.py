@@ -9,53 +9,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipshape.emulator.store import Obj, clone
+from shipshape.kube import objects, wellknown
 from shipshape.kube.clock import parse_time
 
-POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
-TERMINAL_PHASES = ("Succeeded", "Failed")
+POD_DELETION_COST = wellknown.POD_DELETION_COST
+TERMINAL_PHASES = objects.TERMINAL_PHASES
 _PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 
-def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    md: Mapping[str, Any] = obj.get("metadata") or {}
-    return md
+# Readings of pods, conditions and owners: Kubernetes' rules, defined once in `kube.objects`; the
+# controllers here call them by these names.
+meta = objects.metadata
+is_terminating = objects.is_deleting
+phase = objects.pod_phase
+is_active = objects.is_active
+condition = objects.condition
+condition_status = objects.condition_status
+is_ready = objects.pod_ready
+controller_ref = objects.controller_ref
 
 
 def key_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     md = obj.get("metadata") or {}
     return (md.get("namespace", ""), md["name"])
-
-
-# The predicates below run for every pod on every sync of the workload controllers: they read the
-# dicts directly rather than through `meta`/`condition`, which saves the calls on those paths.
-def is_terminating(obj: Mapping[str, Any]) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    """Counted by a controller: not finished and not being deleted (upstream `IsPodActive`)."""
-    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return False
-    return not (pod.get("metadata") or {}).get("deletionTimestamp")
-
-
-def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == kind:
-            found: Mapping[str, Any] = cond
-            return found
-    return None
-
-
-def is_ready(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
 
 
 def ready_since(pod: Mapping[str, Any]) -> float | None:
@@ -116,14 +92,6 @@ def max_restarts(pod: Mapping[str, Any]) -> int:
 
 
 # ---- owner references ---------------------------------------------------------------------
-def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            found: Mapping[str, Any] = ref
-            return found
-    return None
-
-
 def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     ref = controller_ref(obj)
     return ref is not None and ref.get("uid") == meta(owner).get("uid")

@@ -8,14 +8,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from shipshape.contracts.annotations import EMULATOR_POOL_LABEL
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
 from shipshape.emulator.kubelet.pods import PodWorker
-from shipshape.emulator.kubelet.resources import admission_check, pod_requests
+from shipshape.emulator.kubelet.resources import admission_check
 from shipshape.emulator.resources import LEASES, NODES, PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube import errors
 from shipshape.kube.clock import parse_time, rfc3339, rfc3339_micro
+from shipshape.kube.scheduling import pod_requests
 
 if TYPE_CHECKING:
     from shipshape.emulator.kubelet.model import KubeletModel
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 UNREACHABLE_ANNOTATION = "emulator.shipshape.dev/unreachable"
-POOL_LABEL = "emulator.shipshape.dev/pool"
+POOL_LABEL = EMULATOR_POOL_LABEL
 MAX_REPORTED_IMAGES = 50  # the kubelet's nodeStatusMaxImages default
 
 # (type, reason, message) of the conditions the kubelet owns besides Ready, in upstream order.

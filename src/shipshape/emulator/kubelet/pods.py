@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from shipshape.emulator.engine import Timer
 from shipshape.emulator.kubelet import images
-from shipshape.emulator.kubelet.resources import pod_requests, qos_class
 from shipshape.emulator.resources import PODS
 from shipshape.emulator.store import Obj
 from shipshape.kube.clock import parse_time, rfc3339
+from shipshape.kube.scheduling import pod_requests, qos_class
 
 if TYPE_CHECKING:
     from shipshape.emulator.kubelet.node import NodeAgent

@@ -3,14 +3,16 @@ strategies, guards."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
 import pytest
 
 from shipshape.analyzers.efficiency import analysis, qos, rightsizing
-from shipshape.analyzers.efficiency.cluster import qos_class, read_cluster
+from shipshape.analyzers.efficiency.cluster import container_amounts, qos_of, read_cluster
 from shipshape.analyzers.efficiency.usage import ContainerKey, Series, UsageData, Window
+from shipshape.kube import scheduling
 
 GIB = 2**30
 MIB = 2**20
@@ -57,9 +59,39 @@ def usage(
 def test_qos_classes_follow_the_kubelet() -> None:
     guaranteed = {"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
     burstable = {"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}}
-    assert qos_class(guaranteed) == "Guaranteed"
-    assert qos_class(burstable) == "Burstable"
-    assert qos_class({"spec": {"containers": [{"name": "x"}]}}) == "BestEffort"
+    assert _qos(guaranteed) == "Guaranteed"
+    assert _qos(burstable) == "Burstable"
+    assert _qos({"spec": {"containers": [{"name": "x"}]}}) == "BestEffort"
+
+
+def _qos(pod: dict[str, Any]) -> str:
+    spec = pod["spec"]
+    return qos_of(
+        [container_amounts(c) for c in [*spec.get("containers", []), *spec.get("initContainers", [])]]
+    )
+
+
+def test_qos_of_parsed_amounts_agrees_with_the_one_rule_on_random_pods() -> None:
+    """`qos_of` works on the columns `read_cluster` parsed; `kube.scheduling.qos_class` is the rule."""
+    rng = random.Random(7)
+    values = [None, "0", "100m", "250m", "1", "2"]
+    memories = [None, "0", "128Mi", "256Mi", "1Gi"]
+
+    def resources() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for part in ("requests", "limits"):
+            chosen = {"cpu": rng.choice(values), "memory": rng.choice(memories)}
+            chosen = {k: v for k, v in chosen.items() if v is not None}
+            if chosen:
+                out[part] = chosen
+        return out
+
+    for _ in range(3000):
+        containers = [{"name": f"c{i}", "resources": resources()} for i in range(rng.randint(1, 3))]
+        pod: dict[str, Any] = {"spec": {"containers": containers}}
+        if rng.random() < 0.3:
+            pod["spec"]["initContainers"] = [{"name": "init", "resources": resources()}]
+        assert _qos(pod) == scheduling.qos_class(pod), pod
 
 
 @pytest.mark.parametrize(

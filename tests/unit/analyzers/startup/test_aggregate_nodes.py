@@ -149,6 +149,9 @@ def test_log_timeline_annotation_fills_host_events() -> None:
     body["metadata"]["annotations"] = {nodes.TIMELINE_ANNOTATION: '{"teleported": "now"}'}
     (timeline,) = nodes.analyze_nodes([body])
     assert any("unknown event 'teleported'" in note for note in timeline.notes)
+    body["metadata"]["annotations"] = {nodes.TIMELINE_ANNOTATION: '{"v": 2, "vm_initialized": "x"}'}
+    (timeline,) = nodes.analyze_nodes([body])
+    assert any("unknown version 2" in note for note in timeline.notes)
 
 
 def test_pool_comparison_names_the_dominant_segment() -> None:

@@ -32,7 +32,7 @@ class World:
 
     def __init__(self, settings: LoopSettings | None = None) -> None:
         self.h = Harness()
-        self.ops = RecordingOps()
+        self.ops = RecordingOps(objects=self.h.objects)
         self.shared = SharedState(
             risk=self.h.risk,
             shortages=SharedState.for_config(self.h.config).shortages,

@@ -8,6 +8,7 @@ from typing import Any
 
 from shipshape.emulator.cloud import fit, nodes, scaledown
 from shipshape.emulator.cloud.scaledown import BLOCK, DROP, LEAVE, MOVE, Budgets, NodeView, PodFacts, Rules
+from shipshape.kube import scheduling
 from shipshape.kube.quantity import resource_amount
 
 from .builders import SPOT_A, pod_body, scenario
@@ -34,7 +35,7 @@ def facts(name: str, *, node: str = "", owner: str | None = "ReplicaSet", **kwar
         body["metadata"]["annotations"] = annotations
     if priority is not None:
         body["spec"]["priority"] = priority
-    return scaledown.pod_facts(body, fit.pod_requests(body))
+    return scaledown.pod_facts(body, scheduling.pod_requests(body))
 
 
 def view(name: str, pods: list[PodFacts], pool: Any = POOL, **annotations: str) -> NodeView:

@@ -6,7 +6,6 @@ import pytest
 
 from shipshape.emulator.controllers.base import Controller
 from shipshape.emulator.controllers.expectations import Expectations
-from shipshape.emulator.controllers.intstr import IntOrPercentError, scaled_value
 from shipshape.emulator.resources import CONFIGMAPS
 from shipshape.emulator.runtime import Cluster
 from shipshape.kube.clock import VirtualClock
@@ -55,18 +54,3 @@ def test_expectations_block_until_observed_or_expired() -> None:
     expectations.expect_creations("rs", 1)
     clock.advance(301)
     assert expectations.satisfied("rs")
-
-
-@pytest.mark.parametrize(
-    ("value", "total", "up", "down"),
-    [(3, 10, 3, 3), ("25%", 10, 3, 2), ("25%", 4, 1, 1), ("0%", 7, 0, 0), ("100%", 3, 3, 3)],
-)
-def test_int_or_percent_scaling(value: object, total: int, up: int, down: int) -> None:
-    assert scaled_value(value, total, round_up=True) == up
-    assert scaled_value(value, total, round_up=False) == down
-
-
-@pytest.mark.parametrize("value", ["25", "x%", True, None])
-def test_int_or_percent_rejects_other_values(value: object) -> None:
-    with pytest.raises(IntOrPercentError):
-        scaled_value(value, 10, round_up=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.emulator.kubelet.resources import admission_check, pod_requests
+from shipshape.emulator.kubelet.resources import admission_check
+from shipshape.kube.scheduling import pod_requests
 
 Obj = dict[str, Any]
 

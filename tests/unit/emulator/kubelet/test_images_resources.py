@@ -2,8 +2,9 @@ import pytest
 
 from shipshape.emulator.engine import Engine
 from shipshape.emulator.kubelet import images
-from shipshape.emulator.kubelet.resources import admission_check, pod_requests, qos_class
+from shipshape.emulator.kubelet.resources import admission_check
 from shipshape.kube.clock import VirtualClock
+from shipshape.kube.scheduling import pod_requests, qos_class
 
 
 @pytest.mark.parametrize(

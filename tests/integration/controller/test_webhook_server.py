@@ -18,8 +18,7 @@ from shipshape.controller.webhook.registration import (
 )
 from shipshape.controller.webhook.server import bind, create_app, https_server, running
 from shipshape.kube.certs import generate_certificates, service_dns_names, write_bundle
-
-from .builders import Harness, deployment, namespace, node, pod_of, replicaset, review
+from tests.unit.controller.builders import Harness, deployment, namespace, node, pod_of, replicaset, review
 
 ENABLED = {"spot.shipshape.dev/enabled": "true"}
 

@@ -20,8 +20,7 @@ from typer.testing import CliRunner
 from shipshape.cli.main import app
 from shipshape.emulator.cloud.client import ControlError, load_target
 from shipshape.kube.clock import rfc3339
-
-from .builders import Env, scenario, start
+from tests.unit.emulator.cloud.builders import Env, scenario, start
 
 TOKEN = "s3cret-token"
 

@@ -32,8 +32,7 @@ from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.store import WatchEvent
 from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import VirtualClock
-
-from .builders import node
+from tests.unit.controller.builders import node
 
 Obj = dict[str, Any]
 
@@ -151,8 +150,8 @@ def test_ten_replica_burst_through_the_emulator_lands_on_the_split(
     assert len(pods) == 10
     decisions = [read_decision(pod) for pod in pods]
     assert all(d is not None for d in decisions)
-    assert Counter(d["capacityType"] for d in decisions if d) == {"on-demand": 4, "spot": 6}
-    assert Counter(d["pool"] for d in decisions if d and d["capacityType"] == "spot") == {
+    assert Counter(d.capacity_type for d in decisions if d) == {"on-demand": 4, "spot": 6}
+    assert Counter(d.pool for d in decisions if d and d.capacity_type == "spot") == {
         "m5.large/us-east-1a": 3,
         "m5.large/us-east-1b": 3,
     }
@@ -162,7 +161,7 @@ def test_ten_replica_burst_through_the_emulator_lands_on_the_split(
             "nodeSelectorTerms"
         ]
         assert all(
-            {"key": "node.kubernetes.io/capacity", "operator": "In", "values": [decision["capacityType"]]}
+            {"key": "node.kubernetes.io/capacity", "operator": "In", "values": [decision.capacity_type]}
             in term["matchExpressions"]
             for term in terms
         )

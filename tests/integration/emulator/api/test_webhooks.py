@@ -15,9 +15,8 @@ from shipshape.emulator.api import Api, DeleteOptions
 from shipshape.emulator.resources import MUTATING_WEBHOOKS, PODS, SERVICES, VALIDATING_WEBHOOKS
 from shipshape.emulator.runtime import Cluster
 from shipshape.kube import errors
-
-from .conftest import pod_body
-from .webhook_server import Certificates, WebhookServer, json_patch, make_certificates
+from tests.unit.emulator.api.conftest import pod_body
+from tests.webhook_server import Certificates, WebhookServer, json_patch, make_certificates
 
 Obj = dict[str, Any]
 

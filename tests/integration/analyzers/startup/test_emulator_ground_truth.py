@@ -25,7 +25,7 @@ from shipshape.emulator.resources import EVENTS, MUTATING_WEBHOOKS, NODES, PODS,
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import Scenario
 from shipshape.kube.clock import VirtualClock
-from tests.unit.emulator.api.webhook_server import Certificates, WebhookServer, make_certificates
+from tests.webhook_server import Certificates, WebhookServer, make_certificates
 
 T0 = 1_767_225_600.0
 ALL_RULES = frozenset(name for name, _ in diagnose.RULES)

@@ -12,8 +12,7 @@ from shipshape.emulator.cloud.model import CloudModel
 from shipshape.emulator.resources import NODES
 from shipshape.kube.clock import RealClock
 from tests.emulator_fixtures import running
-
-from .builders import SPOT_A, scenario
+from tests.unit.emulator.cloud.builders import SPOT_A, scenario
 
 
 def test_metadata_endpoint_of_a_served_cluster(tmp_path: Path) -> None:
