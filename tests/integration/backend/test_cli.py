@@ -30,6 +30,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _start_backend(cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """`shipshape backend` on embedded defaults in `cwd`, once it answers ready; and its base URL."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from shipshape.cli.main import app; app()", "backend", "--port", str(port)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return server, base
+
+
 @pytest.mark.integration
 def test_admin_bootstrap_then_the_api_lists_the_cluster(tmp_path: Path) -> None:
     # Embedded defaults: the database lands in the working folder.
@@ -54,23 +75,8 @@ def test_admin_bootstrap_then_the_api_lists_the_cluster(tmp_path: Path) -> None:
     assert bad_db.returncode == 1 and "unsupported database" in bad_db.stderr
     assert "Traceback" not in taken.stderr + nowhere.stderr + bad_db.stderr
 
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from shipshape.cli.main import app; app()", "backend", "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server, base = _start_backend(tmp_path)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         listed = httpx.get(
             f"{base}/api/v1/clusters", headers={"Authorization": f"Bearer {created['api_key']}"}
         )
@@ -90,23 +96,8 @@ def test_a_long_poll_in_flight_does_not_hold_up_a_graceful_stop(tmp_path: Path) 
     cluster = json.loads(
         _shipshape("admin", "create-cluster", "--org", org["org_id"], "prod", "--json", cwd=tmp_path).stdout
     )
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from shipshape.cli.main import app; app()", "backend", "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base = _start_backend(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         with httpx.Client(base_url=base, timeout=70) as agent:
             headers = {"Authorization": f"Bearer {cluster['agent_token']}"}
             answers: list[httpx.Response | Exception] = []
