@@ -12,7 +12,7 @@ annotations` here: it would take the name of `annotations(obj)`.
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NotRequired, TypedDict, cast
+from typing import Any, Final, NotRequired, TypedDict
 
 from shipshape.kube import wellknown
 
@@ -99,7 +99,8 @@ def controller_ref(obj: Body) -> OwnerReference | None:
     """The owner reference with `controller: true` (upstream `metav1.GetControllerOf`), or None."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
-            return cast(OwnerReference, ref)
+            found: OwnerReference = ref
+            return found
     return None
 
 
@@ -166,16 +167,19 @@ def is_daemon_pod(pod: Body) -> bool:
 # ---- conditions -------------------------------------------------------------------------------
 def condition(obj: Body, type_: str) -> Condition | None:
     """The status condition of `type_` (upstream `GetPodCondition`: the first one of that type)."""
-    for found in (obj.get("status") or {}).get("conditions") or ():
-        if found.get("type") == type_:
-            return cast(Condition, found)
+    for each in (obj.get("status") or {}).get("conditions") or ():
+        if each.get("type") == type_:
+            found: Condition = each
+            return found
     return None
 
 
 def condition_status(obj: Body, type_: str) -> str | None:
     """The status ("True", "False", "Unknown") of the condition of `type_`, None without one."""
-    found = condition(obj, type_)
-    return None if found is None else str(found.get("status"))
+    for each in (obj.get("status") or {}).get("conditions") or ():
+        if each.get("type") == type_:
+            return str(each.get("status"))
+    return None
 
 
 def condition_true(obj: Body, type_: str) -> bool:

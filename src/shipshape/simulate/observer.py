@@ -147,10 +147,13 @@ class Observer:
         elif rt is r.REPLICASETS:
             self._on_replicaset(event, namespace, name)
         elif rt is r.PDBS:
+            old = self._pdbs.get((namespace, name))
             if event.type == DELETED:
                 self._pdbs.pop((namespace, name), None)
             else:
                 self._pdbs[(namespace, name)] = obj
+                if old is not None and old.get("spec") == obj.get("spec"):
+                    return  # a status or an annotation (a guard's renewed expiry): the floors stand
             self._refresh_floors(namespace)
         else:
             self._on_workload(event, rt.kind, namespace, name)
