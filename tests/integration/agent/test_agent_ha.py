@@ -212,17 +212,18 @@ def test_a_leader_whose_lease_is_taken_stops_pushing_and_resumes_with_a_snapshot
 
         # Someone else holds the Lease now (another replica that saw it expire, say): at its next step
         # the agent sees it and stops pushing, spooling nothing either.
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": LEASE.name, "namespace": NAMESPACE},
+        # One update of the Lease in place (a delete and re-create would race the agent, which
+        # creates a missing Lease at its next step).
+        stolen = {
             "spec": {
                 "holderIdentity": "elsewhere",
                 "leaseDurationSeconds": 3600,
                 "renewTime": rfc3339_micro(cluster.now()),
-            },
+            }
         }
-        cluster.kubectl("replace", "--force", "-f", "-", stdin=json.dumps(lease))
+        cluster.kubectl(
+            "patch", "lease", LEASE.name, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(stolen)
+        )
         cluster.wait("the agent stopped leading", lambda: not agent.leading, LEASE.retry_seconds * 3)
         sent, spooled, last = agent.sent, len(agent.spool.items()), agent.last_sequence
         cluster.kubectl("scale", "deployment/web", "--replicas=4")

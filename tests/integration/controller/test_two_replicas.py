@@ -62,7 +62,14 @@ def test_two_replicas_share_the_work_without_doing_it_twice(tmp_path: Path) -> N
                 "shipshape_interruption_notices_total",
                 {"source": "taint:emulator.shipshape.dev/spot-interruption"},
             )
-        assert follower.registry.get_sample_value("shipshape_notice_to_replacement_ready_seconds_count") == 0
+        after = cluster.get(LEASES, "shipshape-system", "shipshape-controller")
+        assert after is not None
+        if after["spec"].get("leaseTransitions") == lease["spec"].get("leaseTransitions"):
+            # The Lease never changed hands (on a loaded machine a renewal can come too late, and the
+            # other replica then rightly takes over: the checks below still hold work done once).
+            assert (
+                follower.registry.get_sample_value("shipshape_notice_to_replacement_ready_seconds_count") == 0
+            )
 
     assert watcher.breaches == [], watcher.breaches[:5]
     for name in ("web", "api"):
