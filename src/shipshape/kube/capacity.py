@@ -131,6 +131,16 @@ NODE_GROUP_LABEL: Mapping[str, str] = {
 }
 
 
+def node_group_of(labels: Mapping[str, str]) -> str | None:
+    """The node group (or NodePool) a node belongs to, by its provisioner's label (Karpenter, EKS, GKE,
+    AKS: `NODE_GROUP_LABEL`); None where none of them labels it."""
+    for label in dict.fromkeys(NODE_GROUP_LABEL.values()):
+        group = labels.get(label)
+        if group:
+            return group
+    return None
+
+
 def node_labels(convention: str, capacity: CapacityName) -> dict[str, str]:
     """The capacity labels a node of `capacity` carries under a named convention (see `NODE_LABELS`)."""
     try:

@@ -34,8 +34,6 @@ _CREATED_POD = re.compile(r"^Created pod: (?P<pod>\S+)")
 _KUBELET_CONTAINER_REASONS = frozenset({"Pulling", "Pulled", "Created", "Started"})
 _SANDBOX_ERRORS = frozenset({"FailedCreatePodSandBox", "NetworkNotReady"})
 
-POOL_LABEL = EMULATOR_POOL_LABEL
-
 
 def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
     """A node's grouping labels."""
@@ -49,7 +47,8 @@ def node_info(node: Obj, parse_time: TimeParser | None = None) -> NodeInfo:
         instance_type=labels.get(INSTANCE_TYPE_LABEL) or labels.get(BETA_INSTANCE_TYPE_LABEL) or "",
         zone=labels.get(ZONE_LABEL) or labels.get(BETA_ZONE_LABEL) or "",
         capacity_type=capacity,
-        pool=labels.get(POOL_LABEL) or "",
+        # The provisioner's node group on a real cluster; the emulator's own pool label otherwise.
+        pool=kube_capacity.node_group_of(labels) or labels.get(EMULATOR_POOL_LABEL) or "",
         created=parse.optional(metadata.get("creationTimestamp")),
     )
 

@@ -174,3 +174,22 @@ def test_pool_comparison_names_the_dominant_segment() -> None:
         "pool c6a.4xlarge/us-east-1a is 12 s slower to Ready than the cluster median,"
         " dominated by cloud-init (+12 s)"
     )
+
+
+@pytest.mark.parametrize(
+    ("label", "group"),
+    [
+        ("karpenter.sh/nodepool", "general"),
+        ("eks.amazonaws.com/nodegroup", "ng-spot"),
+        ("cloud.google.com/gke-nodepool", "pool-1"),
+        ("kubernetes.azure.com/agentpool", "spotpool"),
+        ("emulator.shipshape.dev/pool", "spot-a"),
+    ],
+)
+def test_a_nodes_pool_is_its_provisioners_node_group(label: str, group: str) -> None:
+    labelled = node("n1")
+    labelled["metadata"]["labels"][label] = group
+    (info,) = node_infos([labelled]).values()
+    assert info.pool == group
+    (unlabelled,) = node_infos([node("n2")]).values()
+    assert unlabelled.pool == ""
