@@ -52,6 +52,8 @@ class Workers:
     _analyzed_at: dict[str, float] = field(default_factory=dict)
     # Clusters whose state changed while their analysis was not due: when it falls due (monotonic).
     _deferred: dict[str, float] = field(default_factory=dict)
+    # Clusters whose state changed since `deferred` last offered them an efficiency analysis.
+    _usage_wanted: set[str] = field(default_factory=set)
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,9 +87,12 @@ class Workers:
         # Superseded: a newer snapshot was applied in its place.
         if outcome in ("applied", "superseded"):
             self.analysis_wanted(job.cluster_id)
+            # The minute's point is of the state its first push left (taken here, at most once a
+            # minute); the efficiency analysis, seconds long, runs in `deferred`.
             if self.series is not None:
                 self.series.record_if_due(job.cluster_id)
-            self.analyze_usage_if_due(job.cluster_id)
+            with self._inflight_lock:
+                self._usage_wanted.add(job.cluster_id)
         return Verdict.DONE
 
     def analysis_wanted(self, cluster_id: str) -> None:
@@ -166,13 +171,19 @@ class Workers:
             return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
 
     async def deferred(self) -> None:
-        """Run the analyses asked for (`analysis_wanted`) once they fall due, one at a time."""
+        """Run the analyses asked for (`analysis_wanted`) once they fall due, and the efficiency
+        analyses of changed clusters (each rate-limited itself), one at a time: none of it holds up a
+        consumer."""
         while True:
             for cluster_id in self.deferred_due():
                 try:
                     await asyncio.to_thread(self.analyze_if_due, cluster_id)
                 except Exception:  # the database is away: the next push analyzes again
                     LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            with self._inflight_lock:
+                changed, self._usage_wanted = self._usage_wanted, set()
+            for cluster_id in sorted(changed):
+                await asyncio.to_thread(self.analyze_usage_if_due, cluster_id)  # logs its own failures
             await asyncio.sleep(0.1)
 
     async def handle(self, job: Job) -> Verdict:
