@@ -20,26 +20,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import math
 import os
 import resource
-import signal
-import ssl
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
 import orjson
-import yaml
+
+from served import Served, served_cluster
 
 Json = dict[str, Any]
 
@@ -153,79 +148,6 @@ def max_rss_mib() -> float:
 
 
 # ---- a served cluster in a child process ----------------------------------------------------------------
-
-
-@dataclass
-class Served:
-    url: str
-    token: str
-    verify: ssl.SSLContext
-    pid: int
-
-    def client(self, connections: int) -> aiohttp.ClientSession:
-        """A keep-alive client with at most `connections` connections (aiohttp: its per-request CPU cost
-        is a fifth of httpx's, so that on two cores the client does not limit what is measured)."""
-        return aiohttp.ClientSession(
-            self.url,
-            connector=aiohttp.TCPConnector(ssl=self.verify, limit=connections),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        )
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def served_cluster(spec: Json, *, speed: float = 1.0) -> Iterator[Served]:
-    """`shipshape emulator up` on `spec` in a child process, on a free port, until the block exits."""
-    with tempfile.TemporaryDirectory(prefix="bench-emulator-") as tmp:
-        scenario_path = Path(tmp) / "scenario.yaml"
-        scenario_path.write_text(yaml.safe_dump(spec))
-        kubeconfig = Path(tmp) / "kubeconfig"
-        command = [
-            sys.executable,
-            "-c",
-            "from shipshape.cli.main import app; app()",
-            "emulator",
-            "up",
-            "--scenario",
-            str(scenario_path),
-            "--port",
-            "0",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--speed",
-            str(speed),
-        ]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            while line and not line.startswith("ready"):
-                line = process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the emulator did not start (exit {process.wait()})")
-            config = yaml.safe_load(kubeconfig.read_text())
-            cluster = config["clusters"][0]["cluster"]
-            ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-            yield Served(
-                url=cluster["server"],
-                token=config["users"][0]["user"]["token"],
-                verify=ssl.create_default_context(cadata=ca),
-                pid=process.pid,
-            )
-        finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
 
 
 async def watch_lines(

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import gzip
 import json
@@ -40,7 +39,6 @@ import os
 import resource
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -55,7 +53,8 @@ from typing import Any
 
 import aiohttp
 import orjson
-import yaml
+
+from served import Served, served_cluster
 
 Json = dict[str, Any]
 MIB = 1024 * 1024
@@ -1071,68 +1070,6 @@ def agent_scenario(nodes: int) -> Json:
     }
 
 
-@dataclass
-class Served:
-    url: str
-    kubeconfig: Path
-    token: str
-    verify: ssl.SSLContext
-
-    def client(self, connections: int) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(
-            self.url,
-            connector=aiohttp.TCPConnector(ssl=self.verify, limit=connections),
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        )
-
-
-@contextlib.contextmanager
-def served_emulator(spec: Json, workdir: Path) -> Iterator[Served]:
-    """`shipshape emulator up` on `spec` in a child process until the block ends."""
-    scenario_path = workdir / "scenario.yaml"
-    scenario_path.write_text(yaml.safe_dump(spec))
-    kubeconfig = workdir / "kubeconfig"
-    command = [
-        *CLI,
-        "emulator",
-        "up",
-        "--scenario",
-        str(scenario_path),
-        "--port",
-        "0",
-        "--kubeconfig",
-        str(kubeconfig),
-    ]
-    with open(workdir / "emulator.log", "wb") as errors:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=workdir)
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            while line and not line.startswith("ready"):
-                line = process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the emulator did not start (exit {process.wait()})")
-            config = yaml.safe_load(kubeconfig.read_text())
-            cluster = config["clusters"][0]["cluster"]
-            ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-            yield Served(
-                url=cluster["server"],
-                kubeconfig=kubeconfig,
-                token=config["users"][0]["user"]["token"],
-                verify=ssl.create_default_context(cadata=ca),
-            )
-        finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
-
-
 async def get_json(http: aiohttp.ClientSession, path: str, **params: str) -> Json:
     async with http.get(path, params=params) as answer:
         answer.raise_for_status()
@@ -1247,7 +1184,7 @@ async def churn(served: Served, pods: list[tuple[str, str]], rate: float, second
 
 def agent_case(sizes: Sizes, workdir: Path) -> Json:
     nodes, per_node = sizes.agent_nodes, sizes.agent_pods_per_node
-    with served_emulator(agent_scenario(nodes), workdir) as served:
+    with served_cluster(agent_scenario(nodes), workdir=workdir) as served:
         populated = asyncio.run(populate(served, nodes, per_node))
         log(
             f"agent: {nodes * per_node} pods running after {populated:.0f} s; "
