@@ -1209,8 +1209,11 @@ def agent_case(sizes: Sizes, workdir: Path) -> Json:
                         str(token_file),
                         "--spool",
                         str(workdir / "spool"),
+                        "--no-leader-election",  # one agent: no Lease (nor its namespace) needed
                     ],
                     cwd=workdir,
+                    # As deploy/agent runs it: two malloc arenas, not one per thread.
+                    env={**os.environ, "MALLOC_ARENA_MAX": "2"},
                     stdout=agent_log,
                     stderr=subprocess.STDOUT,
                 )
