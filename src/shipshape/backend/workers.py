@@ -177,14 +177,26 @@ class Workers:
         while True:
             for cluster_id in self.deferred_due():
                 try:
-                    await asyncio.to_thread(self.analyze_if_due, cluster_id)
+                    await asyncio.to_thread(self._counted, self.analyze_if_due, cluster_id)
                 except Exception:  # the database is away: the next push analyzes again
                     LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
             with self._inflight_lock:
                 changed, self._usage_wanted = self._usage_wanted, set()
             for cluster_id in sorted(changed):
-                await asyncio.to_thread(self.analyze_usage_if_due, cluster_id)  # logs its own failures
+                # Logs its own failures.
+                await asyncio.to_thread(self._counted, self.analyze_usage_if_due, cluster_id)
             await asyncio.sleep(0.1)
+
+    def _counted(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
+        """`analyze(cluster_id)` counted in flight: a stop waits for its transaction (a cancelled task
+        does not stop its thread) before the database is closed."""
+        with self._inflight_lock:
+            self._inflight += 1
+        try:
+            return analyze(cluster_id)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
 
     async def handle(self, job: Job) -> Verdict:
         return await asyncio.to_thread(self.apply, job)
