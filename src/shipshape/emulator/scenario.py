@@ -199,13 +199,17 @@ class Interruptions(Strict):
 
 
 class UsageProfile(Strict):
-    """CPU/memory usage of the pods a selector picks, as a share of their requests."""
+    """CPU/memory usage of the pods a selector picks, as a share of their requests, and the GPU
+    engine activity of their containers that request GPUs (0: idle GPUs)."""
 
     namespace: str | None = None
     selector: dict[str, str] = Field(default_factory=dict)
     pattern: Literal["steady", "diurnal", "bursty"] = "steady"
     cpu: float = Field(default=0.5, ge=0, description="mean usage as a fraction of the cpu request")
     memory: float = Field(default=0.6, ge=0, description="mean usage as a fraction of the memory request")
+    gpu: float = Field(
+        default=0.5, ge=0, le=1, description="mean GPU engine activity (ratio 0..1) of GPU containers"
+    )
     amplitude: float = Field(default=0.3, ge=0, le=1)
     period: Seconds = Field(default=86400.0)
     jitter: bool = Field(

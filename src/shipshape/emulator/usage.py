@@ -13,6 +13,12 @@ Every value also carries a small deterministic per-minute jitter (unless the pro
 `jitter: false`, for exactly known figures), so that a seed and a time always give the same numbers
 and nothing is stored. CPU never exceeds the container's limit (throttling),
 memory never its limit. Served by the HTTP layer through metrics.k8s.io (`kubectl top`).
+
+GPUs: a container that asks for whole GPUs (`nvidia.com/gpu` and the other vendors' resources) holds
+that many devices of its node, numbered in the order the pods were created; each device's engine
+activity (a ratio 0..1, as dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`) is the profile's `gpu`
+share shaped like CPU (same pattern and jitter), capped at 1; `gpu: 0` is an idle GPU, exactly 0.
+Served as dcgm-exporter's text format (`emulator/dcgm.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shipshape.analyzers.gpu.objects import WHOLE_GPU_RESOURCES, gpu_model
 from shipshape.emulator.resources import NODES
 from shipshape.emulator.runtime import Cluster
 from shipshape.emulator.scenario import UsageProfile
@@ -39,6 +46,20 @@ MEMORY_JITTER = 0.02
 JITTER_WINDOW_SECONDS = 60.0
 
 ContainerUsage = tuple[str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One GPU of a node, as dcgm-exporter labels it, with the container that holds it (if any)."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    activity: float  # engine activity, ratio 0..1
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +127,35 @@ def container_usage(profile: UsageProfile, seed: int, key: str, ref: Reference, 
     return max(0, cpu), max(0, memory)
 
 
+def gpu_activity(profile: UsageProfile, seed: int, key: str, at: float) -> float:
+    """Engine activity (0..1) of one container's GPUs at time `at`: shaped like its CPU."""
+    cpu_level, _ = levels(profile, seed, key, at)
+    return min(max(profile.gpu * cpu_level, 0.0), 1.0)
+
+
+def container_gpus(container: Obj) -> int:
+    """Whole GPUs a container asks for (limits, else requests, of the GPU resources)."""
+    resources = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        asked = resources.get(section) or {}
+        total = 0
+        for name in WHOLE_GPU_RESOURCES:
+            if name in asked:
+                try:
+                    total += int(to_int(asked[name]))
+                except (TypeError, ValueError):
+                    continue
+        if total:
+            return total
+    return 0
+
+
+def device_uuid(seed: int, node: str, index: int) -> str:
+    """A stable `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` for a node's device."""
+    digest = hashlib.blake2b(f"{seed}|{node}|{index}".encode(), digest_size=16).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:]}"
+
+
 def profile_for(pod: Obj, profiles: Sequence[UsageProfile]) -> UsageProfile:
     """The first profile whose namespace and label selector match the pod, else the default one."""
     md = pod.get("metadata") or {}
@@ -163,6 +213,9 @@ class UsageModel:
         if self._seed is None:
             self._seed = cluster.scenario.seed if cluster.scenario is not None else 1
         cluster.services["usage"] = self
+        from shipshape.emulator import dcgm  # it builds on this module
+
+        cluster.services.setdefault("http_routes", []).extend(dcgm.routes(cluster, self))
 
     def pod_usage(self, pod: Obj, at: float | None = None) -> list[ContainerUsage]:
         """(container name, millicores, bytes) for each running container of the pod."""
@@ -181,6 +234,60 @@ class UsageModel:
             cpu, memory = container_usage(profile, self.seed, f"{uid}/{name}", Reference.of(container), when)
             out.append((name, cpu, memory))
         return out
+
+    def node_gpus(self, node_name: str, at: float | None = None) -> list[GpuDevice]:
+        """Every GPU of a node with its activity at `at`: devices held by running containers first
+        (pods in creation order), then the free ones (activity 0). [] for a node without GPUs."""
+        node = self.c.store.get(NODES, "", node_name)
+        if node is None:
+            return []
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        count = sum(int(to_int(allocatable[r])) for r in WHOLE_GPU_RESOURCES if r in allocatable)
+        if count <= 0:
+            return []
+        when = self.c.now() if at is None else at
+        model = gpu_model((node.get("metadata") or {}).get("labels") or {}) or "NVIDIA GPU"
+
+        def created(pod: Obj) -> tuple[str, str, str]:
+            md = pod.get("metadata") or {}
+            return (
+                str(md.get("creationTimestamp", "")),
+                str(md.get("namespace", "")),
+                str(md.get("name", "")),
+            )
+
+        devices: list[GpuDevice] = []
+        for pod in sorted(self.c.store.pods_on_node(node_name), key=created):
+            running = set(running_containers(pod))
+            if not running:
+                continue
+            md = pod.get("metadata") or {}
+            profile = profile_for(pod, self.profiles)
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                name = str(container.get("name", ""))
+                gpus = container_gpus(container) if name in running else 0
+                if not gpus:
+                    continue
+                activity = gpu_activity(profile, self.seed, f"{md.get('uid', '')}/{name}/gpu", when)
+                for _ in range(gpus):
+                    index = len(devices)
+                    if index >= count:
+                        break
+                    devices.append(
+                        GpuDevice(
+                            node_name,
+                            index,
+                            device_uuid(self.seed, node_name, index),
+                            model,
+                            activity,
+                            str(md.get("namespace", "default")),
+                            str(md.get("name", "")),
+                            name,
+                        )
+                    )
+        for index in range(len(devices), count):
+            devices.append(GpuDevice(node_name, index, device_uuid(self.seed, node_name, index), model, 0.0))
+        return devices
 
     def node_usage(self, node_name: str, at: float | None = None) -> tuple[int, int]:
         """(millicores, bytes) used on a node: its running pods plus the system's own share.

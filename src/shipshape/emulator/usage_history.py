@@ -5,7 +5,9 @@ with the series a cluster's Prometheus would hold (cAdvisor and kube-state-metri
 Samples are taken at the given times. The CPU counter `container_cpu_usage_seconds_total` grows by
 usage(t_i) x (t_i - t_(i-1)) between consecutive samples, so its rate over any run of samples is
 the mean usage at those samples; a restart resets it to 0 (and bumps the restart counter). Node
-totals are cAdvisor's root cgroup (`id="/"`), labelled with the node's name.
+totals are cAdvisor's root cgroup (`id="/"`), labelled with the node's name. GPU nodes add
+dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE` and `DCGM_FI_DEV_GPU_UTIL` per device, with the
+exporter's labels (`emulator/dcgm.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shipshape.analyzers.efficiency.usage import (
     Window,
     series_from_rows,
 )
+from shipshape.emulator import dcgm
 from shipshape.emulator.store import Obj
 from shipshape.emulator.usage import UsageModel, running_containers
 from shipshape.kube.quantity import cpu_millis, to_int
@@ -248,5 +251,31 @@ def openmetrics(
             for t in times
             if t >= first
         ]
+    lines += gpu_lines(model, node_names, times, extra)
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+def gpu_lines(
+    model: UsageModel, node_names: Sequence[str], times: Sequence[float], extra: Mapping[str, str]
+) -> list[str]:
+    """dcgm-exporter's two gauges per GPU device at `times` (nothing for clusters without GPUs).
+    A device that changes hands is a new series (its pod labels change), as with the exporter."""
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for at in times:
+        for device in dcgm.cluster_devices(model, node_names, at):
+            labels = dcgm.device_labels(device, extra)
+            key = dcgm.label_text({k: v for k, v in labels.items() if v})
+            samples.setdefault(key, []).append((at, device.activity))
+    lines: list[str] = []
+    for name, help_text in dcgm.FAMILIES:
+        if not samples:
+            break
+        lines.append(f"# TYPE {name} gauge")
+        lines.append(f"# HELP {name} {help_text}")
+        for key, points in samples.items():
+            lines += [
+                f"{name}{key} {_fmt(dcgm.util_percent(v) if name == dcgm.GPU_UTIL else v)} {_fmt(t)}"
+                for t, v in points
+            ]
+    return lines
