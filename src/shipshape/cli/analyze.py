@@ -1,7 +1,7 @@
 """`shipshape analyze`: right-sizing and QoS colocation findings for a cluster or a snapshot file,
-and, where the cluster has GPU nodes, the GPU analysis (allocation, idle GPUs from a snapshot's
-dcgm-exporter series, advice; a scale-down's `SetReplicas` instruction under `gpu.advice[].apply`
-in `--json`).
+and, where the cluster has GPU nodes, the GPU analysis (allocation, idle GPUs from dcgm-exporter's
+series in Prometheus or a snapshot, advice; a scale-down's `SetReplicas` instruction under
+`gpu.advice[].apply` in `--json`).
 
 Usage comes from Prometheus (`--prometheus URL`, a window of history), else from metrics.k8s.io
 (one sample now: low confidence, said in each finding), or from the snapshot's `usage` section.
@@ -266,8 +266,17 @@ def analyze(
                 console.status(f"reading {window} of usage from {prometheus}"),
             ):
                 usage = source.fetch(history)
+                gpu_series = source.fetch_gpu(history)
         except PrometheusError as error:
             raise _fail(console, str(error)) from error
+        if gpu_series:
+            from shipshape.analyzers.efficiency.snapshot import GpuUtilization
+            from shipshape.analyzers.gpu.idle import IdleSettings
+
+            utilization = GpuUtilization(
+                IdleSettings(history.start, history.start + history.steps * history.step, history.step),
+                tuple(gpu_series),
+            )
     if usage is None:
         raise _fail(console, f"{snapshot} has no usage section; give --prometheus URL for usage history")
     try:
@@ -290,7 +299,11 @@ def analyze(
     if gpu.gpus and utilization is None:
         lacking.append(
             "no GPU utilisation (dcgm-exporter) series: idle GPUs and their scale-down are not analysed "
-            "(a snapshot's gpuUtilization)"
+            + (
+                f"(Prometheus at {prometheus} holds no DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL)"
+                if prometheus is not None
+                else "(give --prometheus URL with dcgm-exporter's series, or a snapshot's gpuUtilization)"
+            )
         )
     if chart is not None:
         from shipshape.analyzers.efficiency import charts

@@ -15,6 +15,13 @@ plus `cluster="<name>"` for a central Prometheus, the label name configurable):
   was 1 in the window (at least one kill each); restarts: `increase()` of
   `kube_pod_container_status_restarts_total` over the window.
 
+GPU activity (`fetch_gpu`, dcgm-exporter's series, into the idle-GPU analyzer's
+`UtilizationSeries`): per device and pod,
+`max by (Hostname, gpu, namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[S]))`
+(ratio 0..1); a device without engine activity (the profiling metrics need a datacenter GPU) falls
+back to `DCGM_FI_DEV_GPU_UTIL` (percent). `{sel}` holds only the cluster matcher. `gpu_activity`
+is the same over one bucket at one instant (the agent's question when a usage bucket closes).
+
 A step where Prometheus returns nothing stays NaN. Errors become `PrometheusError` with the reason.
 """
 
@@ -36,6 +43,7 @@ from shipshape.analyzers.efficiency.usage import (
     UsageData,
     Window,
 )
+from shipshape.analyzers.gpu.idle import ENGINE_ACTIVE, GPU_UTIL, UtilizationSeries
 
 MAX_POINTS = 11_000  # Prometheus refuses query_range answers longer than this per series
 
@@ -145,6 +153,75 @@ class PrometheusSource:
             "node_memory": f"max by (node) (max_over_time({memory}{root}[{step_range}]))",
         }
 
+    def gpu_queries(self, range_seconds: float) -> dict[str, str]:
+        """The two dcgm-exporter queries, each device's activity averaged over `range_seconds`."""
+        window = _duration(range_seconds - 0.001)
+        sel = self._selector()
+        by = "Hostname, gpu, namespace, pod"
+        return {
+            metric: f"max by ({by}) (avg_over_time({metric}{sel}[{window}]))"
+            for metric in (ENGINE_ACTIVE, GPU_UTIL)
+        }
+
+    def fetch_gpu(self, window: Window) -> list[UtilizationSeries]:
+        """Each GPU device's activity per step of the window (engine activity where the device has
+        it, else GPU_UTIL), attributed to its pod ("namespace/name") where the exporter says."""
+        found: dict[tuple[str, str, str], UtilizationSeries] = {}
+        for metric, query in self.gpu_queries(window.step).items():
+            for item in self.query_range(query, window):
+                labels = item.get("metric") or {}
+                key = (labels.get("Hostname", ""), labels.get("gpu", ""), _pod_of(labels) or "")
+                if key in found:
+                    continue  # the device's engine activity, read first, wins
+                points = [(float(at), float(text)) for at, text in item.get("values") or []]
+                points = [(at, value) for at, value in points if math.isfinite(value)]
+                if not points:
+                    continue
+                found[key] = UtilizationSeries(
+                    node=key[0],
+                    gpu=key[1],
+                    pod=_pod_of(labels),
+                    timestamps=np.array([at for at, _ in points], dtype=np.float64),
+                    values=np.array([value for _, value in points], dtype=np.float64),
+                    metric=metric,
+                )
+        return sorted(found.values(), key=lambda s: (s.node, s.gpu, s.pod or ""))
+
+    def gpu_activity(self, end: float, range_seconds: float) -> list[GpuSample]:
+        """Each attributed device's mean and highest activity (ratio 0..1) and its sample count
+        over (end - range, end], with its model; engine activity preferred, GPU_UTIL else."""
+        window = _duration(range_seconds - 0.001)
+        sel = self._selector('pod!=""')
+        by = "Hostname, gpu, modelName, namespace, pod"
+        found: dict[tuple[str, str, str], GpuSample] = {}
+        for metric in (ENGINE_ACTIVE, GPU_UTIL):
+            scale = 100.0 if metric == GPU_UTIL else 1.0
+            parts: dict[str, dict[tuple[str, str, str], tuple[dict[str, str], float]]] = {}
+            for name in ("avg", "max", "count"):
+                rows = self.query(f"max by ({by}) ({name}_over_time({metric}{sel}[{window}]))", end)
+                table = parts.setdefault(name, {})
+                for item in rows:
+                    labels = item.get("metric") or {}
+                    key = (labels.get("Hostname", ""), labels.get("gpu", ""), _pod_of(labels) or "")
+                    table[key] = (labels, float(item["value"][1]))
+            for key, (labels, mean) in parts["avg"].items():
+                if key in found or not key[2] or not math.isfinite(mean):
+                    continue
+                high = parts["max"].get(key, (labels, mean))[1]
+                count = parts["count"].get(key, (labels, 1.0))[1]
+                found[key] = GpuSample(
+                    namespace=labels.get("namespace", ""),
+                    pod=labels.get("pod", ""),
+                    node=key[0],
+                    gpu=key[1],
+                    model=labels.get("modelName", ""),
+                    mean=min(max(mean / scale, 0.0), 1.0),
+                    high=min(max(high / scale, 0.0), 1.0),
+                    samples=max(int(count), 1),
+                    metric=metric,
+                )
+        return sorted(found.values(), key=lambda s: (s.namespace, s.pod, s.node, s.gpu))
+
     # ---- results -> arrays -----------------------------------------------------------------------
 
     @staticmethod
@@ -236,6 +313,26 @@ class PrometheusSource:
             if key is not None:
                 restarts[key] = round(float(item["value"][1]))
         return specs, ooms, restarts
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU device's activity over one range, as `gpu_activity` reads it."""
+
+    namespace: str
+    pod: str
+    node: str
+    gpu: str
+    model: str
+    mean: float  # ratio 0..1
+    high: float
+    samples: int
+    metric: str
+
+
+def _pod_of(labels: Mapping[str, str]) -> str | None:
+    namespace, pod = labels.get("namespace", ""), labels.get("pod", "")
+    return f"{namespace}/{pod}" if namespace and pod else None
 
 
 def _series(cpu: Mapping[Any, np.ndarray], memory: Mapping[Any, np.ndarray], window: Window) -> Series[Any]:
