@@ -15,6 +15,13 @@ twice (the same pod and timestamp: metrics-server had nothing newer) counts once
 bucket already sent is dropped. A missing metrics API (404, or 403: not allowed) means no usage:
 the agent says so once, keeps following the cluster, and asks again every `unavailable_retry`.
 
+GPUs (with `gpu`, the cluster's Prometheus, `--prometheus`): when a bucket closes, the agent asks
+Prometheus for dcgm-exporter's series over that bucket (`PrometheusSource.gpu_activity`: the mean,
+highest and count of each device's engine activity, GPU_UTIL where a device has none) and adds one
+line per pod holding GPUs (`gpu_lines`). Prometheus away or refusing: the report goes without GPU
+lines, said once (and once more when it answers again); a query is bounded by its timeout and asked
+once per bucket, so usage never waits on it for longer.
+
 The spool is a separate one from the snapshots' and deltas' (`<spool>/usage`): a report does not
 depend on any other, so reports are sent in bucket order as they come, and when the spool is full
 the oldest buckets are dropped (the state pushes fold into a snapshot; usage cannot be rebuilt).
@@ -31,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ijson
 import orjson
@@ -44,6 +51,9 @@ from shipshape.agent.spool import Spool
 from shipshape.contracts import usage as contract
 from shipshape.kube.clock import Clock, parse_time
 from shipshape.kube.quantity import QuantityError, parse_quantity
+
+if TYPE_CHECKING:  # numpy and the analyzers load only in an agent given --prometheus
+    from shipshape.sources.prometheus import GpuSample
 
 LOG = logging.getLogger("shipshape.agent.usage")
 GROUP, VERSION = "metrics.k8s.io", "v1beta1"
@@ -197,6 +207,40 @@ class MetricsApi:
             response.release_conn()
 
 
+class GpuReader(Protocol):
+    """Where GPU activity comes from: the cluster's Prometheus (`PrometheusSource`), a fake in tests."""
+
+    def gpu_activity(self, end: float, range_seconds: float) -> list[GpuSample]: ...
+
+
+def gpu_lines(samples: list[GpuSample], owner_of: OwnerOf, bucket_seconds: int) -> list[dict[str, Any]]:
+    """One `GpuUsage` line per pod from its devices' samples: devices counted, activity averaged over
+    them (mean) or the highest (max), the busiest device's sample count (at most one a second)."""
+    by_pod: dict[PodKey, list[GpuSample]] = {}
+    for sample in samples:
+        if sample.namespace and sample.pod:
+            by_pod.setdefault((sample.namespace, sample.pod), []).append(sample)
+    lines = []
+    for (namespace, name), devices in sorted(by_pod.items()):
+        devices = devices[: contract.MAX_GPUS_PER_POD]
+        kind, workload = owner_of(namespace, name) or ("Pod", name)
+        mean = sum(d.mean for d in devices) / len(devices)
+        high = max(d.high for d in devices)
+        lines.append(
+            {
+                "namespace": namespace,
+                "name": name,
+                "workload": {"kind": kind, "name": workload},
+                "devices": len(devices),
+                "model": next((d.model for d in devices if d.model), "")[:128],
+                "samples": min(max(d.samples for d in devices), bucket_seconds),
+                "activity_mean": min(mean, high),
+                "activity_max": high,
+            }
+        )
+    return lines
+
+
 # ---- folding samples into buckets ----------------------------------------------------------------
 
 
@@ -343,9 +387,12 @@ class UsageAggregator:
         """Pods and nodes remembered between buckets (bounded by what runs now)."""
         return len(self._seen)
 
-    def close(self, now: float, taken_at: datetime) -> list[ClosedBucket]:
+    def close(
+        self, now: float, taken_at: datetime, gpus: Callable[[int], list[dict[str, Any]]] | None = None
+    ) -> list[ClosedBucket]:
         """Reports of the buckets that ended at least `grace` seconds before `now` (and of the
-        oldest ones beyond MAX_OPEN_BUCKETS), oldest first."""
+        oldest ones beyond MAX_OPEN_BUCKETS), oldest first; `gpus(bucket start)` gives each
+        report's GPU lines."""
         due = sorted(s for s in self._open if s + self.bucket_seconds + self.grace <= now)
         extra = sorted(self._open)[: max(0, len(self._open) - MAX_OPEN_BUCKETS)]
         out = []
@@ -353,7 +400,7 @@ class UsageAggregator:
             bucket = self._open.pop(start)
             self._closed_until = max(self._closed_until, start + self.bucket_seconds)
             if bucket.containers or bucket.nodes:
-                out.append(self._report(bucket, taken_at))
+                out.append(self._report(bucket, taken_at, gpus(start) if gpus is not None else []))
         if out:
             self._forget()
         return out
@@ -375,7 +422,7 @@ class UsageAggregator:
             seen.owner = owner
         return owner
 
-    def _report(self, bucket: _Bucket, taken_at: datetime) -> ClosedBucket:
+    def _report(self, bucket: _Bucket, taken_at: datetime, gpus: list[dict[str, Any]]) -> ClosedBucket:
         # Written a batch of pods at a time, never the whole report as Python objects. (Each
         # orjson.dumps answer holds a buffer of some kilobytes whatever its length: many small ones
         # would cost far more than the report itself.)
@@ -418,7 +465,10 @@ class UsageAggregator:
                 "agent_version": __version__,
             }
         )
-        body = head[:-1] + b',"pods":[' + b",".join(parts) + b'],"nodes":' + nodes + b"}"
+        body = head[:-1] + b',"pods":[' + b",".join(parts) + b'],"nodes":' + nodes
+        if gpus:
+            body += b',"gpus":' + orjson.dumps(gpus)
+        body += b"}"
         return ClosedBucket(bucket.start, body, len(bucket.containers), len(bucket.nodes))
 
 
@@ -438,8 +488,17 @@ class UsageLoop:
         settings: UsageSettings = UsageSettings(),
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         is_leader: Callable[[], bool] = lambda: True,
+        gpu: GpuReader | None = None,
     ) -> None:
         self.reader = reader
+        self.gpu = gpu
+        self._gpu_errors: tuple[type[Exception], ...] = ()
+        if gpu is not None:
+            from shipshape.sources.prometheus import PrometheusError
+
+            self._gpu_errors = (PrometheusError,)
+        self.owner_of = owner_of
+        self.gpu_available: bool | None = None  # None until asked
         # Only the replica holding the agent's Lease reads and sends (a follower's reports would be
         # replays of the leader's buckets: the backend keeps the first of each).
         self.is_leader = is_leader
@@ -493,10 +552,28 @@ class UsageLoop:
 
     def close_due(self) -> int:
         """Spool the reports of the buckets that are due; returns how many."""
-        closed = self.aggregator.close(self.clock.now(), self.wall())
+        closed = self.aggregator.close(
+            self.clock.now(), self.wall(), self.gpu_lines if self.gpu is not None else None
+        )
         for bucket in closed:
             self._spool(bucket)
         return len(closed)
+
+    def gpu_lines(self, start: int) -> list[dict[str, Any]]:
+        """The GPU lines of the bucket starting at `start`; none when Prometheus fails (said once)."""
+        assert self.gpu is not None
+        seconds = self.settings.bucket_seconds
+        try:
+            samples = self.gpu.gpu_activity(float(start + seconds), float(seconds))
+        except self._gpu_errors as error:
+            if self.gpu_available is not False:
+                LOG.warning("GPU activity unavailable (%s): usage goes without GPU lines for now", error)
+            self.gpu_available = False
+            return []
+        if self.gpu_available is False:
+            LOG.info("Prometheus answers again: GPU activity back in the usage")
+        self.gpu_available = True
+        return gpu_lines(samples, self.owner_of, seconds)
 
     def _spool(self, bucket: ClosedBucket) -> None:
         while True:

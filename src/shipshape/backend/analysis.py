@@ -12,8 +12,16 @@ Two analyses, each storing its own kinds of recommendation:
   QoS colocation) over the window of stored usage, priced with each node's own price (the spot
   price on spot nodes). Right-sizing becomes one recommendation per workload, with every container
   that changes enough in one `SetContainerRequests` instruction (one rollout, one precondition);
-  QoS colocation and interference are one advisory recommendation each per cluster. GPU idleness
-  needs utilisation series (dcgm-exporter) that metrics.k8s.io does not have: not analysed here.
+  QoS colocation and interference are one advisory recommendation each per cluster;
+- **idle GPUs** (`_idle_gpus`, in the same efficiency analysis), where the agent adds dcgm-exporter's
+  activity from the cluster's Prometheus (`agent --prometheus`): per workload, the pods that held
+  their GPUs idle (mean engine activity under 5 %) in at least 95 % of the observed slots are
+  surplus. One recommendation per such workload: evidence (GPUs, model, activity over the window,
+  hours observed), money wasted per month (surplus pods x GPUs per pod x the price per GPU-hour of
+  the nodes its pods run on, the spot price on spot nodes, x 730 h), confidence from the hours
+  observed against the window, and the `SetReplicas` instruction that scales it to the replicas
+  left (0 when all are idle); a workload an HPA scales gets the advice without the instruction
+  (the HPA's minReplicas is the thing to change), as do kinds the agent does not scale.
 """
 
 from __future__ import annotations
@@ -29,7 +37,12 @@ from sqlalchemy.orm import Session
 
 from shipshape.analyzers import spot_adoption
 from shipshape.analyzers.efficiency import analysis as efficiency
-from shipshape.analyzers.efficiency.cluster import Cluster, read_cluster
+from shipshape.analyzers.efficiency.cluster import Cluster, capacity_type, read_cluster
+from shipshape.analyzers.gpu import advice as gpu_advice
+from shipshape.analyzers.gpu import idle as gpu_idle
+from shipshape.analyzers.gpu import objects as gpu_objects
+from shipshape.analyzers.gpu.fleet import GpuNode, GpuPod
+from shipshape.analyzers.gpu.fleet import Workload as GpuWorkload
 from shipshape.backend import usage as usage_store
 from shipshape.backend.store import repository as repo
 from shipshape.backend.store.models import UsageWorkload
@@ -38,6 +51,7 @@ from shipshape.contracts.instructions import (
     Precondition,
     Recommendation,
     SetContainerRequests,
+    SetReplicas,
     WorkloadRef,
 )
 from shipshape.kube import capacity as kube_capacity
@@ -50,9 +64,10 @@ KINDS = (spot_adoption.KIND,)
 NEEDED = ("nodes", "pods", "deployments", "replicasets", "statefulsets")
 DEFAULT_REGION = "us-east-1"
 RIGHT_SIZING = "right-sizing"
+GPU_IDLE = "gpu-idle"
 QOS_COLOCATION = "qos-colocation"
 QOS_INTERFERENCE = "qos-interference"
-EFFICIENCY_KINDS = (RIGHT_SIZING, QOS_COLOCATION, QOS_INTERFERENCE)
+EFFICIENCY_KINDS = (RIGHT_SIZING, QOS_COLOCATION, QOS_INTERFERENCE, GPU_IDLE)
 EFFICIENCY_NEEDED = ("nodes", "pods", "deployments", "statefulsets", "daemonsets", "horizontalpodautoscalers",
                      "priorityclasses")  # fmt: skip
 MIB = 2**20
@@ -120,6 +135,7 @@ class EfficiencyInputs:
     workloads: usage_store.Rows
     nodes: usage_store.Rows
     summaries: dict[usage_store.SeriesKey, UsageWorkload]
+    gpus: usage_store.GpuRows | None = None  # workloads' GPU activity (agents given --prometheus)
 
 
 def read_efficiency(
@@ -145,7 +161,10 @@ def read_efficiency(
         for r in repo.usage_summaries(session, org_id, cluster_id)
     }
     objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in EFFICIENCY_NEEDED}
-    return EfficiencyInputs(objects, window, workloads, nodes, summaries)
+    gpus = usage_store.lay_out_gpus(
+        repo.gpu_usage_chunks(session, org_id, cluster_id, window.first, step), window
+    )
+    return EfficiencyInputs(objects, window, workloads, nodes, summaries, gpus)
 
 
 def store_efficiency(
@@ -178,6 +197,7 @@ def efficiency_findings(inputs: EfficiencyInputs, settings: EfficiencySettings) 
     context = _Context(inputs, settings, report, factor)
     out = _right_sizing(context, objects)
     out += _colocation(context, cluster)
+    out += _idle_gpus(inputs, settings)
     return out
 
 
@@ -447,3 +467,148 @@ def _colocation(context: _Context, cluster: Cluster) -> list[Recommendation]:
             )
         )
     return out
+
+
+# ---- idle GPUs -----------------------------------------------------------------------------------
+
+
+def _idle_gpus(inputs: EfficiencyInputs, settings: EfficiencySettings) -> list[Recommendation]:
+    """One recommendation per workload whose pods held GPUs idle (see the module's docstring)."""
+    rows = inputs.gpus
+    if rows is None or not rows.keys:
+        return []
+    objects = inputs.objects
+    nodes = objects.get("nodes", [])
+    _, gpu_pods = gpu_objects.fleet_from_objects(
+        nodes, objects.get("pods", []), capacity_type, node_prices(nodes)
+    )
+    gpu_nodes = {
+        n.name: n
+        for body in nodes
+        if (
+            n := gpu_objects.node_from_object(
+                body, capacity_type, node_prices([body]).get(body["metadata"]["name"])
+            )
+        )
+        is not None
+    }
+    workloads = gpu_objects.workloads_from_objects(
+        objects.get("deployments", []),
+        objects.get("statefulsets", []),
+        objects.get("horizontalpodautoscalers", []),
+    )
+    out = []
+    for i, key in enumerate(rows.keys):
+        activity = gpu_idle.workload_activity(
+            rows.samples[i],
+            rows.activity_mean[i],
+            rows.activity_high[i],
+            rows.pods[i],
+            rows.devices[i],
+            rows.idle_pods[i],
+            inputs.window.step,
+        )
+        if activity is None or activity.surplus == 0:
+            continue
+        if activity.hours < settings.min_history_hours - 1e-9:
+            continue  # not enough activity observed yet
+        live = [
+            p
+            for p in gpu_pods
+            if p.namespace == key.namespace
+            and p.node is not None
+            and p.owner is not None
+            and (p.owner.kind, p.owner.name) == (key.kind, key.workload)
+        ]
+        out.append(
+            _idle_gpu_finding(inputs, settings, key, activity, live, gpu_nodes, workloads, rows.models)
+        )
+    return out
+
+
+def _idle_gpu_finding(
+    inputs: EfficiencyInputs,
+    settings: EfficiencySettings,
+    key: usage_store.WorkloadKey,
+    activity: gpu_idle.WorkloadActivity,
+    live: Sequence[GpuPod],
+    gpu_nodes: Mapping[str, GpuNode],
+    workloads: Mapping[tuple[str, str, str], GpuWorkload],
+    models: Mapping[usage_store.WorkloadKey, str],
+) -> Recommendation:
+    kind, namespace, name = key.kind, key.namespace, key.workload
+    per_pod = sum(p.gpus for p in live) / len(live) if live else activity.devices / max(activity.pods, 1)
+    held = [gpu_nodes[p.node] for p in live if p.node is not None and p.node in gpu_nodes]
+    prices = [n.price_per_gpu_hour for n in held if n.price_per_gpu_hour is not None]
+    price = sum(prices) / len(prices) if prices else None
+    idle_gpus = activity.surplus * per_pod
+    monthly = None if price is None else round(idle_gpus * price * efficiency.HOURS_PER_MONTH, 2)
+    model = next((n.gpu_model for n in held if n.gpu_model), "") or models.get(key, "")
+    known = workloads.get((kind, namespace, name))
+    replicas = known.replicas if known is not None else max(activity.pods, len(live))
+    keep = max(replicas - activity.surplus, 0)
+    instruction: SetReplicas | None = None
+    summary = [
+        f"{activity.surplus} of {activity.pods} pod(s) held {idle_gpus:g} {model or 'GPU'} GPU(s) idle "
+        f"(engine activity under {usage_store.GPU_IDLE_BELOW:.0%}) in at least 95 % of "
+        f"{activity.hours:.1f} h observed; mean activity {activity.mean:.1%}, busiest pod's p95 "
+        f"{activity.p95_high:.1%}",
+    ]
+    if price is not None and monthly is not None:
+        summary.append(
+            f"wastes about ${monthly:.2f} a month: {idle_gpus:g} GPU(s) x ${price:.4f} per GPU-hour "
+            f"({', '.join(sorted({n.capacity_type for n in held}))}) x {efficiency.HOURS_PER_MONTH:g} h"
+        )
+    if known is not None and known.autoscaled_by is not None:
+        summary.append(
+            f"HorizontalPodAutoscaler {known.autoscaled_by} scales it: lower its minReplicas to {keep} "
+            "(the agent does not change replicas an HPA owns)"
+        )
+    elif known is not None and kind in ("Deployment", "StatefulSet"):
+        instruction = gpu_advice.set_replicas(known, keep)
+    else:
+        summary.append(f"{kind}s are not scaled by the agent: stop or shrink it where it is made")
+    confidence = min(1.0, activity.hours / settings.window_hours)
+    target = (
+        WorkloadRef(kind=kind, namespace=namespace, name=name)  # type: ignore[arg-type]
+        if kind in ("Deployment", "StatefulSet")
+        else None
+    )
+    generation = known.generation if known is not None else None
+    window = inputs.window
+    return Recommendation(
+        kind=GPU_IDLE,
+        fingerprint=f"{GPU_IDLE}:{kind}/{namespace}/{name}@{generation or ''}/{keep}"[:200],
+        title=(
+            f"Scale {kind} {namespace}/{name} from {replicas} to {keep} replica(s): {idle_gpus:g} "
+            f"{model + ' ' if model else ''}GPU(s) idle over {activity.hours:.1f} h"
+        )[:300],
+        target=target,
+        evidence={
+            "source": "dcgm-exporter via Prometheus (agent)",
+            "window_hours": round(window.hours, 2),
+            "window_start": datetime.fromtimestamp(window.first, tz=_UTC).isoformat(),
+            "step_seconds": window.step,
+            "workload": f"{kind}/{namespace}/{name}",
+            "gpu_model": model,
+            "gpus_per_pod": per_pod,
+            "idle_gpus": idle_gpus,
+            "pods": activity.pods,
+            "idle_pods": activity.surplus,
+            "replicas": replicas,
+            "recommended_replicas": keep,
+            "activity_mean": round(activity.mean, 4),
+            "activity_p95_busiest_pod": round(activity.p95_high, 4),
+            "idle_slots_share": round(activity.idle_slots_share, 4),
+            "hours_observed": round(activity.hours, 2),
+            "slots_observed": activity.slots,
+            "price_per_gpu_hour_usd": None if price is None else round(price, 6),
+            "capacity_types": sorted({n.capacity_type for n in held}),
+            "autoscaled_by": None if known is None else known.autoscaled_by,
+            "monthly_waste_usd": monthly,
+            "summary": summary,
+        },
+        monthly_savings_usd=monthly,
+        confidence=confidence,
+        instruction=instruction,
+    )

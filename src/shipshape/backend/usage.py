@@ -19,6 +19,13 @@ values take the larger. Each report is applied once (the push row says it was pr
 same transaction), so nothing is counted twice; an agent bucket smaller than the step (it must
 divide it) folds into its slot.
 
+GPU activity (reports with `gpus` lines, from an agent given the cluster's Prometheus) is kept the
+same way per **workload** (namespace, kind, name): chunks of `SLOTS` slots, each holding the samples,
+the mean engine activity (weighted by samples, over every device of the workload's pods), the
+highest pod's mean, the highest sample, the pods and devices seen, and how many of those pods were
+idle (mean below `GPU_IDLE_BELOW`, the idle-GPU analyzer's threshold); a slot made of several agent
+buckets keeps the fewest idle pods of any of them. The GPU model rides on the chunk's row.
+
 For the analyzers, the rows of a window are laid out per pod container: every live pod of a
 workload gets its workload's row (CPU: the busiest replica's mean per slot, so a right-sized request
 fits every replica; memory: the highest working set of any replica). A window too large for the
@@ -46,6 +53,19 @@ MAX_CELLS = 16_000_000
 _LAYOUT = (("samples", "<i4"), ("cpu_mean", "<f4"), ("cpu_high", "<f4"), ("memory_max", "<f4"))
 CHUNK_BYTES = SLOTS * sum(np.dtype(kind).itemsize for _, kind in _LAYOUT)
 F32 = NDArray[np.float32]
+
+
+_GPU_LAYOUT = (
+    ("samples", "<i4"),
+    ("activity_mean", "<f4"),
+    ("activity_high", "<f4"),
+    ("activity_max", "<f4"),
+    ("pods", "<i4"),
+    ("devices", "<i4"),
+    ("idle_pods", "<i4"),
+)
+GPU_CHUNK_BYTES = SLOTS * sum(np.dtype(kind).itemsize for _, kind in _GPU_LAYOUT)
+GPU_IDLE_BELOW = 0.05  # a pod is idle in a bucket when its mean activity is below this (idle.py's)
 
 
 class UsageStoreError(ValueError):
@@ -109,6 +129,90 @@ class Chunk:
         self.samples[slot] = total
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class WorkloadKey:
+    """A workload: what GPU activity is kept per."""
+
+    namespace: str
+    kind: str
+    workload: str
+
+
+@dataclass(slots=True)
+class GpuPart:
+    """What one report adds to one slot of one workload's GPU activity."""
+
+    samples: int = 0
+    activity_sum: float = 0.0  # mean activity x samples, summed over the pods' devices
+    weight: int = 0  # samples x devices, summed
+    activity_high: float = 0.0  # the highest pod mean
+    activity_max: float = 0.0  # the highest sample
+    pods: int = 0
+    devices: int = 0
+    idle_pods: int = 0
+    model: str = ""
+
+
+@dataclass(slots=True)
+class GpuChunk:
+    """`SLOTS` slots of one workload's GPU activity; empty slots have 0 samples and NaN values."""
+
+    samples: NDArray[np.int32]
+    activity_mean: F32
+    activity_high: F32
+    activity_max: F32
+    pods: NDArray[np.int32]
+    devices: NDArray[np.int32]
+    idle_pods: NDArray[np.int32]
+
+    @classmethod
+    def empty(cls) -> GpuChunk:
+        nan = np.full(SLOTS, np.nan, dtype=np.float32)
+        zero = np.zeros(SLOTS, dtype=np.int32)
+        return cls(zero.copy(), nan.copy(), nan.copy(), nan.copy(), zero.copy(), zero.copy(), zero.copy())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> GpuChunk:
+        if len(data) != GPU_CHUNK_BYTES:
+            raise UsageStoreError(f"a GPU usage chunk is {GPU_CHUNK_BYTES} bytes, not {len(data)}")
+        arrays = []
+        offset = 0
+        for _, kind in _GPU_LAYOUT:
+            dtype = np.dtype(kind)
+            arrays.append(np.frombuffer(data, dtype, SLOTS, offset).astype(dtype.newbyteorder("=")))
+            offset += SLOTS * dtype.itemsize
+        return cls(*arrays)
+
+    def to_bytes(self) -> bytes:
+        return b"".join(np.asarray(getattr(self, name), dtype=kind).tobytes() for name, kind in _GPU_LAYOUT)
+
+    def merge(self, slot: int, part: GpuPart) -> None:
+        """Add `part` to `slot` (several agent buckets in one slot: samples add, the mean is weighted
+        by samples, the highest values take the larger, idle pods the fewer)."""
+        before = int(self.samples[slot])
+        mean = part.activity_sum / part.weight if part.weight else 0.0
+        if before == 0:
+            self.activity_mean[slot] = mean
+            self.activity_high[slot] = part.activity_high
+            self.activity_max[slot] = part.activity_max
+            self.pods[slot], self.devices[slot], self.idle_pods[slot] = (
+                part.pods,
+                part.devices,
+                part.idle_pods,
+            )
+        else:
+            total = before + part.samples
+            self.activity_mean[slot] = (
+                float(self.activity_mean[slot]) * before + mean * part.samples
+            ) / total
+            self.activity_high[slot] = max(float(self.activity_high[slot]), part.activity_high)
+            self.activity_max[slot] = max(float(self.activity_max[slot]), part.activity_max)
+            self.pods[slot] = max(int(self.pods[slot]), part.pods)
+            self.devices[slot] = max(int(self.devices[slot]), part.devices)
+            self.idle_pods[slot] = min(int(self.idle_pods[slot]), part.idle_pods)
+        self.samples[slot] = before + part.samples
+
+
 @dataclass(slots=True)
 class Part:
     """What one report adds to one slot of one series."""
@@ -131,6 +235,7 @@ class Folded:
     bucket_end: int  # the end of the report's bucket (the newest sample time it may hold)
     workloads: dict[SeriesKey, Part]
     nodes: dict[str, Part]
+    gpus: dict[WorkloadKey, GpuPart] = field(default_factory=dict)
 
 
 def chunk_seconds(step: int) -> int:
@@ -166,6 +271,21 @@ def fold(report: UsageReport, step: int) -> Folded:
         )
         for node in report.nodes
     }
+    gpus: dict[WorkloadKey, GpuPart] = {}
+    for line in report.gpus:
+        gpu_key = WorkloadKey(line.namespace, line.workload.kind, line.workload.name)
+        gpu = gpus.get(gpu_key)
+        if gpu is None:
+            gpu = gpus[gpu_key] = GpuPart()
+        gpu.samples = max(gpu.samples, line.samples)
+        gpu.activity_sum += line.activity_mean * line.samples * line.devices
+        gpu.weight += line.samples * line.devices
+        gpu.activity_high = max(gpu.activity_high, line.activity_mean)
+        gpu.activity_max = max(gpu.activity_max, line.activity_max)
+        gpu.pods += 1
+        gpu.devices += line.devices
+        gpu.idle_pods += line.activity_mean < GPU_IDLE_BELOW
+        gpu.model = gpu.model or line.model
     return Folded(
         chunk_start,
         (slot_start - chunk_start) // step,
@@ -173,6 +293,7 @@ def fold(report: UsageReport, step: int) -> Folded:
         start + report.bucket_seconds,
         workloads,
         nodes,
+        gpus,
     )
 
 
@@ -277,6 +398,50 @@ def lay_out(
         memory[row, offset + lo : offset + hi] = np.where(have, chunk.memory_max[lo:hi], np.nan)
         samples[row] += int(chunk.samples[lo:hi].sum())
     return Rows(list(index), cpu, memory, samples, index)
+
+
+@dataclass
+class GpuRows:
+    """Workloads' GPU activity laid on a window: one row per workload (NaN / 0 where no sample)."""
+
+    keys: list[WorkloadKey]
+    samples: NDArray[np.int32]
+    activity_mean: F32
+    activity_high: F32
+    pods: NDArray[np.int32]
+    devices: NDArray[np.int32]
+    idle_pods: NDArray[np.int32]
+    models: dict[WorkloadKey, str] = field(default_factory=dict)
+
+
+def lay_out_gpus(chunks: Iterable[tuple[WorkloadKey, int, str, bytes]], window: SlotWindow) -> GpuRows:
+    """Rows over `window` from (workload, chunk start, model, body) rows."""
+    index: dict[WorkloadKey, int] = {}
+    models: dict[WorkloadKey, str] = {}
+    placed: list[tuple[int, int, GpuChunk]] = []
+    for key, chunk_start, model, body in chunks:
+        placed.append((index.setdefault(key, len(index)), chunk_start, GpuChunk.from_bytes(body)))
+        if model:
+            models[key] = model
+    shape = (len(index), window.steps)
+    rows = GpuRows(
+        list(index),
+        np.zeros(shape, dtype=np.int32),
+        np.full(shape, np.nan, dtype=np.float32),
+        np.full(shape, np.nan, dtype=np.float32),
+        np.zeros(shape, dtype=np.int32),
+        np.zeros(shape, dtype=np.int32),
+        np.zeros(shape, dtype=np.int32),
+        models,
+    )
+    for row, chunk_start, chunk in placed:
+        offset = (chunk_start - window.first) // window.step
+        lo, hi = max(0, -offset), min(SLOTS, window.steps - offset)
+        if lo >= hi:
+            continue
+        for name in ("samples", "activity_mean", "activity_high", "pods", "devices", "idle_pods"):
+            getattr(rows, name)[row, offset + lo : offset + hi] = getattr(chunk, name)[lo:hi]
+    return rows
 
 
 def coarsen(rows: F32, factor: int) -> F32:

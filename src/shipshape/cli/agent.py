@@ -20,7 +20,7 @@ from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, LeaseUnavailable, sources
 from shipshape.agent.spool import Spool
-from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
+from shipshape.agent.usage import GpuReader, MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.cli import common
 from shipshape.kube import informers as kit
 from shipshape.kube import leader
@@ -79,6 +79,19 @@ def agent(
         str, typer.Option(help="usage bucket (must divide the backend's usage step, 5m by default)")
     ] = "5m",
     usage_spool_max: Annotated[int, typer.Option(help="usage spool bound in MiB (oldest dropped)")] = 64,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            help="the cluster's Prometheus (dcgm-exporter's series): GPU activity per pod in the usage"
+        ),
+    ] = None,
+    prometheus_cluster: Annotated[
+        str | None,
+        typer.Option(help="value of the cluster label in a central Prometheus holding several clusters"),
+    ] = None,
+    prometheus_timeout: Annotated[
+        str, typer.Option(help="bound on one Prometheus query (a usage bucket never waits longer)")
+    ] = "10s",
 ) -> None:
     """Watch the cluster (read-only) and push snapshots and deltas to the backend, spooling on disk
     while it is unreachable; with two replicas, the Lease holder pushes."""
@@ -102,6 +115,19 @@ def agent(
             bucket_seconds=int(bucket),
             spool_max_bytes=usage_spool_max * 1024 * 1024,
         )
+        gpu: GpuReader | None = None
+        if prometheus is not None:
+            from shipshape.sources.prometheus import PrometheusSettings, PrometheusSource
+
+            if not usage:
+                raise ValueError("--prometheus adds GPU activity to the usage: it needs --usage")
+            if not prometheus.startswith(("http://", "https://")):
+                raise ValueError(f"--prometheus must be an http(s):// URL, not {prometheus}")
+            gpu = PrometheusSource(
+                PrometheusSettings(
+                    prometheus, cluster=prometheus_cluster, timeout_seconds=parse_duration(prometheus_timeout)
+                )
+            )
         api_client = load_api_client(kubeconfig)
     except (OSError, UnicodeDecodeError, ValueError, KubeClientError) as error:
         raise common.fail(error) from None
@@ -125,6 +151,7 @@ def agent(
             clock,
             usage_settings,
             is_leader=lambda: runner.leading,
+            gpu=gpu,
         )
         if usage
         else None
@@ -168,6 +195,7 @@ def agent(
         )
         + ("; executing approved instructions" + (" as dry runs" if dry_run else "") if instructions else "")
         + (f"; usage every {usage_every} in buckets of {usage_bucket}" if usage else "")
+        + (f"; GPU activity from {prometheus}" if gpu is not None else "")
     )
     stop.wait()
     # The instruction in hand, if any, finishes; then the last push, and the Lease is given up (the

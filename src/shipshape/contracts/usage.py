@@ -12,6 +12,12 @@ Deployment), so that the receiver keeps one series per workload container whatev
 churn. A report is identified by its bucket: the agent sends it with the idempotency key
 `usage-<bucket start, unix seconds>`, and the receiver applies a bucket at most once.
 
+GPUs (optional; an agent given the cluster's Prometheus adds them): one line per pod holding GPUs,
+from dcgm-exporter's series over the bucket: how many devices, their model, the mean and highest
+engine activity (a ratio 0..1; `DCGM_FI_DEV_GPU_UTIL`'s percent divided by 100 where the device has
+no engine activity) and how many samples the busiest device had. A report without GPU lines leaves
+`gpus` out, so it reads as before.
+
 Pure: no I/O. The agent builds these, the backend validates them.
 """
 
@@ -40,12 +46,15 @@ MAX_CONTAINERS_PER_POD = 100
 MAX_NODES_PER_REPORT = 50_000
 MAX_CORES = 100_000.0
 MAX_BYTES = 2.0**50  # 1 PiB
+MAX_GPU_PODS_PER_REPORT = 100_000
+MAX_GPUS_PER_POD = 64
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
 
 Cores = Annotated[float, Field(ge=0.0, le=MAX_CORES, allow_inf_nan=False)]
 Bytes = Annotated[float, Field(ge=0.0, le=MAX_BYTES, allow_inf_nan=False)]
 Name = Annotated[str, Field(pattern=_NAME.pattern)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 def pod_workload(metadata: Mapping[str, Any]) -> tuple[str, str]:
@@ -115,6 +124,27 @@ class NodeUsage(Sampled):
     name: Name
 
 
+class GpuUsage(BaseModel):
+    """One pod's GPUs in one bucket, from dcgm-exporter's series (the cluster's Prometheus)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: Name
+    name: Name
+    workload: Workload
+    devices: int = Field(ge=1, le=MAX_GPUS_PER_POD)
+    model: str = Field(default="", max_length=128)
+    samples: int = Field(ge=1, le=MAX_BUCKET_SECONDS)
+    activity_mean: Ratio  # the mean over the bucket, averaged over the pod's devices
+    activity_max: Ratio  # the highest sample of any of its devices
+
+    @model_validator(mode="after")
+    def _mean_within_max(self) -> GpuUsage:
+        if self.activity_mean > self.activity_max + 1e-9:
+            raise ValueError(f"activity_mean {self.activity_mean} is above activity_max {self.activity_max}")
+        return self
+
+
 class UsageReport(BaseModel):
     """The samples of one closed bucket [bucket_start, bucket_start + bucket_seconds)."""
 
@@ -127,6 +157,7 @@ class UsageReport(BaseModel):
     agent_version: str = Field(default="", max_length=64)
     pods: list[PodUsage] = Field(default_factory=list, max_length=MAX_PODS_PER_REPORT)
     nodes: list[NodeUsage] = Field(default_factory=list, max_length=MAX_NODES_PER_REPORT)
+    gpus: list[GpuUsage] = Field(default_factory=list, max_length=MAX_GPU_PODS_PER_REPORT)
 
     @field_validator("bucket_start", "taken_at")
     @classmethod
@@ -143,6 +174,7 @@ class UsageReport(BaseModel):
         sampled: list[Sampled] = [c for p in self.pods for c in p.containers]
         sampled.extend(self.nodes)
         most = max((s.samples for s in sampled), default=0)
+        most = max([most, *(g.samples for g in self.gpus)])
         if most > self.bucket_seconds:
             raise ValueError(f"{most} samples in a bucket of {self.bucket_seconds} s")
         pods = {(p.namespace, p.name) for p in self.pods}
@@ -150,6 +182,8 @@ class UsageReport(BaseModel):
             raise ValueError("a pod appears twice in one report")
         if len({n.name for n in self.nodes}) != len(self.nodes):
             raise ValueError("a node appears twice in one report")
+        if len({(g.namespace, g.name) for g in self.gpus}) != len(self.gpus):
+            raise ValueError("a pod's GPUs appear twice in one report")
         return self
 
     @property
@@ -178,4 +212,6 @@ def parse_usage(data: Any) -> UsageReport:
 
 def dump(report: UsageReport) -> bytes:
     """The report as JSON bytes, in its wire form (`schema`, not `schema_`)."""
-    return orjson.dumps(report.model_dump(mode="json", by_alias=True))
+    return orjson.dumps(
+        report.model_dump(mode="json", by_alias=True, exclude=None if report.gpus else {"gpus"})
+    )

@@ -335,7 +335,7 @@ def _scale_down(
                     f"{pod.namespace} (it scales {owner.kind.lower()}/{owner.name}) to {keep}"
                 )
             elif known is not None:
-                apply = _set_replicas(known, keep)
+                apply = set_replicas(known, keep)
         elif owner is not None:
             workload = f"{owner.kind.lower()}/{owner.name} -n {pod.namespace}"
             instruction = f"check {workload}: it holds GPUs without using them"
@@ -354,7 +354,7 @@ def _scale_down(
     return advice
 
 
-def _set_replicas(workload: Workload, replicas: int) -> SetReplicas | None:
+def set_replicas(workload: Workload, replicas: int) -> SetReplicas | None:
     """The instruction that sets the workload's replicas, computed from its current state (None
     without a generation or resourceVersion to hold the agent to)."""
     if workload.generation is not None:

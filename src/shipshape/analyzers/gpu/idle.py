@@ -157,3 +157,58 @@ def _usage(
 def wasted_per_day(usages: Iterable[PodUsage]) -> float:
     """Money the idle pods waste per day (pods on nodes without a price count nothing)."""
     return sum(u.wasted_per_day or 0.0 for u in usages if u.idle)
+
+
+# ---- a workload's GPU activity over stored slots (the backend's view) ----------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadActivity:
+    """A workload's GPU activity over the observed slots of a window (slots with samples)."""
+
+    slots: int
+    hours: float  # observed: slots x step
+    mean: float  # the mean activity over the observed slots (ratio 0..1)
+    p95_high: float  # the 95th percentile of the busiest pod's mean
+    pods: int  # pods in the newest observed slot
+    devices: int  # GPUs those pods hold
+    idle_slots_share: float  # share of observed slots in which every pod was idle
+    surplus: int  # pods idle in at least `idle_share` of the observed slots (a number, not names)
+
+
+def workload_activity(
+    samples: npt.ArrayLike,
+    mean: npt.ArrayLike,
+    high: npt.ArrayLike,
+    pods: npt.ArrayLike,
+    devices: npt.ArrayLike,
+    idle_pods: npt.ArrayLike,
+    step_seconds: float,
+    idle_share: float = 0.95,
+) -> WorkloadActivity | None:
+    """Per-slot rows of one workload (samples, mean activity, busiest pod's mean, pods, devices,
+    idle pods) summed up; None without an observed slot.
+
+    Replicas are interchangeable, so the surplus is a count: the largest k such that at least
+    `idle_share` of the observed slots had k or more idle pods; it never passes the pods now."""
+    have = np.asarray(samples) > 0
+    slots = int(have.sum())
+    if slots == 0:
+        return None
+    means = np.asarray(mean, dtype=np.float64)[have]
+    highs = np.asarray(high, dtype=np.float64)[have]
+    pod_counts = np.asarray(pods)[have]
+    idle_rows = np.asarray(idle_pods)[have]
+    idle = np.sort(idle_rows)
+    surplus = int(idle[min(int(np.floor((1.0 - idle_share) * slots)), slots - 1)])
+    newest = int(np.flatnonzero(have)[-1])
+    return WorkloadActivity(
+        slots=slots,
+        hours=slots * step_seconds / 3600.0,
+        mean=float(np.nanmean(means)) if np.isfinite(means).any() else 0.0,
+        p95_high=float(np.nanpercentile(highs, 95)) if np.isfinite(highs).any() else 0.0,
+        pods=int(pod_counts[-1]),
+        devices=int(np.asarray(devices)[newest]),
+        idle_slots_share=float((idle_rows >= pod_counts).mean()),
+        surplus=min(surplus, int(pod_counts[-1])),
+    )

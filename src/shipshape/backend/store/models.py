@@ -218,6 +218,23 @@ class UsageSeriesChunk(Base):
     body: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class UsageGpuChunk(Base):
+    """`backend.usage.SLOTS` consecutive slots of one workload's GPU activity (`backend.usage.GpuChunk`
+    as bytes), with the GPU model dcgm-exporter named, kept for the retention."""
+
+    __tablename__ = "usage_gpu_series"
+    __table_args__ = (Index("ix_usage_gpu_series_cluster_chunk", "cluster_id", "chunk_start"),)
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    workload_kind: Mapped[str] = mapped_column(String(63), primary_key=True)
+    workload_name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    chunk_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # unix seconds
+    step_seconds: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(128))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class UsageNodeChunk(Base):
     """The same for one node (CPU mean rate, memory working set), for the QoS colocation analysis."""
 

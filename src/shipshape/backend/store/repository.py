@@ -27,6 +27,7 @@ from shipshape.backend.store.models import (
     Organization,
     Push,
     RecommendationRow,
+    UsageGpuChunk,
     UsageNodeChunk,
     UsageSeriesChunk,
     UsageWorkload,
@@ -553,9 +554,43 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
             )
         else:
             node_row.body = chunk.to_bytes()
+    if folded.gpus:
+        _apply_gpus(session, cluster, folded, step)
     push.processed_at, push.outcome = now, "applied"
     session.flush()
     return "applied"
+
+
+def _apply_gpus(session: Session, cluster: Cluster, folded: usage_store.Folded, step: int) -> None:
+    rows = {
+        usage_store.WorkloadKey(r.namespace, r.workload_kind, r.workload_name): r
+        for r in session.scalars(
+            select(UsageGpuChunk).where(
+                UsageGpuChunk.cluster_id == cluster.id, UsageGpuChunk.chunk_start == folded.chunk_start
+            )
+        )
+        if r.step_seconds == step
+    }
+    for key, part in sorted(folded.gpus.items()):
+        row = rows.get(key)
+        chunk = usage_store.GpuChunk.empty() if row is None else usage_store.GpuChunk.from_bytes(row.body)
+        chunk.merge(folded.slot, part)
+        if row is None:
+            session.add(
+                UsageGpuChunk(
+                    cluster_id=cluster.id,
+                    namespace=key.namespace,
+                    workload_kind=key.kind,
+                    workload_name=key.workload,
+                    chunk_start=folded.chunk_start,
+                    step_seconds=step,
+                    model=part.model,
+                    body=chunk.to_bytes(),
+                )
+            )
+        else:
+            row.body = chunk.to_bytes()
+            row.model = part.model or row.model
 
 
 def expire_usage(session: Session, retention: timedelta) -> int:
@@ -570,7 +605,7 @@ def expire_usage(session: Session, retention: timedelta) -> int:
     for cluster_id, latest in newest:
         horizon = as_utc(latest) - retention
         cutoff = int(horizon.timestamp())
-        for table in (UsageSeriesChunk, UsageNodeChunk):
+        for table in (UsageSeriesChunk, UsageNodeChunk, UsageGpuChunk):
             # a chunk ends step x SLOTS after its start; its step is on the row
             result = session.execute(
                 delete(table).where(
@@ -625,6 +660,30 @@ def usage_chunks(
         )
     )
     return [(usage_store.SeriesKey(ns, k, name, c), start, body) for ns, k, name, c, start, body in rows]
+
+
+def gpu_usage_chunks(
+    session: Session, org_id: str, cluster_id: str, since: int, step: int
+) -> list[tuple[usage_store.WorkloadKey, int, str, bytes]]:
+    """(workload, chunk start, GPU model, body) of the GPU chunks of `step` that end after `since`."""
+    get_cluster(session, org_id, cluster_id)
+    rows = session.execute(
+        select(
+            UsageGpuChunk.namespace,
+            UsageGpuChunk.workload_kind,
+            UsageGpuChunk.workload_name,
+            UsageGpuChunk.chunk_start,
+            UsageGpuChunk.model,
+            UsageGpuChunk.body,
+        ).where(
+            UsageGpuChunk.cluster_id == cluster_id,
+            UsageGpuChunk.step_seconds == step,
+            UsageGpuChunk.chunk_start > since - step * usage_store.SLOTS,
+        )
+    )
+    return [
+        (usage_store.WorkloadKey(ns, k, name), start, model, body) for ns, k, name, start, model, body in rows
+    ]
 
 
 def node_usage_chunks(
