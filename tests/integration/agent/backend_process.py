@@ -19,7 +19,7 @@ from shipshape.agent.mirror import Mirror
 from shipshape.agent.pusher import Pusher
 from shipshape.agent.runner import Agent, AgentSettings, sources
 from shipshape.agent.spool import Spool
-from shipshape.agent.usage import MetricsApi, UsageLoop, UsageSettings, owners_from
+from shipshape.agent.usage import GpuReader, MetricsApi, UsageLoop, UsageSettings, owners_from
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.emulator.scenario import Scenario
@@ -103,10 +103,16 @@ def on_demand_only_unless_tolerated() -> Scenario:
 
 @contextlib.contextmanager
 def running_agent(
-    cluster: ServedCluster, url: str, token: str, spool: Path, usage: UsageSettings | None = None
+    cluster: ServedCluster,
+    url: str,
+    token: str,
+    spool: Path,
+    usage: UsageSettings | None = None,
+    gpu: GpuReader | None = None,
 ) -> Iterator[Agent]:
     """The agent on the served cluster pushing to `url` (deltas every 5 emulated s), executing approved
-    instructions, and with `usage` reading metrics.k8s.io, until the block ends."""
+    instructions, and with `usage` reading metrics.k8s.io (and GPU activity from `gpu`), until the
+    block ends."""
     mirror = Mirror()
     pusher = Pusher(url, token)
     collector = (
@@ -119,6 +125,7 @@ def running_agent(
             Spool(spool / "usage"),
             cluster.clock,
             usage,
+            gpu=gpu,
         )
     )
     agent = Agent(
