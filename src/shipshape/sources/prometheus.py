@@ -20,7 +20,8 @@ GPU activity (`fetch_gpu`, dcgm-exporter's series, into the idle-GPU analyzer's
 `max by (Hostname, gpu, namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[S]))`
 (ratio 0..1); a device without engine activity (the profiling metrics need a datacenter GPU) falls
 back to `DCGM_FI_DEV_GPU_UTIL` (percent). `{sel}` holds only the cluster matcher. `gpu_activity`
-is the same over one bucket at one instant (the agent's question when a usage bucket closes).
+is the same over one bucket at one instant (the agent's question when a usage bucket closes): the
+mean, highest and count over the bucket in one query per metric.
 
 A step where Prometheus returns nothing stays NaN. Errors become `PrometheusError` with the reason.
 """
@@ -46,6 +47,7 @@ from shipshape.analyzers.efficiency.usage import (
 from shipshape.analyzers.gpu.idle import ENGINE_ACTIVE, GPU_UTIL, UtilizationSeries
 
 MAX_POINTS = 11_000  # Prometheus refuses query_range answers longer than this per series
+STAT_LABEL = "shipshape_stat"  # tells apart the figures of `gpu_activity`'s union query
 
 
 class PrometheusError(RuntimeError):
@@ -189,26 +191,34 @@ class PrometheusSource:
 
     def gpu_activity(self, end: float, range_seconds: float) -> list[GpuSample]:
         """Each attributed device's mean and highest activity (ratio 0..1) and its sample count
-        over (end - range, end], with its model; engine activity preferred, GPU_UTIL else."""
+        over (end - range, end], with its model; engine activity preferred, GPU_UTIL else. Two
+        instant queries (one per metric), each the union of the three `*_over_time` figures told
+        apart by a `shipshape_stat` label."""
         window = _duration(range_seconds - 0.001)
         sel = self._selector('pod!=""')
         by = "Hostname, gpu, modelName, namespace, pod"
         found: dict[tuple[str, str, str], GpuSample] = {}
         for metric in (ENGINE_ACTIVE, GPU_UTIL):
             scale = 100.0 if metric == GPU_UTIL else 1.0
-            parts: dict[str, dict[tuple[str, str, str], tuple[dict[str, str], float]]] = {}
-            for name in ("avg", "max", "count"):
-                rows = self.query(f"max by ({by}) ({name}_over_time({metric}{sel}[{window}]))", end)
-                table = parts.setdefault(name, {})
-                for item in rows:
-                    labels = item.get("metric") or {}
-                    key = (labels.get("Hostname", ""), labels.get("gpu", ""), _pod_of(labels) or "")
-                    table[key] = (labels, float(item["value"][1]))
-            for key, (labels, mean) in parts["avg"].items():
-                if key in found or not key[2] or not math.isfinite(mean):
-                    continue
-                high = parts["max"].get(key, (labels, mean))[1]
-                count = parts["count"].get(key, (labels, 1.0))[1]
+            query = " or ".join(
+                f"label_replace(max by ({by}) ({stat}_over_time({metric}{sel}[{window}])), "
+                f'"{STAT_LABEL}", "{stat}", "", "")'
+                for stat in ("avg", "max", "count")
+            )
+            stats: dict[tuple[str, str, str], dict[str, float]] = {}
+            labels_of: dict[tuple[str, str, str], Mapping[str, str]] = {}
+            for item in self.query(query, end):
+                labels = item.get("metric") or {}
+                key = (labels.get("Hostname", ""), labels.get("gpu", ""), _pod_of(labels) or "")
+                value = float(item["value"][1])
+                if key[2] and math.isfinite(value):
+                    stats.setdefault(key, {})[labels.get(STAT_LABEL, "")] = value
+                    labels_of[key] = labels
+            for key, figures in stats.items():
+                if key in found or "avg" not in figures:
+                    continue  # the device's engine activity, read first, wins
+                labels = labels_of[key]
+                mean = figures["avg"]
                 found[key] = GpuSample(
                     namespace=labels.get("namespace", ""),
                     pod=labels.get("pod", ""),
@@ -216,8 +226,8 @@ class PrometheusSource:
                     gpu=key[1],
                     model=labels.get("modelName", ""),
                     mean=min(max(mean / scale, 0.0), 1.0),
-                    high=min(max(high / scale, 0.0), 1.0),
-                    samples=max(int(count), 1),
+                    high=min(max(figures.get("max", mean) / scale, 0.0), 1.0),
+                    samples=max(int(figures.get("count", 1.0)), 1),
                     metric=metric,
                 )
         return sorted(found.values(), key=lambda s: (s.namespace, s.pod, s.node, s.gpu))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,15 @@ SPEED = 60.0
 STEP = 60
 HOURS = 3
 CLUSTER = "east"
+
+
+@dataclass
+class Served:
+    emulator: ServedEmulator
+    pods: list[Any]
+    url: str
+    end: float
+    om: str  # the OpenMetrics text the Prometheus was filled from
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +78,15 @@ def served(
         )
         directory = tmp_path_factory.mktemp("prometheus")
         with serving(backfill(om, directory), directory) as url:
-            yield emulator, pods, url, end
+            yield Served(emulator, pods, url, end, om)
 
 
 def _name(pods: list[Any], prefix: str) -> str:
     return next(p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(prefix))
 
 
-def test_dcgm_series_come_back_per_device_and_pod(served: Any) -> None:
-    _, pods, url, end = served
+def test_dcgm_series_come_back_per_device_and_pod(served: Served) -> None:
+    pods, url, end = served.pods, served.url, served.end
     window = Window.covering(end - 3600, end, STEP)
     with PrometheusSource(PrometheusSettings(url, cluster=CLUSTER)) as source:
         series = source.fetch_gpu(window)
@@ -90,19 +101,39 @@ def test_dcgm_series_come_back_per_device_and_pod(served: Any) -> None:
         assert source.fetch_gpu(window) == []
 
 
-def test_gpu_util_is_the_fallback(served: Any) -> None:
-    _, pods, url, end = served
-    with PrometheusSource(PrometheusSettings(url, cluster=CLUSTER)) as source:
-        queries = source.gpu_queries(STEP)
-        found = source.query(queries[GPU_UTIL], end)
-        assert {item["metric"]["pod"] for item in found} == {_name(pods, "idle"), _name(pods, "busy")}
-        samples = source.gpu_activity(end, 300)
-    busy = next(s for s in samples if s.pod.startswith("busy"))
-    assert (busy.mean, busy.high, busy.samples, busy.model) == (BUSY_ACTIVITY, BUSY_ACTIVITY, 5, MODEL)
+def test_gpu_util_is_the_fallback_per_device(served: Served, tmp_path: Path) -> None:
+    """A device without engine activity (the profiling metrics need a datacenter GPU) is read from
+    DCGM_FI_DEV_GPU_UTIL; the other device keeps its engine activity."""
+    pods, end, om = served.pods, served.end, served.om
+    busy = _name(pods, "busy")
+    kept = "".join(
+        line
+        for line in om.splitlines(keepends=True)
+        if not (line.startswith(ENGINE_ACTIVE + "{") and f'pod="{busy}"' in line)
+    )
+    window = Window.covering(end - 3600, end, STEP)
+    with (
+        serving(backfill(kept, tmp_path), tmp_path) as url,
+        PrometheusSource(PrometheusSettings(url, cluster=CLUSTER)) as source,
+    ):
+        series = {s.pod: s for s in source.fetch_gpu(window)}
+        samples = {s.pod: s for s in source.gpu_activity(end, 300)}
+    assert series[f"default/{busy}"].metric == GPU_UTIL
+    np.testing.assert_allclose(series[f"default/{busy}"].activity(), BUSY_ACTIVITY)
+    assert series[f"default/{_name(pods, 'idle')}"].metric == ENGINE_ACTIVE
+    # the bucket's figures: 5 samples a minute apart in (end - 300, end], 70 % -> 0.7
+    assert (samples[busy].metric, samples[busy].mean, samples[busy].high, samples[busy].samples) == (
+        GPU_UTIL,
+        BUSY_ACTIVITY,
+        BUSY_ACTIVITY,
+        5,
+    )
+    idle = samples[_name(pods, "idle")]
+    assert (idle.metric, idle.mean, idle.high, idle.model) == (ENGINE_ACTIVE, 0.0, 0.0, MODEL)
 
 
-def test_analyze_reports_the_idle_gpu_with_its_hand_computed_waste(served: Any) -> None:
-    emulator, _, url, _ = served
+def test_analyze_reports_the_idle_gpu_with_its_hand_computed_waste(served: Served) -> None:
+    emulator, url = served.emulator, served.url
     result = CliRunner().invoke(
         app,
         [
