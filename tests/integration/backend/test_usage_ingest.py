@@ -1,6 +1,7 @@
 """Usage reports through the API into the stored series, on SQLite and PostgreSQL: one report per
 bucket, replays not counted twice, bad reports refused with nothing stored, and the efficiency
-analysis turning the stored usage into a right-sizing recommendation."""
+analysis turning the stored usage into a right-sizing recommendation, and GPU lines into an
+idle-GPU one."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
+from shipshape.backend.store.models import UsageGpuChunk
+from shipshape.pricing.catalog import default_catalog
 from tests.integration.backend.conftest import Harness, harness
 
 T0 = 1_767_225_600
@@ -183,3 +187,114 @@ async def test_usage_reports_are_stored_once_per_bucket_and_recommended_on(datab
         assert removed == 3  # web's chunk and summary, the node's old chunk
         (kept,) = await _usage(h, t.api_key, t.cluster_id)
         assert kept["workload_name"] == "api"
+
+
+def _gpu_objects() -> dict[str, list[dict[str, Any]]]:
+    """`infer` (2 replicas, 1 GPU each) on two spot g4dn.xlarge nodes (1 T4 each)."""
+    objects = _objects()
+    for pod in objects["pods"]:
+        pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    for node in objects["nodes"]:
+        node["metadata"]["labels"].update(
+            {
+                "node.kubernetes.io/instance-type": "g4dn.xlarge",
+                "node.kubernetes.io/capacity": "spot",
+                "nvidia.com/gpu.product": "Tesla-T4",
+            }
+        )
+        node["status"]["capacity"]["nvidia.com/gpu"] = "1"
+        node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+    second = {**objects["nodes"][0], "metadata": {**objects["nodes"][0]["metadata"], "name": "n2"}}
+    objects["nodes"].append(second)
+    objects["pods"][1]["spec"]["nodeName"] = "n2"
+    return objects
+
+
+def _gpu_report(start: int, activity: float) -> dict[str, Any]:
+    body = _report(start)
+    body["gpus"] = [
+        {
+            "namespace": "shop",
+            "name": f"web-7d9f-{s}",
+            "workload": {"kind": "Deployment", "name": "web"},
+            "devices": 1,
+            "model": "Tesla-T4",
+            "samples": 10,
+            "activity_mean": activity,
+            "activity_max": activity,
+        }
+        for s in ("a", "b")
+    ]
+    return body
+
+
+@pytest.mark.integration
+async def test_gpu_lines_are_stored_per_workload_and_recommended_on(database_url: str) -> None:
+    from sqlalchemy import select
+
+    from shipshape.backend.store.models import UsageGpuChunk
+    from shipshape.pricing.catalog import default_catalog
+
+    settings = BackendSettings(
+        db=database_url, analysis_seconds=0, usage_analysis_seconds=0, usage_min_history_hours=0
+    )
+    async with harness(settings) as h:
+        t = h.tenant("acme")
+        snapshot = {
+            "schema": "shipshape.dev/snapshot/v1",
+            "sequence": 1,
+            "taken_at": datetime.now(UTC).isoformat(),
+            "objects": _gpu_objects(),
+        }
+        assert (await h.push(t.agent_token, snapshot, "seq-1")).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        for i in range(12):
+            answer = await h.push(t.agent_token, _gpu_report(T0 + 300 * i, 0.0), f"usage-{T0 + 300 * i}")
+            assert answer.status_code == 202, answer.text
+        bad = _gpu_report(T0 + 3600, 0.0)
+        bad["gpus"][0]["activity_mean"] = 2.0
+        refused = await h.push(t.agent_token, bad, f"usage-{T0 + 3600}")
+        assert refused.status_code == 422 and "gpus.0.activity_mean" in refused.text
+
+        async def all_stored() -> list[dict[str, Any]] | None:
+            rows = await _usage(h, t.api_key, t.cluster_id)
+            return rows if rows and rows[0]["buckets"] == 12 else None
+
+        await _until("12 buckets stored", all_stored)
+        with h.backend.transaction() as session:
+            (chunk,) = session.scalars(select(UsageGpuChunk)).all()
+            assert (chunk.workload_kind, chunk.workload_name, chunk.model) == (
+                "Deployment",
+                "web",
+                "Tesla-T4",
+            )
+
+        headers = {"Authorization": f"Bearer {t.api_key}"}
+
+        async def recommended() -> dict[str, Any] | None:
+            found = await h.client.get(f"/api/v1/clusters/{t.cluster_id}/recommendations", headers=headers)
+            return next((r for r in found.json() if r["kind"] == "gpu-idle"), None)
+
+        h.workers.analyze_usage_if_due(t.cluster_id, force=True)
+        rec = await _until("an idle-GPU recommendation", recommended)
+        spot = default_catalog().spot_price("g4dn.xlarge", "us-east-1")
+        assert spot is not None
+        # by hand: 2 idle replicas x 1 GPU x the spot price of a one-GPU node x 730 h
+        assert rec["monthly_savings_usd"] == pytest.approx(round(2 * spot * 730, 2))
+        instruction = rec["recommendation"]["instruction"]
+        assert instruction["type"] == "set-replicas" and instruction["replicas"] == 0
+        assert instruction["precondition"] == {"generation": 2, "resource_version": None}
+        assert rec["recommendation"]["evidence"]["hours_observed"] == 1.0
+
+        # retention drops the GPU chunk with the rest
+        later = T0 + 48 * 3600
+        assert (await h.push(t.agent_token, _report(later), f"usage-{later}")).status_code == 202
+
+        async def moved() -> list[dict[str, Any]] | None:
+            rows = await _usage(h, t.api_key, t.cluster_id)
+            return rows if rows and rows[0]["buckets"] == 13 else None
+
+        await _until("the later report stored", moved)
+        with h.backend.transaction() as session:
+            repo.expire_usage(session, timedelta(hours=24))
+            assert session.scalars(select(UsageGpuChunk)).all() == []
