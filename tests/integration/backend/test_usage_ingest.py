@@ -230,11 +230,6 @@ def _gpu_report(start: int, activity: float) -> dict[str, Any]:
 
 @pytest.mark.integration
 async def test_gpu_lines_are_stored_per_workload_and_recommended_on(database_url: str) -> None:
-    from sqlalchemy import select
-
-    from shipshape.backend.store.models import UsageGpuChunk
-    from shipshape.pricing.catalog import default_catalog
-
     settings = BackendSettings(
         db=database_url, analysis_seconds=0, usage_analysis_seconds=0, usage_min_history_hours=0
     )
