@@ -215,7 +215,10 @@ class GpuReader(Protocol):
 
 def gpu_lines(samples: list[GpuSample], owner_of: OwnerOf, bucket_seconds: int) -> list[dict[str, Any]]:
     """One `GpuUsage` line per pod from its devices' samples: devices counted, activity averaged over
-    them (mean) or the highest (max), the busiest device's sample count (at most one a second)."""
+    them (mean) or the highest (max), the busiest device's sample count (at most one a second).
+    Only pods of this cluster (the mirror knows their owner: a central Prometheus without a cluster
+    label holds other clusters' pods too), and only lines the contract accepts (one bad label must
+    not cost the bucket)."""
     by_pod: dict[PodKey, list[GpuSample]] = {}
     for sample in samples:
         if sample.namespace and sample.pod:
@@ -223,21 +226,28 @@ def gpu_lines(samples: list[GpuSample], owner_of: OwnerOf, bucket_seconds: int) 
     lines = []
     for (namespace, name), devices in sorted(by_pod.items()):
         devices = devices[: contract.MAX_GPUS_PER_POD]
-        kind, workload = owner_of(namespace, name) or ("Pod", name)
+        owner = owner_of(namespace, name)
+        if owner is None:
+            continue
+        kind, workload = owner
         mean = sum(d.mean for d in devices) / len(devices)
         high = max(d.high for d in devices)
-        lines.append(
-            {
-                "namespace": namespace,
-                "name": name,
-                "workload": {"kind": kind, "name": workload},
-                "devices": len(devices),
-                "model": next((d.model for d in devices if d.model), "")[:128],
-                "samples": min(max(d.samples for d in devices), bucket_seconds),
-                "activity_mean": min(mean, high),
-                "activity_max": high,
-            }
-        )
+        line = {
+            "namespace": namespace,
+            "name": name,
+            "workload": {"kind": kind, "name": workload},
+            "devices": len(devices),
+            "model": next((d.model for d in devices if d.model), "")[:128],
+            "samples": min(max(d.samples for d in devices), bucket_seconds),
+            "activity_mean": min(mean, high),
+            "activity_max": high,
+        }
+        try:
+            contract.GpuUsage.model_validate(line)
+        except ValueError as error:
+            LOG.debug("GPU line of %s/%s left out: %s", namespace, name, error)
+            continue
+        lines.append(line)
     return lines
 
 

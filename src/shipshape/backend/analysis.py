@@ -520,9 +520,11 @@ def _idle_gpus(inputs: EfficiencyInputs, settings: EfficiencySettings) -> list[R
             and p.owner is not None
             and (p.owner.kind, p.owner.name) == (key.kind, key.workload)
         ]
-        out.append(
-            _idle_gpu_finding(inputs, settings, key, activity, live, gpu_nodes, workloads, rows.models)
-        )
+        if not live:
+            continue  # no GPU pod of it runs now (scaled down already, or gone): nothing to scale
+        found = _idle_gpu_finding(inputs, settings, key, activity, live, gpu_nodes, workloads, rows.models)
+        if found is not None:
+            out.append(found)
     return out
 
 
@@ -535,21 +537,25 @@ def _idle_gpu_finding(
     gpu_nodes: Mapping[str, GpuNode],
     workloads: Mapping[tuple[str, str, str], GpuWorkload],
     models: Mapping[usage_store.WorkloadKey, str],
-) -> Recommendation:
+) -> Recommendation | None:
     kind, namespace, name = key.kind, key.namespace, key.workload
-    per_pod = sum(p.gpus for p in live) / len(live) if live else activity.devices / max(activity.pods, 1)
+    known = workloads.get((kind, namespace, name))
+    replicas = known.replicas if known is not None else len(live)
+    # the surplus never passes what runs now nor the replicas asked for (a workload scaled down since)
+    surplus = min(activity.surplus, len(live), replicas)
+    if surplus <= 0:
+        return None
+    keep = replicas - surplus
+    per_pod = sum(p.gpus for p in live) / len(live)
     held = [gpu_nodes[p.node] for p in live if p.node is not None and p.node in gpu_nodes]
     prices = [n.price_per_gpu_hour for n in held if n.price_per_gpu_hour is not None]
     price = sum(prices) / len(prices) if prices else None
-    idle_gpus = activity.surplus * per_pod
+    idle_gpus = surplus * per_pod
     monthly = None if price is None else round(idle_gpus * price * efficiency.HOURS_PER_MONTH, 2)
     model = next((n.gpu_model for n in held if n.gpu_model), "") or models.get(key, "")
-    known = workloads.get((kind, namespace, name))
-    replicas = known.replicas if known is not None else max(activity.pods, len(live))
-    keep = max(replicas - activity.surplus, 0)
     instruction: SetReplicas | None = None
     summary = [
-        f"{activity.surplus} of {activity.pods} pod(s) held {idle_gpus:g} {model or 'GPU'} GPU(s) idle "
+        f"{surplus} of {len(live)} pod(s) held {idle_gpus:g} {model or 'GPU'} GPU(s) idle "
         f"(engine activity under {usage_store.GPU_IDLE_BELOW:.0%}) in at least 95 % of "
         f"{activity.hours:.1f} h observed; mean activity {activity.mean:.1%}, busiest pod's p95 "
         f"{activity.p95_high:.1%}",
@@ -593,8 +599,8 @@ def _idle_gpu_finding(
             "gpu_model": model,
             "gpus_per_pod": per_pod,
             "idle_gpus": idle_gpus,
-            "pods": activity.pods,
-            "idle_pods": activity.surplus,
+            "pods": len(live),
+            "idle_pods": surplus,
             "replicas": replicas,
             "recommended_replicas": keep,
             "activity_mean": round(activity.mean, 4),

@@ -35,27 +35,29 @@ class FakePrometheus:
         return self.samples
 
 
-def test_devices_fold_into_one_line_per_pod() -> None:
+def test_devices_fold_into_one_line_per_pod_of_this_cluster() -> None:
     lines = gpu_lines(
         [
             device("web-7d9f-a", "0", 0.1, 0.4, 8),
             device("web-7d9f-a", "1", 0.3, 0.5, 10),
-            device("b", "0", 0, 0),
+            device("elsewhere-0", "0", 0, 0),  # not in the mirror: another cluster's pod
+            device("Bad_Name", "0", 0, 0),  # a label the contract refuses: left out, not the bucket
         ],
-        owner_of,
+        lambda namespace, name: ("Pod", name) if name == "Bad_Name" else owner_of(namespace, name),
         300,
     )
-    assert lines[1] == {
-        "namespace": "shop",
-        "name": "web-7d9f-a",
-        "workload": {"kind": "Deployment", "name": "web"},
-        "devices": 2,
-        "model": "Tesla-T4",
-        "samples": 10,
-        "activity_mean": pytest.approx(0.2),
-        "activity_max": 0.5,
-    }
-    assert lines[0]["workload"] == {"kind": "Pod", "name": "b"}  # no owner known: its own workload
+    assert lines == [
+        {
+            "namespace": "shop",
+            "name": "web-7d9f-a",
+            "workload": {"kind": "Deployment", "name": "web"},
+            "devices": 2,
+            "model": "Tesla-T4",
+            "samples": 10,
+            "activity_mean": pytest.approx(0.2),
+            "activity_max": 0.5,
+        }
+    ]
 
 
 def _loop(tmp_path: Path, prometheus: FakePrometheus) -> tuple[UsageLoop, VirtualClock]:

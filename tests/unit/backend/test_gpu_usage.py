@@ -99,7 +99,7 @@ def test_the_surplus_is_the_pods_idle_in_95_percent_of_the_slots() -> None:
     assert workload_activity([0, 0], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0], 300) is None
 
 
-def _objects(hpa: bool = False) -> dict[str, list[dict[str, Any]]]:
+def _objects(hpa: bool = False, replicas: int = 2) -> dict[str, list[dict[str, Any]]]:
     def node(name: str) -> dict[str, Any]:
         return {
             "metadata": {
@@ -130,12 +130,12 @@ def _objects(hpa: bool = False) -> dict[str, list[dict[str, Any]]]:
             "spec": {"nodeName": f"n-{suffix}", "containers": [{"name": "cuda", "resources": resources}]},
             "status": {"phase": "Running"},
         }
-        for suffix in ("a", "b")
+        for suffix in ("a", "b")[:replicas]
     ]
     deployment = {
         "metadata": {"name": "infer", "namespace": "shop", "generation": 4, "resourceVersion": "9"},
         "spec": {
-            "replicas": 2,
+            "replicas": replicas,
             "template": {"spec": {"containers": [{"name": "cuda", "resources": resources}]}},
         },
     }
@@ -154,7 +154,11 @@ def _objects(hpa: bool = False) -> dict[str, list[dict[str, Any]]]:
 
 
 def _findings(
-    means: tuple[float, float], slots: int = 24, hpa: bool = False, min_hours: float = 1.0
+    means: tuple[float, float],
+    slots: int = 24,
+    hpa: bool = False,
+    min_hours: float = 1.0,
+    replicas: int = 2,
 ) -> list[Any]:
     settings = analysis.EfficiencySettings(window_hours=168, min_history_hours=min_hours)
     bodies = [
@@ -166,7 +170,7 @@ def _findings(
     gpus = store.lay_out_gpus([(k, s, "Tesla-T4", c.to_bytes()) for (k, s), c in chunks.items()], window)
     empty = store.lay_out([], window)
     inputs = analysis.EfficiencyInputs(
-        _objects(hpa), window, empty, store.lay_out([], window, "cpu_mean"), {}, gpus
+        _objects(hpa, replicas), window, empty, store.lay_out([], window, "cpu_mean"), {}, gpus
     )
     return [f for f in analysis.efficiency_findings(inputs, settings) if f.kind == analysis.GPU_IDLE]
 
@@ -206,3 +210,10 @@ def test_an_hpa_scaled_workload_gets_the_advice_without_the_instruction() -> Non
 def test_busy_gpus_or_too_little_history_give_nothing() -> None:
     assert _findings((0.3, 0.7)) == []
     assert _findings((0.0, 0.0), slots=6, min_hours=1.0) == []  # 30 min observed, 1 h needed
+
+
+def test_a_workload_scaled_down_since_gets_no_more_than_what_runs() -> None:
+    (rec,) = _findings((0.0, 0.0), replicas=1)  # the history says 2 idle; 1 runs now
+    assert isinstance(rec.instruction, SetReplicas) and rec.instruction.replicas == 0
+    assert rec.evidence["idle_pods"] == 1 and rec.evidence["replicas"] == 1
+    assert _findings((0.0, 0.0), replicas=0) == []  # scaled to 0: nothing left to recommend
