@@ -275,3 +275,18 @@ __all__ = [
     "pod_ready",
     "workload_of",
 ]
+
+
+def object_list(document: Mapping[str, Any], key: str) -> list[Body]:
+    """The objects under `document[key]`: a JSON list, or a Kubernetes List (`{"items": [...]}`); a
+    missing key is an empty list. Raises ValueError naming the key (and the position) when it is
+    not a list of objects with metadata, as files users hand over (`kubectl get -o json`) may be."""
+    value = document.get(key, [])
+    if isinstance(value, Mapping):
+        value = value.get("items", [])
+    if not isinstance(value, list):
+        raise ValueError(f"snapshot.{key} must be a list of objects")
+    for position, item in enumerate(value):
+        if not isinstance(item, Mapping) or not isinstance(item.get("metadata"), Mapping):
+            raise ValueError(f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)")
+    return value

@@ -135,3 +135,26 @@ def test_node_readiness_taints_and_cordon() -> None:
     assert objects.node_taints(node) == [{"key": "k", "effect": "NoSchedule"}]
     assert not objects.node_ready({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
     assert not objects.node_unschedulable({}) and objects.node_taints({}) == ()
+
+
+def test_object_list_reads_a_list_or_a_kubernetes_list_and_names_what_is_wrong() -> None:
+    pod = {"metadata": {"name": "a"}}
+    assert objects.object_list({"pods": [pod]}, "pods") == [pod]
+    assert objects.object_list({"pods": {"kind": "List", "items": [pod]}}, "pods") == [pod]
+    assert objects.object_list({}, "pods") == []
+    with pytest.raises(ValueError, match=r"^snapshot\.pods must be a list of objects$"):
+        objects.object_list({"pods": "a"}, "pods")
+    with pytest.raises(ValueError, match=r"snapshot\.nodes\[1\] is not a Kubernetes object"):
+        objects.object_list({"nodes": [pod, {"name": "b"}]}, "nodes")
+
+
+def test_snapshots_of_both_analyzers_refuse_a_bad_list_with_their_own_error() -> None:
+    from shipshape.analyzers.efficiency.snapshot import EfficiencySnapshot
+    from shipshape.analyzers.efficiency.snapshot import SnapshotError as EfficiencySnapshotError
+    from shipshape.analyzers.startup.analysis import Snapshot, SnapshotError
+
+    with pytest.raises(SnapshotError, match=r"snapshot\.events\[0\]"):
+        Snapshot.from_json({"pods": [], "events": [1], "nodes": []})
+    with pytest.raises(EfficiencySnapshotError, match=r"snapshot\.deployments must be a list"):
+        EfficiencySnapshot.from_json({"pods": [], "nodes": [], "deployments": 3})
+    assert Snapshot.from_json({"pods": [], "events": [], "nodes": []}).webhook_configurations is None

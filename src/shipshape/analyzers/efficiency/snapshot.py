@@ -31,6 +31,7 @@ from shipshape.analyzers.efficiency.usage import (
     Window,
 )
 from shipshape.analyzers.gpu.idle import ENGINE_ACTIVE, IdleSettings, UtilizationSeries
+from shipshape.kube import objects as kube_objects
 
 Obj = Mapping[str, Any]
 LISTS = ("pods", "nodes", "horizontalPodAutoscalers", "priorityClasses", "deployments", "statefulsets")
@@ -55,26 +56,10 @@ class EfficiencySnapshot:
     def from_json(cls, body: object) -> EfficiencySnapshot:
         if not isinstance(body, Mapping):
             raise SnapshotError("a snapshot must be a JSON object with pods and nodes lists")
-        lists: dict[str, list[Obj]] = {}
-        for key in (
-            "pods",
-            "nodes",
-            "horizontalPodAutoscalers",
-            "priorityClasses",
-            "deployments",
-            "statefulsets",
-        ):
-            value = body.get(key, [])
-            if isinstance(value, Mapping):
-                value = value.get("items", [])
-            if not isinstance(value, list):
-                raise SnapshotError(f"snapshot.{key} must be a list of objects")
-            for position, item in enumerate(value):
-                if not isinstance(item, Mapping) or not isinstance(item.get("metadata"), Mapping):
-                    raise SnapshotError(
-                        f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)"
-                    )
-            lists[key] = value
+        try:
+            lists: dict[str, list[Obj]] = {key: kube_objects.object_list(body, key) for key in LISTS}
+        except ValueError as error:
+            raise SnapshotError(str(error)) from None
         usage = body.get("usage")
         return cls(
             lists["pods"],

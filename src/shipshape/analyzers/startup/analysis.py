@@ -16,6 +16,7 @@ from shipshape.analyzers.startup import aggregate, diagnose, model, nodes
 from shipshape.analyzers.startup.events import EventIndex
 from shipshape.analyzers.startup.model import Finding, NodeInfo, Obj, PodTimeline
 from shipshape.analyzers.startup.pods import PodTimelineBuilder, node_infos
+from shipshape.kube import objects as kube_objects
 
 
 @contextmanager
@@ -53,21 +54,13 @@ class Snapshot:
         `webhookConfigurations` is optional."""
         if not isinstance(body, Mapping):
             raise SnapshotError("a snapshot must be a JSON object with pods, events and nodes lists")
-        lists: dict[str, list[Obj]] = {}
-        for key in ("pods", "events", "nodes", "webhookConfigurations"):
-            if key == "webhookConfigurations" and key not in body:
-                continue
-            value = body.get(key, [])
-            if isinstance(value, Mapping):
-                value = value.get("items", [])
-            if not isinstance(value, list):
-                raise SnapshotError(f"snapshot.{key} must be a list of objects")
-            for position, item in enumerate(value):
-                if not isinstance(item, Mapping) or not isinstance(item.get("metadata"), Mapping):
-                    raise SnapshotError(
-                        f"snapshot.{key}[{position}] is not a Kubernetes object (no metadata)"
-                    )
-            lists[key] = value
+        keys = ["pods", "events", "nodes"]
+        if "webhookConfigurations" in body:
+            keys.append("webhookConfigurations")
+        try:
+            lists: dict[str, list[Obj]] = {key: kube_objects.object_list(body, key) for key in keys}
+        except ValueError as error:
+            raise SnapshotError(str(error)) from None
         return cls(lists["pods"], lists["events"], lists["nodes"], lists.get("webhookConfigurations"))
 
 
