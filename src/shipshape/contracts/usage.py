@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shipshape.kube import objects, wellknown
+from shipshape.kube import objects
 
 UsageSchema = Literal["shipshape.dev/usage/v1"]
 USAGE_SCHEMA: UsageSchema = "shipshape.dev/usage/v1"
@@ -58,20 +58,12 @@ Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 def pod_workload(metadata: Mapping[str, Any]) -> tuple[str, str]:
-    """(kind, name) of the workload that owns a pod, from its metadata: the controller owner
-    reference, where a ReplicaSet named `<deployment>-<pod-template-hash>` stands for its
-    Deployment; a pod without one is its own workload (`Pod`, its name)."""
-    for ref in metadata.get("ownerReferences") or []:
-        if not ref.get("controller", True):
-            continue
-        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
-        if kind == "ReplicaSet":
-            template_hash = (metadata.get("labels") or {}).get(wellknown.POD_TEMPLATE_HASH_LABEL)
-            deployment = objects.deployment_of_replicaset(name, template_hash)
-            if deployment is not None:
-                return "Deployment", deployment
-        return kind, name
-    return "Pod", str(metadata.get("name", ""))
+    """(kind, name) of the workload that owns a pod, from its metadata, by Kubernetes' rule
+    (`kube.objects.workload_of`: the owner reference marked `controller: true`, a ReplicaSet named
+    `<deployment>-<pod-template-hash>` standing for its Deployment); a pod without a controller is
+    its own workload (`Pod`, its name)."""
+    owner = objects.workload_of({"metadata": metadata})
+    return ("Pod", str(metadata.get("name", ""))) if owner is None else (owner.kind, owner.name)
 
 
 class Workload(BaseModel):

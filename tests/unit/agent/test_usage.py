@@ -169,7 +169,11 @@ def test_a_pod_of_unknown_owner_is_its_own_workload_and_the_mirror_gives_owners(
     owners = owners_from(mirror.get)
     assert owners("shop", "web-7d9f-a") == ("Deployment", "web")
     assert owners("shop", "nope") is None
-    assert pod_workload({"name": "j-1", "ownerReferences": [{"kind": "Job", "name": "j"}]}) == ("Job", "j")
+    job = {"kind": "Job", "name": "j"}
+    assert pod_workload({"name": "j-1", "ownerReferences": [{**job, "controller": True}]}) == ("Job", "j")
+    # Kubernetes' rule (metav1.GetControllerOf): a reference not marked controller owns nothing here
+    assert pod_workload({"name": "j-1", "ownerReferences": [job]}) == ("Pod", "j-1")
+    assert pod_workload({"name": "solo"}) == ("Pod", "solo")
 
 
 def test_memory_does_not_grow_with_churn() -> None:
