@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shipshape.analyzers.efficiency import publish
-from shipshape.controller.decisions import ShortageTracker
 from shipshape.controller.events import event_for
+from shipshape.controller.fallback import ShortageTracker
 from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import Notice

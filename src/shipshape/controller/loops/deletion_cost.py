@@ -1,7 +1,8 @@
 """Deletion-cost keeper: `controller.kubernetes.io/pod-deletion-cost` on managed Deployments' pods, so
-that a scale-down removes the pods that bring the split back to target (`decisions.deletion_costs`).
+that a scale-down removes the pods that bring the split back to target (decisions in
+`controller/deletion_cost.py`).
 
-Only the costs out of the removal order are written (`decisions.deletion_cost_updates`: pods that left
+Only the costs out of the removal order are written (`deletion_cost_updates`: pods that left
 do not renumber the rest), at most `deletion_cost_writes_per_round` per round (whole workloads; the
 rest follow in the next rounds), and a workload whose state and pool risks did not change since a
 round that found nothing to write is not ranked again (`kit.Unchanged`). Pods a surge marked as
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import deletion_cost_updates
+from shipshape.controller.deletion_cost import deletion_cost_updates
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Unchanged
 from shipshape.controller.ops import OpsError

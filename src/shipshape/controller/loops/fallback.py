@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Fallback, fallback_candidates
 from shipshape.controller.events import FALLBACK
+from shipshape.controller.fallback import Fallback, fallback_candidates
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.ops import OpsError

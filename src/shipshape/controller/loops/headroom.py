@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import HeadroomPlan
 from shipshape.controller.headroom import (
+    HeadroomPlan,
     placeholder_deployments,
     pods_to_cover,
     priority_class,

@@ -1,4 +1,5 @@
-"""Rebalancer: moves pods one at a time toward each workload's desired split (`decisions.next_move`).
+"""Rebalancer: moves pods one at a time toward each workload's desired split (decisions in
+`controller/rebalance.py`: `next_move`, `replacement_lands`).
 
 Moves go through the Eviction API (PodDisruptionBudgets apply); a single-replica Deployment is moved
 by a surge restart instead. A workload being surged for a notice is left to the interruption
@@ -13,13 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations, Unchanged
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.rebalance import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.state import Managed
 from shipshape.controller.surge import restart_patch, surging
 
