@@ -180,10 +180,10 @@ class WorkloadQueue:
     For a loop whose decision for a workload depends only on that workload's state and on inputs the
     whole round shares (a placement view, the pool risks). The loop's workloads sit in a
     `kit.DirtyQueue`; a round (`due`) marks the ones the state says changed since the loop last asked
-    (`ClusterState.take_dirty`; every one when a node changed capacity type or pool) and hands out
-    those whose state is not the one they were settled with (a pod's status report marks its
-    workload without changing what the loops see of it). Every workload is handed out when the
-    round's shared inputs differ from the last round's, and at the periodic resync. The loop calls
+    (`ClusterState.take_dirty`; every one when a node changed capacity type or pool, and at the
+    periodic resync) and hands out those whose state is not the one they were settled with (a pod's
+    status report marks its workload without changing what the loops see of it). Every workload is
+    handed out when the round's shared inputs differ from the last round's. The loop calls
     `settled` for a workload it found nothing to do for; the others stay dirty and are handed out
     again next round. Workloads come in the order the state lists them (`ClusterState.managed`), as a
     full scan takes them, so that budgets and rate limits are spent alike.
@@ -212,10 +212,15 @@ class WorkloadQueue:
             self._position = {_key_of(m): i for i, m in enumerate(listed)}
         position = self._position
         queue = self.queue
-        if self.resync.due(now) or self._inputs is None or not same_inputs(self._inputs, inputs):
+        fresh = self._inputs is None or not same_inputs(self._inputs, inputs)
+        if fresh or self.resync.due(now):
+            # Every workload; after a change of the shared inputs, decided for again whatever its
+            # state. A resync compares every workload's state with the one it was settled with, so
+            # a change the state failed to mark is still caught.
             self.resync.ran(now)
             self.full_passes += 1
-            self._settled.clear()
+            if fresh:
+                self._settled.clear()
             dirty = DirtyWorkloads(everything=True)
         self._inputs = inputs
         if dirty.everything:
