@@ -41,8 +41,7 @@ from shipshape.controller.ops import ClusterOps, OpsError
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.state import ClusterState, Managed, WorkloadState
-from shipshape.controller.state.cluster import DirtyWorkloads
+from shipshape.controller.state import ClusterState, DirtyWorkloads, Managed, WorkloadState
 from shipshape.controller.state.views import Replica
 from shipshape.kube.clock import Clock
 
