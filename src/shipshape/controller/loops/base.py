@@ -8,7 +8,8 @@ A loop is a `Reconciler(clock, state, ops, config, metrics, shared)` with a `nam
 - `reconcile` runs on the leader only: it reads the cache, takes its decisions from its pure decision
   module, and writes through `ClusterOps`; what it wrote and has not seen yet is an expectation
   (`kit.Expectations`), what it concluded from unchanged inputs is not worked out again
-  (`kit.Unchanged`).
+  (`kit.Unchanged`), and a loop that decides per workload decides only for the workloads that
+  changed (`WorkloadQueue`).
 
 A loop also says what wakes it (`watches`, `changed`, `busy`) and which `lane` it shares; the
 scheduler (`scheduler.py`) runs it.
