@@ -14,7 +14,7 @@ A loop is a `Reconciler(clock, state, ops, config, metrics, shared)` with a `nam
 A loop also says what wakes it (`watches`, `changed`, `busy`) and which `lane` it shares; the
 scheduler (`scheduler.py`) runs it.
 
-Reads of the cache happen inside `with self.view():`, the view of the loops' replica of the state
+Reads of the cache happen inside `with self.view(now):`, the view of the loops' replica of the state
 (`state.views.Replica`: the process's informer threads feed it, the simulator its store's events),
 the same view the webhook reads its own replica through; writes happen outside it, so that what a
 write sets off is applied before the next view.
@@ -317,10 +317,11 @@ class Reconciler:
     def settings(self) -> LoopSettings:
         return self.shared.settings
 
-    def view(self) -> AbstractContextManager[ClusterState]:
-        """The replica's view (`Replica.view`): the state caught up with what the informers delivered,
-        held for the block. The loops read nothing of `cache` outside one."""
-        return self.replica.view()
+    def view(self, now: float | None = None) -> AbstractContextManager[ClusterState]:
+        """The replica's `view(now)` (`state.views.Replica`): the state caught up with what the
+        informers delivered and, with `now`, the webhook's assumptions past their TTL dropped, held
+        for the block. The loops read nothing of `cache` outside one."""
+        return self.replica.view(now)
 
     def changed(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
         """A change of the cache (after it was applied): True when it needs a round within one interval."""

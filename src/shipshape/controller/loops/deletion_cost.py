@@ -39,7 +39,7 @@ class DeletionCostKeeper(Reconciler):
     def reconcile(self, now: float) -> None:
         budget = self.settings.deletion_cost_writes_per_round
         writes: list[tuple[str, str, str]] = []
-        with self.view():
+        with self.view(now):
             pool_risk = self.cache.placement_view(now, self.shared.risk).pool_risk
             for workload in self.workloads.due(self.cache, self.config, now, (pool_risk,)):
                 if surging(workload.ref.obj):

@@ -80,7 +80,7 @@ class InterruptionResponder(Reconciler):
             )
 
     def reconcile(self, now: float) -> None:
-        with self.view():
+        with self.view(now):
             nodes = self.cache.nodes_by_name()
             notices = list(self.shared.notices.at_hand)
             managed = self.managed()

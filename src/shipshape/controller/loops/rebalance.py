@@ -56,7 +56,7 @@ class Rebalancer(Reconciler):
         self._moved.expire(now)
         if self._tokens < 1.0:
             return
-        with self.view():
+        with self.view(now):
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
             # The view with each pool's room now, for the pre-check of a move (built once, when needed).
