@@ -1,4 +1,5 @@
-"""Bodies for on-demand headroom: a PriorityClass below every workload and placeholder Deployments.
+"""The headroom keeper's decisions (`loops/headroom.py`) and bodies for on-demand headroom: a
+PriorityClass below every workload and placeholder Deployments.
 
 Placeholders are pause containers with the requests of the pods one spot pool could lose that would
 not already fit in the room left on other nodes (`uncovered_plan`); replacements preempt them and start at
@@ -8,11 +9,12 @@ capacity.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shipshape.contracts.annotations import HEADROOM_LABEL
-from shipshape.controller.decisions import HeadroomPlan, headroom_plan, spot_pods_by_pool
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType
@@ -28,6 +30,61 @@ PRIORITY_CLASS = "shipshape-headroom"
 # there would hold no capacity at all (the overprovisioning pattern of cluster-autoscaler's FAQ uses -1).
 PRIORITY_VALUE = -1
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PlaceholderShape:
+    cpu_millis: int
+    memory_bytes: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomPlan:
+    pool: Pool | None
+    cpu_millis: int
+    memory_bytes: int
+    placeholders: tuple[PlaceholderShape, ...]
+
+
+def headroom_plan(pods_by_pool: Mapping[Pool, Sequence[PodState]], cpu_per_gib: float = 0.25) -> HeadroomPlan:
+    """Placeholders sized from the largest set of pods one spot pool could lose.
+
+    "Largest" is by requests, cpu and memory weighed together (`cpu_per_gib` cores per GiB). One
+    placeholder per lost pod, grouped by shape, so that each replacement preempts one placeholder of
+    its own size and starts at once.
+    """
+
+    def weight(pods: Sequence[PodState]) -> tuple[float, int]:
+        cpu = sum(p.cpu_millis for p in pods) / 1000
+        memory = sum(p.memory_bytes for p in pods) / 2**30 * cpu_per_gib
+        return cpu + memory, len(pods)
+
+    if not pods_by_pool:
+        return HeadroomPlan(None, 0, 0, ())
+    pool = max(sorted(pods_by_pool), key=lambda p: weight(pods_by_pool[p]))
+    lost = pods_by_pool[pool]
+    shapes = Counter((pod.cpu_millis, pod.memory_bytes) for pod in lost)
+    placeholders = tuple(
+        sorted(
+            (PlaceholderShape(cpu, memory, count) for (cpu, memory), count in shapes.items()), reverse=True
+        )
+    )
+    return HeadroomPlan(
+        pool=pool,
+        cpu_millis=sum(p.cpu_millis for p in lost),
+        memory_bytes=sum(p.memory_bytes for p in lost),
+        placeholders=placeholders,
+    )
+
+
+def spot_pods_by_pool(states: Iterable[WorkloadState]) -> dict[Pool, list[PodState]]:
+    grouped: dict[Pool, list[PodState]] = {}
+    for state in states:
+        for pod in state.pods:
+            if pod.capacity is CapacityType.SPOT and pod.pool is not None:
+                grouped.setdefault(pod.pool, []).append(pod)
+    return grouped
 
 
 def _not_fitting(lost: Sequence[PodState], rooms: Iterable[Room]) -> list[PodState]:

@@ -325,12 +325,6 @@ def parse_events(body: str) -> list[CloudEvent] | None:
     return [CloudEvent(base_id, str(detail_type), instance, time, kind, deadline)]
 
 
-def parse_event(body: str) -> CloudEvent | None:
-    """The first instance of `parse_events` (one-instance events), None when there is none."""
-    events = parse_events(body)
-    return events[0] if events else None
-
-
 def instance_id(node: Mapping[str, Any]) -> str | None:
     """The cloud instance id of a node, from `spec.providerID` (`aws:///us-east-1a/i-0123...`)."""
     provider = str((node.get("spec") or {}).get("providerID") or "")

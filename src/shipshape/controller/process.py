@@ -174,12 +174,11 @@ class ControllerProcess:
         )
         self.loops = all_reconcilers(
             clock,
-            self.cache,
+            self.loop_state,
             self.ops,
             config,
             self.metrics,
             self.shared,
-            self.lock,
             queue=QueueNoticeSource(
                 self.queue,
                 config.notice_lead_seconds,

@@ -125,11 +125,6 @@ class InterruptionPlan:
     # The earliest deadline of each noticed node.
     deadlines: Mapping[str, float] = field(default_factory=dict)
 
-    @property
-    def replacement_requests(self) -> tuple[int, int]:
-        surging = [a for a in self.actions if a.kind is not ActionKind.RESCHEDULE]
-        return sum(a.cpu_millis for a in surging), sum(a.memory_bytes for a in surging)
-
 
 def plan_interruptions(
     notices: Sequence[Notice],

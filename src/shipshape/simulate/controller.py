@@ -1,7 +1,9 @@
 """The placement controller inside an emulated cluster: the same webhook and loops, no HTTP.
 
-- The cache is fed from the store's watch events (as the controller's informers feed it).
-- `PodPlacer.review` answers an `admission.k8s.io/v1` AdmissionReview for every pod CREATE, through
+- The state is one `Replica` (`controller.state.views`), fed from the store's watch events as the
+  controller's informers feed theirs; the webhook and the loops read it through its `view()`, as they
+  read their replicas in a controller process (one replica here: the simulation is single-threaded).
+- `ReplicaPlacer.review` answers an `admission.k8s.io/v1` AdmissionReview for every pod CREATE, through
   the API's in-process admission plugin hook; its JSON Patch is applied as a webhook's would be.
 - The loops (`controller.loops.all_reconcilers`) run on the engine's timers, one per lane, through the
   controller's own `LoopScheduler`, writing through `ApiOps`. Its cadence for a simulation
@@ -30,7 +32,8 @@ from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.state import KINDS, ClusterState
-from shipshape.controller.webhook.admission import PodPlacer
+from shipshape.controller.state.views import Change, Replica
+from shipshape.controller.webhook.admission import ReplicaPlacer
 from shipshape.emulator import resources as r
 from shipshape.emulator.admission import CREATE, Attributes
 from shipshape.emulator.admission.webhooks import review_request
@@ -82,7 +85,7 @@ class InProcessController:
     ) -> None:
         self.cluster = cluster
         self.config = config
-        self.cache = ClusterState(config)
+        self.state = Replica(ClusterState(config))
         self.metrics = ControllerMetrics(CollectorRegistry())
         scenario = cluster.scenario
         region = config.region or (scenario.region if scenario else "us-east-1")
@@ -93,8 +96,8 @@ class InProcessController:
             window_seconds=config.risk_window_seconds,
         )
         self.shared = SharedState.for_config(config, settings, self.risk, instance="simulator")
-        self.placer = PodPlacer(
-            self.cache,
+        self.placer = ReplicaPlacer(
+            self.state,
             config,
             self.risk,
             cluster.clock,
@@ -104,7 +107,7 @@ class InProcessController:
             recommendations=self.shared.notices.recommendations,
         )
         self.ops = ApiOps(cluster.services["api"], cluster.services.get("cloud"))
-        self.loops = all_reconcilers(cluster.clock, self.cache, self.ops, config, self.metrics, self.shared)
+        self.loops = all_reconcilers(cluster.clock, self.state, self.ops, config, self.metrics, self.shared)
         self.scheduler = LoopScheduler(lanes(self.loops), cadence)
         # In the registry's order, so that a run replays identically.
         self._cached = tuple(rt for rt in r.RESOURCES if rt.kind in KINDS and rt.group != "metrics.k8s.io")
@@ -121,7 +124,7 @@ class InProcessController:
         self.ops.apply(namespace)
         store = self.cluster.store
         for rt in self._cached:
-            self.cache.replace(rt.kind, list(store.iter(rt)))
+            self.state.offer(Change("replace", rt.kind, items=tuple(store.iter(rt))))
         store.subscribe(self._on_event)
         self.cluster.services["api"].add_admission_plugin(self.admit)
         self.scheduler.start(self.cluster.clock.now(), lambda lane: lane.interval)
@@ -132,7 +135,7 @@ class InProcessController:
         if event.resource not in self._cached:
             return
         kind = event.resource.kind
-        self.cache.apply({"type": event.type, "object": event.object}, kind)
+        self.state.offer(Change("apply", kind, event={"type": event.type, "object": event.object}))
         for lane in self.scheduler.changed(kind, event.type, event.object):
             if self.scheduler.wake(lane, self.cluster.clock.now()):
                 self._timers[lane.name].cancel()

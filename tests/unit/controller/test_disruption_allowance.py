@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from shipshape.controller.availability import availability_floor, statefulset_max_unavailable
-from shipshape.controller.decisions import Direction, PodState, WorkloadState, next_move, nodes_by_name
 from shipshape.controller.loops.base import SharedState
 from shipshape.controller.notices import Notice
 from shipshape.controller.ops import EvictionOutcome, RecordingOps
@@ -27,10 +26,12 @@ from shipshape.controller.placement import (
     statefulset_split,
 )
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
-from shipshape.controller.state import WorkloadRef
+from shipshape.controller.rebalance import Direction, next_move
+from shipshape.controller.state import PodState, WorkloadRef, WorkloadState
 from shipshape.controller.surge import ActionKind, next_replacement, plan_interruptions
 
 from .builders import Harness, InterruptionLane, namespace, node, pod_of, statefulset
+from .decision_cases import by_name
 from .test_placement import ENABLED, admit, decision_of
 
 OD, SPOT = CapacityType.ON_DEMAND, CapacityType.SPOT
@@ -179,7 +180,7 @@ def test_a_replacement_never_takes_ready_below_the_floor() -> None:
 
 
 def test_a_statefulset_reclaim_plans_a_replacement() -> None:
-    nodes = nodes_by_name([node("a1", "spot"), node("od-0", "on-demand")])
+    nodes = by_name([node("a1", "spot"), node("od-0", "on-demand")])
     state = sts_state([od_pod(0), od_pod(1), od_pod(2), spot_pod(3, "a1"), od_pod(4)])
     plan = plan_interruptions([Notice("a1", 100.0, "taint")], nodes, [state])
     (action,) = plan.actions

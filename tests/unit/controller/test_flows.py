@@ -9,15 +9,11 @@ from typing import Any
 
 import jsonpatch
 
-from shipshape.controller.decisions import (
-    Direction,
-    ShortageTracker,
-    deletion_costs,
-    fallback_candidates,
-    next_move,
-)
+from shipshape.controller.deletion_cost import removal_order
+from shipshape.controller.fallback import ShortageTracker, fallback_candidates
 from shipshape.controller.placement import Pool, desired_split
 from shipshape.controller.policy import resolve_policy
+from shipshape.controller.rebalance import Direction, next_move
 from shipshape.controller.state import read_decision
 from shipshape.controller.webhook.admission import PodPlacer
 from shipshape.kube.clock import rfc3339
@@ -101,7 +97,8 @@ def test_split_holds_across_scale_down_and_up() -> None:
 
     state = cluster.state()
     view = cluster.h.cache.placement_view(cluster.h.clock.now(), cluster.h.risk)
-    costs = deletion_costs(state.pods, state.policy, view.pool_risk)
+    order = removal_order(state.pods, state.policy, view.pool_risk)
+    costs = {name: rank for rank, name in enumerate(order)}
     cluster.scale(6)
     for name in sorted(costs, key=costs.__getitem__)[:4]:  # the ReplicaSet deletes the cheapest first
         cluster.delete(name)

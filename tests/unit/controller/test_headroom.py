@@ -9,15 +9,22 @@ from dataclasses import replace
 from typing import Any
 
 from shipshape.contracts.annotations import HEADROOM_LABEL
-from shipshape.controller.decisions import PodState, WorkloadState
-from shipshape.controller.headroom import placeholder_deployments, pods_to_cover, uncovered_plan
+from shipshape.controller.headroom import (
+    headroom_plan,
+    placeholder_deployments,
+    pods_to_cover,
+    priority_class,
+    spot_pods_by_pool,
+    uncovered_plan,
+)
 from shipshape.controller.loops.headroom import _same
 from shipshape.controller.packing import Room
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
-from shipshape.controller.state import ClusterState
+from shipshape.controller.state import ClusterState, PodState, WorkloadState
 
 from .builders import node
+from .decision_cases import A, workloads_on_nodes
 
 GIB = 2**30
 POOL_A = Pool("m5.large", "us-east-1a")
@@ -195,3 +202,36 @@ def test_placeholders_prefer_nodes_that_hold_placeholders_and_an_older_template_
     older = copy.deepcopy(body)
     del older["spec"]["template"]["spec"]["affinity"]
     assert not _same(older, body)
+
+
+def test_headroom_is_sized_from_the_largest_pool_loss() -> None:
+    grouped = spot_pods_by_pool(workloads_on_nodes())
+    plan = headroom_plan(grouped)
+    assert plan.pool == A  # 2 cpu in pool A beat 0.25 in C and 0.5 in B
+    assert (plan.cpu_millis, plan.memory_bytes) == (2000, 2 * 2**30)
+    assert [(s.cpu_millis, s.memory_bytes, s.count) for s in plan.placeholders] == [
+        (1000, 2**30, 1),
+        (500, 2**29, 2),
+    ]
+    assert headroom_plan({}).pool is None
+
+
+def test_placeholder_bodies() -> None:
+    plan = headroom_plan(spot_pods_by_pool(workloads_on_nodes()))
+    bodies = placeholder_deployments(plan, "shipshape-system")
+    assert [b["spec"]["replicas"] for b in bodies] == [1, 2]
+    template = bodies[1]["spec"]["template"]["spec"]
+    assert template["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    required = template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    on_demand = {"key": "node.kubernetes.io/capacity", "operator": "In", "values": ["on-demand"]}
+    assert required["nodeSelectorTerms"] == [{"matchExpressions": [on_demand]}]
+    gke = [[{"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]]
+    gke_body = placeholder_deployments(plan, "shipshape-system", on_demand_terms=gke)[0]
+    terms = gke_body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": gke[0]}
+    ]
+    unlabelled = placeholder_deployments(plan, "shipshape-system", on_demand_terms=[[]])[0]
+    assert "nodeAffinity" not in unlabelled["spec"]["template"]["spec"]["affinity"]
+    assert template["priorityClassName"] == priority_class()["metadata"]["name"]
+    assert priority_class()["value"] < 0 and priority_class()["preemptionPolicy"] == "Never"

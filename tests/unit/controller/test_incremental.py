@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from shipshape.controller.decisions import deletion_cost_updates, removal_order
+from shipshape.controller.deletion_cost import deletion_cost_updates, removal_order
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig, WorkloadKind, WorkloadPolicy
 from shipshape.controller.state import ClusterState, PodState, WorkloadState, workload_ref

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shipshape.controller.decisions import PodState, WorkloadState
 from shipshape.controller.guards import (
     GUARD_EXPIRES,
     GuardCandidate,
@@ -17,16 +16,19 @@ from shipshape.controller.notices import (
     Notice,
     first_deadlines,
     needs_taint,
+    notice_from_instance_action,
+    notices_from_taints,
     queue_notice_taint,
     risk_notes,
 )
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
-from shipshape.controller.state import QUEUE_NOTICE_TAINT
-from shipshape.controller.surge import RestartWatch
+from shipshape.controller.state import QUEUE_NOTICE_TAINT, PodState, WorkloadState
+from shipshape.controller.surge import ActionKind, RestartWatch, plan_interruptions
 from shipshape.kube.clock import parse_time, rfc3339
 
 from .builders import deployment, node
+from .decision_cases import by_name, cluster_nodes, workloads_on_nodes
 
 Obj = dict[str, Any]
 A = Pool("m5.large", "us-east-1a")
@@ -135,3 +137,60 @@ def test_guards_to_remove_are_the_expired_ones_or_a_keepers_own() -> None:
     assert GUARD_EXPIRES not in unreadable["metadata"]["annotations"]
     assert guards_to_remove([mine, theirs, unreadable, user], expired_at=200.0) == [mine, unreadable]
     assert guards_to_remove([mine, theirs, user], owner="replica-b") == [theirs]
+
+
+def test_pool_wide_reclaim_plan() -> None:
+    nodes = by_name(cluster_nodes())
+    notices = [Notice("a1", 1000.0, "taint"), Notice("a2", 1010.0, "metadata"), Notice("a1", 990.0, "queue")]
+    plan = plan_interruptions(notices, nodes, workloads_on_nodes())
+    assert plan.reclaimed_pools == {A}
+    assert plan.reclaimed_zones == frozenset()
+    assert plan.avoid_nodes == {"a1", "a2"}
+    by_workload = {a.workload: a for a in plan.actions}
+    web = by_workload["shop/Deployment/web"]
+    assert (web.kind, web.replacements, web.ready_after_loss, web.floor) == (ActionKind.SURGE, 2, 2, 3)
+    assert web.below_floor_without_action and web.deadline == 990.0  # duplicate notices: the earliest counts
+    assert by_workload["shop/StatefulSet/db"].kind is ActionKind.REPLACE  # one at a time, no surge
+    assert "shop/Deployment/lone" not in by_workload  # its pool is not reclaimed
+    replacing = [a for a in plan.actions if a.kind is not ActionKind.RESCHEDULE]
+    assert (sum(a.cpu_millis for a in replacing), sum(a.memory_bytes for a in replacing)) == (2000, 2**31)
+    assert plan.deadlines == {"a1": 990.0, "a2": 1010.0}
+
+
+def test_zone_wide_reclaim_plan_avoids_every_spot_node_of_the_zone() -> None:
+    nodes = by_name([*cluster_nodes(), node("a3", "spot", "r5.large", A.zone)])
+    plan = plan_interruptions(
+        [Notice("a1", 1000.0, "taint"), Notice("c1", 1000.0, "taint")], nodes, workloads_on_nodes()
+    )
+    assert plan.reclaimed_zones == {"us-east-1a"}
+    assert plan.avoid_nodes == {"a1", "a2", "a3", "c1"}  # a3's pool got no notice, but its zone is going
+    assert "b1" not in plan.avoid_nodes and "od1" not in plan.avoid_nodes
+    kinds = {a.workload: a.kind for a in plan.actions}
+    assert kinds["shop/Deployment/lone"] is ActionKind.SURGE_RESTART
+    assert plan.actions[0].workload == "shop/Deployment/lone"  # earliest deadline, would hit zero ready
+    assert plan_interruptions([], nodes, workloads_on_nodes()).actions == ()
+
+
+def test_notices_from_taints_and_the_metadata_endpoint() -> None:
+    now = 1_800_000_000.0
+    tainted = node(
+        "a1",
+        "spot",
+        taints=[
+            {
+                "key": "aws-node-termination-handler/spot-itn",
+                "effect": "NoSchedule",
+                "timeAdded": rfc3339(now - 20),
+            }
+        ],
+    )
+    karpenter = node("a2", "spot", taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+    plain = node(
+        "a3", "spot", taints=[{"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}]
+    )
+    found = notices_from_taints([tainted, karpenter, plain], now, lead_seconds=120)
+    assert [(n.node, n.deadline) for n in found] == [("a1", now + 100), ("a2", now + 120)]
+    notice = notice_from_instance_action("a1", {"action": "terminate", "time": rfc3339(now + 120)})
+    assert notice is not None and notice.deadline == now + 120 and notice.source == "instance-metadata"
+    assert notice_from_instance_action("a1", None) is None
+    assert notice_from_instance_action("a1", {"action": "terminate", "time": "soon"}) is None

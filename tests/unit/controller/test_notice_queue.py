@@ -9,11 +9,12 @@ from shipshape.controller.loops.base import SharedState
 from shipshape.controller.notices import (
     INTERRUPTION,
     REBALANCE,
+    CloudEvent,
     QueueMessage,
     QueueNoticeSource,
     instance_id,
     notices_from_taints,
-    parse_event,
+    parse_events,
 )
 from shipshape.controller.ops import OpsError, RecordingOps
 from shipshape.controller.placement import Pool
@@ -63,6 +64,12 @@ def spot_node(name: str, iid: str, zone: str = "us-east-1a") -> dict[str, Any]:
 
 def warning(queue: EventQueue, iid: str, at: float) -> str:
     return queue.send(queue.event(INTERRUPTION, iid, at, {"instance-action": "terminate"}))
+
+
+def parse_event(body: str) -> CloudEvent | None:
+    """The one instance a one-instance event names, None when it names none."""
+    events = parse_events(body)
+    return events[0] if events else None
 
 
 def test_events_parse_and_instances_map_to_nodes() -> None:

@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from shipshape.contracts.annotations import DECISION
+from shipshape.controller.availability import availability_floor, pdb_floor
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import ClusterState, GroupKey
 
 from .builders import added, deployment, node, pod_of, replicaset, statefulset
+from .decision_cases import OD, POLICY, SPOT, A, B, cluster_nodes
 
 DECIDED_SPOT = '{"capacityType": "spot", "pool": "m5.large/us-east-1b", "reason": "spot-share", "id": "d-1"}'
 
@@ -191,3 +195,46 @@ def test_kept_pod_counts_add_up_as_a_recount_with_assumptions_first() -> None:
     cache.apply({"type": "DELETED", "object": pod_of(rs, "web-0", node="n1")})  # a pod goes
     assert cache.group_counts(group, 2.0).spot_by_pool == {r5c: 1, m5b: 1, c5a: 1}
     assert cache.group_counts(group, 200.0).total == 3  # assumptions expired, pods' counts kept
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"minAvailable": 3}, 3),
+        ({"minAvailable": "50%"}, 3),
+        ({"maxUnavailable": 1}, 4),
+        ({"maxUnavailable": "10%"}, 4),
+    ],
+)
+def test_pdb_floor(spec: dict[str, Any], expected: int) -> None:
+    assert pdb_floor({"spec": spec}, 5) == expected
+
+
+def test_workload_state_from_the_cache() -> None:
+    cache = ClusterState(ControllerConfig())
+    dep = deployment("web", 4, max_unavailable=0)
+    rs = replicaset(dep)
+    for obj in (dep, rs, *cluster_nodes()):
+        cache.apply(added(obj))
+    for i, where in enumerate(["od1", "a1", "a2", "b1"]):
+        cache.apply(added(pod_of(rs, f"web-{i}", node=where, ready=i != 3)))
+    ref = cache.workload_of(pod_of(rs, "web-0"))
+    assert ref is not None
+    current = cache.workload_state(ref, POLICY)
+    assert current.ready == 3 and current.floor == 4  # maxUnavailable 0 (maxSurge 25 % > 0)
+    assert [(p.capacity, p.pool) for p in current.pods] == [(OD, None), (SPOT, A), (SPOT, A), (SPOT, B)]
+    assert current.pods[0].cpu_millis == 500
+    cache.apply(
+        added(
+            {
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "p", "namespace": "shop"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            }
+        )
+    )
+    assert availability_floor(ref, cache.pdbs_matching("shop", {"app": "web"})) == 2
+    sts = statefulset("db", 3)
+    cache.apply(added(sts))
+    sts_ref = cache.workload_of(pod_of(sts, "db-0"))
+    assert sts_ref is not None and availability_floor(sts_ref, []) == 2

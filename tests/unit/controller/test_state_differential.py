@@ -364,7 +364,7 @@ def test_a_nested_view_does_not_change_what_the_enclosing_view_reads() -> None:
         for _ in range(50):
             event = cluster.change()
             fanout.apply({"type": event["type"], "object": event["object"]}, event["kind"])
-        with replica.view() as same:  # the loops nest `reading()`: still the same snapshot
+        with replica.view() as same:  # the loops nest `view()`: still the same snapshot
             assert len(list(same.objects("Pod"))) == before
         assert replica.pending() == 50
     with replica.view() as state:

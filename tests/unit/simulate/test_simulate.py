@@ -204,3 +204,27 @@ def test_a_run_replays_identically_in_another_process() -> None:
     ]
     assert json.loads(outputs[0])["nodeChurn"]["notices"] > 2
     assert outputs[0] == outputs[1]
+
+
+def test_the_simulated_webhook_and_loops_read_one_replica_through_its_view() -> None:
+    """As in a controller process: a change that arrives while a loop reads is applied when the next
+    view opens, never in the middle of a read."""
+    strategy = STRATEGIES["shipshape"]
+    settings = SimulationSettings(duration=60.0)
+    scenario = simulation_scenario(strategy.prepare(small_scenario(reclaim_at=None)), settings)
+    cluster = build_cluster(scenario, VirtualClock(), settings)
+    strategy.install(cluster)
+    complete(assembly.apply_objects(cluster))
+    cluster.engine.run_until(cluster.clock.now() + 60)
+    controller = cluster.services["placement-controller"]
+    assert all(loop.replica is controller.state for loop in controller.loops)
+    pod = next(p for p in cluster.store.list(PODS, "shop") if p["metadata"]["name"].startswith("web-"))
+    name = pod["metadata"]["name"]
+    with controller.loops[0].view() as state:
+        held = state.get("Pod", "shop", name)
+        assert held is not None
+        controller.ops.delete_pod("shop", name)
+        assert state.get("Pod", "shop", name) is held  # the read in progress sees what it began with
+        assert controller.state.pending() > 0
+    with controller.loops[0].view() as state:
+        assert state.get("Pod", "shop", name) is not held

@@ -12,7 +12,6 @@ scheduler (`scheduler.py`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from shipshape.controller.batch_capacity import NodeResources
@@ -32,6 +31,7 @@ from shipshape.controller.notices import QueueNoticeSource
 from shipshape.controller.ops import ClusterOps
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.state import ClusterState
+from shipshape.controller.state.views import Replica
 from shipshape.kube.clock import Clock
 
 LOOPS: tuple[type[Reconciler], ...] = (
@@ -51,20 +51,20 @@ __all__ = ["LOOPS", "LoopSettings", "Reconciler", "SharedState", "all_reconciler
 
 def all_reconcilers(
     clock: Clock,
-    cache: ClusterState,
+    state: Replica | ClusterState,
     ops: ClusterOps,
     config: ControllerConfig,
     metrics: ControllerMetrics,
     shared: SharedState,
-    lock: AbstractContextManager[Any] | None = None,
     *,
     queue: QueueNoticeSource | None = None,
     node_resources: NodeResources | None = None,
 ) -> list[Reconciler]:
-    """Every loop, in `LOOPS` order, sharing `shared`; `queue`: a cloud event queue for the notice
-    watcher (the leader reads it); `node_resources`: metrics and node writes for the batch resources
-    loop, which runs only when `loops.batch_resources.enabled`."""
-    common = (clock, cache, ops, config, metrics, shared, lock)
+    """Every loop, in `LOOPS` order, sharing `shared` and one replica of the `state`; `queue`: a cloud
+    event queue for the notice watcher (the leader reads it); `node_resources`: metrics and node writes
+    for the batch resources loop, which runs only when `loops.batch_resources.enabled`."""
+    replica = state if isinstance(state, Replica) else Replica(state)
+    common = (clock, replica, ops, config, metrics, shared)
     optional: list[Reconciler] = []
     if shared.settings.batch_resources.enabled:
         if node_resources is None:

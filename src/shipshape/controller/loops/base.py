@@ -1,6 +1,6 @@
 """The shape every loop shares, and what the loops read in common.
 
-A loop is a `Reconciler(clock, cache, ops, config, metrics, shared)` with a `name`, an `interval`
+A loop is a `Reconciler(clock, state, ops, config, metrics, shared)` with a `name`, an `interval`
 (emulated seconds between rounds), `observe(now)` and `reconcile(now)`:
 
 - `observe` runs on every controller replica: it only updates `SharedState` from the cache (the pools
@@ -8,22 +8,24 @@ A loop is a `Reconciler(clock, cache, ops, config, metrics, shared)` with a `nam
 - `reconcile` runs on the leader only: it reads the cache, takes its decisions from its pure decision
   module, and writes through `ClusterOps`; what it wrote and has not seen yet is an expectation
   (`kit.Expectations`), what it concluded from unchanged inputs is not worked out again
-  (`kit.Unchanged`).
+  (`kit.Unchanged`), and a loop that decides per workload decides only for the workloads that
+  changed (`WorkloadQueue`).
 
 A loop also says what wakes it (`watches`, `changed`, `busy`) and which `lane` it shares; the
 scheduler (`scheduler.py`) runs it.
 
-Reads of the cache happen inside `with self.reading():` (the process passes a lock, since watch
-threads feed the cache); writes happen outside it, so the webhook never waits on API calls.
+Reads of the cache happen inside `with self.view(now):`, the view of the loops' replica of the state
+(`state.views.Replica`: the process's informer threads feed it, the simulator its store's events),
+the same view the webhook reads its own replica through; writes happen outside it, so that what a
+write sets off is applied before the next view.
 Nothing that matters is kept in memory: what a loop did is written on the cluster's objects
 (annotations), so a restarted or newly elected controller picks up where the last one stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -31,16 +33,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shipshape.analyzers.efficiency import publish
-from shipshape.controller.decisions import ShortageTracker
 from shipshape.controller.events import event_for
-from shipshape.controller.loops.kit import Expectations
+from shipshape.controller.fallback import ShortageTracker
+from shipshape.controller.loops.kit import DirtyQueue, Every, Expectations, Inputs, same_inputs
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.notices import Notice
 from shipshape.controller.ops import ClusterOps, OpsError
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig, PolicyResult, WorkloadKind
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.state import ClusterState, Managed
+from shipshape.controller.state import ClusterState, DirtyWorkloads, Managed, WorkloadState
+from shipshape.controller.state.views import Replica
 from shipshape.kube.clock import Clock
 
 if TYPE_CHECKING:
@@ -113,6 +116,9 @@ class LoopSettings(BaseModel):
     # How long a single-replica guard PDB holds without being renewed (the leader renews it while
     # needed): once its controller is gone, a guard holds up a drain for at most this long.
     guard_ttl_seconds: float = Field(default=180.0, gt=0)
+    # The loops that decide per workload (rebalancer, deletion costs) look only at the workloads that
+    # changed since their last round, and at every one at least this often (`WorkloadQueue`).
+    workload_resync_seconds: float = Field(default=600.0, gt=0)
     # Reclaimable batch capacity published on nodes as extended resources (off by default).
     batch_resources: BatchResourcesSettings = Field(default_factory=BatchResourcesSettings)
 
@@ -165,6 +171,111 @@ class SharedState:
         )
 
 
+WorkloadKey = tuple[str, str, str]  # (kind, namespace, name), as `DirtyWorkloads` names workloads
+
+
+class WorkloadQueue:
+    """The managed workloads a per-workload loop decides for in a round: the ones that changed.
+
+    For a loop whose decision for a workload depends only on that workload's state and on inputs the
+    whole round shares (a placement view, the pool risks). The loop's workloads sit in a
+    `kit.DirtyQueue`; a round (`due`) marks the ones the state says changed since the loop last asked
+    (`ClusterState.take_dirty`; every one when a node changed capacity type or pool, and at the
+    periodic resync) and hands out those whose state is not the one they were settled with (a pod's
+    status report marks its workload without changing what the loops see of it). Every workload is
+    handed out when the round's shared inputs differ from the last round's. The loop calls
+    `settled` for a workload it found nothing to do for; the others stay dirty and are handed out
+    again next round. Workloads come in the order the state lists them (`ClusterState.managed`), as a
+    full scan takes them, so that budgets and rate limits are spent alike.
+    """
+
+    def __init__(self, resync_seconds: float) -> None:
+        self.queue: DirtyQueue[WorkloadKey] = DirtyQueue()
+        self.resync = Every(resync_seconds)
+        self._inputs: Inputs | None = None
+        self._listed: tuple[Managed, ...] | None = None
+        self._position: dict[WorkloadKey, int] = {}
+        # The state each settled workload was settled with.
+        self._settled: dict[WorkloadKey, WorkloadState] = {}
+        # How many workloads the last round handed out, and the full passes so far.
+        self.handed = 0
+        self.full_passes = 0
+
+    def due(
+        self, state: ClusterState, config: ControllerConfig, now: float, inputs: Inputs = ()
+    ) -> list[Managed]:
+        """The managed workloads to decide for now, in the state's order (call inside `view()`)."""
+        dirty = state.take_dirty(self)  # each queue its own account of the changes
+        listed = state.managed(config)
+        if listed is not self._listed:
+            self._listed = listed
+            self._position = {_key_of(m): i for i, m in enumerate(listed)}
+        position = self._position
+        queue = self.queue
+        fresh = self._inputs is None or not same_inputs(self._inputs, inputs)
+        if fresh or self.resync.due(now):
+            # Every workload; after a change of the shared inputs, decided for again whatever its
+            # state. A resync compares every workload's state with the one it was settled with, so
+            # a change the state failed to mark is still caught.
+            self.resync.ran(now)
+            self.full_passes += 1
+            if fresh:
+                self._settled.clear()
+            dirty = DirtyWorkloads(everything=True)
+        self._inputs = inputs
+        if dirty.everything:
+            for key in list(queue):
+                if key not in position:
+                    queue.discard(key)
+                    self._settled.pop(key, None)
+            for key in position:
+                queue.add(key, now)
+            queue.mark_all()
+        else:
+            for key in dirty.workloads:
+                if key in position:
+                    queue.add(key, now)
+                    queue.mark(key)
+                else:
+                    queue.discard(key)  # gone, or no longer managed
+            if dirty.namespaces:
+                for key in position:
+                    if key[1] in dirty.namespaces:
+                        queue.add(key, now)
+                        queue.mark(key)
+        settled = self._settled
+        picked: list[int] = []
+        for key in queue.dirty_keys():
+            index = position.get(key)
+            if index is None:
+                queue.discard(key)
+                settled.pop(key, None)
+                continue
+            kept = settled.get(key)
+            current = listed[index].state
+            if kept is not None and (kept is current or kept == current):
+                queue.take(key)  # marked, but what the loop decides from is the same
+                continue
+            settled.pop(key, None)
+            picked.append(index)
+        picked.sort()
+        self.handed = len(picked)
+        return [listed[i] for i in picked]
+
+    def settled(self, workload: Managed) -> None:
+        """Nothing to do for the workload: not handed out again until its state changes, the round's
+        inputs do, or the next resync."""
+        key = _key_of(workload)
+        if key in self.queue:
+            self.queue.take(key)
+            self._settled[key] = workload.state
+
+
+def _key_of(workload: Managed) -> WorkloadKey:
+    ref = workload.ref
+    return (ref.kind.value, ref.namespace, ref.name)
+
+
 class Reconciler:
     """Base of the loops; subclasses set `name`, return their interval and override the two rounds.
 
@@ -183,20 +294,20 @@ class Reconciler:
     def __init__(
         self,
         clock: Clock,
-        cache: ClusterState,
+        state: Replica | ClusterState,
         ops: ClusterOps,
         config: ControllerConfig,
         metrics: ControllerMetrics,
         shared: SharedState | None = None,
-        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.clock = clock
-        self.cache = cache
+        # The replica of the state the loops read (`state.views`); a bare state gets one of its own.
+        self.replica = state if isinstance(state, Replica) else Replica(state)
+        self.cache = self.replica.state
         self.ops = ops
         self.config = config
         self.metrics = metrics
         self.shared = shared or SharedState.for_config(config)
-        self._lock: AbstractContextManager[Any] = lock if lock is not None else contextlib.nullcontext()
 
     @property
     def interval(self) -> float:
@@ -206,10 +317,11 @@ class Reconciler:
     def settings(self) -> LoopSettings:
         return self.shared.settings
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        with self._lock:
-            yield
+    def view(self, now: float | None = None) -> AbstractContextManager[ClusterState]:
+        """The replica's `view(now)` (`state.views.Replica`): the state caught up with what the
+        informers delivered and, with `now`, the webhook's assumptions past their TTL dropped, held
+        for the block. The loops read nothing of `cache` outside one."""
+        return self.replica.view(now)
 
     def changed(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
         """A change of the cache (after it was applied): True when it needs a round within one interval."""
@@ -228,7 +340,7 @@ class Reconciler:
     # --- helpers shared by the loops --------------------------------------------------------------
 
     def managed(self) -> list[Managed]:
-        """Managed Deployments and StatefulSets with a valid policy (call inside `reading()`); the
+        """Managed Deployments and StatefulSets with a valid policy (call inside `view()`); the
         state keeps the answer until something it reads changes (`ClusterState.managed`)."""
         return list(self.cache.managed(self.config))
 

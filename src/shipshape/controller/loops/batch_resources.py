@@ -45,7 +45,7 @@ class BatchResources(Reconciler):
         settings = self.settings.batch_resources
         if not settings.enabled:
             return
-        with self.reading():
+        with self.view(now):
             nodes = list(self.cache.objects("Node"))
             pods = list(self.cache.objects("Pod"))
         for node in nodes:

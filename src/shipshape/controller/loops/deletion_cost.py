@@ -1,10 +1,12 @@
 """Deletion-cost keeper: `controller.kubernetes.io/pod-deletion-cost` on managed Deployments' pods, so
-that a scale-down removes the pods that bring the split back to target (`decisions.deletion_costs`).
+that a scale-down removes the pods that bring the split back to target (decisions in
+`controller/deletion_cost.py`).
 
-Only the costs out of the removal order are written (`decisions.deletion_cost_updates`: pods that left
+Only the costs out of the removal order are written (`deletion_cost_updates`: pods that left
 do not renumber the rest), at most `deletion_cost_writes_per_round` per round (whole workloads; the
-rest follow in the next rounds), and a workload whose state and pool risks did not change since a
-round that found nothing to write is not ranked again (`kit.Unchanged`). Pods a surge marked as
+rest follow in the next rounds), and a workload found in order is not ranked again until the state
+says it changed or the pool risks differ from the last round's (`base.WorkloadQueue`, with a full pass
+every `workload_resync_seconds`). Pods a surge marked as
 doomed keep their lowest cost, and a Deployment being surged is left to the interruption responder.
 """
 
@@ -13,9 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import deletion_cost_updates
-from shipshape.controller.loops.base import Reconciler
-from shipshape.controller.loops.kit import Unchanged
+from shipshape.controller.deletion_cost import deletion_cost_updates
+from shipshape.controller.loops.base import Reconciler, WorkloadQueue
 from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import DELETION_COST
 from shipshape.controller.surge import DOOMED_COST, surging
@@ -28,8 +29,8 @@ class DeletionCostKeeper(Reconciler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Workloads found in order, and the state and pool risks they were ranked with.
-        self._in_order: Unchanged[str, bool] = Unchanged()
+        # The workloads to rank: those that changed since they were last found in order.
+        self.workloads = WorkloadQueue(self.settings.workload_resync_seconds)
 
     @property
     def interval(self) -> float:
@@ -38,13 +39,10 @@ class DeletionCostKeeper(Reconciler):
     def reconcile(self, now: float) -> None:
         budget = self.settings.deletion_cost_writes_per_round
         writes: list[tuple[str, str, str]] = []
-        with self.reading(), self._in_order.round():
+        with self.view(now):
             pool_risk = self.cache.placement_view(now, self.shared.risk).pool_risk
-            for workload in self.managed():
+            for workload in self.workloads.due(self.cache, self.config, now, (pool_risk,)):
                 if surging(workload.ref.obj):
-                    continue
-                key = workload.state.key
-                if self._in_order.recall(key, (workload.state, pool_risk)):
                     continue
                 if len(writes) >= budget:
                     continue
@@ -53,7 +51,7 @@ class DeletionCostKeeper(Reconciler):
                 )
                 updates = deletion_cost_updates(workload.state, pool_risk, doomed)
                 if not updates:
-                    self._in_order.keep(key, (workload.state, pool_risk), True)
+                    self.workloads.settled(workload)
                 writes.extend((workload.ref.namespace, pod, cost) for pod, cost in sorted(updates.items()))
         for namespace, pod, cost in writes:
             try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Fallback, fallback_candidates
 from shipshape.controller.events import FALLBACK
+from shipshape.controller.fallback import Fallback, fallback_candidates
 from shipshape.controller.loops.base import Reconciler
 from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.ops import OpsError
@@ -39,7 +39,7 @@ class SpotFallback(Reconciler):
         return self.settings.fallback_interval_seconds
 
     def _scan(self, now: float) -> list[Fallback]:
-        with self.reading():
+        with self.view(now):
             candidates = fallback_candidates(
                 self.cache.unbound_pods(),
                 now,
@@ -49,7 +49,7 @@ class SpotFallback(Reconciler):
             )
             nodes_by_pool = self.cache.pool_nodes()
         # The tracker takes its own lock: the webhook reads it.
-        with self.reading():
+        with self.view(now):
             tracker = self.shared.shortages
             for pool in tracker.shortages(now):
                 marked = self._nodes_when_marked.get(pool)
@@ -80,7 +80,7 @@ class SpotFallback(Reconciler):
                 continue
             self._deleted.expect(key, None, now, DELETED_SECONDS)
             self.metrics.fallbacks.labels(direction="to-on-demand").inc()
-            with self.reading():
+            with self.view(now):
                 pod = self.cache.get("Pod", candidate.namespace, candidate.pod)
             if pod is not None:
                 pools = ", ".join(str(p) for p in candidate.pools) or "any spot pool"

@@ -81,7 +81,7 @@ class SurgeGuards(Reconciler):
         return GUARD_INTERVAL_SECONDS
 
     def reconcile(self, now: float) -> None:
-        with self.reading():
+        with self.view(now):
             managed = self.managed()
         self._observe_restarts(managed, now)
         if self._sync.due(now) or len(managed) != self._guarded_count:
@@ -93,7 +93,7 @@ class SurgeGuards(Reconciler):
         """Keep a guard PDB exactly for the single-replica `surge` Deployments without a PDB of their own,
         and restart such a Deployment with a surge when its pod's node is cordoned (a drain)."""
         candidates: list[GuardCandidate] = []
-        with self.reading():
+        with self.view(now):
             existing = {
                 (str(pdb["metadata"].get("namespace")), str(pdb["metadata"].get("name"))): pdb
                 for pdb in self.cache.objects("PodDisruptionBudget")

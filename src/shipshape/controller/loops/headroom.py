@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from shipshape.controller.decisions import HeadroomPlan
 from shipshape.controller.headroom import (
+    HeadroomPlan,
     placeholder_deployments,
     pods_to_cover,
     priority_class,
@@ -61,7 +61,7 @@ class HeadroomKeeper(Reconciler):
         if not self.settings.headroom_enabled:
             return
         namespace = self.config.namespace
-        with self.reading():
+        with self.view(now):
             plan = self._plan(self.cache.spare_rooms(), tuple(m.state for m in self.managed()))
             wanted = placeholder_deployments(
                 plan, namespace, on_demand_terms=self.cache.capacity_terms(CapacityType.ON_DEMAND)

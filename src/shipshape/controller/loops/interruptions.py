@@ -73,14 +73,14 @@ class InterruptionResponder(Reconciler):
 
     def busy(self) -> bool:
         """A surge is in progress."""
-        with self.reading():
+        with self.view():
             return any(
                 SURGE_NOTE in ((d.get("metadata") or {}).get("annotations") or {})
                 for d in self.cache.objects("Deployment")
             )
 
     def reconcile(self, now: float) -> None:
-        with self.reading():
+        with self.view(now):
             nodes = self.cache.nodes_by_name()
             notices = list(self.shared.notices.at_hand)
             managed = self.managed()

@@ -94,7 +94,7 @@ class NoticeWatcher(Reconciler):
 
     def observe(self, now: float) -> None:
         self._poll_metadata(now)
-        with self.reading():
+        with self.view(now):
             nodes, notices = self._read_notices(now)
         self._record(notices, nodes, now)
         self._publish(notices)
@@ -104,7 +104,7 @@ class NoticeWatcher(Reconciler):
     def reconcile(self, now: float) -> None:
         self._poll_metadata(now)  # already done by `observe` in this round, unless called alone
         self._poll_queue(now)
-        with self.reading():
+        with self.view(now):
             nodes, notices = self._read_notices(now)
             queued = self._queue.notices(nodes) if self._queue is not None else []
             notices += queued
@@ -116,7 +116,7 @@ class NoticeWatcher(Reconciler):
 
     def _read_notices(self, now: float) -> tuple[dict[str, Obj], list[Notice]]:
         """Every node by name, and the notices from taints (deadlines kept stable) and from the metadata
-        endpoints for the nodes still there (call inside `reading()`)."""
+        endpoints for the nodes still there (call inside `view()`)."""
         nodes = self.cache.nodes_by_name()
         taints = notices_from_taints(self.cache.noticed_nodes(), now, self.config.notice_lead_seconds)
         notices, self._deadlines = first_deadlines(taints, self._deadlines, nodes)
@@ -125,7 +125,7 @@ class NoticeWatcher(Reconciler):
 
     def _record(self, notices: Sequence[Notice], nodes: Mapping[str, Mapping[str, Any]], now: float) -> None:
         """Pools with a notice (and the other pools of a reclaimed zone) become at risk."""
-        with self.reading():  # the risk model takes its own lock: the webhook reads it
+        with self.view(now):  # the risk model takes its own lock: the webhook reads it
             notes = risk_notes(notices, nodes, now, self.config.notice_lead_seconds, self.cache.conventions)
             for note in notes:
                 if self.shared.risk.record_notice(note.key, note.pool, note.at) and note.source is not None:
@@ -135,11 +135,11 @@ class NoticeWatcher(Reconciler):
                     )
 
     def _publish(self, notices: Sequence[Notice]) -> None:
-        with self.reading():
+        with self.view():
             self.shared.notices.at_hand = tuple(notices)
 
     def _publish_recommended(self) -> None:
-        """Metadata and queue recommendations on the board (call inside `reading()`: the webhook reads it)."""
+        """Metadata and queue recommendations on the board (call inside `view()`: the webhook reads it)."""
         queued = self._queue_recommended
         self.shared.notices.recommended = {**self._recommended, **queued} if queued else self._recommended
 
@@ -149,7 +149,7 @@ class NoticeWatcher(Reconciler):
         if not self.settings.poll_instance_metadata or not self._metadata_poll.due(now):
             return
         self._metadata_poll.ran(now)
-        with self.reading():
+        with self.view(now):
             spot = self.cache.nodes_of_capacity(CapacityType.SPOT)
         try:
             answers = self.ops.spot_metadata(spot)
@@ -168,25 +168,25 @@ class NoticeWatcher(Reconciler):
             if notice is not None:
                 found[name] = notice
             if recommendation:
-                with self.reading():
+                with self.view(now):
                     node = self.cache.get("Node", "", name)
                 pool = self.cache.pool_of(node) if node is not None else self._recommended.get(name)
                 recommended[name] = pool
                 if name not in self._recommended:
                     LOG.info("rebalance recommendation for node %s (pool %s)", name, pool)
         self._metadata_notices = found
-        with self.reading():  # the board is replaced whole: the webhook reads it
+        with self.view(now):  # the board is replaced whole: the webhook reads it
             self._recommended = recommended
             self._publish_recommended()
 
     def _poll_queue(self, now: float) -> None:
         if self._queue is None:
             return
-        with self.reading():
+        with self.view(now):
             nodes = self.cache.nodes_by_name()
         for notice in self._queue.poll(nodes, now):
             LOG.info("event queue: interruption warning for node %s", notice.node)
-        with self.reading():
+        with self.view(now):
             self._queue_recommended = self._queue.recommended()
             self._publish_recommended()
 

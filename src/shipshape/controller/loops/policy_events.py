@@ -25,7 +25,7 @@ class PolicyReporter(Reconciler):
 
     def reconcile(self, now: float) -> None:
         found: list[tuple[tuple[str, tuple[tuple[str, str], ...]], Any, WorkloadKind, Any]] = []
-        with self.reading():
+        with self.view(now):
             for kind in (WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFULSET):
                 for obj in self.cache.objects(kind.value):
                     result = self.policy_of(kind, obj)

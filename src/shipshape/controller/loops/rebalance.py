@@ -1,11 +1,12 @@
-"""Rebalancer: moves pods one at a time toward each workload's desired split (`decisions.next_move`).
+"""Rebalancer: moves pods one at a time toward each workload's desired split (decisions in
+`controller/rebalance.py`: `next_move`, `replacement_lands`).
 
 Moves go through the Eviction API (PodDisruptionBudgets apply); a single-replica Deployment is moved
 by a surge restart instead. A workload being surged for a notice is left to the interruption
 responder. The pace is rate-limited cluster-wide (`rebalance_moves_per_minute`), and a pod already
 evicted is not evicted again while the cache still shows it (an expectation, for `RECENT_SECONDS`). A
-workload found balanced is not looked at again while its state (`ClusterState.workload_state` keeps one
-object per change of its inputs) and the placement view stay the same (`kit.Unchanged`).
+workload found balanced is not looked at again until the state says it changed or the placement view
+differs from the last round's (`base.WorkloadQueue`, with a full pass every `workload_resync_seconds`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shipshape.controller.decisions import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.events import REBALANCED
-from shipshape.controller.loops.base import Reconciler
-from shipshape.controller.loops.kit import Expectations, Unchanged
+from shipshape.controller.loops.base import Reconciler, WorkloadQueue
+from shipshape.controller.loops.kit import Expectations
 from shipshape.controller.ops import EvictionOutcome, OpsError
 from shipshape.controller.placement import PlacementView
 from shipshape.controller.policy import WorkloadKind
+from shipshape.controller.rebalance import Move, MoveKind, next_move, replacement_lands
 from shipshape.controller.state import Managed
 from shipshape.controller.surge import restart_patch, surging
 
@@ -37,8 +38,8 @@ class Rebalancer(Reconciler):
         self._last = float("nan")
         # Pods evicted (or restarted), not to be moved again while the cache may still show them.
         self._moved: Expectations[str, None] = Expectations()
-        # Workloads with no move to make, and the state and view that said so.
-        self._balanced: Unchanged[str, bool] = Unchanged()
+        # The workloads to look at: those that changed since they were last found balanced.
+        self.workloads = WorkloadQueue(self.settings.workload_resync_seconds)
 
     @property
     def interval(self) -> float:
@@ -55,20 +56,18 @@ class Rebalancer(Reconciler):
         self._moved.expire(now)
         if self._tokens < 1.0:
             return
-        with self.reading(), self._balanced.round():
+        with self.view(now):
             view = self.cache.placement_view(now, self.shared.risk, self.shared.shortages.shortages(now))
             moves: list[tuple[Managed, Move]] = []
             # The view with each pool's room now, for the pre-check of a move (built once, when needed).
             strict: PlacementView | None = None
-            for workload in self.managed():
+            for workload in self.workloads.due(self.cache, self.config, now, (view,)):
                 if surging(workload.ref.obj) or _rolling_out(workload.ref.obj):
                     continue
                 key = workload.state.key
-                if self._balanced.recall(key, (workload.state, view)):
-                    continue
                 move = next_move(workload.state, view)
                 if move is None:
-                    self._balanced.keep(key, (workload.state, view), True)
+                    self.workloads.settled(workload)
                     continue
                 if self._moved.pending(f"{workload.ref.namespace}/{move.pod}", now):
                     continue

@@ -112,7 +112,7 @@ TOMBSTONES = 10_000
 
 @dataclass(frozen=True, slots=True)
 class DirtyWorkloads:
-    """What changed since the last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
+    """What changed since a reader's last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
     objects, ReplicaSets or pods changed, namespaces whose PDBs or labels changed, or `everything`
     (a node changed capacity type or pool, so every placement may have)."""
 
@@ -122,6 +122,15 @@ class DirtyWorkloads:
 
     def covers(self, kind: str, namespace: str, name: str) -> bool:
         return self.everything or namespace in self.namespaces or (kind, namespace, name) in self.workloads
+
+
+@dataclass(slots=True)
+class _DirtyAccount:
+    """One reader's `DirtyWorkloads` in the making."""
+
+    everything: bool = False
+    workloads: set[tuple[str, str, str]] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
 
 
 def resource_version(obj: Mapping[str, Any]) -> int | None:
@@ -400,10 +409,12 @@ class ClusterState:
         self._seen: dict[str, dict[tuple[str, str], int]] = {kind: {} for kind in KINDS}
         self._tombstones: deque[tuple[str, tuple[str, str]]] = deque()
         self._floors: dict[str, int] = {}
-        # What changed since the last `take_dirty`.
+        # What changed since the last `take_dirty` of any reader, and each reader's account of what
+        # changed since it last asked.
         self._dirty_groups: set[GroupKey] = set()
         self._dirty_namespaces: set[str] = set()
         self._dirty_all = True
+        self._dirty_readers: dict[Hashable, _DirtyAccount] = {}
 
     # --- feeding ---------------------------------------------------------------------------------
 
@@ -468,8 +479,21 @@ class ClusterState:
             if old_key not in self._objects[old_kind]:
                 self._seen[old_kind].pop(old_key, None)
 
-    def take_dirty(self) -> DirtyWorkloads:
-        """What changed since the last call (every workload at first): the workloads to look at again."""
+    def take_dirty(self, reader: Hashable = "") -> DirtyWorkloads:
+        """What changed since `reader` last asked (every workload at its first call): the workloads to
+        look at again. Each reader (a loop) has its own account, so one taking its changes leaves the
+        others theirs."""
+        self._spread_dirty()
+        kept = self._dirty_readers.get(reader)
+        self._dirty_readers[reader] = _DirtyAccount()
+        if kept is None:
+            return DirtyWorkloads(everything=True)
+        return DirtyWorkloads(kept.everything, frozenset(kept.workloads), frozenset(kept.namespaces))
+
+    def _spread_dirty(self) -> None:
+        """What changed since the last spread, resolved to workloads, onto every reader's account."""
+        if not (self._dirty_all or self._dirty_groups or self._dirty_namespaces):
+            return
         workloads: set[tuple[str, str, str]] = set()
         for group in self._dirty_groups:
             if group.kind != "ReplicaSet":
@@ -479,11 +503,15 @@ class ClusterState:
             owner = controller_ref(rs) if rs is not None else None
             if owner is not None and owner.get("kind") == "Deployment":
                 workloads.add(("Deployment", group.namespace, str(owner.get("name"))))
-        dirty = DirtyWorkloads(self._dirty_all, frozenset(workloads), frozenset(self._dirty_namespaces))
+        for account in self._dirty_readers.values():
+            if self._dirty_all:
+                account.everything = True
+            if not account.everything:
+                account.workloads |= workloads
+                account.namespaces |= self._dirty_namespaces
         self._dirty_groups.clear()
         self._dirty_namespaces.clear()
         self._dirty_all = False
-        return dirty
 
     def _put(self, kind: str, key: tuple[str, str], obj: Obj) -> None:
         if kind in ("ConfigMap", "NodePool"):

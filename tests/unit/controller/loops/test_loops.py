@@ -46,7 +46,7 @@ class World:
         )
 
     def spot_room(self) -> None:
-        """The spot nodes Ready with room (what a move to spot needs, `decisions.replacement_lands`)."""
+        """The spot nodes Ready with room (what a move to spot needs, `rebalance.replacement_lands`)."""
         self.h.add(
             with_room(node("a-1", "spot", "m5.large", "us-east-1a")),
             with_room(node("b-1", "spot", "m5.large", "us-east-1b")),
