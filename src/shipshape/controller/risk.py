@@ -83,6 +83,11 @@ class RiskModel:
             self._times.insert(index, at)
             self._pools.insert(index, pool)
             self._scores_memo = self._at_risk_memo = None
+            # Bounded memory in a controller that runs for months: a notice older than the longest
+            # window before the newest one can never be read again (time only moves forward).
+            horizon = self._times[-1] - max(self.window_seconds, self.cooldown_seconds)
+            if self._times[0] < horizon:
+                self.forget_before(horizon)
             return True
 
     def forget_before(self, when: float) -> None:

@@ -87,6 +87,9 @@ def test_window_answers_equal_a_scan_of_every_notice() -> None:
             node, pool, at = f"n{rng.randrange(150)}", rng.choice(pools), now - rng.choice([0.0, 30.0, 90.0])
             assert model.record_notice(node, pool, at) == (node not in seen)
             seen.setdefault(node, (pool, at))
+            # the model keeps nothing older than its longest window before its newest notice
+            newest = max(at for _, at in seen.values())
+            seen = {node: (pool, at) for node, (pool, at) in seen.items() if at >= newest - 300.0}
         if step % 97 == 96:
             model.forget_before(now - 200.0)
             seen = {node: (pool, at) for node, (pool, at) in seen.items() if at >= now - 200.0}
@@ -98,3 +101,14 @@ def test_window_answers_equal_a_scan_of_every_notice() -> None:
         assert model.scores(regions, now) == scanned, step
         assert scanned == {pool: model.score(pool, "us-east-1", now) for pool in pools}, step
         assert model.at_risk(now) == {p for p, at in seen.values() if now - 60.0 <= at <= now}, step
+
+
+def test_memory_stays_bounded_over_months_of_notices() -> None:
+    model = RiskModel(window_seconds=7 * 86400.0, cooldown_seconds=1800.0)
+    pool = Pool("m5.large", "us-east-1a")
+    for i in range(90 * 24):  # a notice an hour for 90 days, every node a new one
+        model.record_notice(f"node-{i}", pool, at=i * 3600.0)
+    now = (90 * 24 - 1) * 3600.0
+    assert model.observed(pool, now) == 7 * 24 + 1  # the window's notices, all still counted
+    assert len(model._notices) <= 7 * 24 + 1
+    assert len(model._times) == len(model._pools) == len(model._notices)
