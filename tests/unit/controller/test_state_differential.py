@@ -324,6 +324,18 @@ def test_dirty_workloads_cover_every_workload_whose_state_changed(seed: int) -> 
         before = after
 
 
+def test_a_state_no_reader_asks_keeps_no_marks() -> None:
+    rng = random.Random(5)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)  # as the webhook's replica: no loop takes its changes
+    for _ in range(500):
+        event = cluster.change()
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+    assert not state._dirty_groups and not state._dirty_namespaces
+    assert state.take_dirty().everything  # a first reader still starts from every workload
+
+
 def test_replicas_fed_by_one_fanout_hold_the_same_objects() -> None:
     rng = random.Random(7)
     config = ControllerConfig()

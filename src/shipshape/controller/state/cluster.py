@@ -436,6 +436,8 @@ class ClusterState:
             self._put(obj_kind, key, dict(obj))
             if version is not None:
                 self._seen[obj_kind][key] = version
+        if not self._dirty_readers:
+            self._drop_unread_marks()
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """Replace every object of a kind (after a relist). The newest version listed becomes the kind's
@@ -459,6 +461,8 @@ class ClusterState:
             if key in seen and key not in self._objects[kind]:
                 self._tombstones.append((kind, key))
         self._trim_tombstones()
+        if not self._dirty_readers:
+            self._drop_unread_marks()
 
     def _stale(self, kind: str, key: tuple[str, str], version: int) -> bool:
         """Whether an event is older than what the state knows of its object (held, deleted, or listed)."""
@@ -489,6 +493,12 @@ class ClusterState:
         if kept is None:
             return DirtyWorkloads(everything=True)
         return DirtyWorkloads(kept.everything, frozenset(kept.workloads), frozenset(kept.namespaces))
+
+    def _drop_unread_marks(self) -> None:
+        """Marks with no reader to go to: a reader's first `take_dirty` answers everything anyway,
+        and a replica no loop reads (the webhook's) would otherwise keep every workload name it saw."""
+        self._dirty_groups.clear()
+        self._dirty_namespaces.clear()
 
     def _spread_dirty(self) -> None:
         """What changed since the last spread, resolved to workloads, onto every reader's account."""
