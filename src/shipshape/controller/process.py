@@ -119,7 +119,7 @@ def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
     return KubeNodeResources(api_client)
 
 
-def _lower_priority(thread: threading.Thread, nice: int) -> None:
+def lower_priority(thread: threading.Thread, nice: int) -> None:
     """Give `thread` the nice value `nice` (Linux schedules threads alone: this one only)."""
     if thread.native_id is None or not hasattr(os, "setpriority"):
         return
@@ -291,7 +291,7 @@ class ControllerProcess:
         self.elector.start()
         self.scheduler.start()
         if self.settings.loops_nice is not None:
-            _lower_priority(self.scheduler.thread, self.settings.loops_nice)
+            lower_priority(self.scheduler.thread, self.settings.loops_nice)
         LOG.info(
             "controller %s serving the webhook on %s:%d%s",
             self.settings.identity,

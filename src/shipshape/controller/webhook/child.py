@@ -294,6 +294,12 @@ class WebhookChild:
         process = self._process
         return None if process is None else process.pid
 
+    @property
+    def exitcode(self) -> int | None:
+        """The last webhook process's exit status (None while it runs)."""
+        process = self._process
+        return None if process is None else process.exitcode
+
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self, timeout: float) -> None:
