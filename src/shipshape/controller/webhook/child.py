@@ -346,7 +346,10 @@ class WebhookChild:
         control_child.close()
         self._process, self._control = process, control_parent
         incarnation = _Incarnation(process, state_child, control_parent)
-        threading.Thread(target=self._feed, args=(incarnation,), name="webhook-feed", daemon=True).start()
+        incarnation.feeder = threading.Thread(
+            target=self._feed, args=(incarnation,), name="webhook-feed", daemon=True
+        )
+        incarnation.feeder.start()
         return incarnation
 
     def _supervise(self, incarnation: _Incarnation) -> None:
@@ -356,6 +359,9 @@ class WebhookChild:
             incarnation.done.set()
             self.serving.clear()
             self.relay.detach()
+            # The relay has one reader: this feed ends before the next process's begins.
+            if incarnation.feeder is not None:
+                incarnation.feeder.join(5)
             incarnation.close()
             if self._stopping.is_set():
                 return
@@ -476,6 +482,7 @@ class _Incarnation:
     control: Connection
     # Set once the process is gone: its feed stops.
     done: threading.Event = field(default_factory=threading.Event)
+    feeder: threading.Thread | None = None
 
     def close(self) -> None:
         for conn in (self.state, self.control):
