@@ -1,19 +1,23 @@
 """Placement webhook round trips over HTTPS at a fixed rate of pod creations.
 
-Starts the webhook server on loopback in a child process (as it runs in the controller, with its own
-CA and serving certificate), sends AdmissionReviews for pods of managed Deployments at `--rate` per
-second for `--seconds` seconds over one keep-alive TLS connection, and prints JSON with the latency
-percentiles next to the targets (p50 <= 3 ms, p99 <= 10 ms; with `--planning`, p99 <= 5 ms).
+Starts the controller's webhook side on loopback in a child process, as `ControllerProcess` sets it
+up (its own CA and serving certificate; by default the webhook in a process of its own, fed by the
+controller's fan-out through a `Relay`), sends AdmissionReviews for pods of managed Deployments at
+`--rate` per second for `--seconds` seconds over `--connections` keep-alive TLS connections, and
+prints JSON with the latency percentiles next to the targets (p50 <= 3 ms, p99 <= 10 ms; with
+`--planning`, p99 <= 5 ms) and the CPU seconds of each process.
 
-`--planning` runs the child as the controller process does while its loops plan: the webhook and the
-loops each read their own replica of the state (`controller.state.views`), informer events arrive at
-`--events` per second through the same fan-out, and a planning thread runs passes back to back over
-every managed workload (recomputed from scratch, nothing kept: the heaviest pass there is), each
-holding the loops' replica for its whole duration. `--planning-lock shared` makes the webhook read the
-loops' replica instead: the single-lock design, for comparison.
+`--planning` runs the controller process as it runs while its loops plan: informer events arrive at
+`--events` per second through the fan-out, and a planning thread (at the loops' nice value, `--nice`)
+runs passes back to back over every managed workload (recomputed from scratch, nothing kept: the
+heaviest pass there is), each holding the loops' replica for its whole duration. `--webhook thread`
+serves the webhook from a thread of the controller process instead (its own replica, one
+interpreter: `--webhook-in-process`), `--webhook shared` from a thread reading the loops' replica
+(the one-lock design the replicas replaced), for comparison.
 
     python bench/webhook.py --rate 200 --seconds 10
-    python bench/webhook.py --rate 1000 --seconds 10 --planning
+    python bench/webhook.py --rate 1000 --seconds 10 --connections 4 --planning
+    python bench/webhook.py --rate 1000 --seconds 10 --connections 4 --planning --webhook thread
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ LOG = logging.getLogger("shipshape.controller.webhook")
 # How often (real seconds) the controller compares what the placer reads from the loops with what
 # it last sent: a shortage's end reaches the webhook at most this late.
 PUBLISH_SECONDS = 0.05
+# How long (real seconds) the feed gathers informer changes into one message.
+BATCH_SECONDS = 0.005
 # Longest wait (real seconds) for a reply over the control pipe (metrics).
 REPLY_SECONDS = 2.0
 # Restarts of a child that died: the first after RESTART_START, doubling up to RESTART_MAX; a child
@@ -431,6 +433,10 @@ class WebhookChild:
             while not incarnation.done.is_set():
                 changes = self.relay.take(PUBLISH_SECONDS)
                 if changes:
+                    # What follows within a few ms goes in the same message: one wake-up of the
+                    # webhook's reader (and one turn at its interpreter) for a burst, not one an event.
+                    incarnation.done.wait(BATCH_SECONDS)
+                    changes += self.relay.take(0)
                     incarnation.state.send(messages.StateChanges(changes))
                 self._publish(incarnation.control, published)
         except (OSError, ValueError):
