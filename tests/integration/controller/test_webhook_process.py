@@ -160,6 +160,17 @@ def test_a_webhook_process_that_dies_is_started_again_with_the_whole_state(serve
     eventually("the other spot pool chosen", lambda: served.capacity() == "spot")
 
 
+def test_a_certificate_it_cannot_load_leaves_the_webhook_serving_the_old_one(
+    served: Served, tmp_path: Path
+) -> None:
+    assert [served.capacity(), served.capacity()] == ["on-demand", "spot"]
+    missing = tmp_path / "missing"
+    served.child.serve_certificate(missing / "tls.crt", missing / "tls.key")
+    served.shortages.add(SPOT_POOL)  # a message after it is still acted on
+    eventually("the shortage avoided", lambda: served.capacity() == "on-demand")
+    assert served.child.pid is not None and served.child.restarts == 0
+
+
 def test_stop_is_graceful(served: Served) -> None:
     served.child.stop()
     assert served.child.exitcode == 0  # it left by itself on Stop: not terminated, not killed

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -52,6 +52,7 @@ from shipshape.controller.webhook.server import create_app, https_server, runnin
 from shipshape.kube.clock import Clock
 
 LOG = logging.getLogger("shipshape.controller.webhook")
+R = TypeVar("R")
 # How often (real seconds) the controller compares what the placer reads from the loops with what
 # it last sent: a shortage's end reaches the webhook at most this late.
 PUBLISH_SECONDS = 0.05
@@ -98,6 +99,42 @@ def risk_model(spec: ChildSpec, notices: Iterable[messages.NoticeRecord]) -> Ris
     return model
 
 
+class _Replies(Generic[R]):
+    """Replies to numbered requests, handed from the pipe's reader to the thread that asked; a reply
+    that comes after its asker gave up is dropped."""
+
+    def __init__(self) -> None:
+        self._numbers = itertools.count(1)
+        self._awaited: set[int] = set()
+        self._replies: dict[int, R] = {}
+        self._cond = threading.Condition()
+
+    def expect(self) -> int:
+        with self._cond:
+            number = next(self._numbers)
+            self._awaited.add(number)
+            return number
+
+    def put(self, number: int, reply: R) -> None:
+        with self._cond:
+            if number in self._awaited:
+                self._replies[number] = reply
+                self._cond.notify_all()
+
+    def wait(self, number: int, timeout: float) -> R | None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            try:
+                while number not in self._replies:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    self._cond.wait(left)
+                return self._replies.pop(number)
+            finally:
+                self._awaited.discard(number)
+
+
 # --- the webhook process ----------------------------------------------------------------------------
 
 
@@ -123,9 +160,7 @@ class _Webhook:
             recommendations=lambda: self.recommended,
         )
         self._send_lock = threading.Lock()
-        self._replies: dict[int, messages.Exposition] = {}
-        self._replied = threading.Condition()
-        self._requests = itertools.count(1)
+        self._expositions: _Replies[bytes] = _Replies()
         self.server: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop = asyncio.Event()
@@ -154,11 +189,16 @@ class _Webhook:
             self._stop_serving()
 
     def _read_control(self) -> None:
-        try:
-            while True:
-                self._handle(self.control.recv())
-        except (EOFError, OSError):
-            self._stop_serving()
+        while True:
+            try:
+                message = self.control.recv()
+            except (EOFError, OSError):
+                self._stop_serving()
+                return
+            try:
+                self._handle(message)
+            except Exception:  # one message that cannot be acted on stops nothing else
+                LOG.exception("webhook process: cannot handle %s", type(message).__name__)
 
     def _handle(self, message: object) -> None:
         if isinstance(message, messages.RiskNotices):
@@ -170,9 +210,7 @@ class _Webhook:
         elif isinstance(message, messages.SamplesRequest):
             self.send(messages.Samples(message.request, messages.families(self.registry.collect())))
         elif isinstance(message, messages.Exposition):
-            with self._replied:
-                self._replies[message.request] = message
-                self._replied.notify_all()
+            self._expositions.put(message.request, message.text)
         elif isinstance(message, messages.ServingCertificate):
             ssl_context = getattr(getattr(self.server, "config", None), "ssl", None)
             if ssl_context is not None:
@@ -186,19 +224,13 @@ class _Webhook:
 
     def exposition(self) -> bytes:
         """The whole process's metrics: the controller's, with this process's merged in."""
-        request = next(self._requests)
+        request = self._expositions.expect()
         try:
             self.send(messages.ExpositionRequest(request, messages.families(self.registry.collect())))
         except OSError:
             return generate_latest(self.registry)
-        deadline = time.monotonic() + REPLY_SECONDS
-        with self._replied:
-            while request not in self._replies:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return generate_latest(self.registry)
-                self._replied.wait(left)
-            return self._replies.pop(request).text
+        text = self._expositions.wait(request, REPLY_SECONDS)
+        return text if text is not None else generate_latest(self.registry)
 
     async def serve(self, sock: socket.socket) -> None:
         self.loop = asyncio.get_running_loop()
@@ -285,9 +317,7 @@ class WebhookChild:
         self._process: Any = None
         self._control: Connection | None = None
         self._send_lock = threading.Lock()
-        self._requests = itertools.count(1)
-        self._replies: dict[int, messages.Samples] = {}
-        self._replied = threading.Condition()
+        self._samples: _Replies[tuple[messages.MetricFamily, ...]] = _Replies()
         self._last_samples: tuple[messages.MetricFamily, ...] = ()
         self._supervisor: threading.Thread | None = None
 
@@ -400,9 +430,7 @@ class WebhookChild:
                 self.serving.set()
                 LOG.info("webhook process %d serving", message.pid)
             elif isinstance(message, messages.Samples):
-                with self._replied:
-                    self._replies[message.request] = message
-                    self._replied.notify_all()
+                self._samples.put(message.request, message.families)
             elif isinstance(message, messages.ExpositionRequest):
                 text = exposition(messages.merged(self.own_metrics(), message.families))
                 self._send(messages.Exposition(message.request, text), control)
@@ -441,6 +469,10 @@ class WebhookChild:
                 self._publish(incarnation.control, published)
         except (OSError, ValueError):
             pass  # the child is gone: the supervisor restarts it and a new feed begins
+        except Exception:
+            # A webhook process no longer fed would answer from an ever older state: start another.
+            LOG.exception("the webhook process's feed failed; starting another webhook process")
+            incarnation.process.kill()
 
     def _publish(self, control: Connection, published: dict[type, object]) -> None:
         now = self.spec.clock.now()
@@ -465,18 +497,14 @@ class WebhookChild:
 
     def samples(self, timeout: float = REPLY_SECONDS) -> tuple[messages.MetricFamily, ...]:
         """The child's metrics now (the last received when it does not answer within `timeout`)."""
-        request = next(self._requests)
+        request = self._samples.expect()
         if not self.serving.is_set() or not self._send(messages.SamplesRequest(request)):
+            self._samples.wait(request, 0)
             return self._last_samples
-        deadline = time.monotonic() + timeout
-        with self._replied:
-            while request not in self._replies:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return self._last_samples
-                self._replied.wait(left)
-            self._last_samples = self._replies.pop(request).families
-            return self._last_samples
+        families = self._samples.wait(request, timeout)
+        if families is not None:
+            self._last_samples = families
+        return self._last_samples
 
 
 @dataclass
