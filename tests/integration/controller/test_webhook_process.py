@@ -171,6 +171,17 @@ def test_a_certificate_it_cannot_load_leaves_the_webhook_serving_the_old_one(
     assert served.child.pid is not None and served.child.restarts == 0
 
 
+def test_a_ctrl_c_is_for_the_controller_to_act_on(served: Served) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the webhook process keeps serving until
+    the controller stops it (it would otherwise die, and be started again, mid-stop)."""
+    pid = served.child.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGINT)
+    assert served.capacity() == "on-demand"
+    served.child.stop()
+    assert served.child.exitcode == 0 and served.child.restarts == 0
+
+
 def test_stop_is_graceful(served: Served) -> None:
     served.child.stop()
     assert served.child.exitcode == 0  # it left by itself on Stop: not terminated, not killed

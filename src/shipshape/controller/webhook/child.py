@@ -26,6 +26,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import threading
@@ -248,7 +249,12 @@ class _Webhook:
 
 
 def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Connection) -> None:
-    """The webhook process's entry point (`WebhookChild` starts it)."""
+    """The webhook process's entry point (`WebhookChild` starts it).
+
+    The controller decides when it stops (`messages.Stop`, or its pipes closing): a Ctrl-C, which
+    reaches the whole process group, is ignored here, and the server runs off the main thread so that
+    uvicorn installs no signal handlers of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.log_setup is not None:
         spec.log_setup()
     if spec.switch_interval_seconds is not None:
@@ -258,6 +264,12 @@ def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Conn
         webhook.sync()
     except (EOFError, OSError):
         return  # the controller went away before this process served
+    server = threading.Thread(target=_run, args=(webhook, sock), name="webhook-server")
+    server.start()
+    server.join()
+
+
+def _run(webhook: _Webhook, sock: socket.socket) -> None:
     try:
         import uvloop
 
