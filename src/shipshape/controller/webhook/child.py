@@ -57,8 +57,6 @@ R = TypeVar("R")
 # How often (real seconds) the controller compares what the placer reads from the loops with what
 # it last sent: a shortage's end reaches the webhook at most this late.
 PUBLISH_SECONDS = 0.05
-# How long (real seconds) the feed gathers informer changes into one message.
-BATCH_SECONDS = 0.005
 # Longest wait (real seconds) for a reply over the control pipe (metrics).
 REPLY_SECONDS = 2.0
 # Restarts of a child that died: the first after RESTART_START, doubling up to RESTART_MAX; a child
@@ -325,6 +323,8 @@ class WebhookChild:
         self.restarts = 0
         self.serving = threading.Event()
         self._stopping = threading.Event()
+        # Held while a webhook process is launched, and while `stop` marks the stop.
+        self._lifecycle = threading.Lock()
         self._context = multiprocessing.get_context("spawn")
         self._process: Any = None
         self._control: Connection | None = None
@@ -348,7 +348,8 @@ class WebhookChild:
 
     def start(self, timeout: float) -> None:
         """Start the webhook process; raises if it does not serve within `timeout` seconds."""
-        incarnation = self._launch()
+        with self._lifecycle:
+            incarnation = self._launch()
         self._supervisor = threading.Thread(
             target=self._supervise, args=(incarnation,), name="webhook-supervisor", daemon=True
         )
@@ -359,8 +360,9 @@ class WebhookChild:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful: the webhook answers what is in flight and exits; killed if it does not."""
-        self._stopping.set()
-        process = self._process
+        with self._lifecycle:  # no new webhook process starts from here on
+            self._stopping.set()
+            process = self._process
         self._send(messages.Stop())
         if process is not None:
             process.join(timeout)
@@ -376,20 +378,20 @@ class WebhookChild:
         self.serving.clear()
 
     def _launch(self) -> _Incarnation:
-        state_parent, state_child = self._context.Pipe(duplex=False)
+        state_reader, state_writer = self._context.Pipe(duplex=False)
         control_parent, control_child = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=serve,
-            args=(self.spec, self.sock, state_parent, control_child),
+            args=(self.spec, self.sock, state_reader, control_child),
             name="shipshape-webhook",
             daemon=True,
         )
         process.start()
         # The child's ends belong to the child now: closing ours makes a dead child read as EOF.
-        state_parent.close()
+        state_reader.close()
         control_child.close()
         self._process, self._control = process, control_parent
-        incarnation = _Incarnation(process, state_child, control_parent)
+        incarnation = _Incarnation(process, state_writer, control_parent)
         incarnation.feeder = threading.Thread(
             target=self._feed, args=(incarnation,), name="webhook-feed", daemon=True
         )
@@ -419,10 +421,13 @@ class WebhookChild:
             if self._stopping.wait(backoff):
                 return
             backoff = min(RESTART_MAX, backoff * 2)
+            with self._lifecycle:
+                if self._stopping.is_set():
+                    return
+                incarnation = self._launch()
             self.restarts += 1
             if self.on_restart is not None:
                 self.on_restart()
-            incarnation = self._launch()
 
     def _read(self, incarnation: _Incarnation) -> float | None:
         """Handle the child's messages until it exits; returns when it started serving."""
@@ -473,10 +478,9 @@ class WebhookChild:
             while not incarnation.done.is_set():
                 changes = self.relay.take(PUBLISH_SECONDS)
                 if changes:
-                    # What follows within a few ms goes in the same message: one wake-up of the
-                    # webhook's reader (and one turn at its interpreter) for a burst, not one an event.
-                    incarnation.done.wait(BATCH_SECONDS)
-                    changes += self.relay.take(0)
+                    # At once: a pod's admission often follows its ReplicaSet's creation by
+                    # milliseconds, and a webhook that does not know the ReplicaSet yet cannot place
+                    # the pod (a burst that queued while the last message went out goes in one).
                     incarnation.state.send(messages.StateChanges(changes))
                 self._publish(incarnation.control, published)
         except (OSError, ValueError):
