@@ -1,19 +1,23 @@
 """Placement webhook round trips over HTTPS at a fixed rate of pod creations.
 
-Starts the webhook server on loopback in a child process (as it runs in the controller, with its own
-CA and serving certificate), sends AdmissionReviews for pods of managed Deployments at `--rate` per
-second for `--seconds` seconds over one keep-alive TLS connection, and prints JSON with the latency
-percentiles next to the targets (p50 <= 3 ms, p99 <= 10 ms; with `--planning`, p99 <= 5 ms).
+Starts the controller's webhook side on loopback in a child process, as `ControllerProcess` sets it
+up (its own CA and serving certificate; by default the webhook in a process of its own, fed by the
+controller's fan-out through a `Relay`), sends AdmissionReviews for pods of managed Deployments at
+`--rate` per second for `--seconds` seconds over `--connections` keep-alive TLS connections, and
+prints JSON with the latency percentiles next to the targets (p50 <= 3 ms, p99 <= 10 ms; with
+`--planning`, p99 <= 5 ms) and the CPU seconds of each process.
 
-`--planning` runs the child as the controller process does while its loops plan: the webhook and the
-loops each read their own replica of the state (`controller.state.views`), informer events arrive at
-`--events` per second through the same fan-out, and a planning thread runs passes back to back over
-every managed workload (recomputed from scratch, nothing kept: the heaviest pass there is), each
-holding the loops' replica for its whole duration. `--planning-lock shared` makes the webhook read the
-loops' replica instead: the single-lock design, for comparison.
+`--planning` runs the controller process as it runs while its loops plan: informer events arrive at
+`--events` per second through the fan-out, and a planning thread (at the loops' nice value, `--nice`)
+runs passes back to back over every managed workload (recomputed from scratch, nothing kept: the
+heaviest pass there is), each holding the loops' replica for its whole duration. `--webhook thread`
+serves the webhook from a thread of the controller process instead (its own replica, one
+interpreter: `--webhook-in-process`), `--webhook shared` from a thread reading the loops' replica
+(the one-lock design the replicas replaced), for comparison.
 
     python bench/webhook.py --rate 200 --seconds 10
-    python bench/webhook.py --rate 1000 --seconds 10 --planning
+    python bench/webhook.py --rate 1000 --seconds 10 --connections 4 --planning
+    python bench/webhook.py --rate 1000 --seconds 10 --connections 4 --planning --webhook thread
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from typing import Any
 
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
-from shipshape.controller.process import ProcessSettings
+from shipshape.controller.process import ProcessSettings, lower_priority
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import ClusterState, workloads
-from shipshape.controller.state.views import Fanout, Replica
-from shipshape.controller.webhook.admission import PodPlacer, ReplicaPlacer
+from shipshape.controller.state.views import Fanout, Relay, Replica
+from shipshape.controller.webhook.admission import ReplicaPlacer
+from shipshape.controller.webhook.child import ChildSpec, SharedReads, WebhookChild
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import RealClock
@@ -185,40 +190,57 @@ def serve(
     workloads: int,
     replicas: int,
     nodes: int,
-    planning: str | None = None,
+    webhook: str = "process",
+    planning: bool = False,
     events: float = 0.0,
     stats: Any = None,
+    nice: int | None = None,
 ) -> None:
-    """Child process: the webhook as the controller runs it, on a free loopback port; with `planning`
-    ("replica" or "shared"), informer events and planning passes on other threads meanwhile."""
+    """Child process: the controller's webhook side as `ControllerProcess` sets it up, on a free
+    loopback port; with `planning`, informer events and planning passes on other threads meanwhile.
+
+    `webhook`: "process" (the product's default): the webhook serves from a process of its own
+    (`WebhookChild`), fed by this one's fan-out through a `Relay`, as `ProcessSettings.webhook_process`
+    has it; "thread": from a thread of this process, reading its own replica; "shared": from a thread,
+    reading the loops' replica (the one-lock design the replicas replaced)."""
     import uvloop
     from prometheus_client import CollectorRegistry
 
     config = ControllerConfig()
-    metrics = ControllerMetrics(CollectorRegistry())
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    defaults = ProcessSettings(identity="bench")
+    # The controller process's interpreter setting (`ProcessSettings.switch_interval_seconds`).
+    sys.setswitchinterval(defaults.switch_interval_seconds or 0.005)
+    loops = Replica(ClusterState(config))
+    relay = Relay() if webhook == "process" else None
+    own = loops if webhook == "shared" else Replica(ClusterState(config))
+    fanout = Fanout(relay if relay is not None else own, loops) if webhook != "shared" else Fanout(loops)
     objects = cluster_objects(workloads, replicas, nodes)
-    if planning is None:
-        cache = ClusterState(config)
-        for obj in objects:
-            cache.apply({"type": "ADDED", "object": obj})
-        placer = PodPlacer(cache, config, RiskModel(), RealClock(), metrics)
-    else:
-        # The controller process's interpreter setting (`ProcessSettings.switch_interval_seconds`).
-        sys.setswitchinterval(ProcessSettings(identity="bench").switch_interval_seconds or 0.005)
-        # Shared: one replica for both (the single-lock design); otherwise one each, as in the process.
-        loops = Replica(ClusterState(config))
-        webhook = loops if planning == "shared" else Replica(ClusterState(config))
-        fanout = Fanout(loops) if planning == "shared" else Fanout(webhook, loops)
-        pods = running_pods(workloads, replicas, nodes)
-        for obj in [*objects, *pods]:
-            fanout.apply({"type": "ADDED", "object": obj}, str(obj["kind"]))
-        placer = ReplicaPlacer(webhook, config, RiskModel(), RealClock(), metrics)
-        threading.Thread(target=plan, args=(loops, config, stats), daemon=True).start()
+    pods = running_pods(workloads, replicas, nodes) if planning else []
+    for obj in [*objects, *pods]:
+        fanout.apply({"type": "ADDED", "object": obj}, str(obj["kind"]))
+    sock = bind("127.0.0.1", 0)
+    cert, key = Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key"
+    risk = RiskModel()
+    if relay is not None:
+        spec = ChildSpec(config, RealClock(), str(cert), str(key), None, defaults.switch_interval_seconds)
+        reads = SharedReads(risk.notices, lambda now: (), dict)
+        child = WebhookChild(spec, sock, relay, reads, registry.collect)
+        child.start(60.0)
+        conn.send((sock.getsockname()[1], child.pid))
+    if planning:
+        planner = threading.Thread(target=plan, args=(loops, config, stats), name="loops", daemon=True)
+        planner.start()
+        if nice is not None:
+            lower_priority(planner, nice)
         if events > 0:
             threading.Thread(target=feed, args=(fanout, pods, events), daemon=True).start()
-    server = https_server(create_app(placer, metrics), Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key")
-    sock = bind("127.0.0.1", 0)
-    conn.send(sock.getsockname()[1])
+    if relay is not None:
+        threading.Event().wait()  # until terminated: the webhook process serves
+    placer = ReplicaPlacer(own, config, risk, RealClock(), metrics)
+    server = https_server(create_app(placer, metrics), cert, key)
+    conn.send((sock.getsockname()[1], None))
     uvloop.run(server.serve(sockets=[sock]))
 
 
@@ -305,6 +327,17 @@ def request(
     return response.status, response.read()
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc), 0 where unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[index]
@@ -317,9 +350,11 @@ def run(
     workloads: int,
     replicas: int,
     nodes: int,
-    planning: str | None = None,
+    webhook: str = "process",
+    planning: bool = False,
     events: float = 0.0,
     connections: int = 1,
+    nice: int | None = None,
 ) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     context = multiprocessing.get_context("spawn")
@@ -331,13 +366,17 @@ def run(
         )
         parent, child = multiprocessing.Pipe()
         process = context.Process(
-            target=serve, args=(child, tmp, workloads, replicas, nodes, planning, events, stats), daemon=True
+            target=serve,
+            args=(child, tmp, workloads, replicas, nodes, webhook, planning, events, stats, nice),
+            # Not a daemon: a daemonic process may not start the webhook process (terminated below).
+            daemon=False,
         )
         process.start()
         try:
-            if not parent.poll(30):
+            if not parent.poll(90):
                 raise RuntimeError("the webhook server did not start")
-            port = parent.recv()
+            port, webhook_pid = parent.recv()
+            pids = {"controller": process.pid, "webhook": webhook_pid}
             total = int(rate * (warmup + seconds))
             warm = int(rate * warmup)
             bodies = [
@@ -371,11 +410,15 @@ def run(
                 connection.close()
 
             senders = [threading.Thread(target=sender) for _ in range(connections)]
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            client_before = time.process_time()
             for thread in senders:
                 thread.start()
             for thread in senders:
                 thread.join()
             duration = time.perf_counter() - start - warmup
+            cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items() if pid}
+            cpu["client"] = round(time.process_time() - client_before, 2)
             measured = [(latency, answer) for i, latency, answer in results if i >= warm]
             latencies = [latency for latency, _ in measured]
             errors = sum(int(answer.get("allowed") is not True) for _, answer in measured)
@@ -391,15 +434,16 @@ def run(
             process.join(5)
     latencies.sort()
     p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
-    p99_target = P99_PLANNING_TARGET_MS if planning is not None else P99_TARGET_MS
+    p99_target = P99_PLANNING_TARGET_MS if planning else P99_TARGET_MS
     return {
         "benchmark": "webhook",
         "rate_per_second": rate,
         "connections": connections,
+        "webhook": webhook,
         "planning": None
-        if planning is None
+        if not planning
         else {
-            "lock": planning,
+            "loops_nice": nice,
             "events_per_second": events,
             "passes": int(passes),
             "workloads_per_pass": int(managed),
@@ -421,6 +465,9 @@ def run(
             "mean": round(statistics.fmean(latencies), 3),
         },
         "server_side": server_side,
+        # CPU seconds of each process over the run (warm-up included): the sending client, the
+        # controller (planning, informer events, the feed) and the webhook process (when there is one).
+        "cpu_seconds": cpu,
         # The machine's 1-minute load average before and after: latency on a shared machine follows it.
         "load_average": {
             "before": round(load_before, 2),
@@ -445,10 +492,18 @@ def main(argv: list[str] | None = None) -> int:
         "--planning", action="store_true", help="planning passes and informer events run meanwhile"
     )
     parser.add_argument(
-        "--planning-lock",
-        choices=("replica", "shared"),
-        default="replica",
-        help="replica: the webhook reads its own replica (the process); shared: the loops' (one lock)",
+        "--webhook",
+        choices=("process", "thread", "shared"),
+        default="process",
+        help="process: a webhook process of its own (the controller's default); thread: a thread of the "
+        "controller reading its own replica; shared: a thread reading the loops' replica (one lock)",
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=ProcessSettings(identity="bench").loops_nice,
+        help="nice value of the planning thread (--planning; default: the controller's loops_nice); "
+        "-1: left as it is",
     )
     parser.add_argument("--connections", type=int, default=1, help="parallel keep-alive connections")
     parser.add_argument("--events", type=float, default=500.0, help="informer events per second (--planning)")
@@ -462,9 +517,11 @@ def main(argv: list[str] | None = None) -> int:
         args.workloads,
         args.replicas,
         args.nodes,
-        planning=args.planning_lock if args.planning else None,
+        webhook=args.webhook,
+        planning=args.planning,
         events=args.events if args.planning else 0.0,
         connections=args.connections,
+        nice=None if args.nice is None or args.nice < 0 else args.nice,
     )
     print(json.dumps(result, indent=2))
     return 0

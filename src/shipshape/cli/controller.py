@@ -11,6 +11,7 @@ an optional `loops:` section of `LoopSettings`), then the flags.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -101,6 +102,14 @@ def controller(
             help="whether the rebalancer may move pods (config: rebalance_evictions; default on)",
         ),
     ] = None,
+    webhook_process: Annotated[
+        bool,
+        typer.Option(
+            "--webhook-process/--webhook-in-process",
+            help="serve the webhook from a process of its own, so that the loops' planning never delays "
+            "an admission (default), or from a thread of the controller's process",
+        ),
+    ] = True,
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"], typer.Option(help="least severe level logged")
     ] = "info",
@@ -144,6 +153,8 @@ def controller(
         metrics_host="0.0.0.0" if in_cluster else "127.0.0.1",
         webhook_service=webhook_service,
         loops=loop_settings,
+        webhook_process=webhook_process,
+        log_setup=functools.partial(logs.configure, log_level, log_format),
     )
     process = ControllerProcess(api_client, controller_config, settings, RealClock(), advisor)
     stop = threading.Event()

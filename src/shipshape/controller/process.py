@@ -1,11 +1,16 @@
 """The controller as a process: informers feeding the cache, the webhook (every replica), the loops
 (leader only), a /metrics endpoint, and a graceful stop.
 
-Threads: one informer per kind, the leader elector, the loops' scheduler, the webhook server (uvicorn
-on its own event loop) and the metrics server. The webhook and the loops each read their own replica
-of the state (`state.views`), fed the same informer events without waiting: the webhook holds its
-replica for one review at a time, the loops theirs only while they read (never across an API call),
-so an admission never waits behind a planning pass.
+The webhook serves from a process of its own (`webhook.child`, started and restarted by this one):
+a planning pass computes on this interpreter, and a review answered here would wait for it at every
+step. This process's informers feed the loops' replica of the state (`state.views`) and, through a
+`Relay` over a pipe, the webhook process's replica; what the loops learn that the placer reads (pool
+risk, shortages, rebalance recommendations) follows when it changes. `ProcessSettings.webhook_process
+= False` serves the webhook from a thread of this process instead, reading its own replica.
+
+Threads here: one informer per kind, the leader elector, the loops' scheduler, the webhook's
+supervisor and feed (or, in-process, the webhook server on its own event loop) and the metrics
+server.
 """
 
 from __future__ import annotations
@@ -13,17 +18,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import socket
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from shipshape.controller import informers
 from shipshape.controller.acting import ActingOps
@@ -39,8 +46,10 @@ from shipshape.controller.ops import OpsError
 from shipshape.controller.policy import ControllerConfig
 from shipshape.controller.risk import RiskModel, SpotAdvisor
 from shipshape.controller.state import ClusterState
-from shipshape.controller.state.views import Fanout, Replica
+from shipshape.controller.state.views import Fanout, Relay, Replica
 from shipshape.controller.webhook.admission import ReplicaPlacer
+from shipshape.controller.webhook.child import ChildSpec, ProcessMetrics, SharedReads, WebhookChild
+from shipshape.controller.webhook.messages import MetricFamily
 from shipshape.controller.webhook.owner import WebhookOwner
 from shipshape.controller.webhook.registration import (
     CONTROLLER_LABEL,
@@ -90,6 +99,14 @@ class ProcessSettings:
     # (the webhook's, back from the network) gets it (`sys.setswitchinterval`; Python's default 5 ms
     # would come on top of every admission made during a pass). None: leave the interpreter's.
     switch_interval_seconds: float | None = 0.001
+    # True: the webhook serves from a process of its own (`webhook.child`), so that no planning pass
+    # holds its interpreter; False: from a thread of this process (one interpreter for everything).
+    webhook_process: bool = True
+    # The nice value of the loops' thread (Linux: per thread), so that a planning pass gives way to
+    # the webhook process and the informers when the CPUs are busy. None: left as it is.
+    loops_nice: int | None = 10
+    # The entry point's logging set-up, run first in the webhook process (a spawned process has none).
+    log_setup: Callable[[], None] | None = None
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
 
@@ -100,6 +117,16 @@ def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
     from shipshape.controller.batch_resources import KubeNodeResources
 
     return KubeNodeResources(api_client)
+
+
+def lower_priority(thread: threading.Thread, nice: int) -> None:
+    """Give `thread` the nice value `nice` (Linux schedules threads alone: this one only)."""
+    if thread.native_id is None or not hasattr(os, "setpriority"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread.native_id, nice)
+    except OSError as error:  # raising a priority needs a capability; lowering one never fails
+        LOG.warning("cannot set the loops' nice value to %d: %s", nice, error)
 
 
 class ControllerProcess:
@@ -118,14 +145,32 @@ class ControllerProcess:
         self.config = config
         self.settings = settings
         self.clock = clock
-        # The webhook's replica of the state and the loops' (`state.views`); `lock`/`cache` are the
-        # loops' replica and its state, for what the process reads itself.
-        self.webhook_state = Replica(ClusterState(config))
+        self.advisor = advisor
+        # The loops' replica of the state (`state.views`), and the webhook's: a relay to the webhook
+        # process, or a replica here. `lock`/`cache` are the loops' replica and its state, for what
+        # the process reads itself.
         self.loop_state = Replica(ClusterState(config))
         self.lock = self.loop_state
         self.cache = self.loop_state.state
-        self.registry = CollectorRegistry()
-        self.metrics = ControllerMetrics(self.registry)
+        self.relay: Relay | None = Relay() if settings.webhook_process else None
+        self.webhook_state: Replica | None = (
+            None if settings.webhook_process else Replica(ClusterState(config))
+        )
+        # This process's metrics; `registry` is what /metrics serves: with the webhook process's
+        # merged in when there is one (each counts what it does).
+        self.own_registry = CollectorRegistry()
+        self.metrics = ControllerMetrics(self.own_registry)
+        self.webhook_restarts = Counter(
+            "shipshape_webhook_process_restarts",
+            "Webhook processes started again after one exited.",
+            registry=self.own_registry,
+        )
+        self.webhook_child: WebhookChild | None = None
+        if settings.webhook_process:
+            self.registry = CollectorRegistry(auto_describe=False)
+            self.registry.register(ProcessMetrics(self.own_registry, self._webhook_samples))
+        else:
+            self.registry = self.own_registry
         risk = RiskModel(
             advisor=advisor,
             cooldown_seconds=config.risk_cooldown_seconds,
@@ -135,17 +180,23 @@ class ControllerProcess:
         self.kube_ops = KubeOps(api_client)
         # Every write of the loops goes through here: logged, and not sent in recommend-only mode.
         self.ops = ActingOps(self.kube_ops, self.metrics, dry_run=config.dry_run, clock=clock)
-        self.placer = ReplicaPlacer(
-            self.webhook_state,
-            config,
-            risk,
-            clock,
-            self.metrics,
-            shortages=self.shared.shortages.shortages,
-            recommendations=self.shared.notices.recommendations,
+        self.placer: ReplicaPlacer | None = (
+            ReplicaPlacer(
+                self.webhook_state,
+                config,
+                risk,
+                clock,
+                self.metrics,
+                shortages=self.shared.shortages.shortages,
+                recommendations=self.shared.notices.recommendations,
+            )
+            if self.webhook_state is not None
+            else None
         )
+        webhook_reader = self.relay if self.relay is not None else self.webhook_state
+        assert webhook_reader is not None
         self.informers = informers.informers(
-            api_client, Fanout(self.webhook_state, self.loop_state), settings.informer_backoff_max_seconds
+            api_client, Fanout(webhook_reader, self.loop_state), settings.informer_backoff_max_seconds
         )
         self.elector = LeaseElector(
             api_client,
@@ -238,6 +289,8 @@ class ControllerProcess:
             LOG.warning("first leader election step failed, retrying: %s", error)
         self.elector.start()
         self.scheduler.start()
+        if self.settings.loops_nice is not None:
+            lower_priority(self.scheduler.thread, self.settings.loops_nice)
         LOG.info(
             "controller %s serving the webhook on %s:%d%s",
             self.settings.identity,
@@ -278,9 +331,13 @@ class ControllerProcess:
             bundle = generate_certificates(["localhost"], ips, now=time.time())
         self._bundle = bundle
         _, cert, key = write_bundle(bundle, self.workdir)
-        self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         self._socket = bind(host, self.settings.webhook_port)
         self.webhook_port = int(self._socket.getsockname()[1])
+        if self.relay is not None:
+            self._start_webhook_process(self.relay, cert, key)
+            return
+        assert self.placer is not None
+        self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         server, sock = self._server, self._socket
         self._server_thread = threading.Thread(
             target=lambda: asyncio.run(server.serve(sockets=[sock])), name="webhook", daemon=True
@@ -293,6 +350,38 @@ class ControllerProcess:
             started.wait(0.01)
         if not server.started:
             raise RuntimeError("the webhook server did not start")
+
+    def _start_webhook_process(self, relay: Relay, cert: Path, key: Path) -> None:
+        assert self._socket is not None
+        spec = ChildSpec(
+            config=self.config,
+            clock=self.clock,
+            cert_file=str(cert),
+            key_file=str(key),
+            advisor=self.advisor,
+            switch_interval_seconds=self.settings.switch_interval_seconds,
+            log_setup=self.settings.log_setup,
+        )
+        reads = SharedReads(
+            notices=self.shared.risk.notices,
+            shortages=self.shared.shortages.shortages,
+            recommendations=self.shared.notices.recommendations,
+        )
+        self.webhook_child = WebhookChild(
+            spec, self._socket, relay, reads, self.own_registry.collect, on_restart=self.webhook_restarts.inc
+        )
+        self.webhook_child.start(self.settings.sync_timeout_seconds)
+
+    def _webhook_samples(self) -> tuple[MetricFamily, ...]:
+        child = self.webhook_child
+        return child.samples() if child is not None else ()
+
+    @property
+    def webhook_serving(self) -> bool:
+        """Whether the webhook accepts reviews now (its process is up, or its thread serves)."""
+        if self.webhook_child is not None:
+            return self.webhook_child.serving.is_set()
+        return bool(self._server is not None and self._server.started and not self.stopped.is_set())
 
     def _read_shared(self) -> tuple[CertificateBundle, str] | None:
         secret = self.kube_ops.read_secret(self.config.namespace, TLS_SECRET)
@@ -375,6 +464,8 @@ class ControllerProcess:
             return
         self._bundle = bundle
         _, cert, key = write_bundle(bundle, self.workdir)
+        if self.webhook_child is not None:
+            self.webhook_child.serve_certificate(cert, key)
         ssl_context = getattr(getattr(self._server, "config", None), "ssl", None)
         if ssl_context is not None:
             ssl_context.load_cert_chain(str(cert), str(key))  # new connections get the new certificate
@@ -436,6 +527,8 @@ class ControllerProcess:
         if release_lease and self.elector.is_leader and not self.config.dry_run:
             self._remove_own_guards()
         self.elector.stop(release=release_lease)
+        if self.webhook_child is not None:
+            self.webhook_child.stop()
         if self._server is not None:
             self._server.should_exit = True
         if self._server_thread is not None:

@@ -98,6 +98,12 @@ class RiskModel:
             del self._times[:start], self._pools[:start]
             self._scores_memo = self._at_risk_memo = None
 
+    def notices(self) -> tuple[tuple[str, Pool, float], ...]:
+        """Every notice held: (node, pool, time), in time order (what another process's copy of the
+        model is rebuilt from)."""
+        with self._lock:
+            return tuple(sorted(((node, pool, at) for node, (pool, at) in self._notices.items()), key=_at))
+
     def _window(self, since: float, now: float) -> tuple[int, int]:
         """The slice of `_times`/`_pools` with since <= time <= now."""
         return bisect.bisect_left(self._times, since), bisect.bisect_right(self._times, now)
@@ -140,3 +146,7 @@ class RiskModel:
             if self._at_risk_memo is None or self._at_risk_memo[0] != window:
                 self._at_risk_memo = (window, frozenset(self._pools[window[0] : window[1]]))
             return self._at_risk_memo[1]
+
+
+def _at(notice: tuple[str, Pool, float]) -> float:
+    return notice[2]

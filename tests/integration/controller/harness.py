@@ -103,6 +103,7 @@ def controller(
     loops: LoopSettings | None = None,
     release_lease: bool = True,
     kubeconfig: Path | None = None,
+    webhook_process: bool = True,
 ) -> Iterator[ControllerProcess]:
     loader: Any = kube_config
     api_client = loader.new_client_from_config(config_file=str(kubeconfig or cluster.served.kubeconfig))
@@ -112,6 +113,7 @@ def controller(
         loops=loops or LoopSettings(headroom_enabled=False),
         # At 40x, the default 30 s back-off would be 20 emulated minutes of a stale cache.
         informer_backoff_max_seconds=1.0,
+        webhook_process=webhook_process,
     )
     process = ControllerProcess(
         api_client, config or ControllerConfig(), settings, cluster.clock, workdir=workdir

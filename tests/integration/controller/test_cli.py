@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from shipshape.cli.main import app
 from shipshape.emulator.resources import LEASES, MUTATING_WEBHOOKS
 from tests.emulator_fixtures import ServedEmulator
+from tests.unit.controller.builders import deployment
 
 pytestmark = [pytest.mark.integration]
 
@@ -35,6 +37,22 @@ def _read_line(process: subprocess.Popen[str], contains: str, timeout: float) ->
             if not line and process.poll() is not None:
                 break
     raise AssertionError(f"no line with {contains!r} from the controller (exit {process.poll()})")
+
+
+def workload_review(obj: dict[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview the API server sends the webhook for a Deployment's creation."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "review-1",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "namespace": obj["metadata"]["namespace"],
+            "operation": "CREATE",
+            "object": obj,
+        },
+    }
 
 
 # An SQS-compatible endpoint that is not there: the controller starts all the same and keeps trying.
@@ -79,6 +97,16 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
             time.sleep(0.1)
         metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
         assert "shipshape_placement_decisions_total" in metrics or "shipshape_placement_decisions" in metrics
+        # The webhook (a process of its own) logs as the command set up: a Deployment with an invalid
+        # policy is warned about, on the same stream, in the same format.
+        invalid = {"spot.shipshape.dev/enabled": "true", "spot.shipshape.dev/spot-percentage": "150"}
+        answer = httpx.post(
+            f"https://127.0.0.1:{webhook_port}/mutate",
+            json=workload_review(deployment("bad", 2, invalid, ns="default")),
+            verify=False,  # (its own CA: what is checked here is the log line, not the certificate)
+            timeout=10,
+        ).json()
+        assert answer["response"]["warnings"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
         assert process.stdout is not None
@@ -87,6 +115,11 @@ def test_controller_command_registers_serves_leads_and_stops_gracefully(
         # One JSON object a line, and no line per HTTP request of the clients or the server.
         assert logged and all({"time", "level", "logger", "message"} <= set(r) for r in logged)
         assert not [r for r in logged if r["logger"].startswith(("httpx", "urllib3", "uvicorn"))]
+        assert [
+            r
+            for r in logged
+            if r["logger"] == "shipshape.controller.webhook" and r["workload"] == "default/bad"
+        ]
         lease = served_emulator.call(lambda: store.get(LEASES, "shipshape-system", "shipshape-controller"))
         assert lease is not None and not lease["spec"].get("holderIdentity"), (
             "a graceful stop releases the lease"

@@ -141,7 +141,12 @@ def test_only_the_leader_owns_the_webhook_configuration(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="shipshape.controller.webhook")
-    with serve_cluster(tmp_path) as cluster, controller(cluster, tmp_path / "a", identity="replica-a") as a:
+    # The webhook in this process, for its decision lines to be records here (a webhook process writes
+    # them to its own stderr: test_cli.py reads them there).
+    with (
+        serve_cluster(tmp_path) as cluster,
+        controller(cluster, tmp_path / "a", identity="replica-a", webhook_process=False) as a,
+    ):
         own = f"https://127.0.0.1:{a.webhook_port}/mutate"
         assert hook_urls(cluster) == [own, own]
         with controller(cluster, tmp_path / "b", identity="replica-b") as b:

@@ -11,6 +11,11 @@ webhook's own).
 
 Both replicas see the same events in the same order, so they hold the same objects; what differs is
 only when each has caught up (at its next view) and the webhook's assumptions.
+
+When the webhook runs in a process of its own (`webhook.child`), its replica lives there, and the
+fan-out feeds a `Relay` instead: the changes queued for a sender thread to pipe over, and a mirror of
+every object held (references to the informers' own objects) for the whole state a webhook process
+starts from.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from shipshape.controller.state.cluster import ClusterState
+from shipshape.controller.state.cluster import ClusterState, resource_version
 
 Obj = dict[str, Any]
 
@@ -101,10 +106,89 @@ class Replica:
         self._lock.release()
 
 
+class Reader(Protocol):
+    """What the fan-out feeds: a `Replica`, or a `Relay` to a replica in another process."""
+
+    def offer(self, change: Change) -> None: ...
+
+
+class Relay:
+    """A reader in another process, as the fan-out sees it: `offer` never waits (it queues); a sender
+    `attach`es when a process starts, sends the whole state it gets back, then what `take` returns,
+    in order. While none is attached, nothing queues: the next `attach` returns all there is.
+
+    The mirror keeps the newest version of each object by `metadata.resourceVersion`, as
+    `ClusterState.apply` does, so that a stale event after a relist never wins."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._pending: deque[Change] = deque()
+        self._attached = False
+        self._cond = threading.Condition()
+
+    def offer(self, change: Change) -> None:
+        with self._cond:
+            self._remember(change)
+            if self._attached:
+                self._pending.append(change)
+                self._cond.notify()
+
+    def _remember(self, change: Change) -> None:
+        if change.what == "replace":
+            self._objects[change.kind] = {_key(item): item for item in change.items}
+            return
+        event = change.event or {}
+        obj = event.get("object") or {}
+        held = self._objects.setdefault(change.kind, {})
+        key = _key(obj)
+        old = held.get(key)
+        version, old_version = resource_version(obj), resource_version(old) if old is not None else None
+        if version is not None and old_version is not None and version < old_version:
+            return
+        if event.get("type") == "DELETED":
+            held.pop(key, None)
+        elif event.get("type") in ("ADDED", "MODIFIED"):
+            held[key] = obj
+
+    def attach(self) -> tuple[Change, ...]:
+        """Start queueing; returns the whole state now, one `replace` per kind."""
+        with self._cond:
+            self._pending.clear()
+            self._attached = True
+            return tuple(
+                Change("replace", kind, items=tuple(objects.values()))
+                for kind, objects in self._objects.items()
+            )
+
+    def detach(self) -> None:
+        """Stop queueing (the process is gone); wakes a sender waiting in `take`."""
+        with self._cond:
+            self._attached = False
+            self._pending.clear()
+            self._cond.notify_all()
+
+    def take(self, timeout: float) -> tuple[Change, ...]:
+        """What was offered since the last take, waiting up to `timeout` seconds for something."""
+        with self._cond:
+            if not self._pending and self._attached:
+                self._cond.wait(timeout)
+            taken = tuple(self._pending)
+            self._pending.clear()
+            return taken
+
+    def held(self) -> int:
+        return sum(len(objects) for objects in self._objects.values())
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
 class Fanout:
     """The informer sink (`kube.informers.Sink`) feeding every replica the same changes, in order."""
 
-    def __init__(self, *replicas: Replica) -> None:
+    def __init__(self, *replicas: Reader) -> None:
         self.replicas = replicas
         # Informers deliver from one thread per kind: offers to all replicas go in one order.
         self._order = threading.Lock()

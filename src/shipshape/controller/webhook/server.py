@@ -6,7 +6,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import orjson
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -31,7 +32,12 @@ def _json(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def create_app(placer: PodPlacer, metrics: ControllerMetrics) -> Starlette:
+def create_app(
+    placer: PodPlacer, metrics: ControllerMetrics, exposition: Callable[[], bytes] | None = None
+) -> Starlette:
+    """The webhook's routes. `exposition`: what GET /metrics answers (run on a worker thread; default:
+    `metrics`' registry), for a webhook in a process of its own that shows the whole controller's."""
+
     async def mutate(request: Request) -> Response:
         started = time.perf_counter()
         try:
@@ -55,7 +61,11 @@ def create_app(placer: PodPlacer, metrics: ControllerMetrics) -> Starlette:
         return PlainTextResponse("ok")
 
     async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        if exposition is None:
+            text = generate_latest(metrics.registry)
+        else:
+            text = await run_in_threadpool(exposition)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(
         routes=[
