@@ -149,3 +149,49 @@ def test_registration_creates_then_leaves_alone_then_updates_the_ca_bundle() -> 
     assert in_cluster["webhooks"][0]["clientConfig"]["service"]["path"] == "/mutate"
     with pytest.raises(ValueError, match="exactly one"):
         webhook_configuration(ca_bundle=b"x", namespace="n")
+
+
+@pytest.mark.parametrize("owner_arrives", [True, False])
+async def test_a_pod_whose_replicaset_is_unknown_waits_for_it(tmp_path: Path, owner_arrives: bool) -> None:
+    """The ReplicaSet's informer event can come after its first pods' admissions: the server waits a
+    little for it, and places the pod once it arrives; a pod whose owner never comes is admitted as is."""
+    import asyncio
+
+    from shipshape.controller.state import ClusterState
+    from shipshape.controller.state.views import Change, Replica
+    from shipshape.controller.webhook.admission import ReplicaPlacer
+    from shipshape.controller.webhook.server import OWNER_WAIT_SECONDS
+    from tests.unit.controller.builders import added
+
+    h = Harness()
+    replica = Replica(ClusterState(h.config))
+    dep = deployment("web", 2, ENABLED)
+    rs = replicaset(dep)
+    for obj in (namespace("shop"), dep, node("od", "on-demand"), node("s1", "spot")):
+        replica.offer(Change("apply", str(obj["kind"]), event=added(obj)))
+    placer = ReplicaPlacer(replica, h.config, h.risk, h.clock, h.metrics)
+    bundle = generate_certificates(["localhost"], ["127.0.0.1"], now=h.clock.now())
+    ca_file, cert_file, key_file = write_bundle(bundle, tmp_path / "certs")
+    server = https_server(create_app(placer, h.metrics), cert_file, key_file)
+    sock = bind("127.0.0.1", 0)
+    context = ssl.create_default_context(cafile=str(ca_file))
+    if owner_arrives:  # the ReplicaSet's event, 50 ms after the pod's review was sent
+        asyncio.get_running_loop().call_later(
+            0.05, lambda: replica.offer(Change("apply", "ReplicaSet", event=added(rs)))
+        )
+    try:
+        async with running(server, sock), httpx.AsyncClient(verify=context) as client:
+            started = asyncio.get_running_loop().time()
+            url = f"https://127.0.0.1:{sock.getsockname()[1]}/mutate"
+            response = await client.post(url, json=review(pod_of(rs)))
+            took = asyncio.get_running_loop().time() - started
+    finally:
+        sock.close()
+    answer = response.json()["response"]
+    assert answer["allowed"] is True
+    if owner_arrives:
+        assert "patch" in answer  # placed, as any pod of a known ReplicaSet
+        assert took < OWNER_WAIT_SECONDS + 1.0
+    else:
+        assert "patch" not in answer  # admitted unmodified once the wait is over
+        assert took >= OWNER_WAIT_SECONDS

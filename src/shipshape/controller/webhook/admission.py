@@ -44,6 +44,7 @@ from shipshape.controller.webhook.mutators import (
     diff,
 )
 from shipshape.kube.clock import Clock
+from shipshape.kube.objects import controller_ref
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller.webhook")
@@ -97,6 +98,29 @@ class PodPlacer:
         self.metrics = metrics
         self._shortages = shortages
         self._recommendations = recommendations
+
+    def awaiting_owner(self, body: object) -> bool:
+        """Whether the review is a pod whose controller (ReplicaSet or StatefulSet) the state does not
+        hold yet. The API server admits a ReplicaSet's first pods moments after creating it, and an
+        informer event can arrive after them: the server then waits briefly (`OWNER_WAIT_SECONDS`)
+        rather than admit the pod unplaced."""
+        request = body.get("request") if isinstance(body, Mapping) else None
+        if not isinstance(request, Mapping) or request.get("operation") != "CREATE":
+            return False
+        resource = request.get("resource")
+        pod = request.get("object")
+        if not isinstance(resource, Mapping) or resource.get("resource") != "pods":
+            return False
+        if not isinstance(pod, dict):
+            return False
+        ref = controller_ref(pod)
+        if ref is None or ref.get("kind") not in ("ReplicaSet", "StatefulSet"):
+            return False
+        namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
+        return not self._holds(str(ref["kind"]), namespace, str(ref.get("name")))
+
+    def _holds(self, kind: str, namespace: str, name: str) -> bool:
+        return self.cache.get(kind, namespace, name) is not None
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         """Answer one AdmissionReview; raises `BadReview` only for a body that is not one."""
@@ -302,6 +326,10 @@ class ReplicaPlacer(PodPlacer):
     def __init__(self, replica: Replica, *args: Any, **kwargs: Any) -> None:
         super().__init__(replica.state, *args, **kwargs)
         self._replica = replica
+
+    def _holds(self, kind: str, namespace: str, name: str) -> bool:
+        with self._replica.view():
+            return super()._holds(kind, namespace, name)
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         with self._replica.view():

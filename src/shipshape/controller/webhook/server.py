@@ -26,6 +26,10 @@ LOG = logging.getLogger("shipshape.controller.webhook")
 MUTATE_PATH = "/mutate"
 # The API server sends whole pods; anything far larger than the largest object etcd stores is not a review.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# How long a pod whose ReplicaSet or StatefulSet the state has not seen yet waits for it (in steps, on
+# the event loop, so other reviews go on), before it is admitted without placement.
+OWNER_WAIT_SECONDS = 0.25
+OWNER_WAIT_STEP_SECONDS = 0.005
 
 
 def _json(body: object, status: int = 200) -> Response:
@@ -49,6 +53,10 @@ def create_app(
                 return JSONResponse({"error": "request body too large"}, status_code=413)
             try:
                 body = orjson.loads(raw)
+                waited = 0.0
+                while waited < OWNER_WAIT_SECONDS and placer.awaiting_owner(body):
+                    await asyncio.sleep(OWNER_WAIT_STEP_SECONDS)
+                    waited += OWNER_WAIT_STEP_SECONDS
                 answer = placer.review(body)
             except (orjson.JSONDecodeError, BadReview) as exc:
                 metrics.webhook_errors.labels(stage="request").inc()
