@@ -23,9 +23,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
-from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
+from shipshape.backend.worker_health import WorkerMetrics
 
 LOG = logging.getLogger("shipshape.backend.workers")
 
@@ -62,6 +63,8 @@ class Workers:
     # One transaction applying a cluster's pushes at a time in this process: a second would wait for
     # the row lock on PostgreSQL, and on SQLite (no row locks) apply the same pushes and be rolled back.
     _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -76,12 +79,19 @@ class Workers:
     def _apply(self, job: Job) -> Verdict:
         with self._inflight_lock:
             lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
+        started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
         except repo.NotYet as waiting:
             LOG.debug("push %s: %s", job.push_id, waiting)
+            self.metrics.messages.labels("retry").inc()
             return Verdict.RETRY
+        except Exception:
+            self.metrics.messages.labels("failed").inc()
+            raise
+        self.metrics.apply_seconds.observe(time.perf_counter() - started)
+        self.metrics.messages.labels(outcome).inc()
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
         # Superseded: a newer snapshot was applied in its place.
@@ -118,6 +128,7 @@ class Workers:
             self._analyzed_at[cluster_id] = moment
             self._deferred.pop(cluster_id, None)
             lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
+        started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
                 org_id = repo.lock_cluster(session, cluster_id)
@@ -125,10 +136,14 @@ class Workers:
         except IntegrityError:
             # Another process stored the same finding first; the next push analyzes again.
             LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
+            self.metrics.analyses.labels("spot", "skipped").inc()
             return False
         except Exception:
             LOG.exception("analysis of cluster %s failed", cluster_id)
+            self.metrics.analyses.labels("spot", "failed").inc()
             return False
+        self.metrics.analysis_seconds.labels("spot").observe(time.perf_counter() - started)
+        self.metrics.analyses.labels("spot", "done").inc()
         self.analyses += 1
         LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
         return True
@@ -143,6 +158,7 @@ class Workers:
         self._efficiency_at[cluster_id] = moment
         with self._inflight_lock:
             lock = self._analysis_locks.setdefault(f"usage:{cluster_id}", threading.Lock())
+        started = time.perf_counter()
         try:
             with lock:
                 with self.sessions.begin() as session:
@@ -156,10 +172,14 @@ class Workers:
                     analysis.store_efficiency(session, cluster_id, findings, self.now())
         except IntegrityError:
             LOG.info("efficiency analysis of cluster %s raced another worker; skipped", cluster_id)
+            self.metrics.analyses.labels("efficiency", "skipped").inc()
             return False
         except Exception:
             LOG.exception("efficiency analysis of cluster %s failed", cluster_id)
+            self.metrics.analyses.labels("efficiency", "failed").inc()
             return False
+        self.metrics.analysis_seconds.labels("efficiency").observe(time.perf_counter() - started)
+        self.metrics.analyses.labels("efficiency", "done").inc()
         self.efficiency_analyses += 1
         LOG.debug("cluster %s: %d efficiency recommendation(s)", cluster_id, len(findings))
         return True
@@ -175,6 +195,8 @@ class Workers:
         analyses of changed clusters (each rate-limited itself), one at a time: none of it holds up a
         consumer."""
         while True:
+            with self._inflight_lock:
+                self.metrics.analyses_waiting.set(len(self._deferred))
             for cluster_id in self.deferred_due():
                 try:
                     await asyncio.to_thread(self._counted, self.analyze_if_due, cluster_id)
@@ -199,6 +221,10 @@ class Workers:
                 self._inflight -= 1
 
     async def handle(self, job: Job) -> Verdict:
+        if job.deliveries > 1:
+            self.metrics.redelivered.inc()
+        if job.queued_at is not None:
+            self.metrics.queue_wait.observe(max(0.0, time.time() - job.queued_at))
         return await asyncio.to_thread(self.apply, job)
 
     def sweep_once(self, grace: float | None = None) -> list[Job]:
@@ -240,12 +266,39 @@ class Workers:
                 LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
             await asyncio.sleep(self.sweep_seconds)
 
+    async def watch_lag(self, every: float = 5.0) -> None:
+        """Keep `metrics.queue_pending` current (the queue is asked every `every` seconds)."""
+        while True:
+            try:
+                self.metrics.queue_pending.set(await self.queue.pending())
+            except QueueError as error:  # NATS is away: the gauge keeps its last value
+                LOG.debug("queue lag unknown: %s", error)
+            await asyncio.sleep(every)
+
+    @property
+    def consuming(self) -> bool:
+        """Whether `running` has started the consumers."""
+        return bool(self._tasks)
+
+    def stalled(self) -> str | None:
+        """Why this process no longer does its work (a task of `running` ended), or None."""
+        for task in self._tasks:
+            if task.done():
+                return f"task {task.get_name()} ended"
+        return None
+
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep and the deferred analyses, until the context ends."""
-        tasks = [asyncio.create_task(self.queue.consume(self.handle)) for _ in range(consumers)]
-        tasks.append(asyncio.create_task(self.sweep()))
-        tasks.append(asyncio.create_task(self.deferred()))
+        """`consumers` tasks taking jobs, plus the sweep, the deferred analyses and the queue lag
+        gauge, until the context ends."""
+        tasks = [
+            asyncio.create_task(self.queue.consume(self.handle), name=f"consumer-{n}")
+            for n in range(consumers)
+        ]
+        tasks.append(asyncio.create_task(self.sweep(), name="sweep"))
+        tasks.append(asyncio.create_task(self.deferred(), name="analyses"))
+        tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
+        self._tasks = tasks
         try:
             yield self
         finally:
@@ -254,6 +307,7 @@ class Workers:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self._tasks = []
             # Let jobs already in a thread finish their transaction before the caller closes the database.
             for _ in range(1000):
                 if not self._inflight:
