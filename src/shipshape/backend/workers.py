@@ -31,6 +31,21 @@ from shipshape.backend.worker_health import WorkerMetrics
 LOG = logging.getLogger("shipshape.backend.workers")
 
 
+# How soon an analysis is tried again when the cluster's row is locked (a push being applied, or
+# another process analysing it).
+BUSY_RETRY_SECONDS = 0.25
+
+
+def analysis_wait(state: repo.AnalysisState, now: datetime, window: float) -> float | None:
+    """Seconds until the cluster's spot analysis is due (0: now), counting the analyses of every
+    process (`window` seconds apart at least); None when the state stored was analysed already."""
+    if state.analyzed_sequence is not None and state.analyzed_sequence == state.applied_sequence:
+        return None
+    if state.analyzed_at is None:
+        return 0.0
+    return max(0.0, window - (now - state.analyzed_at).total_seconds())
+
+
 @dataclass
 class Workers:
     sessions: sessionmaker[Session]
@@ -115,8 +130,11 @@ class Workers:
             self._deferred.setdefault(cluster_id, due)
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
-        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`; then they
-        run once that time is up (`deferred`), so no change waits for the next push to be analyzed.
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`, in this
+        process or another; then they run once that time is up (`deferred`), so no change waits for
+        the next push to be analyzed. One process at a time analyses a cluster, and a state another
+        process analysed already is not analysed again (`repository.lock_for_analysis`): with several
+        worker processes, each cluster costs one analysis per window, not one per process.
         In its own transaction: a failing analyzer never undoes an applied push (it is logged, and runs
         again after the next push)."""
         moment = time.monotonic()
@@ -125,14 +143,20 @@ class Workers:
             if not force and moment < due:
                 self._deferred.setdefault(cluster_id, due)
                 return False
-            self._analyzed_at[cluster_id] = moment
             self._deferred.pop(cluster_id, None)
             lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
-                org_id = repo.lock_cluster(session, cluster_id)
-                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+                state = repo.lock_for_analysis(session, cluster_id)
+                now = self.now()
+                wait = 0.0 if force or state is None else analysis_wait(state, now, self.analysis_seconds)
+                if state is None or wait is None or wait > 0:
+                    # Busy (look again shortly), analysed already, or by another process lately.
+                    self._analysis_skipped(cluster_id, moment, BUSY_RETRY_SECONDS if state is None else wait)
+                    return False
+                found = analysis.analyze_cluster(session, state.org_id, cluster_id, now)
+                repo.mark_analyzed(session, cluster_id, now, state.applied_sequence)
         except IntegrityError:
             # Another process stored the same finding first; the next push analyzes again.
             LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
@@ -142,11 +166,22 @@ class Workers:
             LOG.exception("analysis of cluster %s failed", cluster_id)
             self.metrics.analyses.labels("spot", "failed").inc()
             return False
+        with self._inflight_lock:
+            self._analyzed_at[cluster_id] = moment
         self.metrics.analysis_seconds.labels("spot").observe(time.perf_counter() - started)
         self.metrics.analyses.labels("spot", "done").inc()
         self.analyses += 1
         LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
         return True
+
+    def _analysis_skipped(self, cluster_id: str, moment: float, wait: float | None) -> None:
+        """The analysis did not run: look again after `wait` seconds (None: the stored state was
+        analysed already; the next applied push asks again)."""
+        self.metrics.analyses.labels("spot", "skipped").inc()
+        if wait is None:
+            return
+        with self._inflight_lock:
+            self._deferred[cluster_id] = min(self._deferred.get(cluster_id, 1e18), moment + wait)
 
     def analyze_usage_if_due(self, cluster_id: str, force: bool = False) -> bool:
         """The efficiency analysis of the cluster's stored usage, unless it ran in the last

@@ -195,6 +195,41 @@ def lock_cluster(session: Session, cluster_id: str) -> str:
     return org_id
 
 
+@dataclass(frozen=True, slots=True)
+class AnalysisState:
+    """A cluster's row as the spot analysis needs it (read under the row's lock)."""
+
+    org_id: str
+    applied_sequence: int | None
+    analyzed_at: datetime | None
+    analyzed_sequence: int | None
+
+
+def lock_for_analysis(session: Session, cluster_id: str) -> AnalysisState | None:
+    """Lock the cluster's row for this transaction and read its analysis state; None, at once, when
+    another transaction holds the lock (a worker applying a push, or another process analysing it):
+    the caller looks again shortly instead of waiting to analyse what the other may be analysing."""
+    _take_cluster_lock(session, cluster_id)
+    row = session.execute(
+        select(Cluster.org_id, Cluster.applied_sequence, Cluster.analyzed_at, Cluster.analyzed_sequence)
+        .where(Cluster.id == cluster_id)
+        .with_for_update(skip_locked=True)
+    ).first()
+    if row is None:
+        cluster_org(session, cluster_id)  # NotFound when there is no such cluster
+        return None
+    org_id, applied, analyzed_at, analyzed_sequence = row
+    return AnalysisState(
+        org_id, applied, None if analyzed_at is None else as_utc(analyzed_at), analyzed_sequence
+    )
+
+
+def mark_analyzed(session: Session, cluster_id: str, now: datetime, sequence: int | None) -> None:
+    session.execute(
+        update(Cluster).where(Cluster.id == cluster_id).values(analyzed_at=now, analyzed_sequence=sequence)
+    )
+
+
 def cluster_objects(
     session: Session, org_id: str, cluster_id: str, kind: str | None = None
 ) -> list[dict[str, Any]]:
@@ -252,8 +287,20 @@ def record_push(
         )
         assert existing is not None  # the conflicting row, committed
         return Recorded(existing, duplicate=True)
-    session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+    _seen(session, cluster_id, now)
     return Recorded(push_id, duplicate=False)
+
+
+def _seen(session: Session, cluster_id: str, now: datetime) -> None:
+    """The cluster's `last_seen`, unless its row is locked (PostgreSQL): a worker applying a push or
+    analysing the cluster holds the lock for up to a second, and an accept waited for it (its 202 with
+    it). The worker that holds it sets `last_seen` itself from the pushes it applies, this one's
+    included (`apply_pushes`). SQLite has one writer at a time anyway: the update waits for nothing."""
+    if session.get_bind().dialect.name != "postgresql":
+        session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+        return
+    free = select(Cluster.id).where(Cluster.id == cluster_id).with_for_update(skip_locked=True)
+    session.execute(update(Cluster).where(Cluster.id == free.scalar_subquery()).values(last_seen=now))
 
 
 class NotYet(Exception):
@@ -291,6 +338,10 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
         .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None), Push.schema_name != USAGE_SCHEMA)
         .order_by(Push.sequence, Push.id)
     ).all()
+    # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
+    received = max((as_utc(p.received_at) for p in pending), default=None)
+    if received is not None and (cluster.last_seen is None or as_utc(cluster.last_seen) < received):
+        cluster.last_seen = received
     # A snapshot replaces the whole state: the pushes before the newest one waiting are not applied
     # (an agent draining its spool, or a backlog of snapshots, costs one replacement, not one each).
     newest = max((p.sequence for p in pending if p.schema_name == SNAPSHOT_SCHEMA), default=None)
