@@ -296,11 +296,12 @@ def _seen(session: Session, cluster_id: str, now: datetime) -> None:
     analysing the cluster holds the lock for up to a second, and an accept waited for it (its 202 with
     it). The worker that holds it sets `last_seen` itself from the pushes it applies, this one's
     included (`apply_pushes`). SQLite has one writer at a time anyway: the update waits for nothing."""
+    clusters = Cluster.metadata.tables[Cluster.__tablename__]
     if session.get_bind().dialect.name != "postgresql":
-        session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+        session.execute(update(clusters).where(clusters.c.id == cluster_id).values(last_seen=now))
         return
-    free = select(Cluster.id).where(Cluster.id == cluster_id).with_for_update(skip_locked=True)
-    session.execute(update(Cluster).where(Cluster.id == free.scalar_subquery()).values(last_seen=now))
+    free = select(clusters.c.id).where(clusters.c.id == cluster_id).with_for_update(skip_locked=True)
+    session.execute(update(clusters).where(clusters.c.id == free.scalar_subquery()).values(last_seen=now))
 
 
 class NotYet(Exception):
