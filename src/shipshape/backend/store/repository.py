@@ -189,7 +189,9 @@ def _take_cluster_lock(session: Session, cluster_id: str) -> None:
 def lock_cluster(session: Session, cluster_id: str) -> str:
     """Lock the cluster's row for this transaction (one analysis at a time); returns its organisation."""
     _take_cluster_lock(session, cluster_id)
-    org_id = session.scalar(select(Cluster.org_id).where(Cluster.id == cluster_id).with_for_update())
+    org_id = session.scalar(
+        select(Cluster.org_id).where(Cluster.id == cluster_id).with_for_update(key_share=True)
+    )
     if org_id is None:
         raise NotFound(f"cluster {cluster_id} not found")
     return org_id
@@ -213,7 +215,7 @@ def lock_for_analysis(session: Session, cluster_id: str) -> AnalysisState | None
     row = session.execute(
         select(Cluster.org_id, Cluster.applied_sequence, Cluster.analyzed_at, Cluster.analyzed_sequence)
         .where(Cluster.id == cluster_id)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     ).first()
     if row is None:
         cluster_org(session, cluster_id)  # NotFound when there is no such cluster
@@ -300,7 +302,8 @@ def _seen(session: Session, cluster_id: str, now: datetime) -> None:
     if session.get_bind().dialect.name != "postgresql":
         session.execute(update(clusters).where(clusters.c.id == cluster_id).values(last_seen=now))
         return
-    free = select(clusters.c.id).where(clusters.c.id == cluster_id).with_for_update(skip_locked=True)
+    free = select(clusters.c.id).where(clusters.c.id == cluster_id)
+    free = free.with_for_update(skip_locked=True, key_share=True)
     session.execute(update(clusters).where(clusters.c.id == free.scalar_subquery()).values(last_seen=now))
 
 
@@ -326,7 +329,13 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
     if push.processed_at is not None:
         return "duplicate"
     _take_cluster_lock(session, push.cluster_id)
-    cluster = session.scalar(select(Cluster).where(Cluster.id == push.cluster_id).with_for_update())
+    # FOR NO KEY UPDATE (`key_share`), as every cluster lock here: it keeps the cluster's writers one at
+    # a time, and lets the API insert pushes meanwhile (the foreign key check of an insert takes a KEY
+    # SHARE lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply
+    # or analysis in progress, the bench's accept rate with it).
+    cluster = session.scalar(
+        select(Cluster).where(Cluster.id == push.cluster_id).with_for_update(key_share=True)
+    )
     assert cluster is not None
     session.refresh(push, ["processed_at"])
     if push.processed_at is not None:
