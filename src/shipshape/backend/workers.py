@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -29,11 +30,6 @@ from shipshape.backend.store import repository as repo
 from shipshape.backend.worker_health import WorkerMetrics
 
 LOG = logging.getLogger("shipshape.backend.workers")
-
-
-# How soon an analysis is tried again when the cluster's row is locked (a push being applied, or
-# another process analysing it).
-BUSY_RETRY_SECONDS = 0.25
 
 
 def analysis_wait(state: repo.AnalysisState, now: datetime, window: float) -> float | None:
@@ -80,6 +76,8 @@ class Workers:
     _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # The analyses' own thread while `running` (None: the default executor).
+    _analysis_thread: ThreadPoolExecutor | None = None
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -132,9 +130,9 @@ class Workers:
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
         """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`, in this
         process or another; then they run once that time is up (`deferred`), so no change waits for
-        the next push to be analyzed. One process at a time analyses a cluster, and a state another
-        process analysed already is not analysed again (`repository.lock_for_analysis`): with several
-        worker processes, each cluster costs one analysis per window, not one per process.
+        the next push to be analyzed. One process at a time analyses a cluster (its row's lock), and
+        a state another process analysed already is not analysed again (`repository.lock_for_analysis`):
+        with several worker processes, each cluster costs one analysis per window, not one per process.
         In its own transaction: a failing analyzer never undoes an applied push (it is logged, and runs
         again after the next push)."""
         moment = time.monotonic()
@@ -150,10 +148,10 @@ class Workers:
             with lock, self.sessions.begin() as session:
                 state = repo.lock_for_analysis(session, cluster_id)
                 now = self.now()
-                wait = 0.0 if force or state is None else analysis_wait(state, now, self.analysis_seconds)
-                if state is None or wait is None or wait > 0:
-                    # Busy (look again shortly), analysed already, or by another process lately.
-                    self._analysis_skipped(cluster_id, moment, BUSY_RETRY_SECONDS if state is None else wait)
+                wait = 0.0 if force else analysis_wait(state, now, self.analysis_seconds)
+                if wait is None or wait > 0:
+                    # Analysed already, or by another process lately: that one's window holds.
+                    self._analysis_skipped(cluster_id, moment, wait)
                     return False
                 found = analysis.analyze_cluster(session, state.org_id, cluster_id, now)
                 repo.mark_analyzed(session, cluster_id, now, state.applied_sequence)
@@ -220,10 +218,11 @@ class Workers:
         return True
 
     def deferred_due(self) -> list[str]:
-        """Clusters whose analysis was put off by `analysis_seconds` and is due now."""
+        """Clusters whose analysis was put off by `analysis_seconds` and is due now, longest due first."""
         moment = time.monotonic()
         with self._inflight_lock:
-            return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
+            due = sorted((at, cluster_id) for cluster_id, at in self._deferred.items() if at <= moment)
+        return [cluster_id for _, cluster_id in due]
 
     async def deferred(self) -> None:
         """Run the analyses asked for (`analysis_wanted`) once they fall due, and the efficiency
@@ -234,15 +233,21 @@ class Workers:
                 self.metrics.analyses_waiting.set(len(self._deferred))
             for cluster_id in self.deferred_due():
                 try:
-                    await asyncio.to_thread(self._counted, self.analyze_if_due, cluster_id)
+                    await self._in_analysis_thread(self.analyze_if_due, cluster_id)
                 except Exception:  # the database is away: the next push analyzes again
                     LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
             with self._inflight_lock:
                 changed, self._usage_wanted = self._usage_wanted, set()
             for cluster_id in sorted(changed):
                 # Logs its own failures.
-                await asyncio.to_thread(self._counted, self.analyze_usage_if_due, cluster_id)
+                await self._in_analysis_thread(self.analyze_usage_if_due, cluster_id)
             await asyncio.sleep(0.1)
+
+    async def _in_analysis_thread(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
+        """`analyze(cluster_id)` in the analyses' own thread: in the default executor, shared with the
+        consumers' applies, each analysis waited behind every job of the batches they had fetched."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, cluster_id)
 
     def _counted(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
         """`analyze(cluster_id)` counted in flight: a stop waits for its transaction (a cancelled task
@@ -334,6 +339,7 @@ class Workers:
         tasks.append(asyncio.create_task(self.deferred(), name="analyses"))
         tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
         self._tasks = tasks
+        self._analysis_thread = ThreadPoolExecutor(1, thread_name_prefix="analysis")
         try:
             yield self
         finally:
@@ -348,3 +354,5 @@ class Workers:
                 if not self._inflight:
                     break
                 await asyncio.sleep(0.01)
+            self._analysis_thread.shutdown(wait=False)
+            self._analysis_thread = None

@@ -207,19 +207,17 @@ class AnalysisState:
     analyzed_sequence: int | None
 
 
-def lock_for_analysis(session: Session, cluster_id: str) -> AnalysisState | None:
-    """Lock the cluster's row for this transaction and read its analysis state; None, at once, when
-    another transaction holds the lock (a worker applying a push, or another process analysing it):
-    the caller looks again shortly instead of waiting to analyse what the other may be analysing."""
+def lock_for_analysis(session: Session, cluster_id: str) -> AnalysisState:
+    """Lock the cluster's row for this transaction (after the push being applied, or the analysis
+    another process is running) and read its analysis state."""
     _take_cluster_lock(session, cluster_id)
     row = session.execute(
         select(Cluster.org_id, Cluster.applied_sequence, Cluster.analyzed_at, Cluster.analyzed_sequence)
         .where(Cluster.id == cluster_id)
-        .with_for_update(skip_locked=True, key_share=True)
+        .with_for_update(key_share=True)
     ).first()
     if row is None:
-        cluster_org(session, cluster_id)  # NotFound when there is no such cluster
-        return None
+        raise NotFound(f"cluster {cluster_id} not found")
     org_id, applied, analyzed_at, analyzed_sequence = row
     return AnalysisState(
         org_id, applied, None if analyzed_at is None else as_utc(analyzed_at), analyzed_sequence
