@@ -32,6 +32,11 @@ from shipshape.backend.worker_health import WorkerMetrics
 LOG = logging.getLogger("shipshape.backend.workers")
 
 
+# How soon an analysis that another process was running is looked at again (that one's window then
+# holds, from the time it stored).
+CLAIMED_RETRY_SECONDS = 1.0
+
+
 def analysis_wait(state: repo.AnalysisState, now: datetime, window: float) -> float | None:
     """Seconds until the cluster's spot analysis is due (0: now), counting the analyses of every
     process (`window` seconds apart at least); None when the state stored was analysed already."""
@@ -146,6 +151,10 @@ class Workers:
         started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
+                if not force and not repo.claim_analysis(session, cluster_id):
+                    # Another process analyses it now: look again once it is likely done.
+                    self._analysis_skipped(cluster_id, moment, CLAIMED_RETRY_SECONDS)
+                    return False
                 state = repo.lock_for_analysis(session, cluster_id)
                 now = self.now()
                 wait = 0.0 if force else analysis_wait(state, now, self.analysis_seconds)
