@@ -83,6 +83,11 @@ class Workers:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # The analyses' own thread while `running` (None: the default executor).
     _analysis_thread: ThreadPoolExecutor | None = None
+    # The applies' threads while `running`: a consumer hands a fetched batch over at once, and a job
+    # waiting for its cluster's apply lock holds a thread, so other clusters need threads of their own
+    # (the default executor has 6 on two cores). Within the database pool (10 + 10 connections).
+    apply_threads: int = 12
+    _apply_threads: ThreadPoolExecutor | None = None
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -274,7 +279,9 @@ class Workers:
             self.metrics.redelivered.inc()
         if job.queued_at is not None:
             self.metrics.queue_wait.observe(max(0.0, time.time() - job.queued_at))
-        return await asyncio.to_thread(self.apply, job)
+        if self._apply_threads is None:
+            return await asyncio.to_thread(self.apply, job)
+        return await asyncio.get_running_loop().run_in_executor(self._apply_threads, self.apply, job)
 
     def sweep_once(self, grace: float | None = None) -> list[Job]:
         """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
@@ -349,6 +356,7 @@ class Workers:
         tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
         self._tasks = tasks
         self._analysis_thread = ThreadPoolExecutor(1, thread_name_prefix="analysis")
+        self._apply_threads = ThreadPoolExecutor(self.apply_threads, thread_name_prefix="apply")
         try:
             yield self
         finally:
@@ -364,4 +372,5 @@ class Workers:
                     break
                 await asyncio.sleep(0.01)
             self._analysis_thread.shutdown(wait=False)
-            self._analysis_thread = None
+            self._apply_threads.shutdown(wait=False)
+            self._analysis_thread = self._apply_threads = None
