@@ -523,6 +523,8 @@ class Stack:
     api_key: str
     first: Credentials
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # The workers' `--metrics-port` URLs (scale only).
+    worker_metrics: list[str] = field(default_factory=list)
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds of each backend process so far."""
@@ -632,9 +634,14 @@ def backend_stack(name: str, workdir: Path) -> Iterator[Stack]:
             return process, logfile
 
         api, api_log = start("api", "backend", "--port", str(port), "--db", db, "--queue", queue)
+        worker_metrics = []
         if name == "scale":
             for i in (1, 2):
-                start(f"worker-{i}", "worker", "--db", db, "--queue", queue)
+                metrics_port = free_port()
+                start(
+                    f"worker-{i}", "worker", "--db", db, "--queue", queue, "--metrics-port", str(metrics_port)
+                )
+                worker_metrics.append(f"http://127.0.0.1:{metrics_port}/metrics")
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, api, api_log)
         yield Stack(
@@ -645,6 +652,7 @@ def backend_stack(name: str, workdir: Path) -> Iterator[Stack]:
             api_key=org["api_key"],
             first=Credentials(first["cluster_id"], first["agent_token"]),
             processes=processes,
+            worker_metrics=worker_metrics,
         )
         for label, process in processes.items():
             if process.poll() is not None:
@@ -975,7 +983,17 @@ async def latency_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
                 sequence += 1
                 await asyncio.sleep(max(0.0, began + (sequence - 1) * interval - time.monotonic()))
 
+        pending: list[float] = []
+
+        async def watch_queue() -> None:
+            # The workers' own gauge of messages waiting in the stream (asked every 5 s by them).
+            while not stop.is_set() and stack.worker_metrics:
+                found = await worker_samples(stack.worker_metrics[:1])
+                pending.append(found.get("shipshape_worker_queue_pending", 0.0))
+                await asyncio.sleep(1.0)
+
         loads = [asyncio.create_task(background(c)) for c in others]
+        loads.append(asyncio.create_task(watch_queue()))
         tasks = []
         start = time.monotonic()
         for i in range(sizes.latency_trials):
@@ -985,8 +1003,26 @@ async def latency_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
         stop.set()
         await asyncio.gather(*loads)
         loaded_for = time.monotonic() - start
+        workers = await worker_samples(stack.worker_metrics)
     p99 = percentile(latencies, 99) if latencies else math.inf
+    worker_figures = {}
+    if stack.worker_metrics:
+        worker_figures["workers"] = {
+            "queuePendingMax": max(pending, default=0.0),
+            "queueWaitSecondsMean": round(
+                workers.get("shipshape_worker_queue_wait_seconds_sum", 0.0)
+                / max(1.0, workers.get("shipshape_worker_queue_wait_seconds_count", 0.0)),
+                3,
+            ),
+            "spotAnalyses": {
+                result: workers.get(
+                    f'shipshape_worker_analyses_total{{analysis="spot",result="{result}"}}', 0.0
+                )
+                for result in ("done", "skipped", "failed")
+            },
+        }
     return {
+        **worker_figures,
         "clusters": len(clusters),
         "trials": sizes.latency_trials,
         "secondsBetweenPushesOfOneCluster": sizes.latency_spacing,
@@ -1003,6 +1039,25 @@ async def latency_case(stack: Stack, fixture: Fixture, sizes: Sizes) -> Json:
         "target": f"p99 <= {TARGET_LATENCY_P99_SECONDS:g} s",
         "pass": not missed and p99 <= TARGET_LATENCY_P99_SECONDS,
     }
+
+
+ANALYSES = "shipshape_worker_analyses_total"
+
+
+async def worker_samples(urls: Sequence[str]) -> dict[str, float]:
+    """The workers' Prometheus samples summed over `urls`, keyed `name{label="value",...}`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for url in urls:
+        async with aiohttp.ClientSession() as scraper, scraper.get(url) as answer:
+            text = await answer.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                key = f"{sample.name}{{{labels}}}" if labels else sample.name
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
 
 
 async def until_listed(

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipshape.backend import auth, dashboard, series, series_api, summary
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError
@@ -192,14 +193,26 @@ def _backend(request: Request) -> Backend:
 def _principal(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> repo.UserPrincipal | repo.AgentPrincipal:
+    presented = _presented(authorization)
+    backend = _backend(request)
+    with backend.transaction() as session:
+        return _admitted(request, backend, session, presented)
+
+
+def _presented(authorization: str | None) -> auth.PresentedCredential:
     presented = auth.bearer(authorization)
     if presented is None:
         raise HTTPException(
             401, "missing or malformed bearer credential", headers={"WWW-Authenticate": "Bearer"}
         )
-    backend = _backend(request)
-    with backend.transaction() as session:
-        principal = repo.authenticate(session, presented)
+    return presented
+
+
+def _admitted(
+    request: Request, backend: Backend, session: Session, presented: auth.PresentedCredential
+) -> repo.UserPrincipal | repo.AgentPrincipal:
+    """The credential's principal, if it is live and within its rate limit (401 or 429 otherwise)."""
+    principal = repo.authenticate(session, presented)
     if principal is None:
         raise HTTPException(401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"})
     request.state.principal = principal  # for the request log
@@ -339,16 +352,7 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     for unavailable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
         app.add_exception_handler(unavailable, _database_unavailable)
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response: Response = await call_next(request)
-        elapsed = time.perf_counter() - started
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        backend.metrics.requests.labels(route, str(response.status_code)).inc()
-        backend.metrics.latency.labels(route).observe(elapsed)
-        _log_request(request, route, response.status_code, elapsed)
-        return response
+    app.add_middleware(_Observe, metrics=backend.metrics)
 
     app.mount("/dashboard", StaticFiles(directory=dashboard.STATIC, html=True), name="dashboard")
 
@@ -381,19 +385,36 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
     )
     async def push(
         request: Request,
-        agent: Annotated[repo.AgentPrincipal, Depends(_agent)],
         idempotency_key: Annotated[str, Header(alias="Idempotency-Key")],
+        authorization: Annotated[str | None, Header()] = None,
         content_encoding: Annotated[str | None, Header()] = None,
-    ) -> PushAccepted:
+    ) -> Response:
         """A snapshot, delta or usage report from the cluster's agent; stored once per idempotency key,
         then queued. A usage report's key must be its bucket's (`usage-<bucket start>`)."""
-        if not _IDEMPOTENCY_KEY.match(idempotency_key):
-            raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
+        presented = _presented(authorization)
         raw = await _read_limited(request, backend.settings.max_push_bytes)
 
-        def accept() -> tuple[str, repo.Recorded]:
-            # Off the event loop: validating a full snapshot takes tens of milliseconds of CPU, and the
-            # commit waits for the database's disk; other requests (and other commits) go on meanwhile.
+        def accept() -> tuple[repo.AgentPrincipal, str, repo.Recorded]:
+            # Off the event loop, in one hop to the thread pool and one transaction: the credential is
+            # checked first (nothing is parsed for a caller without one), then the push is validated
+            # (tens of milliseconds of CPU for a full snapshot) and stored, and the commit waits for
+            # the database's disk; other requests (and other commits) go on meanwhile.
+            with backend.transaction() as session:
+                agent = _admitted(request, backend, session, presented)
+                if not isinstance(agent, repo.AgentPrincipal):
+                    raise HTTPException(403, "this endpoint needs an agent token")
+                if not _IDEMPOTENCY_KEY.match(idempotency_key):
+                    raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
+                schema, recorded = validated(agent, session)
+            return agent, schema, recorded
+
+        def validated(agent: repo.AgentPrincipal, session: Session) -> tuple[str, repo.Recorded]:
+            def record(schema: str, sequence: int, stored: bytes) -> tuple[str, repo.Recorded]:
+                recorded = repo.record_push(
+                    session, agent.cluster_id, idempotency_key, schema, sequence, stored, backend.now()
+                )
+                return schema, recorded
+
             encoding = (content_encoding or "identity").lower()
             if encoding == "gzip":
                 body = _inflate(raw, backend.settings.max_inflated_bytes)
@@ -426,14 +447,7 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
             stored = gzip.compress(push_contract.dump(message), compresslevel=1)
             return record(message.schema_, message.sequence, stored)
 
-        def record(schema: str, sequence: int, stored: bytes) -> tuple[str, repo.Recorded]:
-            with backend.transaction() as session:
-                recorded = repo.record_push(
-                    session, agent.cluster_id, idempotency_key, schema, sequence, stored, backend.now()
-                )
-            return schema, recorded
-
-        schema, recorded = await run_in_threadpool(accept)
+        agent, schema, recorded = await run_in_threadpool(accept)
         if not recorded.duplicate:
             job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
             try:
@@ -442,7 +456,10 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
                 # Committed, so accepted: the workers' sweep queues it once the queue is back.
                 LOG.warning("push %s stored but not queued: %s", recorded.push_id, error)
         backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
-        return PushAccepted(push_id=recorded.push_id, duplicate=recorded.duplicate)
+        # PushAccepted, written directly: two fields of known types need no response model's
+        # validation and encoding on the hottest route.
+        answer = {"push_id": recorded.push_id, "duplicate": recorded.duplicate}
+        return Response(orjson.dumps(answer), status_code=202, media_type="application/json")
 
     @app.get("/api/v1/clusters", response_model=list[ClusterOut])
     def list_clusters(user: Annotated[repo.UserPrincipal, Depends(_user)]) -> list[ClusterOut]:
@@ -602,6 +619,39 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+class _Observe:
+    """Each request counted, timed and logged (`_log_request`) by its route, as a plain ASGI
+    middleware: Starlette's `BaseHTTPMiddleware` runs the rest of the app in a task of its own with
+    streams between the two, a good part of the API's CPU per small push."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # unless the app answers: an exception that escapes it is answered 500 outside
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            elapsed = time.perf_counter() - started
+            # The router sets the matched route in the scope it shares with this middleware.
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(elapsed)
+            _log_request(Request(scope), route, status, elapsed)
 
 
 # Probes and scrapes: logged at debug only (the kubelet and Prometheus call them every few seconds).

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -43,6 +45,10 @@ class Job:
     cluster_id: str
     # Unique per push: JetStream's duplicate detection key.
     message_id: str
+    # Set by the consumer, not sent: how many times the queue has delivered this message (more than
+    # once after a worker died or asked for it again), and when the queue took it (epoch seconds).
+    deliveries: int = 1
+    queued_at: float | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps({"push_id": self.push_id, "cluster_id": self.cluster_id, "id": self.message_id})
@@ -68,6 +74,10 @@ class WorkQueue(Protocol):
         """Hand each job to `handler` until cancelled."""
         ...
 
+    async def pending(self) -> int:
+        """Messages waiting or delivered and not acknowledged (the queue's lag)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -78,29 +88,37 @@ class MemoryQueue:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self.retry_delay = retry_delay
         self._later: set[asyncio.Task[None]] = set()
+        self._handling = 0
 
     async def publish(self, job: Job) -> None:
-        await self._queue.put(job)
+        await self._queue.put(dataclasses.replace(job, queued_at=time.time()))
 
     async def consume(self, handler: Handler) -> None:
         while True:
             job = await self._queue.get()
+            self._handling += 1
             try:
-                verdict = await handler(job)
-            except Exception:
-                LOG.exception("job %s failed; retrying", job.message_id)
-                verdict = Verdict.RETRY
-            if verdict is Verdict.RETRY:
-                task = asyncio.create_task(self._again(job))
-                self._later.add(task)
-                task.add_done_callback(self._later.discard)
+                await self._handle(job, handler)
+            finally:
+                self._handling -= 1
+
+    async def _handle(self, job: Job, handler: Handler) -> None:
+        try:
+            verdict = await handler(job)
+        except Exception:
+            LOG.exception("job %s failed; retrying", job.message_id)
+            verdict = Verdict.RETRY
+        if verdict is Verdict.RETRY:
+            task = asyncio.create_task(self._again(job))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
 
     async def _again(self, job: Job) -> None:
         await asyncio.sleep(self.retry_delay)
-        await self._queue.put(job)
+        await self._queue.put(dataclasses.replace(job, deliveries=job.deliveries + 1))
 
-    def pending(self) -> int:
-        return self._queue.qsize()
+    async def pending(self) -> int:
+        return self._queue.qsize() + len(self._later) + self._handling
 
     async def close(self) -> None:
         for task in list(self._later):
@@ -192,7 +210,13 @@ class NatsQueue:
 
     async def _handle(self, message: Any, handler: Handler) -> None:
         try:
-            verdict = await handler(Job.decode(message.data))
+            metadata = message.metadata
+            job = dataclasses.replace(
+                Job.decode(message.data),
+                deliveries=int(metadata.num_delivered or 1),
+                queued_at=metadata.timestamp.timestamp() if metadata.timestamp is not None else None,
+            )
+            verdict = await handler(job)
         except Exception:
             LOG.exception("job failed; NATS will deliver it again")
             verdict = Verdict.RETRY
@@ -200,6 +224,18 @@ class NatsQueue:
             await message.ack()
         else:
             await message.nak(delay=self.retry_delay)
+
+    async def pending(self) -> int:
+        """QueueError when NATS does not answer."""
+        try:
+            info = await self._js.consumer_info(self.stream, DURABLE)
+        except Exception as error:  # nats-py's timeouts, connection and JetStream errors
+            raise QueueError(f"NATS did not report the consumer: {type(error).__name__}") from error
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and bool(self._nc.is_connected)
 
     async def close(self) -> None:
         if self._nc is not None:

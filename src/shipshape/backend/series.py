@@ -182,7 +182,10 @@ class Recorder:
 
     def record(self, session: Session, cluster_id: str, at: datetime) -> bool:
         """Store the cluster's point at `at` from its stored state and current node usage; False if one
-        is there already."""
+        is there already (written by another worker process: then nothing is read or computed, as
+        the summary of a 3,000-pod cluster takes a good part of a second)."""
+        if store.has_point(session, cluster_id, at, MINUTE):
+            return False
         org_id = repo.cluster_org(session, cluster_id)
         objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in summary.KINDS}
         used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)

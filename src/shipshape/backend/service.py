@@ -14,11 +14,12 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from shipshape.backend import analysis, series
+from shipshape.backend import analysis, series, worker_health
 from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
-from shipshape.backend.queue import MemoryQueue, open_queue
+from shipshape.backend.queue import MemoryQueue, NatsQueue, open_queue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
+from shipshape.backend.worker_health import WorkerMetrics
 from shipshape.backend.workers import Workers
 
 LOG = logging.getLogger("shipshape.backend")
@@ -50,7 +51,9 @@ async def build(settings: BackendSettings) -> Backend:
     )
 
 
-def workers_for(backend: Backend) -> Workers:
+def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Workers:
+    """The workers over `backend`'s database and queue; their metrics on `metrics` (by default on the
+    API's registry, which the in-process workers share with it)."""
     return Workers(
         backend.sessions,
         backend.queue,
@@ -73,6 +76,7 @@ def workers_for(backend: Backend) -> Workers:
         ),
         usage_retention=timedelta(hours=backend.settings.usage_retention_hours),
         usage_analysis_seconds=backend.settings.usage_analysis_seconds,
+        metrics=metrics or WorkerMetrics(backend.metrics.registry),
     )
 
 
@@ -132,14 +136,55 @@ async def run_workers(settings: BackendSettings, stop: asyncio.Event) -> None:
     `settings.migrate` they start once the schema is current (the migrations Job may still run)."""
     backend = await build(settings)
     tune_gc()
+    workers = workers_for(backend, WorkerMetrics())
+    health = None
+    if settings.metrics_port is not None:
+        app = worker_health.health_app(
+            workers.metrics, _alive(workers, backend), _worker_ready(workers, backend, stop)
+        )
+        health = worker_health.health_server(app, settings.host, settings.metrics_port)
+    serving = asyncio.create_task(health.serve()) if health is not None else None
     try:
         if not settings.migrate and not await _schema_current(backend, stop):
             return
-        async with workers_for(backend).running(settings.workers):
+        async with workers.running(settings.workers):
             await stop.wait()
     finally:
+        if health is not None and serving is not None:
+            health.should_exit = True
+            await serving
         await backend.queue.close()
         backend.engine.dispose()
+
+
+def _alive(workers: Workers, backend: Backend) -> worker_health.Check:
+    """Liveness: every task of the workers still runs (a consumer that ended takes no more messages)."""
+
+    async def check() -> str | None:
+        return workers.stalled()
+
+    return check
+
+
+def _worker_ready(workers: Workers, backend: Backend, stop: asyncio.Event) -> worker_health.Check:
+    """Readiness: not stopping, consuming, the database answers at the newest schema, and the queue
+    is connected."""
+
+    async def check() -> str | None:
+        if stop.is_set():
+            return "stopping"
+        if not workers.consuming:
+            return "not consuming yet (waiting for the schema)"
+        try:
+            if not await asyncio.to_thread(store_engine.is_current, backend.engine):
+                return "schema not migrated"
+        except Exception as error:  # any database failure means "not ready", with its type only
+            return f"database: {type(error).__name__}"
+        if isinstance(backend.queue, NatsQueue) and not backend.queue.connected:
+            return "queue not connected"
+        return None
+
+    return check
 
 
 async def _schema_current(backend: Backend, stop: asyncio.Event, every: float = 2.0) -> bool:

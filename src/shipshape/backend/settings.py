@@ -46,6 +46,8 @@ class BackendSettings(BaseSettings):
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
+    # `shipshape worker`: serve /metrics, /healthz and /readyz on this port (on `host`); None: none.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # Usage (metrics.k8s.io, from the agents): stored on slots of this many seconds (an agent's bucket
     # must divide it), analysed over a window back from the cluster's newest sample, kept for the
     # retention (counted the same way), analysed at most this often per cluster.

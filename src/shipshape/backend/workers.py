@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -23,11 +24,27 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
-from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, Verdict
+from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
+from shipshape.backend.worker_health import WorkerMetrics
 
 LOG = logging.getLogger("shipshape.backend.workers")
+
+
+# How soon an analysis that another process was running is looked at again (that one's window then
+# holds, from the time it stored).
+CLAIMED_RETRY_SECONDS = 1.0
+
+
+def analysis_wait(state: repo.AnalysisState, now: datetime, window: float) -> float | None:
+    """Seconds until the cluster's spot analysis is due (0: now), counting the analyses of every
+    process (`window` seconds apart at least); None when the state stored was analysed already."""
+    if state.analyzed_sequence is not None and state.analyzed_sequence == state.applied_sequence:
+        return None
+    if state.analyzed_at is None:
+        return 0.0
+    return max(0.0, window - (now - state.analyzed_at).total_seconds())
 
 
 @dataclass
@@ -62,6 +79,15 @@ class Workers:
     # One transaction applying a cluster's pushes at a time in this process: a second would wait for
     # the row lock on PostgreSQL, and on SQLite (no row locks) apply the same pushes and be rolled back.
     _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # The analyses' own thread while `running` (None: the default executor).
+    _analysis_thread: ThreadPoolExecutor | None = None
+    # The applies' threads while `running`: a consumer hands a fetched batch over at once, and a job
+    # waiting for its cluster's apply lock holds a thread, so other clusters need threads of their own
+    # (the default executor has 6 on two cores). Within the database pool (10 + 10 connections).
+    apply_threads: int = 12
+    _apply_threads: ThreadPoolExecutor | None = None
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
@@ -76,12 +102,19 @@ class Workers:
     def _apply(self, job: Job) -> Verdict:
         with self._inflight_lock:
             lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
+        started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
                 outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
         except repo.NotYet as waiting:
             LOG.debug("push %s: %s", job.push_id, waiting)
+            self.metrics.messages.labels("retry").inc()
             return Verdict.RETRY
+        except Exception:
+            self.metrics.messages.labels("failed").inc()
+            raise
+        self.metrics.apply_seconds.observe(time.perf_counter() - started)
+        self.metrics.messages.labels(outcome).inc()
         self.processed += outcome == "applied"
         LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
         # Superseded: a newer snapshot was applied in its place.
@@ -105,8 +138,11 @@ class Workers:
             self._deferred.setdefault(cluster_id, due)
 
     def analyze_if_due(self, cluster_id: str, force: bool = False) -> bool:
-        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`; then they
-        run once that time is up (`deferred`), so no change waits for the next push to be analyzed.
+        """Run the analyzers for the cluster unless they ran in the last `analysis_seconds`, in this
+        process or another; then they run once that time is up (`deferred`), so no change waits for
+        the next push to be analyzed. One process at a time analyses a cluster (its row's lock), and
+        a state another process analysed already is not analysed again (`repository.lock_for_analysis`):
+        with several worker processes, each cluster costs one analysis per window, not one per process.
         In its own transaction: a failing analyzer never undoes an applied push (it is logged, and runs
         again after the next push)."""
         moment = time.monotonic()
@@ -115,23 +151,49 @@ class Workers:
             if not force and moment < due:
                 self._deferred.setdefault(cluster_id, due)
                 return False
-            self._analyzed_at[cluster_id] = moment
             self._deferred.pop(cluster_id, None)
             lock = self._analysis_locks.setdefault(cluster_id, threading.Lock())
+        started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
-                org_id = repo.lock_cluster(session, cluster_id)
-                found = analysis.analyze_cluster(session, org_id, cluster_id, self.now())
+                if not force and not repo.claim_analysis(session, cluster_id):
+                    # Another process analyses it now: look again once it is likely done.
+                    self._analysis_skipped(cluster_id, moment, CLAIMED_RETRY_SECONDS)
+                    return False
+                state = repo.lock_for_analysis(session, cluster_id)
+                now = self.now()
+                wait = 0.0 if force else analysis_wait(state, now, self.analysis_seconds)
+                if wait is None or wait > 0:
+                    # Analysed already, or by another process lately: that one's window holds.
+                    self._analysis_skipped(cluster_id, moment, wait)
+                    return False
+                found = analysis.analyze_cluster(session, state.org_id, cluster_id, now)
+                repo.mark_analyzed(session, cluster_id, now, state.applied_sequence)
         except IntegrityError:
             # Another process stored the same finding first; the next push analyzes again.
             LOG.info("analysis of cluster %s raced another worker; skipped", cluster_id)
+            self.metrics.analyses.labels("spot", "skipped").inc()
             return False
         except Exception:
             LOG.exception("analysis of cluster %s failed", cluster_id)
+            self.metrics.analyses.labels("spot", "failed").inc()
             return False
+        with self._inflight_lock:
+            self._analyzed_at[cluster_id] = moment
+        self.metrics.analysis_seconds.labels("spot").observe(time.perf_counter() - started)
+        self.metrics.analyses.labels("spot", "done").inc()
         self.analyses += 1
         LOG.debug("cluster %s: %d recommendation(s)", cluster_id, found)
         return True
+
+    def _analysis_skipped(self, cluster_id: str, moment: float, wait: float | None) -> None:
+        """The analysis did not run: look again after `wait` seconds (None: the stored state was
+        analysed already; the next applied push asks again)."""
+        self.metrics.analyses.labels("spot", "skipped").inc()
+        if wait is None:
+            return
+        with self._inflight_lock:
+            self._deferred[cluster_id] = min(self._deferred.get(cluster_id, 1e18), moment + wait)
 
     def analyze_usage_if_due(self, cluster_id: str, force: bool = False) -> bool:
         """The efficiency analysis of the cluster's stored usage, unless it ran in the last
@@ -143,6 +205,7 @@ class Workers:
         self._efficiency_at[cluster_id] = moment
         with self._inflight_lock:
             lock = self._analysis_locks.setdefault(f"usage:{cluster_id}", threading.Lock())
+        started = time.perf_counter()
         try:
             with lock:
                 with self.sessions.begin() as session:
@@ -156,36 +219,49 @@ class Workers:
                     analysis.store_efficiency(session, cluster_id, findings, self.now())
         except IntegrityError:
             LOG.info("efficiency analysis of cluster %s raced another worker; skipped", cluster_id)
+            self.metrics.analyses.labels("efficiency", "skipped").inc()
             return False
         except Exception:
             LOG.exception("efficiency analysis of cluster %s failed", cluster_id)
+            self.metrics.analyses.labels("efficiency", "failed").inc()
             return False
+        self.metrics.analysis_seconds.labels("efficiency").observe(time.perf_counter() - started)
+        self.metrics.analyses.labels("efficiency", "done").inc()
         self.efficiency_analyses += 1
         LOG.debug("cluster %s: %d efficiency recommendation(s)", cluster_id, len(findings))
         return True
 
     def deferred_due(self) -> list[str]:
-        """Clusters whose analysis was put off by `analysis_seconds` and is due now."""
+        """Clusters whose analysis was put off by `analysis_seconds` and is due now, longest due first."""
         moment = time.monotonic()
         with self._inflight_lock:
-            return [cluster_id for cluster_id, due in self._deferred.items() if due <= moment]
+            due = sorted((at, cluster_id) for cluster_id, at in self._deferred.items() if at <= moment)
+        return [cluster_id for _, cluster_id in due]
 
     async def deferred(self) -> None:
         """Run the analyses asked for (`analysis_wanted`) once they fall due, and the efficiency
         analyses of changed clusters (each rate-limited itself), one at a time: none of it holds up a
         consumer."""
         while True:
+            with self._inflight_lock:
+                self.metrics.analyses_waiting.set(len(self._deferred))
             for cluster_id in self.deferred_due():
                 try:
-                    await asyncio.to_thread(self._counted, self.analyze_if_due, cluster_id)
+                    await self._in_analysis_thread(self.analyze_if_due, cluster_id)
                 except Exception:  # the database is away: the next push analyzes again
                     LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
             with self._inflight_lock:
                 changed, self._usage_wanted = self._usage_wanted, set()
             for cluster_id in sorted(changed):
                 # Logs its own failures.
-                await asyncio.to_thread(self._counted, self.analyze_usage_if_due, cluster_id)
+                await self._in_analysis_thread(self.analyze_usage_if_due, cluster_id)
             await asyncio.sleep(0.1)
+
+    async def _in_analysis_thread(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
+        """`analyze(cluster_id)` in the analyses' own thread: in the default executor, shared with the
+        consumers' applies, each analysis waited behind every job of the batches they had fetched."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, cluster_id)
 
     def _counted(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
         """`analyze(cluster_id)` counted in flight: a stop waits for its transaction (a cancelled task
@@ -199,7 +275,13 @@ class Workers:
                 self._inflight -= 1
 
     async def handle(self, job: Job) -> Verdict:
-        return await asyncio.to_thread(self.apply, job)
+        if job.deliveries > 1:
+            self.metrics.redelivered.inc()
+        if job.queued_at is not None:
+            self.metrics.queue_wait.observe(max(0.0, time.time() - job.queued_at))
+        if self._apply_threads is None:
+            return await asyncio.to_thread(self.apply, job)
+        return await asyncio.get_running_loop().run_in_executor(self._apply_threads, self.apply, job)
 
     def sweep_once(self, grace: float | None = None) -> list[Job]:
         """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
@@ -240,12 +322,41 @@ class Workers:
                 LOG.warning("sweep failed; retrying in %.0f s", self.sweep_seconds, exc_info=True)
             await asyncio.sleep(self.sweep_seconds)
 
+    async def watch_lag(self, every: float = 5.0) -> None:
+        """Keep `metrics.queue_pending` current (the queue is asked every `every` seconds)."""
+        while True:
+            try:
+                self.metrics.queue_pending.set(await self.queue.pending())
+            except QueueError as error:  # NATS is away: the gauge keeps its last value
+                LOG.debug("queue lag unknown: %s", error)
+            await asyncio.sleep(every)
+
+    @property
+    def consuming(self) -> bool:
+        """Whether `running` has started the consumers."""
+        return bool(self._tasks)
+
+    def stalled(self) -> str | None:
+        """Why this process no longer does its work (a task of `running` ended), or None."""
+        for task in self._tasks:
+            if task.done():
+                return f"task {task.get_name()} ended"
+        return None
+
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep and the deferred analyses, until the context ends."""
-        tasks = [asyncio.create_task(self.queue.consume(self.handle)) for _ in range(consumers)]
-        tasks.append(asyncio.create_task(self.sweep()))
-        tasks.append(asyncio.create_task(self.deferred()))
+        """`consumers` tasks taking jobs, plus the sweep, the deferred analyses and the queue lag
+        gauge, until the context ends."""
+        tasks = [
+            asyncio.create_task(self.queue.consume(self.handle), name=f"consumer-{n}")
+            for n in range(consumers)
+        ]
+        tasks.append(asyncio.create_task(self.sweep(), name="sweep"))
+        tasks.append(asyncio.create_task(self.deferred(), name="analyses"))
+        tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
+        self._tasks = tasks
+        self._analysis_thread = ThreadPoolExecutor(1, thread_name_prefix="analysis")
+        self._apply_threads = ThreadPoolExecutor(self.apply_threads, thread_name_prefix="apply")
         try:
             yield self
         finally:
@@ -254,8 +365,12 @@ class Workers:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self._tasks = []
             # Let jobs already in a thread finish their transaction before the caller closes the database.
             for _ in range(1000):
                 if not self._inflight:
                     break
                 await asyncio.sleep(0.01)
+            self._analysis_thread.shutdown(wait=False)
+            self._apply_threads.shutdown(wait=False)
+            self._analysis_thread = self._apply_threads = None

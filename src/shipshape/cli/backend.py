@@ -92,13 +92,19 @@ def worker(
     db: DbOption = None,
     queue: QueueOption = None,
     config: ConfigOption = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve /metrics, /healthz and /readyz on this port (default none; 0: any)"),
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="address of the metrics port (default 127.0.0.1)")] = None,
     log_level: LogLevelOption = "info",
     log_format: LogFormatOption = "text",
 ) -> None:
     """Consume the shared queue (NATS JetStream): apply pushes to the stored state, write the
-    clusters' time series, run the analyzers."""
+    clusters' time series, run the analyzers. With --metrics-port, Prometheus metrics (messages
+    applied, failed and redelivered, apply and analysis latency, queue lag) and the probes' endpoints."""
     logs.configure(log_level, log_format)
-    settings = _settings(config, db=db, queue=queue)
+    settings = _settings(config, db=db, queue=queue, metrics_port=metrics_port, host=host)
     if settings.queue.startswith("memory:"):
         typer.echo(
             "error: with the in-process queue the backend runs its own workers; give --queue nats://…",

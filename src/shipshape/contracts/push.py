@@ -60,22 +60,31 @@ class ObjectKey(BaseModel):
 def object_key(kind: str, obj: Mapping[str, Any]) -> ObjectKey:
     """The key of a Kubernetes object of `kind`, checked: a known kind, a valid name, a namespace
     exactly when the kind has one. ValueError says what is wrong."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})")
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})")
         raise ValueError(f"a {kind} object has no metadata")
-    name = metadata.get("name")
+    namespace, name = checked_key(kind, metadata.get("name"), metadata.get("namespace"))
+    return ObjectKey(kind=kind, namespace=namespace, name=name)
+
+
+def checked_key(kind: str, name: Any, namespace: Any) -> tuple[str, str]:
+    """`(namespace, name)` of an object of `kind` whose metadata holds `name` and `namespace`, checked
+    as `object_key` checks them, without building an `ObjectKey` (the validators run it once per
+    object of a push: thousands per snapshot)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(KINDS))})")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"a {kind} object has an invalid metadata.name: {name!r}")
-    namespace = metadata.get("namespace") or ""
+    namespace = namespace or ""
     if not isinstance(namespace, str):
         raise ValueError(f"{kind} {name}: metadata.namespace must be a string")
     if KINDS[kind] and not namespace:
         raise ValueError(f"{kind} {name}: metadata.namespace is required")
     if not KINDS[kind] and namespace:
         raise ValueError(f"{kind} {name}: a cluster-scoped object has no namespace")
-    return ObjectKey(kind=kind, namespace=namespace, name=name)
+    return namespace, name
 
 
 def strip_object(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,11 +147,15 @@ class ClusterSnapshot(BaseModel):
         if total > MAX_OBJECTS_PER_PUSH:
             raise ValueError(f"{total} objects in one snapshot (at most {MAX_OBJECTS_PER_PUSH})")
         for kind, items in objects.items():
-            seen: set[ObjectKey] = set()
+            seen: set[tuple[str, str]] = set()
             for obj in items:
-                key = object_key(kind, obj)
+                metadata = obj.get("metadata")
+                if not isinstance(metadata, Mapping):
+                    object_key(kind, obj)  # says what is wrong
+                    continue
+                key = checked_key(kind, metadata.get("name"), metadata.get("namespace"))
                 if key in seen:
-                    raise ValueError(f"{kind} {key.namespace}/{key.name} appears twice")
+                    raise ValueError(f"{kind} {key[0]}/{key[1]} appears twice")
                 seen.add(key)
         return objects
 
@@ -273,22 +286,22 @@ def dump(push: Push) -> bytes:
 # ---- a snapshot checked without building its objects (the receiver's fast path) --------------------
 
 
-class _EnvView(msgspec.Struct):
+class _EnvView(msgspec.Struct, gc=False):
     name: Any = msgspec.UNSET
     value: Any = msgspec.UNSET
 
 
-class _ContainerView(msgspec.Struct):
+class _ContainerView(msgspec.Struct, gc=False):
     env: list[_EnvView] | None = None
 
 
-class _PodSpecView(msgspec.Struct):
+class _PodSpecView(msgspec.Struct, gc=False):
     containers: list[_ContainerView] | None = None
     initContainers: list[_ContainerView] | None = None
     ephemeralContainers: list[_ContainerView] | None = None
 
 
-class _TemplateView(msgspec.Struct):
+class _TemplateView(msgspec.Struct, gc=False):
     spec: _PodSpecView | None = None
 
 
@@ -296,19 +309,19 @@ class _SpecView(_PodSpecView):
     template: _TemplateView | None = None
 
 
-class _MetadataView(msgspec.Struct):
+class _MetadataView(msgspec.Struct, gc=False):
     name: Any = None
     namespace: Any = None
     managedFields: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     annotations: dict[str, msgspec.Raw] | None = None
 
 
-class _ObjectView(msgspec.Struct):
+class _ObjectView(msgspec.Struct, gc=False):
     metadata: _MetadataView | None = None
     spec: _SpecView | None = None
 
 
-class _SnapshotView(msgspec.Struct, forbid_unknown_fields=True):
+class _SnapshotView(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     schema: str
     sequence: int
     taken_at: str
@@ -362,12 +375,12 @@ def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
             if metadata.annotations is not None and _LAST_APPLIED in metadata.annotations:
                 return None
             try:
-                key = object_key(kind, {"metadata": {"name": metadata.name, "namespace": metadata.namespace}})
+                key = checked_key(kind, metadata.name, metadata.namespace)
             except ValueError:
                 return None
-            if (key.namespace, key.name) in seen:
+            if key in seen:
                 return None
-            seen.add((key.namespace, key.name))
+            seen.add(key)
             spec = obj.spec
             if spec is not None and (
                 _secret_in_view(spec) or (spec.template is not None and _secret_in_view(spec.template.spec))

@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from shipshape.backend import service
 from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import repository as repo
+from shipshape.backend.worker_health import WorkerMetrics
+from shipshape.backend.workers import analysis_wait
 from tests.integration.backend.conftest import Harness, Tenant, delta, harness
 
 Obj = dict[str, Any]
@@ -97,3 +103,38 @@ async def test_a_change_inside_the_analysis_window_is_analysed_when_it_ends(sqli
         await h.settled(t.cluster_id, 2)
         await _until_recommended(h, t, "api", 8.0)
         assert h.workers.analyses == 2
+
+
+@pytest.mark.integration
+async def test_worker_processes_analyse_each_cluster_state_once(database_url: str) -> None:
+    """A second worker process (sharing the database, not the memory) neither repeats an analysis of
+    the state the first analysed, nor analyses inside the first one's window: it looks again when
+    that window ends."""
+    async with harness(BackendSettings(db=database_url, analysis_seconds=60.0)) as h:
+        other = service.workers_for(h.backend, WorkerMetrics())
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, _snapshot_with("web"))).status_code == 202
+        await _until_recommended(h, t, "web", 10.0)
+        assert h.workers.analyses == 1
+        assert not await asyncio.to_thread(other.analyze_if_due, t.cluster_id)
+        assert other.analyses == 0 and t.cluster_id not in other._deferred  # nothing new to analyse
+
+        assert (await h.push(t.agent_token, delta(2, 1, _on_demand_workload("api")))).status_code == 202
+        await h.settled(t.cluster_id, 2)
+        began = time.monotonic()
+        assert not await asyncio.to_thread(other.analyze_if_due, t.cluster_id)
+        # Due when the first process's window ends, not now.
+        assert began + 50 < other._deferred[t.cluster_id] < began + 61
+        assert other.analyses == 0 and h.workers.analyses == 1
+
+        assert await asyncio.to_thread(other.analyze_if_due, t.cluster_id, True)
+        assert "api" in await _recommended(h, t)
+
+
+def test_analysis_wait() -> None:
+    at = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    state = repo.AnalysisState("org", applied_sequence=5, analyzed_at=at, analyzed_sequence=4)
+    assert analysis_wait(state, at + timedelta(seconds=4), 10.0) == 6.0
+    assert analysis_wait(state, at + timedelta(seconds=12), 10.0) == 0.0
+    assert analysis_wait(replace(state, analyzed_sequence=5), at + timedelta(seconds=12), 10.0) is None
+    assert analysis_wait(replace(state, analyzed_at=None, analyzed_sequence=None), at, 10.0) == 0.0

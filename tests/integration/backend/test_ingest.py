@@ -3,6 +3,7 @@ on SQLite and PostgreSQL with the in-process queue."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
-from tests.integration.backend.conftest import delta, harness, node, pod, snapshot
+from tests.integration.backend.conftest import delta, harness, node, pod, postgres_database, snapshot
 
 
 def _stored(h: object, org_id: str, cluster_id: str) -> dict[tuple[str, str, str], dict[str, object]]:
@@ -202,3 +203,18 @@ async def test_bad_pushes_get_4xx_and_store_nothing(sqlite_url: str, tmp_path: P
         with h.backend.transaction() as session:
             assert session.query(repo.Push).count() == 0
             assert session.query(repo.ClusterObject).count() == 0
+
+
+async def test_a_push_is_accepted_while_a_worker_holds_its_cluster() -> None:
+    """A worker applying or analysing a cluster holds its row for up to a second; the API's insert of
+    the next push (whose foreign key check locks the same row for key share) goes on meanwhile."""
+    with postgres_database() as url:
+        async with harness(BackendSettings(db=url)) as h:
+            t = h.tenant("acme")
+            assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
+            await h.settled(t.cluster_id, 1)
+            with h.backend.transaction() as session:
+                repo.lock_cluster(session, t.cluster_id)  # as the workers lock it
+                accepted = await asyncio.wait_for(h.push(t.agent_token, snapshot(2, 1, 2)), 10)
+                assert accepted.status_code == 202
+            await h.settled(t.cluster_id, 2)

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from shipshape.backend import series, service, summary
 from shipshape.backend.app import create_app
@@ -155,9 +155,20 @@ async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(datab
         assert [p.pods for p in points] == [4, 6]
         assert points[1].spot_share_pct == round(100 * 4 / 6, 1)
 
-        # A second writer of the same minute (another worker process) adds nothing.
+        # A second writer of the same minute (another worker process) adds nothing, and reads none of
+        # the cluster's objects to find that out.
         other = series.Recorder(h.backend.sessions, clock)
-        assert other.record_if_due(t.cluster_id) is False
+        statements: list[str] = []
+
+        def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            statements.append(statement)
+
+        event.listen(h.backend.engine, "before_cursor_execute", seen)
+        try:
+            assert other.record_if_due(t.cluster_id) is False
+        finally:
+            event.remove(h.backend.engine, "before_cursor_execute", seen)
+        assert not [s for s in statements if "cluster_objects" in s], statements
         assert len(stored_points(h, t.cluster_id)) == 2
 
 

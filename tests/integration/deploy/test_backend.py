@@ -62,6 +62,7 @@ def test_every_object_matches_the_schema_and_every_part_is_there() -> None:
         ("PodDisruptionBudget", WORKER),
         ("NetworkPolicy", "shipshape-backend-default"),
         ("NetworkPolicy", "shipshape-backend-api-ingress"),
+        ("NetworkPolicy", "shipshape-backend-worker-metrics"),
     }
     problems: list[str] = []
     for (kind, name), obj in built.items():
@@ -118,7 +119,15 @@ def test_api_probes_service_and_availability() -> None:
     assert built[("PodDisruptionBudget", API)]["spec"]["minAvailable"] == 1
 
 
-def test_network_policies_admit_the_api_port_only_and_reach_the_three_services() -> None:
+def test_worker_probes_and_metrics_port() -> None:
+    worker = container(objects()[("Deployment", WORKER)])
+    port = next(p for p in worker["ports"] if p["name"] == "metrics")
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert f"--metrics-port={port['containerPort']}" in worker["args"] and "--host=0.0.0.0" in worker["args"]
+
+
+def test_network_policies_admit_the_api_and_metrics_ports_only_and_reach_the_three_services() -> None:
     built = objects()
     default = built[("NetworkPolicy", "shipshape-backend-default")]["spec"]
     assert default["podSelector"] == {} and set(default["policyTypes"]) == {"Ingress", "Egress"}
@@ -130,6 +139,11 @@ def test_network_policies_admit_the_api_port_only_and_reach_the_three_services()
     assert api["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": API}
     api_port = next(p for p in container(built[("Deployment", API)])["ports"] if p["name"] == "http")
     assert [p["port"] for rule in api["ingress"] for p in rule["ports"]] == [api_port["containerPort"]]
+    metrics = built[("NetworkPolicy", "shipshape-backend-worker-metrics")]["spec"]
+    assert metrics["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": WORKER}
+    worker_ports = container(built[("Deployment", WORKER)])["ports"]
+    metrics_port = next(p["containerPort"] for p in worker_ports if p["name"] == "metrics")
+    assert [p["port"] for rule in metrics["ingress"] for p in rule["ports"]] == [metrics_port]
 
 
 def environment(obj: Obj, config: Obj) -> dict[str, str]:

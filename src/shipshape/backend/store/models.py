@@ -63,6 +63,10 @@ class Cluster(Base):
     applied_sequence: Mapped[int | None] = mapped_column(BigInteger)
     node_count: Mapped[int] = mapped_column(Integer, default=0)
     pod_count: Mapped[int] = mapped_column(Integer, default=0)
+    # When the spot analysis last ran, and on the state of which applied sequence: a worker process
+    # skips an analysis another one just did (`repository.claim_analysis`).
+    analyzed_at: Mapped[datetime | None]
+    analyzed_sequence: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class AgentToken(Base):

@@ -30,6 +30,18 @@ def add_points(session: Session, rows: Sequence[Mapping[str, Any]]) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def has_point(session: Session, cluster_id: str, at: datetime, resolution: int) -> bool:
+    """Whether the cluster's point at `at` of `resolution` seconds is stored."""
+    found = session.scalar(
+        select(SeriesPoint.cluster_id).where(
+            SeriesPoint.cluster_id == cluster_id,
+            SeriesPoint.at == at,
+            SeriesPoint.resolution_seconds == resolution,
+        )
+    )
+    return found is not None
+
+
 def points(
     session: Session, org_id: str, cluster_id: str, since: datetime, until: datetime
 ) -> list[SeriesPoint]:
