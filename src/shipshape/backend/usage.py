@@ -72,6 +72,27 @@ class UsageStoreError(ValueError):
     """A report the backend cannot store with its step (a bucket that does not divide it)."""
 
 
+Layout = tuple[tuple[str, str], ...]
+
+
+def _unpack(data: bytes, layout: Layout, what: str) -> list[np.ndarray]:
+    """A stored chunk's arrays (little-endian on disk, native in memory), in `layout`'s order."""
+    expected = SLOTS * sum(np.dtype(kind).itemsize for _, kind in layout)
+    if len(data) != expected:
+        raise UsageStoreError(f"{what} is {expected} bytes, not {len(data)}")
+    arrays = []
+    offset = 0
+    for _, kind in layout:
+        dtype = np.dtype(kind)
+        arrays.append(np.frombuffer(data, dtype, SLOTS, offset).astype(dtype.newbyteorder("=")))
+        offset += SLOTS * dtype.itemsize
+    return arrays
+
+
+def _pack(chunk: object, layout: Layout) -> bytes:
+    return b"".join(np.asarray(getattr(chunk, name), dtype=kind).tobytes() for name, kind in layout)
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class SeriesKey:
     """A workload container: what usage is kept per."""
@@ -101,18 +122,10 @@ class Chunk:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Chunk:
-        if len(data) != CHUNK_BYTES:
-            raise UsageStoreError(f"a usage chunk is {CHUNK_BYTES} bytes, not {len(data)}")
-        arrays = []
-        offset = 0
-        for _, kind in _LAYOUT:
-            dtype = np.dtype(kind)
-            arrays.append(np.frombuffer(data, dtype, SLOTS, offset).astype(dtype.newbyteorder("=")))
-            offset += SLOTS * dtype.itemsize
-        return cls(*arrays)
+        return cls(*_unpack(data, _LAYOUT, "a usage chunk"))
 
     def to_bytes(self) -> bytes:
-        return b"".join(np.asarray(getattr(self, name), dtype=kind).tobytes() for name, kind in _LAYOUT)
+        return _pack(self, _LAYOUT)
 
     def merge(self, slot: int, part: Part) -> None:
         """Add `part`'s samples to `slot`."""
@@ -173,18 +186,10 @@ class GpuChunk:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> GpuChunk:
-        if len(data) != GPU_CHUNK_BYTES:
-            raise UsageStoreError(f"a GPU usage chunk is {GPU_CHUNK_BYTES} bytes, not {len(data)}")
-        arrays = []
-        offset = 0
-        for _, kind in _GPU_LAYOUT:
-            dtype = np.dtype(kind)
-            arrays.append(np.frombuffer(data, dtype, SLOTS, offset).astype(dtype.newbyteorder("=")))
-            offset += SLOTS * dtype.itemsize
-        return cls(*arrays)
+        return cls(*_unpack(data, _GPU_LAYOUT, "a GPU usage chunk"))
 
     def to_bytes(self) -> bytes:
-        return b"".join(np.asarray(getattr(self, name), dtype=kind).tobytes() for name, kind in _GPU_LAYOUT)
+        return _pack(self, _GPU_LAYOUT)
 
     def merge(self, slot: int, part: GpuPart) -> None:
         """Add `part` to `slot` (several agent buckets in one slot: samples add, the mean is weighted
