@@ -124,6 +124,15 @@ def schedule_one(
     start = snapshot.next_start_index % len(all_nodes)
     feasible: list[NodeInfo] = []
     processed = 0
+    # A pod like the last one that fit nowhere, on an unchanged snapshot and from the same first node,
+    # fits nowhere either: the same statuses in the same order, and the pass over all nodes leaves the
+    # start index where it was.
+    key = None if snapshot.nominated else (start, cycle.filter_key())
+    known = None if key is None or key[1] is None else snapshot.unfeasible(key)
+    if known is not None:
+        decision.statuses = dict(known)
+        snapshot.next_start_index = start
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
     # Filtering leaves the snapshot's nominations as they are: without any, each node goes straight
     # to the filters (one call fewer per node on the hottest loop of a scheduling decision).
     filter_node: Callable[[NodeInfo], Status | None] = (
@@ -147,12 +156,25 @@ def schedule_one(
         else:
             decision.node = select_host(feasible, cycle.scores(feasible), rng).name
         return decision
+    if key is not None and key[1] is not None:
+        snapshot.remember_unfeasible(key, dict(decision.statuses))
+    return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+
+
+def _unfeasible(
+    decision: Decision,
+    cycle: Cycle,
+    profile: Profile,
+    budgets: Sequence[preemption.Budget],
+    num_all_nodes: int,
+) -> Decision:
+    """PostFilter and the message, for a pod no node fits."""
     post_filter = ""
     if profile.preemption:
-        outcome = preemption.preempt(cycle, decision.statuses, budgets, len(all_nodes))
+        outcome = preemption.preempt(cycle, decision.statuses, budgets, num_all_nodes)
         decision.nominated_node, decision.victims = outcome.node, outcome.victims
         post_filter = outcome.message
-    decision.message = msg.no_nodes_available(len(all_nodes), decision.statuses.values(), post_filter)
+    decision.message = msg.no_nodes_available(num_all_nodes, decision.statuses.values(), post_filter)
     return decision
 
 
