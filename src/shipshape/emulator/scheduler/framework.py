@@ -133,6 +133,37 @@ def schedule_one(
         decision.statuses = dict(known)
         snapshot.next_start_index = start
         return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+    names = cycle.names_only
+    unnamed_key = None if names is None else cycle.unnamed_key()
+    if names is not None and unnamed_key is not None and len(names) < to_find and not snapshot.nominated:
+        # A pod whose node affinity names its nodes (a DaemonSet's): every other node gets the same
+        # status for each pod with these tolerations, and the pass visits all nodes (it finds fewer
+        # than it looks for), leaving the start index where it was. Only the named nodes are filtered;
+        # their statuses take the place the pass would give them.
+        decision.statuses = dict(
+            snapshot.unnamed_statuses(
+                (start, unnamed_key),
+                lambda: {n.name: cycle.unnamed_status(n) for n in all_nodes[start:] + all_nodes[:start]},
+            )
+        )
+        named = [n for n in map(snapshot.nodes.get, names) if n is not None and n.obj is not None]
+        for node in sorted(named, key=lambda n: (all_nodes.index(n) - start) % len(all_nodes)):
+            name = node.name
+            status = cycle.filter(node)
+            if status is None:
+                feasible.append(node)
+                del decision.statuses[name]
+            else:
+                decision.statuses[name] = status
+        snapshot.next_start_index = start
+        decision.feasible = len(feasible)
+        if feasible:
+            if len(feasible) == 1:
+                decision.node = feasible[0].name
+            else:
+                decision.node = select_host(feasible, cycle.scores(feasible), rng).name
+            return decision
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
     # Filtering leaves the snapshot's nominations as they are: without any, each node goes straight
     # to the filters (one call fewer per node on the hottest loop of a scheduling decision).
     filter_node: Callable[[NodeInfo], Status | None] = (

@@ -132,7 +132,7 @@ class Cycle:
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
         self._affinity_answers = snapshot.affinity_answers(pod.node_affinity)
-        self._names_only = _names_only(pod.node_affinity)
+        self._names_only = self.names_only = _names_only(pod.node_affinity)
         self._tolerations = _tolerations_text(pod)
         self._static_verdicts, self._taint_verdicts = _static_verdicts(
             pod, snapshot, self._names_only, self._tolerations
@@ -267,14 +267,7 @@ class Cycle:
         """The filters that depend on the node object and the pod's shape only, in upstream order:
         NodeUnschedulable, NodeName, TaintToleration, NodeAffinity."""
         pod = self.pod
-        if node.obj is None:
-            unschedulable, untolerated = self._taint_filters(node)
-        else:
-            seen = self._taint_verdicts.get(node.name)
-            if seen is None or seen[0] is not node.static_key:
-                seen = (node.static_key, *self._taint_filters(node))
-                self._taint_verdicts[node.name] = seen
-            unschedulable, untolerated = seen[1], seen[2]
+        unschedulable, untolerated = self._kept_taint_filters(node)
         if unschedulable is not None:
             return unschedulable
         if pod.node_name and pod.node_name != node.name:
@@ -286,6 +279,29 @@ class Cycle:
         if not self._affinity_matches(node):
             return _NODE_AFFINITY
         return None
+
+    def unnamed_status(self, node: NodeInfo) -> Status:
+        """`filter`'s verdict on the node for a pod whose name-only node affinity does not name it."""
+        unschedulable, untolerated = self._kept_taint_filters(node)
+        if unschedulable is not None:
+            return unschedulable
+        if self.pod.node_name and self.pod.node_name != node.name:
+            return _NODE_NAME
+        return untolerated or _NODE_AFFINITY
+
+    def _kept_taint_filters(self, node: NodeInfo) -> tuple[Status | None, Status | None]:
+        """`_taint_filters`, remembered per node while its static key stays the same."""
+        if node.obj is None:
+            return self._taint_filters(node)
+        seen = self._taint_verdicts.get(node.name)
+        if seen is None or seen[0] is not node.static_key:
+            seen = (node.static_key, *self._taint_filters(node))
+            self._taint_verdicts[node.name] = seen
+        return seen[1], seen[2]
+
+    def unnamed_key(self) -> Hashable | None:
+        """What `unnamed_status` reads of the pod; None when its tolerations cannot be keyed."""
+        return None if self._tolerations is None else (self._tolerations, self.pod.node_name)
 
     def _taint_filters(self, node: NodeInfo) -> tuple[Status | None, Status | None]:
         """NodeUnschedulable's and TaintToleration's verdicts on the node (None: it passes)."""
@@ -415,9 +431,10 @@ class Cycle:
         """Weighted sum of the score plugins for each feasible node (same order as `nodes`)."""
         weights = self.profile.weights
         totals = [0] * len(nodes)
+        fit, balanced = self._resource_scores(nodes)
         parts: list[tuple[str, list[int]]] = [
-            ("NodeResourcesFit", [self._resource_score(n) for n in nodes]),
-            ("NodeResourcesBalancedAllocation", self._balanced_scores(nodes)),
+            ("NodeResourcesFit", fit),
+            ("NodeResourcesBalancedAllocation", balanced),
             ("TaintToleration", self._taint_scores(nodes)),
             ("NodeAffinity", self._node_affinity_scores(nodes)),
             ("PodTopologySpread", self._spread_scores(nodes)),
@@ -430,6 +447,32 @@ class Cycle:
                 for i, v in enumerate(values):
                     totals[i] += weight * v
         return totals
+
+    def _resource_scores(self, nodes: Sequence[NodeInfo]) -> tuple[list[int], list[int]]:
+        """NodeResourcesFit's and NodeResourcesBalancedAllocation's scores, each node's remembered
+        while what is requested on it and its allocatable stay the same."""
+        pod = self.pod
+        answers = self.snapshot.resource_answers(
+            (
+                self.profile.scoring,
+                pod.non_zero_cpu,
+                pod.non_zero_memory,
+                pod.requests.get("cpu", 0),
+                pod.requests.get("memory", 0),
+            )
+        )
+        fit, balanced = [], []
+        for node in nodes:
+            seen = answers.get(node.name)
+            if seen is None or seen[0] is not node.usage_key:
+                seen = answers[node.name] = (
+                    node.usage_key,
+                    self._resource_score(node),
+                    self._balanced_scores((node,))[0],
+                )
+            fit.append(seen[1])
+            balanced.append(seen[2])
+        return fit, balanced
 
     def _resource_score(self, node: NodeInfo) -> int:
         total = 0
@@ -503,10 +546,8 @@ class Cycle:
             constraints = ()
         if not constraints:
             return [0] * len(nodes)
-        keys = [c.topology_key for c in constraints]
-        ignored = (
-            {n.name for n in nodes if not all(k in n.labels for k in keys)} if require_all else set[str]()
-        )
+        keys = frozenset(c.topology_key for c in constraints)
+        ignored = {n.name for n in nodes if not n.labels.keys() >= keys} if require_all else set[str]()
         domain_counts: list[dict[str, int]] = []
         per_node: list[Mapping[str, int]] = []
         weights: list[float] = []
@@ -520,18 +561,29 @@ class Cycle:
                     value = n.labels.get(key)
                     if value is not None and value not in counts and n.name not in ignored:
                         counts[value] = 0
-                all_nodes = self.snapshot.nodes
+                all_nodes, answers = self.snapshot.nodes, self._affinity_answers
                 for node_name, number in matching.items():
                     node = all_nodes.get(node_name)
-                    if (
-                        node is None
-                        or node.obj is None
-                        or (require_all and not all(k in node.labels for k in keys))
-                    ):
+                    if node is None or node.obj is None:
                         continue
-                    value = node.labels.get(key)
-                    if value in counts and self._spread_eligible(c, node):
-                        counts[value] += number
+                    labels = node.labels
+                    if require_all and not labels.keys() >= keys:
+                        continue
+                    value = labels.get(key)
+                    if value not in counts:
+                        continue
+                    if c.honor_node_affinity:
+                        # `_spread_eligible`, with the remembered node affinity answer read here.
+                        seen = answers.get(node_name)
+                        if not (
+                            seen[1]
+                            if seen is not None and seen[0] is labels
+                            else self._affinity_matches(node)
+                        ):
+                            continue
+                    if c.honor_node_taints and _untolerated(node.taints, pod.tolerations):
+                        continue
+                    counts[value] += number
                 size = len(counts)
             else:
                 size = len(nodes) - len(ignored)

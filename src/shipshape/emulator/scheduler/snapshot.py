@@ -254,6 +254,9 @@ class NodeInfo:
     # from: a status write that keeps them (a heartbeat) needs neither read again. Kept, so their
     # identities cannot be reused.
     sources: tuple[Any, Any, Any] | None = None
+    # Replaced whenever what is requested on the node or its allocatable changes: the resource scores
+    # remembered per node (`ClusterSnapshot.resource_answers`) hold while it stays the same.
+    usage_key: object = field(default_factory=object)
 
     def set_node(self, node: Obj) -> None:
         md = node.get("metadata") or {}
@@ -278,6 +281,7 @@ class NodeInfo:
         if kept is None or kept[0] is not sources[0] or kept[1] is not sources[1]:
             self.allocatable = scheduling.node_allocatable(node)
             self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
+            self.usage_key = object()
         if kept is None or kept[2] is not sources[2]:
             images: dict[str, int] = {}
             for image in sources[2] or []:
@@ -291,6 +295,7 @@ class NodeInfo:
             self.requested[name] = self.requested.get(name, 0) + sign * amount
         self.non_zero_cpu += sign * pod.non_zero_cpu
         self.non_zero_memory += sign * pod.non_zero_memory
+        self.usage_key = object()
         if sign > 0:
             self.pods[pod.key] = pod
         else:
@@ -347,6 +352,9 @@ class ClusterSnapshot:
         self._static_verdicts: dict[Any, dict[str, tuple[object, Any]]] = {}
         # NodeUnschedulable's and TaintToleration's verdicts per tolerations (as JSON) and node.
         self._taint_verdicts: dict[bytes, dict[str, TaintVerdict]] = {}
+        # NodeResourcesFit's and NodeResourcesBalancedAllocation's scores per pod requests and node,
+        # with the node's usage key they were computed for.
+        self._resource_answers: dict[Hashable, dict[str, tuple[object, int, int]]] = {}
         # Preferred node affinity sums (NodeAffinity's raw score) per terms and node, with the node's
         # labels they were computed for.
         self._preferred_answers: dict[Any, dict[str, tuple[Mapping[str, str], int]]] = {}
@@ -355,6 +363,12 @@ class ClusterSnapshot:
         # Moves on with every change the filters can see (a node's labels, taints, allocatable or
         # presence; a pod assigned, changed or gone; a nomination): equal generations, equal verdicts.
         self.generation = 0
+        # Moves on with every change to the node list or to a node's labels, taints or unschedulable
+        # flag (what the node-only filters read).
+        self.node_generation = 0
+        # Statuses of all nodes, in the order a pass from a start index visits them, for a pod whose
+        # node affinity names other nodes: per (start, tolerations, nodeName), with the node generation.
+        self._unnamed: dict[Hashable, tuple[int, dict[str, Status]]] = {}
         # The filter statuses of the last pass over all nodes that found none feasible: its
         # generation, the filter key of the pod (`Cycle.filter_key`), the statuses per node.
         self._unfeasible: tuple[int, Hashable, dict[str, Status]] | None = None
@@ -383,6 +397,8 @@ class ClusterSnapshot:
         info.set_node(node)
         if not was_known or info.static_key is not static_key or info.allocatable is not allocatable:
             self.generation += 1
+        if not was_known or info.static_key is not static_key:
+            self.node_generation += 1
         if info.images is not counted:  # (the same dict: the same images, counted already)
             if counted is not None:
                 self._count_images(counted, -1)
@@ -398,6 +414,7 @@ class ClusterSnapshot:
         self._count_images(info.images, -1)
         self._order = None
         self.generation += 1
+        self.node_generation += 1
         if info.pods:
             info.obj = None  # keep the pods until they are deleted, as upstream's cache does
         else:
@@ -423,6 +440,11 @@ class ClusterSnapshot:
         """The remembered taint verdicts for pods with these tolerations (as JSON), per node name."""
         return _per_node(self._taint_verdicts, tolerations)
 
+    def resource_answers(self, requests: Hashable) -> dict[str, tuple[object, int, int]]:
+        """The remembered (usage key, NodeResourcesFit score, NodeResourcesBalancedAllocation score)
+        per node name, for pods with these requests under one scoring strategy."""
+        return _per_node(self._resource_answers, requests)
+
     def preferred_answers(self, terms: Any) -> dict[str, tuple[Mapping[str, str], int]]:
         """The remembered raw NodeAffinity scores of preferred `terms` per node name, each with the
         labels object it was computed for (an answer is valid while the node keeps that object)."""
@@ -439,6 +461,19 @@ class ClusterSnapshot:
     def remember_unfeasible(self, key: Hashable, statuses: dict[str, Status]) -> None:
         """Keep the statuses of a pass over all nodes that found none feasible (see `unfeasible`)."""
         self._unfeasible = (self.generation, key, statuses)
+
+    def unnamed_statuses(self, key: Hashable, compute: Callable[[], dict[str, Status]]) -> dict[str, Status]:
+        """The statuses `compute` gives for nodes a pod's affinity does not name, remembered under
+        `key` while the node list and the nodes' labels, taints and unschedulable flags stay the
+        same. The dict is the snapshot's own: copy it to change it."""
+        known = self._unnamed.get(key)
+        if known is not None and known[0] == self.node_generation:
+            return known[1]
+        if len(self._unnamed) > 64:
+            self._unnamed.clear()
+        statuses = compute()
+        self._unnamed[key] = (self.node_generation, statuses)
+        return statuses
 
     def node_list(self) -> list[NodeInfo]:
         """Real nodes, interleaved by zone as upstream's node tree lists them."""

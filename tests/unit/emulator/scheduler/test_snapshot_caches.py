@@ -108,6 +108,25 @@ def decide(snapshot: ClusterSnapshot, info: PodInfo, start: int, rng: random.Ran
     return framework.schedule_one(info, snapshot, profile=Profile(), rng=rng)
 
 
+def plain_pass(info: PodInfo, snapshot: ClusterSnapshot, start: int) -> tuple[dict[str, object], int]:
+    """The filter pass of `schedule_one` written plainly: every node from `start` through `filter`,
+    up to the number of feasible nodes to find. Statuses (in order) and the number found."""
+    cycle, nodes = Cycle(info, snapshot), snapshot.node_list()
+    to_find = framework.num_feasible_nodes_to_find(len(nodes))
+    statuses: dict[str, object] = {}
+    found = 0
+    for i in range(len(nodes)):
+        node = nodes[(start + i) % len(nodes)]
+        status = cycle.filter(node)
+        if status is None:
+            found += 1
+            if found >= to_find:
+                break
+        else:
+            statuses[node.name] = status
+    return statuses, found
+
+
 def test_kept_answers_equal_a_fresh_snapshot() -> None:
     rng = random.Random(2026)
     nodes = {f"n{i}": node_body(f"n{i}", rng) for i in range(6)}
@@ -174,6 +193,12 @@ def test_kept_answers_equal_a_fresh_snapshot() -> None:
             key = Cycle(info, warm).filter_key()
             if key is not None and not warm.nominated and warm.unfeasible((start, key)) is not None:
                 served_from_memory += 1
+            # Every node's scores, feasible or not (scoring reads the kept resource and affinity answers).
+            assert Cycle(info, warm).scores(warm.node_list()) == Cycle(info, fresh).scores(fresh.node_list())
+            if not warm.nominated and warm.node_list():
+                expected = plain_pass(info, fresh, start % len(fresh.node_list()))
+            else:
+                expected = None
             seed = rng.random()
             got = decide(warm, info, start, random.Random(seed))
             want = decide(fresh, info, start, random.Random(seed))
@@ -183,6 +208,8 @@ def test_kept_answers_equal_a_fresh_snapshot() -> None:
                 want.nominated_node,
             )
             assert got.statuses == want.statuses
+            if expected is not None:
+                assert (list(got.statuses.items()), got.feasible) == (list(expected[0].items()), expected[1])
             assert list(got.statuses) == list(want.statuses)
             assert [v.key for v in got.victims] == [v.key for v in want.victims]
             assert warm.next_start_index == fresh.next_start_index
