@@ -124,6 +124,46 @@ def schedule_one(
     start = snapshot.next_start_index % len(all_nodes)
     feasible: list[NodeInfo] = []
     processed = 0
+    # A pod like the last one that fit nowhere, on an unchanged snapshot and from the same first node,
+    # fits nowhere either: the same statuses in the same order, and the pass over all nodes leaves the
+    # start index where it was.
+    key = None if snapshot.nominated else (start, cycle.filter_key())
+    known = None if key is None or key[1] is None else snapshot.unfeasible(key)
+    if known is not None:
+        decision.statuses = dict(known)
+        snapshot.next_start_index = start
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+    names = cycle.names_only
+    unnamed_key = None if names is None else cycle.unnamed_key()
+    if names is not None and unnamed_key is not None and len(names) < to_find and not snapshot.nominated:
+        # A pod whose node affinity names its nodes (a DaemonSet's): every other node gets the same
+        # status for each pod with these tolerations, and the pass visits all nodes (it finds fewer
+        # than it looks for), leaving the start index where it was. Only the named nodes are filtered;
+        # their statuses take the place the pass would give them.
+        decision.statuses = dict(
+            snapshot.unnamed_statuses(
+                (start, unnamed_key),
+                lambda: {n.name: cycle.unnamed_status(n) for n in all_nodes[start:] + all_nodes[:start]},
+            )
+        )
+        named = [n for n in map(snapshot.nodes.get, names) if n is not None and n.obj is not None]
+        for node in sorted(named, key=lambda n: (all_nodes.index(n) - start) % len(all_nodes)):
+            name = node.name
+            status = cycle.filter(node)
+            if status is None:
+                feasible.append(node)
+                del decision.statuses[name]
+            else:
+                decision.statuses[name] = status
+        snapshot.next_start_index = start
+        decision.feasible = len(feasible)
+        if feasible:
+            if len(feasible) == 1:
+                decision.node = feasible[0].name
+            else:
+                decision.node = select_host(feasible, cycle.scores(feasible), rng).name
+            return decision
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
     # Filtering leaves the snapshot's nominations as they are: without any, each node goes straight
     # to the filters (one call fewer per node on the hottest loop of a scheduling decision).
     filter_node: Callable[[NodeInfo], Status | None] = (
@@ -147,12 +187,25 @@ def schedule_one(
         else:
             decision.node = select_host(feasible, cycle.scores(feasible), rng).name
         return decision
+    if key is not None and key[1] is not None:
+        snapshot.remember_unfeasible(key, dict(decision.statuses))
+    return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+
+
+def _unfeasible(
+    decision: Decision,
+    cycle: Cycle,
+    profile: Profile,
+    budgets: Sequence[preemption.Budget],
+    num_all_nodes: int,
+) -> Decision:
+    """PostFilter and the message, for a pod no node fits."""
     post_filter = ""
     if profile.preemption:
-        outcome = preemption.preempt(cycle, decision.statuses, budgets, len(all_nodes))
+        outcome = preemption.preempt(cycle, decision.statuses, budgets, num_all_nodes)
         decision.nominated_node, decision.victims = outcome.node, outcome.victims
         post_filter = outcome.message
-    decision.message = msg.no_nodes_available(len(all_nodes), decision.statuses.values(), post_filter)
+    decision.message = msg.no_nodes_available(num_all_nodes, decision.statuses.values(), post_filter)
     return decision
 
 

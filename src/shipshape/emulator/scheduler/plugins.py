@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,6 +27,7 @@ from shipshape.emulator.scheduler.snapshot import (
     NodeInfo,
     PodInfo,
     SpreadConstraint,
+    TaintVerdict,
     affinity_matches,
 )
 from shipshape.kube import scheduling
@@ -77,14 +78,49 @@ def _untolerated(taints: Iterable[Mapping[str, object]], tolerations: Sequence[M
     )
 
 
-def _static_verdicts(pod: PodInfo, snapshot: ClusterSnapshot) -> dict[str, tuple[object, Status | None]]:
-    """The snapshot's remembered node-only verdicts for pods shaped as this one (same tolerations,
-    nodeName and required node affinity); a fresh dict when the tolerations cannot be keyed."""
+_NODE_UNSCHEDULABLE = Status.unresolvable("NodeUnschedulable", msg.NODE_UNSCHEDULABLE)
+_NODE_NAME = Status.unresolvable("NodeName", msg.NODE_NAME)
+_NODE_AFFINITY = Status.unresolvable("NodeAffinity", msg.NODE_AFFINITY)
+
+
+def _tolerations_text(pod: PodInfo) -> bytes | None:
+    """The pod's tolerations as text to key answers by; None when they cannot be written as JSON."""
     try:
-        tolerations = orjson.dumps(pod.tolerations)
+        return orjson.dumps(pod.tolerations)
     except TypeError:
-        return {}
-    return snapshot.static_verdicts((tolerations, pod.node_name, pod.node_affinity))
+        return None
+
+
+def _static_verdicts(
+    pod: PodInfo, snapshot: ClusterSnapshot, names_only: frozenset[str] | None, tolerations: bytes | None
+) -> tuple[dict[str, tuple[object, Status | None]], dict[str, TaintVerdict]]:
+    """The snapshot's remembered node-only verdicts for pods shaped as this one (same tolerations,
+    nodeName and required node affinity), and its taint verdicts for pods with the same tolerations;
+    fresh dicts when the tolerations cannot be keyed. A pod whose node affinity names its nodes (a
+    DaemonSet's) is a shape of its own: its verdicts are not kept whole, only the taint verdicts."""
+    if tolerations is None:
+        return {}, {}
+    taints = snapshot.taint_verdicts(tolerations)
+    if names_only is not None:
+        return {}, taints
+    return snapshot.static_verdicts((tolerations, pod.node_name, pod.node_affinity)), taints
+
+
+def _names_only(affinity: scheduling.RequiredNodeAffinity) -> frozenset[str] | None:
+    """The node names a required node affinity of `metadata.name In (name)` terms alone admits (what
+    the DaemonSet controller sets on its pods); None for any other affinity. Such a term matches a
+    node exactly when the node has that name."""
+    if affinity.node_selector or not affinity.terms:
+        return None
+    names = set()
+    for term in affinity.terms:
+        if not term.valid or term.labels or len(term.names) != 1:
+            return None
+        (requirement,) = term.names
+        if requirement.operator != "In" or len(requirement.values) != 1:
+            return None
+        names.add(requirement.values[0])
+    return frozenset(names)
 
 
 class Cycle:
@@ -96,7 +132,11 @@ class Cycle:
         self.profile = profile or Profile()
         self.all_nodes = snapshot.node_list()
         self._affinity_answers = snapshot.affinity_answers(pod.node_affinity)
-        self._static_verdicts = _static_verdicts(pod, snapshot)
+        self._names_only = self.names_only = _names_only(pod.node_affinity)
+        self._tolerations = _tolerations_text(pod)
+        self._static_verdicts, self._taint_verdicts = _static_verdicts(
+            pod, snapshot, self._names_only, self._tolerations
+        )
         self.requests_anything = any(pod.requests.get(r) for r in pod.requests)
         # Only what the pod asks for is checked (a node over-committed on memory still takes a
         # pod that requests none).
@@ -106,6 +146,7 @@ class Cycle:
         self.scalar_requests = sorted(
             (name, amount) for name, amount in pod.requests.items() if name not in _FIXED_RESOURCES and amount
         )
+        self._requests = [*self.fixed_requests, *self.scalar_requests]
         self._hard_spread = tuple(c for c in pod.spread if c.hard)
         self._spread_counts: list[dict[str, int]] = []
         self._spread_min: list[int] = []
@@ -119,6 +160,22 @@ class Cycle:
         )
         if self._check_interpod:
             self._prefilter_interpod()
+
+    def filter_key(self) -> Hashable | None:
+        """What `filter` reads of the pod, as a value: pods with equal keys get equal verdicts on a
+        snapshot that has not changed. None when the pod's verdicts are not to be shared (inter-pod
+        affinity in play, which reads namespaces' labels too; tolerations that cannot be keyed)."""
+        pod = self.pod
+        if self._check_interpod or self._tolerations is None:
+            return None
+        return (
+            self._tolerations,
+            pod.node_name,
+            pod.node_affinity,
+            tuple(self._requests),
+            self._hard_spread,
+            (pod.namespace, frozenset(pod.labels.items())) if self._hard_spread else None,
+        )
 
     def _affinity_matches(self, node: NodeInfo) -> bool:
         return affinity_matches(self.pod.node_affinity, self._affinity_answers, node)
@@ -210,23 +267,67 @@ class Cycle:
         """The filters that depend on the node object and the pod's shape only, in upstream order:
         NodeUnschedulable, NodeName, TaintToleration, NodeAffinity."""
         pod = self.pod
-        if node.unschedulable and not scheduling.tolerates(pod.tolerations, UNSCHEDULABLE_TAINT):
-            return Status.unresolvable("NodeUnschedulable", msg.NODE_UNSCHEDULABLE)
+        unschedulable, untolerated = self._kept_taint_filters(node)
+        if unschedulable is not None:
+            return unschedulable
         if pod.node_name and pod.node_name != node.name:
-            return Status.unresolvable("NodeName", msg.NODE_NAME)
+            return _NODE_NAME
+        if untolerated is not None:
+            return untolerated
+        if self._names_only is not None:
+            return None if node.name in self._names_only else _NODE_AFFINITY
+        if not self._affinity_matches(node):
+            return _NODE_AFFINITY
+        return None
+
+    def unnamed_status(self, node: NodeInfo) -> Status:
+        """`filter`'s verdict on the node for a pod whose name-only node affinity does not name it."""
+        unschedulable, untolerated = self._kept_taint_filters(node)
+        if unschedulable is not None:
+            return unschedulable
+        if self.pod.node_name and self.pod.node_name != node.name:
+            return _NODE_NAME
+        return untolerated or _NODE_AFFINITY
+
+    def _kept_taint_filters(self, node: NodeInfo) -> tuple[Status | None, Status | None]:
+        """`_taint_filters`, remembered per node while its static key stays the same."""
+        if node.obj is None:
+            return self._taint_filters(node)
+        seen = self._taint_verdicts.get(node.name)
+        if seen is None or seen[0] is not node.static_key:
+            seen = (node.static_key, *self._taint_filters(node))
+            self._taint_verdicts[node.name] = seen
+        return seen[1], seen[2]
+
+    def unnamed_key(self) -> Hashable | None:
+        """What `unnamed_status` reads of the pod; None when its tolerations cannot be keyed."""
+        return None if self._tolerations is None else (self._tolerations, self.pod.node_name)
+
+    def _taint_filters(self, node: NodeInfo) -> tuple[Status | None, Status | None]:
+        """NodeUnschedulable's and TaintToleration's verdicts on the node (None: it passes)."""
+        tolerations = self.pod.tolerations
+        unschedulable = None
+        if node.unschedulable and not scheduling.tolerates(tolerations, UNSCHEDULABLE_TAINT):
+            unschedulable = _NODE_UNSCHEDULABLE
         for taint in node.taints:
             if taint.get("effect") in scheduling.DO_NOT_SCHEDULE_EFFECTS and not scheduling.tolerates(
-                pod.tolerations, taint
+                tolerations, taint
             ):
-                return Status.unresolvable(
+                return unschedulable, Status.unresolvable(
                     "TaintToleration",
                     msg.untolerated_taint(str(taint.get("key", "")), str(taint.get("value") or "")),
                 )
-        if not self._affinity_matches(node):
-            return Status.unresolvable("NodeAffinity", msg.NODE_AFFINITY)
-        return None
+        return unschedulable, None
 
     def _fit(self, node: NodeInfo, removed: Sequence[PodInfo], added: Sequence[PodInfo]) -> Status | None:
+        if not removed and not added and len(node.pods) < node.allowed_pods:
+            # The common case, answered without building reasons: it fits unless a request does not.
+            allocatable, used = node.allocatable, node.requested
+            for name, want in self._requests:
+                if allocatable.get(name, 0) < want + used.get(name, 0):
+                    break
+            else:
+                return None
         reasons: list[str] = []
         unresolvable = False
         pod_count = len(node.pods) - len(removed) + len(added)
@@ -330,9 +431,10 @@ class Cycle:
         """Weighted sum of the score plugins for each feasible node (same order as `nodes`)."""
         weights = self.profile.weights
         totals = [0] * len(nodes)
+        fit, balanced = self._resource_scores(nodes)
         parts: list[tuple[str, list[int]]] = [
-            ("NodeResourcesFit", [self._resource_score(n) for n in nodes]),
-            ("NodeResourcesBalancedAllocation", self._balanced_scores(nodes)),
+            ("NodeResourcesFit", fit),
+            ("NodeResourcesBalancedAllocation", balanced),
             ("TaintToleration", self._taint_scores(nodes)),
             ("NodeAffinity", self._node_affinity_scores(nodes)),
             ("PodTopologySpread", self._spread_scores(nodes)),
@@ -345,6 +447,32 @@ class Cycle:
                 for i, v in enumerate(values):
                     totals[i] += weight * v
         return totals
+
+    def _resource_scores(self, nodes: Sequence[NodeInfo]) -> tuple[list[int], list[int]]:
+        """NodeResourcesFit's and NodeResourcesBalancedAllocation's scores, each node's remembered
+        while what is requested on it and its allocatable stay the same."""
+        pod = self.pod
+        answers = self.snapshot.resource_answers(
+            (
+                self.profile.scoring,
+                pod.non_zero_cpu,
+                pod.non_zero_memory,
+                pod.requests.get("cpu", 0),
+                pod.requests.get("memory", 0),
+            )
+        )
+        fit, balanced = [], []
+        for node in nodes:
+            seen = answers.get(node.name)
+            if seen is None or seen[0] is not node.usage_key:
+                seen = answers[node.name] = (
+                    node.usage_key,
+                    self._resource_score(node),
+                    self._balanced_scores((node,))[0],
+                )
+            fit.append(seen[1])
+            balanced.append(seen[2])
+        return fit, balanced
 
     def _resource_score(self, node: NodeInfo) -> int:
         total = 0
@@ -393,7 +521,13 @@ class Cycle:
         terms = self.pod.preferred_node_terms
         if not terms:
             return [0] * len(nodes)
-        raw = [sum(w for w, t in terms if t.matches(n.labels, n.name)) for n in nodes]
+        answers = self.snapshot.preferred_answers(tuple(terms))
+        raw = []
+        for n in nodes:
+            seen = answers.get(n.name)
+            if seen is None or seen[0] is not n.labels:
+                seen = answers[n.name] = (n.labels, sum(w for w, t in terms if t.matches(n.labels, n.name)))
+            raw.append(seen[1])
         return _normalize(raw, reverse=False)
 
     def _spread_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
@@ -412,8 +546,8 @@ class Cycle:
             constraints = ()
         if not constraints:
             return [0] * len(nodes)
-        keys = [c.topology_key for c in constraints]
-        ignored = {n.name for n in nodes if require_all and not all(k in n.labels for k in keys)}
+        keys = frozenset(c.topology_key for c in constraints)
+        ignored = {n.name for n in nodes if not n.labels.keys() >= keys} if require_all else set[str]()
         domain_counts: list[dict[str, int]] = []
         per_node: list[Mapping[str, int]] = []
         weights: list[float] = []
@@ -422,20 +556,34 @@ class Cycle:
             matching = self.snapshot.matching_per_node(pod.namespace, c.selector)
             per_node.append(matching)
             if c.topology_key != HOSTNAME:
+                key = c.topology_key
                 for n in nodes:
-                    if n.name not in ignored and c.topology_key in n.labels:
-                        counts.setdefault(n.labels[c.topology_key], 0)
+                    value = n.labels.get(key)
+                    if value is not None and value not in counts and n.name not in ignored:
+                        counts[value] = 0
+                all_nodes, answers = self.snapshot.nodes, self._affinity_answers
                 for node_name, number in matching.items():
-                    node = self.snapshot.nodes.get(node_name)
-                    if (
-                        node is None
-                        or node.obj is None
-                        or (require_all and not all(k in node.labels for k in keys))
-                    ):
+                    node = all_nodes.get(node_name)
+                    if node is None or node.obj is None:
                         continue
-                    value = node.labels.get(c.topology_key)
-                    if value in counts and self._spread_eligible(c, node):
-                        counts[value] += number
+                    labels = node.labels
+                    if require_all and not labels.keys() >= keys:
+                        continue
+                    value = labels.get(key)
+                    if value not in counts:
+                        continue
+                    if c.honor_node_affinity:
+                        # `_spread_eligible`, with the remembered node affinity answer read here.
+                        seen = answers.get(node_name)
+                        if not (
+                            seen[1]
+                            if seen is not None and seen[0] is labels
+                            else self._affinity_matches(node)
+                        ):
+                            continue
+                    if c.honor_node_taints and _untolerated(node.taints, pod.tolerations):
+                        continue
+                    counts[value] += number
                 size = len(counts)
             else:
                 size = len(nodes) - len(ignored)

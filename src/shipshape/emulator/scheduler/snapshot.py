@@ -8,10 +8,11 @@ change, so a scheduling decision never re-sums all pods.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from shipshape.emulator.scheduler.messages import Status
 from shipshape.kube import labels as labelsel
 from shipshape.kube import scheduling
 from shipshape.kube.clock import parse_time
@@ -20,6 +21,10 @@ from shipshape.kube.labels import Selector
 Obj = dict[str, Any]
 PodKey = tuple[str, str]  # (namespace, name)
 Taint = tuple[str, str, str]  # (key, value, effect)
+
+# A node's verdict from the filters that read its taints and unschedulable flag alone, for pods with
+# the same tolerations: (the node's static key, NodeUnschedulable's status, TaintToleration's status).
+TaintVerdict = tuple[object, Status | None, Status | None]
 
 # How many (namespace, selector) pod counts a snapshot keeps up to date (see matching_per_node).
 MATCH_COUNT_CACHE = 128
@@ -249,6 +254,9 @@ class NodeInfo:
     # from: a status write that keeps them (a heartbeat) needs neither read again. Kept, so their
     # identities cannot be reused.
     sources: tuple[Any, Any, Any] | None = None
+    # Replaced whenever what is requested on the node or its allocatable changes: the resource scores
+    # remembered per node (`ClusterSnapshot.resource_answers`) hold while it stays the same.
+    usage_key: object = field(default_factory=object)
 
     def set_node(self, node: Obj) -> None:
         md = node.get("metadata") or {}
@@ -273,6 +281,7 @@ class NodeInfo:
         if kept is None or kept[0] is not sources[0] or kept[1] is not sources[1]:
             self.allocatable = scheduling.node_allocatable(node)
             self.allowed_pods = self.allocatable.get("pods", scheduling.DEFAULT_MAX_PODS)
+            self.usage_key = object()
         if kept is None or kept[2] is not sources[2]:
             images: dict[str, int] = {}
             for image in sources[2] or []:
@@ -286,6 +295,7 @@ class NodeInfo:
             self.requested[name] = self.requested.get(name, 0) + sign * amount
         self.non_zero_cpu += sign * pod.non_zero_cpu
         self.non_zero_memory += sign * pod.non_zero_memory
+        self.usage_key = object()
         if sign > 0:
             self.pods[pod.key] = pod
         else:
@@ -340,8 +350,28 @@ class ClusterSnapshot:
         # The node-only filters' verdicts (unschedulable, node name, taints, node affinity) per pod
         # shape and node, with the node object they were computed for (see `Cycle.filter`).
         self._static_verdicts: dict[Any, dict[str, tuple[object, Any]]] = {}
+        # NodeUnschedulable's and TaintToleration's verdicts per tolerations (as JSON) and node.
+        self._taint_verdicts: dict[bytes, dict[str, TaintVerdict]] = {}
+        # NodeResourcesFit's and NodeResourcesBalancedAllocation's scores per pod requests and node,
+        # with the node's usage key they were computed for.
+        self._resource_answers: dict[Hashable, dict[str, tuple[object, int, int]]] = {}
+        # Preferred node affinity sums (NodeAffinity's raw score) per terms and node, with the node's
+        # labels they were computed for.
+        self._preferred_answers: dict[Any, dict[str, tuple[Mapping[str, str], int]]] = {}
         self._order: list[NodeInfo] | None = None
         self.next_start_index = 0
+        # Moves on with every change the filters can see (a node's labels, taints, allocatable or
+        # presence; a pod assigned, changed or gone; a nomination): equal generations, equal verdicts.
+        self.generation = 0
+        # Moves on with every change to the node list or to a node's labels, taints or unschedulable
+        # flag (what the node-only filters read).
+        self.node_generation = 0
+        # Statuses of all nodes, in the order a pass from a start index visits them, for a pod whose
+        # node affinity names other nodes: per (start, tolerations, nodeName), with the node generation.
+        self._unnamed: dict[Hashable, tuple[int, dict[str, Status]]] = {}
+        # The filter statuses of the last pass over all nodes that found none feasible: its
+        # generation, the filter key of the pod (`Cycle.filter_key`), the statuses per node.
+        self._unfeasible: tuple[int, Hashable, dict[str, Status]] | None = None
 
     @classmethod
     def of(cls, nodes: Iterable[Obj], pods: Iterable[Obj] = ()) -> ClusterSnapshot:
@@ -363,7 +393,12 @@ class ClusterSnapshot:
         old_zone = _zone_of(info) if info.obj is not None else None
         was_known = info.obj is not None
         counted = info.images if was_known else None
+        static_key, allocatable = info.static_key, info.allocatable
         info.set_node(node)
+        if not was_known or info.static_key is not static_key or info.allocatable is not allocatable:
+            self.generation += 1
+        if not was_known or info.static_key is not static_key:
+            self.node_generation += 1
         if info.images is not counted:  # (the same dict: the same images, counted already)
             if counted is not None:
                 self._count_images(counted, -1)
@@ -378,6 +413,8 @@ class ClusterSnapshot:
             return
         self._count_images(info.images, -1)
         self._order = None
+        self.generation += 1
+        self.node_generation += 1
         if info.pods:
             info.obj = None  # keep the pods until they are deleted, as upstream's cache does
         else:
@@ -399,6 +436,45 @@ class ClusterSnapshot:
         """The remembered node-only filter verdicts for pods of one shape, per node name."""
         return _per_node(self._static_verdicts, shape)
 
+    def taint_verdicts(self, tolerations: bytes) -> dict[str, TaintVerdict]:
+        """The remembered taint verdicts for pods with these tolerations (as JSON), per node name."""
+        return _per_node(self._taint_verdicts, tolerations)
+
+    def resource_answers(self, requests: Hashable) -> dict[str, tuple[object, int, int]]:
+        """The remembered (usage key, NodeResourcesFit score, NodeResourcesBalancedAllocation score)
+        per node name, for pods with these requests under one scoring strategy."""
+        return _per_node(self._resource_answers, requests)
+
+    def preferred_answers(self, terms: Any) -> dict[str, tuple[Mapping[str, str], int]]:
+        """The remembered raw NodeAffinity scores of preferred `terms` per node name, each with the
+        labels object it was computed for (an answer is valid while the node keeps that object)."""
+        return _per_node(self._preferred_answers, terms)
+
+    def unfeasible(self, key: Hashable) -> dict[str, Status] | None:
+        """The statuses per node of the last pass over all nodes that found none feasible for pods
+        with this filter key, if nothing the filters read has changed since; the snapshot's own."""
+        known = self._unfeasible
+        if known is None or known[0] != self.generation or known[1] != key:
+            return None
+        return known[2]
+
+    def remember_unfeasible(self, key: Hashable, statuses: dict[str, Status]) -> None:
+        """Keep the statuses of a pass over all nodes that found none feasible (see `unfeasible`)."""
+        self._unfeasible = (self.generation, key, statuses)
+
+    def unnamed_statuses(self, key: Hashable, compute: Callable[[], dict[str, Status]]) -> dict[str, Status]:
+        """The statuses `compute` gives for nodes a pod's affinity does not name, remembered under
+        `key` while the node list and the nodes' labels, taints and unschedulable flags stay the
+        same. The dict is the snapshot's own: copy it to change it."""
+        known = self._unnamed.get(key)
+        if known is not None and known[0] == self.node_generation:
+            return known[1]
+        if len(self._unnamed) > 64:
+            self._unnamed.clear()
+        statuses = compute()
+        self._unnamed[key] = (self.node_generation, statuses)
+        return statuses
+
     def node_list(self) -> list[NodeInfo]:
         """Real nodes, interleaved by zone as upstream's node tree lists them."""
         if self._order is None:
@@ -419,6 +495,7 @@ class ClusterSnapshot:
             self.remove_pod(pod.key)
         if not pod.node_name:
             raise ValueError(f"pod {pod.key[0]}/{pod.key[1]} is not assigned to a node")
+        self.generation += 1
         self.pods[pod.key] = pod
         node = self.nodes.get(pod.node_name)
         if node is None:
@@ -438,6 +515,7 @@ class ClusterSnapshot:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
+        self.generation += 1
         node = self.nodes.get(pod.node_name)
         if node is not None:
             node.add(pod, -1)
@@ -501,10 +579,12 @@ class ClusterSnapshot:
         for bucket_node, bucket in list(self.nominated.items()):
             if key in bucket:
                 del bucket[key]
+                self.generation += 1
                 if not bucket:
                     del self.nominated[bucket_node]
         if pod is not None and node:
             self.nominated.setdefault(node, {})[key] = pod
+            self.generation += 1
 
     def matching_pods(self, namespace: str | None, selector: Selector) -> Iterator[PodInfo]:
         """Assigned pods in `namespace` (None: any) whose labels the selector matches, via the label index."""
