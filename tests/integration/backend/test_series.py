@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -161,7 +162,11 @@ async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(datab
         statements: list[str] = []
 
         def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-            statements.append(statement)
+            # this thread's statements only: the workers' analyses read the cluster's objects meanwhile
+            if threading.get_ident() == caller:
+                statements.append(statement)
+
+        caller = threading.get_ident()
 
         event.listen(h.backend.engine, "before_cursor_execute", seen)
         try:
