@@ -151,10 +151,11 @@ def test_registration_creates_then_leaves_alone_then_updates_the_ca_bundle() -> 
         webhook_configuration(ca_bundle=b"x", namespace="n")
 
 
-@pytest.mark.parametrize("owner_arrives", [True, False])
-async def test_a_pod_whose_replicaset_is_unknown_waits_for_it(tmp_path: Path, owner_arrives: bool) -> None:
+@pytest.mark.parametrize("late", ["ReplicaSet", "Deployment", "never"])
+async def test_a_pod_whose_replicaset_is_unknown_waits_for_it(tmp_path: Path, late: str) -> None:
     """The ReplicaSet's informer event can come after its first pods' admissions: the server waits a
-    little for it, and places the pod once it arrives; a pod whose owner never comes is admitted as is."""
+    little for it (and for the ReplicaSet's Deployment, which another informer brings), and places the
+    pod once it arrives; a pod whose owner never comes is admitted as is."""
     import asyncio
 
     from shipshape.controller.state import ClusterState
@@ -167,8 +168,12 @@ async def test_a_pod_whose_replicaset_is_unknown_waits_for_it(tmp_path: Path, ow
     replica = Replica(ClusterState(h.config))
     dep = deployment("web", 2, ENABLED)
     rs = replicaset(dep)
-    for obj in (namespace("shop"), dep, node("od", "on-demand"), node("s1", "spot")):
+    early = [namespace("shop"), node("od", "on-demand"), node("s1", "spot")]
+    early += [dep] if late == "ReplicaSet" else [rs] if late == "Deployment" else [dep]
+    for obj in early:
         replica.offer(Change("apply", str(obj["kind"]), event=added(obj)))
+    owner_arrives = late != "never"
+    last = rs if late == "ReplicaSet" else dep
     placer = ReplicaPlacer(replica, h.config, h.risk, h.clock, h.metrics)
     bundle = generate_certificates(["localhost"], ["127.0.0.1"], now=h.clock.now())
     ca_file, cert_file, key_file = write_bundle(bundle, tmp_path / "certs")
@@ -177,7 +182,7 @@ async def test_a_pod_whose_replicaset_is_unknown_waits_for_it(tmp_path: Path, ow
     context = ssl.create_default_context(cafile=str(ca_file))
     if owner_arrives:  # the ReplicaSet's event, 50 ms after the pod's review was sent
         asyncio.get_running_loop().call_later(
-            0.05, lambda: replica.offer(Change("apply", "ReplicaSet", event=added(rs)))
+            0.05, lambda: replica.offer(Change("apply", str(last["kind"]), event=added(last)))
         )
     try:
         async with running(server, sock), httpx.AsyncClient(verify=context) as client:

@@ -100,10 +100,10 @@ class PodPlacer:
         self._recommendations = recommendations
 
     def awaiting_owner(self, body: object) -> bool:
-        """Whether the review is a pod whose controller (ReplicaSet or StatefulSet) the state does not
-        hold yet. The API server admits a ReplicaSet's first pods moments after creating it, and an
-        informer event can arrive after them: the server then waits briefly (`OWNER_WAIT_SECONDS`)
-        rather than admit the pod unplaced."""
+        """Whether the review is a pod whose controller (ReplicaSet or StatefulSet), or the ReplicaSet's
+        Deployment, the state does not hold yet. The API server admits a ReplicaSet's first pods
+        moments after creating it, and an informer event can arrive after them: the server then
+        waits briefly (`OWNER_WAIT_SECONDS`) rather than admit the pod unplaced."""
         request = body.get("request") if isinstance(body, Mapping) else None
         if not isinstance(request, Mapping) or request.get("operation") != "CREATE":
             return False
@@ -117,10 +117,17 @@ class PodPlacer:
         if ref is None or ref.get("kind") not in ("ReplicaSet", "StatefulSet"):
             return False
         namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
-        return not self._holds(str(ref["kind"]), namespace, str(ref.get("name")))
+        owner = self._held(str(ref["kind"]), namespace, str(ref.get("name")))
+        if owner is None:
+            return True
+        # A ReplicaSet's Deployment comes through another informer: it may follow the ReplicaSet.
+        deployment = controller_ref(owner) if ref.get("kind") == "ReplicaSet" else None
+        if deployment is None or deployment.get("kind") != "Deployment":
+            return False
+        return self._held("Deployment", namespace, str(deployment.get("name"))) is None
 
-    def _holds(self, kind: str, namespace: str, name: str) -> bool:
-        return self.cache.get(kind, namespace, name) is not None
+    def _held(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self.cache.get(kind, namespace, name)
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         """Answer one AdmissionReview; raises `BadReview` only for a body that is not one."""
@@ -327,9 +334,9 @@ class ReplicaPlacer(PodPlacer):
         super().__init__(replica.state, *args, **kwargs)
         self._replica = replica
 
-    def _holds(self, kind: str, namespace: str, name: str) -> bool:
+    def _held(self, kind: str, namespace: str, name: str) -> Obj | None:
         with self._replica.view():
-            return super()._holds(kind, namespace, name)
+            return super()._held(kind, namespace, name)
 
     def review(self, body: Mapping[str, Any]) -> Obj:
         with self._replica.view():
