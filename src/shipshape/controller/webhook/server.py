@@ -27,8 +27,9 @@ MUTATE_PATH = "/mutate"
 # The API server sends whole pods; anything far larger than the largest object etcd stores is not a review.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # How long a pod whose ReplicaSet or StatefulSet the state has not seen yet waits for it (in steps, on
-# the event loop, so other reviews go on), before it is admitted without placement.
-OWNER_WAIT_SECONDS = 0.25
+# the event loop, so other reviews go on), before it is admitted without placement: half the 2 s
+# timeout the webhook is registered with, as a busy controller's feed can lag by more than a moment.
+OWNER_WAIT_SECONDS = 1.0
 OWNER_WAIT_STEP_SECONDS = 0.005
 
 
