@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -108,6 +108,8 @@ KINDS = (
 
 # Deletions remembered (per state) so that an event older than a deletion is known to be stale.
 TOMBSTONES = 10_000
+# Pod shapes (affinity x tolerations x capacity/pool) whose eligible nodes are kept between node changes.
+MAX_ELIGIBLE_SHAPES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +358,10 @@ class ClusterState:
         self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
         self._assumed_totals: dict[GroupKey, GroupCounts] = {}
         self._node_summary: NodeSummary | None = None
+        # `packing_rooms`' node filter per (capacity, pool, affinity, tolerations): the nodes a pod of
+        # that shape may land on, with their host and allocatable. Cleared whenever a node changes
+        # anything the filter reads (`_nodes_changed`); pods of one workload share one entry.
+        self._eligible: dict[Hashable, tuple[tuple[str, str, int, int, int], ...]] = {}
         # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
         # placement (its capacity type or pool) does, or a node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
@@ -543,6 +549,7 @@ class ClusterState:
                     self._node_placements[key[1]] = (obj, placement[1])
                 self._objects[kind][key] = obj
                 return
+            self._eligible.clear()  # readiness, taints, labels or allocatable may have changed
             if old is None or _summary_facts(old, self._capacity_keys) != _summary_facts(
                 obj, self._capacity_keys
             ):
@@ -607,6 +614,7 @@ class ClusterState:
         if kind == "Node":
             self._node_placements.pop(key[1], None)
             self._node_summary = None
+            self._eligible.clear()
             self._spare_rooms = None
             self._allocatable.pop(key[1], None)
             self._node_facts.pop(key[1], None)
@@ -734,33 +742,56 @@ class ClusterState:
         pod (with the extra `tolerations`) tolerates and that pass its nodeSelector and required node
         affinity.
         """
+        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
+        affinity = RequiredNodeAffinity.of(pod)
+        # repr of JSON data is exact: equal text, equal tolerations
+        key = (capacity, pool, affinity, repr(own))
+        eligible = self._eligible.get(key)
+        if eligible is None:
+            if len(self._eligible) >= MAX_ELIGIBLE_SHAPES:
+                self._eligible.clear()
+            eligible = self._eligible[key] = self._eligible_nodes(capacity, pool, affinity, own)
+        skipped = set(avoided)
+        rooms: list[NodeRoom] = []
+        for name, host, cpu_allocatable, memory_allocatable, pods_allocatable in eligible:
+            if name in skipped:
+                continue
+            cpu, memory, pods = self.requested_on(name)
+            rooms.append(
+                NodeRoom(name, host, cpu_allocatable, memory_allocatable, pods_allocatable, cpu, memory, pods)
+            )
+        return rooms
+
+    def _eligible_nodes(
+        self,
+        capacity: CapacityType,
+        pool: Pool | None,
+        affinity: RequiredNodeAffinity,
+        tolerations: Sequence[Mapping[str, Any]],
+    ) -> tuple[tuple[str, str, int, int, int], ...]:
+        """`packing_rooms`' filter worked out over every node: (name, host, allocatable cpu, memory,
+        pods) of the nodes that take pods and pass the affinity and taints."""
         summary = self._nodes()
         if capacity is CapacityType.ON_DEMAND:
             names: Iterable[str] = summary.on_demand_nodes
         elif pool is not None:
             names = summary.pool_nodes.get(pool, frozenset())
         else:
-            return []
-        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
-        affinity = RequiredNodeAffinity.of(pod)
-        skipped = set(avoided)
-        rooms: list[NodeRoom] = []
+            return ()
+        out = []
         for name in names:  # any order: `fullest_fitting` breaks ties by name
             node = self._objects["Node"].get(("", name))
             allocatable = self._allocatable.get(name)
-            if node is None or allocatable is None or name in skipped or not _takes_pods(node):
+            if node is None or allocatable is None or not _takes_pods(node):
                 continue
             labels = (node.get("metadata") or {}).get("labels") or {}
             if not affinity.matches(labels, name) or any(
-                taint.get("effect") in DO_NOT_SCHEDULE_EFFECTS and not tolerates(own, taint)
+                taint.get("effect") in DO_NOT_SCHEDULE_EFFECTS and not tolerates(tolerations, taint)
                 for taint in (node.get("spec") or {}).get("taints") or []
             ):
                 continue
-            cpu, memory, pods = self.requested_on(name)
-            rooms.append(
-                NodeRoom(name, str(labels.get(HOSTNAME_LABEL, name)), *allocatable, cpu, memory, pods)
-            )
-        return rooms
+            out.append((name, str(labels.get(HOSTNAME_LABEL, name)), *allocatable))
+        return tuple(out)
 
     def _nodes_moved(self) -> None:
         """A node came, went or changed capacity type or pool: every placement is read again."""
@@ -1119,6 +1150,7 @@ class ClusterState:
             return
         self._present = self._present | keys
         self._node_summary = None
+        self._eligible.clear()
         self._node_placements.clear()
         for (_, name), other in self._objects["Node"].items():
             capacity = self.node_capacity(other)
