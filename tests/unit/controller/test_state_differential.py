@@ -391,7 +391,7 @@ def test_packing_rooms_kept_per_pod_shape_equal_rooms_worked_out_afresh(seed: in
     affinity (a missed invalidation shows at the next question)."""
     rng = random.Random(300 + seed)
     config = ControllerConfig()
-    zone_key = "topology.kubernetes.io/zone"
+    zone_key, zone = "topology.kubernetes.io/zone", "us-east-1a"
     cluster = Cluster(rng)
     state = ClusterState(config)
     plain = {"metadata": {"name": "new", "namespace": "shop"}, "spec": {"containers": []}}
@@ -404,7 +404,7 @@ def test_packing_rooms_kept_per_pod_shape_equal_rooms_worked_out_afresh(seed: in
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": zone_key, "operator": "In", "values": ["us-east-1a"]}]}
+                            {"matchExpressions": [{"key": zone_key, "operator": "In", "values": [zone]}]}
                         ]
                     }
                 }
