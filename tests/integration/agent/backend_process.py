@@ -91,6 +91,23 @@ def backend_process(port: int, db: str, workdir: Path, **settings: str) -> Itera
         assert "Traceback" not in out, out
 
 
+# A backend that analyses usage at once, on one-minute steps, after three minutes of history, and
+# the agent's usage settings to feed it: what the usage end-to-end tests run, in seconds not hours.
+FAST_USAGE = UsageSettings(interval=30, bucket_seconds=60, grace=15)
+
+
+def fast_usage_backend(db: str, workdir: Path) -> contextlib.AbstractContextManager[str]:
+    return backend_process(
+        free_port(),
+        db,
+        workdir,
+        analysis_seconds="0",
+        usage_analysis_seconds="0",
+        usage_step_seconds="60",
+        usage_min_history_hours="0.05",  # 3 slots of a minute
+    )
+
+
 def on_demand_only_unless_tolerated() -> Scenario:
     """The test cluster with its spot nodes tainted: pods that do not tolerate spot run on-demand."""
     taint = {"key": "node.kubernetes.io/capacity", "value": "spot", "effect": "NoSchedule"}

@@ -14,12 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from shipshape.agent.usage import UsageSettings
 from shipshape.emulator import usage_history
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
 from shipshape.emulator.scenario import parse
 from shipshape.sources.prometheus import PrometheusSettings, PrometheusSource
-from tests.integration.agent.backend_process import backend_process, bootstrap, free_port, running_agent
+from tests.integration.agent.backend_process import FAST_USAGE, bootstrap, fast_usage_backend, running_agent
 from tests.integration.efficiency.prometheus_server import backfill, serving
 from tests.integration.emulator.served_cluster import ready_pods, scenario_doc, serve_cluster
 from tests.unit.emulator.usage.gpu_scenario import GPU_POOL, MODEL, SPOT_PRICE, USAGE, gpu_deployment
@@ -60,21 +59,13 @@ def test_an_idle_gpu_becomes_a_scale_down_that_the_agent_applies(tmp_path: Path)
         with (
             serving(backfill(om, history), history) as prometheus,
             PrometheusSource(PrometheusSettings(prometheus, timeout_seconds=10)) as source,
-            backend_process(
-                free_port(),
-                db,
-                tmp_path,
-                analysis_seconds="0",
-                usage_analysis_seconds="0",
-                usage_step_seconds="60",
-                usage_min_history_hours="0.05",  # 3 slots of a minute
-            ) as url,
+            fast_usage_backend(db, tmp_path) as url,
             running_agent(
                 cluster,
                 url,
                 token,
                 tmp_path / "spool",
-                UsageSettings(interval=30, bucket_seconds=60, grace=15),
+                FAST_USAGE,
                 gpu=source,
             ),
         ):

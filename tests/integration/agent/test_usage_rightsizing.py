@@ -13,11 +13,10 @@ import httpx
 import pytest
 import yaml
 
-from shipshape.agent.usage import UsageSettings
 from shipshape.analyzers.efficiency.analysis import CPU_HOUR_LIST_PRICE, GIB_HOUR_LIST_PRICE
 from shipshape.backend.analysis import node_prices
 from shipshape.emulator.resources import DEPLOYMENTS, NODES
-from tests.integration.agent.backend_process import backend_process, bootstrap, free_port, running_agent
+from tests.integration.agent.backend_process import FAST_USAGE, bootstrap, fast_usage_backend, running_agent
 from tests.integration.emulator.served_cluster import scenario, serve_cluster
 from tests.manifests import deployment
 
@@ -34,21 +33,13 @@ def test_usage_becomes_a_right_sizing_that_the_agent_applies(tmp_path: Path) -> 
         web = deployment("web", 2, cpu="1", memory="1Gi", grace_seconds=2, container="app")
         cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(web))
         with (
-            backend_process(
-                free_port(),
-                db,
-                tmp_path,
-                analysis_seconds="0",
-                usage_analysis_seconds="0",
-                usage_step_seconds="60",
-                usage_min_history_hours="0.05",  # 3 slots of a minute
-            ) as url,
+            fast_usage_backend(db, tmp_path) as url,
             running_agent(
                 cluster,
                 url,
                 token,
                 tmp_path / "spool",
-                UsageSettings(interval=30, bucket_seconds=60, grace=15),
+                FAST_USAGE,
             ),
         ):
 
