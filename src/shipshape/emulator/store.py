@@ -83,6 +83,9 @@ class Store:
         # Indexes the models need on hot paths.
         self._pods_by_node: dict[str, dict[tuple[str, str], Obj]] = {}
         self._by_owner: dict[str, dict[tuple[str, str, str], Obj]] = {}  # owner uid -> dependents
+        # (owner uid, type) -> that type's dependents, in `_by_owner`'s order: `dependents_of` (every
+        # sync of a ReplicaSet or DaemonSet) reads it without walking the owner's other dependents.
+        self._by_owner_kind: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         # Each type's keys in list order, dropped when a key comes or goes (not on updates).
         self._sorted_keys: dict[str, builtins.list[tuple[str, str]]] = {}
         # Label index: type -> (label key, value) -> the keys of the objects with that label, kept
@@ -184,8 +187,7 @@ class Store:
 
     def dependents_of(self, owner_uid: str, rt: ResourceType) -> builtins.list[Obj]:
         """`dependents` of one type, in the same order."""
-        kind = rt.key
-        return [obj for (key, _, _), obj in self._by_owner.get(owner_uid, {}).items() if key == kind]
+        return list(self._by_owner_kind.get((owner_uid, rt.key), {}).values())
 
     # ---- watching ----------------------------------------------------------------------
     def subscribe(
@@ -260,9 +262,11 @@ class Store:
         for uid in old_owners - new_owners:
             if uid:
                 self._by_owner.get(uid, {}).pop(okey, None)
+                self._by_owner_kind.get((uid, rt.key), {}).pop(key, None)
         for uid in new_owners:
             if uid and new is not None:
                 self._by_owner.setdefault(uid, {})[okey] = new
+                self._by_owner_kind.setdefault((uid, rt.key), {})[key] = new
 
     def _index_labels(
         self, kind: str, key: tuple[str, str], old: dict[str, str], new: dict[str, str]
