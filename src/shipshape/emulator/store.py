@@ -69,6 +69,16 @@ def meta(obj: Obj) -> Obj:
     return md
 
 
+def _forget(index: dict[Any, dict[Any, Obj]], group: Any, key: Any) -> None:
+    """Drop `key` from `index[group]`, and the group once empty (owners and nodes come and go in a
+    long simulation: their empty entries would otherwise stay for good)."""
+    members = index.get(group)
+    if members is not None:
+        members.pop(key, None)
+        if not members:
+            del index[group]
+
+
 class Store:
     """In-memory objects by resource type, namespace and name, with change notification."""
 
@@ -253,7 +263,7 @@ class Store:
             old_node = (old or {}).get("spec", {}).get("nodeName")
             new_node = (new or {}).get("spec", {}).get("nodeName")
             if old_node and old_node != new_node:
-                self._pods_by_node.get(old_node, {}).pop(key, None)
+                _forget(self._pods_by_node, old_node, key)
             if new_node:
                 self._pods_by_node.setdefault(new_node, {})[key] = new  # type: ignore[assignment]
         old_owners = {o.get("uid") for o in ((old or {}).get("metadata", {}).get("ownerReferences") or [])}
@@ -261,8 +271,8 @@ class Store:
         okey = (rt.key, *key)
         for uid in old_owners - new_owners:
             if uid:
-                self._by_owner.get(uid, {}).pop(okey, None)
-                self._by_owner_kind.get((uid, rt.key), {}).pop(key, None)
+                _forget(self._by_owner, uid, okey)
+                _forget(self._by_owner_kind, (uid, rt.key), key)
         for uid in new_owners:
             if uid and new is not None:
                 self._by_owner.setdefault(uid, {})[okey] = new

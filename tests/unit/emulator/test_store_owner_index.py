@@ -93,3 +93,15 @@ def test_random_writes_keep_the_owner_index_consistent() -> None:
         if step % 50 == 0:
             assert_consistent(store)
     assert_consistent(store)
+
+
+def test_indexes_keep_no_entry_for_an_owner_or_node_without_objects() -> None:
+    store = Store(VirtualClock(), history=10_000)
+    store.create(NAMESPACES, {"metadata": {"name": "default"}})
+    for i in range(20):  # a long simulation: owners and nodes come and go
+        pod = body(PODS, f"p{i}", "default", [f"owner-{i}"])
+        pod["spec"]["nodeName"] = f"node-{i}"
+        store.create(PODS, pod)
+        store.delete(PODS, "default", f"p{i}", grace_seconds=0)
+    assert store._by_owner == {} and store._by_owner_kind == {} and store._pods_by_node == {}
+    assert store.dependents_of("owner-3", PODS) == [] and store.pods_on_node("node-3") == []
