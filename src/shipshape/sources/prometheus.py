@@ -17,8 +17,10 @@ plus `cluster="<name>"` for a central Prometheus, the label name configurable):
 
 GPU activity (`fetch_gpu`, dcgm-exporter's series, into the idle-GPU analyzer's
 `UtilizationSeries`): per device and pod,
-`max by (Hostname, gpu, namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[S]))`
-(ratio 0..1); a device without engine activity (the profiling metrics need a datacenter GPU) falls
+`max by (Hostname, gpu, exported_namespace, exported_pod, namespace, pod)
+(avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[S]))` (ratio 0..1; the pod is `exported_pod`
+where the scrape renamed the exporter's labels, as kube-prometheus does, else `pod`);
+a device without engine activity (the profiling metrics need a datacenter GPU) falls
 back to `DCGM_FI_DEV_GPU_UTIL` (percent). `{sel}` holds only the cluster matcher. `gpu_activity`
 is the same over one bucket at one instant (the agent's question when a usage bucket closes): the
 mean, highest and count over the bucket in one query per metric.
@@ -47,6 +49,8 @@ from shipshape.analyzers.efficiency.usage import (
 from shipshape.analyzers.gpu.idle import ENGINE_ACTIVE, GPU_UTIL, UtilizationSeries
 
 MAX_POINTS = 11_000  # Prometheus refuses query_range answers longer than this per series
+# dcgm-exporter's pod attribution, under both names it has in Prometheus (see `_pod_labels`).
+POD_LABELS = "exported_namespace, exported_pod, namespace, pod"
 STAT_LABEL = "shipshape_stat"  # tells apart the figures of `gpu_activity`'s union query
 
 
@@ -159,7 +163,7 @@ class PrometheusSource:
         """The two dcgm-exporter queries, each device's activity averaged over `range_seconds`."""
         window = _duration(range_seconds - 0.001)
         sel = self._selector()
-        by = "Hostname, gpu, namespace, pod"
+        by = f"Hostname, gpu, {POD_LABELS}"
         return {
             metric: f"max by ({by}) (avg_over_time({metric}{sel}[{window}]))"
             for metric in (ENGINE_ACTIVE, GPU_UTIL)
@@ -196,7 +200,7 @@ class PrometheusSource:
         apart by a `shipshape_stat` label."""
         window = _duration(range_seconds - 0.001)
         sel = self._selector('pod!=""')
-        by = "Hostname, gpu, modelName, namespace, pod"
+        by = f"Hostname, gpu, modelName, {POD_LABELS}"
         found: dict[tuple[str, str, str], GpuSample] = {}
         for metric in (ENGINE_ACTIVE, GPU_UTIL):
             scale = 100.0 if metric == GPU_UTIL else 1.0
@@ -219,9 +223,10 @@ class PrometheusSource:
                     continue  # the device's engine activity, read first, wins
                 labels = labels_of[key]
                 mean = figures["avg"]
+                namespace, pod = _pod_labels(labels)
                 found[key] = GpuSample(
-                    namespace=labels.get("namespace", ""),
-                    pod=labels.get("pod", ""),
+                    namespace=namespace,
+                    pod=pod,
                     node=key[0],
                     gpu=key[1],
                     model=labels.get("modelName", ""),
@@ -340,8 +345,19 @@ class GpuSample:
     metric: str
 
 
+def _pod_labels(labels: Mapping[str, str]) -> tuple[str, str]:
+    """The (namespace, pod) a dcgm-exporter series names. Scraped without `honor_labels` (the
+    kube-prometheus and GPU Operator default), Prometheus's own target labels `namespace`/`pod` name
+    the exporter's pod and the exporter's are renamed `exported_namespace`/`exported_pod`: those
+    win where present. (A device no pod holds then shows the exporter's pod, which holds no GPU, so
+    nothing downstream counts it.)"""
+    if labels.get("exported_pod"):
+        return labels.get("exported_namespace", ""), labels["exported_pod"]
+    return labels.get("namespace", ""), labels.get("pod", "")
+
+
 def _pod_of(labels: Mapping[str, str]) -> str | None:
-    namespace, pod = labels.get("namespace", ""), labels.get("pod", "")
+    namespace, pod = _pod_labels(labels)
     return f"{namespace}/{pod}" if namespace and pod else None
 
 
