@@ -113,6 +113,10 @@ def controller(
         loops=loops or LoopSettings(headroom_enabled=False),
         # At 40x, the default 30 s back-off would be 20 emulated minutes of a stale cache.
         informer_backoff_max_seconds=1.0,
+        # The API server admits a pod unplaced when the webhook does not answer in time (failure
+        # policy Ignore); the tests assert that every pod was placed, and the test run shares two
+        # cores with another worker and the served emulator: a slow answer must not pass for none.
+        webhook_timeout_seconds=10,
         webhook_process=webhook_process,
     )
     process = ControllerProcess(
