@@ -91,42 +91,62 @@ class Workers:
 
     def apply(self, job: Job) -> Verdict:
         """Apply one push (blocking: runs in a thread)."""
+        return self.apply_cluster([job])[0]
+
+    def apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
+        """Apply the pushes of `jobs`, all of one cluster, in one transaction (with whatever else of the
+        cluster is ready: `repository.apply_cluster`); a verdict per job (blocking: runs in a thread).
+        The jobs are acknowledged only after the commit: a worker killed before it leaves them to be
+        delivered again, and the pushes' marks, committed with their effect, make that a no-op."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return self._apply(job)
+            return self._apply_cluster(jobs)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
 
-    def _apply(self, job: Job) -> Verdict:
+    def _apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
+        cluster_id = jobs[0].cluster_id
         with self._inflight_lock:
-            lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
+            lock = self._apply_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
-                outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
-        except repo.NotYet as waiting:
-            LOG.debug("push %s: %s", job.push_id, waiting)
-            self.metrics.messages.labels("retry").inc()
-            return Verdict.RETRY
+                outcomes = repo.apply_cluster(
+                    session,
+                    cluster_id,
+                    [job.push_id for job in jobs],
+                    self.now(),
+                    self.efficiency.step_seconds,
+                )
         except Exception:
-            self.metrics.messages.labels("failed").inc()
+            self.metrics.messages.labels("failed").inc(len(jobs))
             raise
         self.metrics.apply_seconds.observe(time.perf_counter() - started)
-        self.metrics.messages.labels(outcome).inc()
-        self.processed += outcome == "applied"
-        LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        verdicts = []
+        for job in jobs:
+            outcome = outcomes[job.push_id]
+            if outcome == repo.NOT_YET:
+                # A delta that arrived before the push it follows: the queue delivers it again later.
+                LOG.debug("push %s follows a push not applied yet", job.push_id)
+                self.metrics.messages.labels("retry").inc()
+                verdicts.append(Verdict.RETRY)
+                continue
+            self.metrics.messages.labels(outcome).inc()
+            self.processed += outcome == "applied"
+            LOG.debug("push %s of cluster %s: %s", job.push_id, cluster_id, outcome)
+            verdicts.append(Verdict.DONE)
         # Superseded: a newer snapshot was applied in its place.
-        if outcome in ("applied", "superseded"):
-            self.analysis_wanted(job.cluster_id)
+        if any(outcome in ("applied", "superseded") for outcome in outcomes.values()):
+            self.analysis_wanted(cluster_id)
             # The minute's point is of the state its first push left (taken here, at most once a
             # minute); the efficiency analysis, seconds long, runs in `deferred`.
             if self.series is not None:
-                self.series.record_if_due(job.cluster_id)
+                self.series.record_if_due(cluster_id)
             with self._inflight_lock:
-                self._usage_wanted.add(job.cluster_id)
-        return Verdict.DONE
+                self._usage_wanted.add(cluster_id)
+        return verdicts
 
     def analysis_wanted(self, cluster_id: str) -> None:
         """The cluster's state changed: its analysis runs once `analysis_seconds` have passed since the
@@ -275,13 +295,37 @@ class Workers:
                 self._inflight -= 1
 
     async def handle(self, job: Job) -> Verdict:
-        if job.deliveries > 1:
-            self.metrics.redelivered.inc()
-        if job.queued_at is not None:
-            self.metrics.queue_wait.observe(max(0.0, time.time() - job.queued_at))
-        if self._apply_threads is None:
-            return await asyncio.to_thread(self.apply, job)
-        return await asyncio.get_running_loop().run_in_executor(self._apply_threads, self.apply, job)
+        return (await self.handle_batch([job]))[0]
+
+    async def handle_batch(self, jobs: list[Job]) -> list[Verdict]:
+        """The jobs the queue handed over together: each cluster's in one transaction (`apply_cluster`),
+        the clusters side by side in the applies' threads. A cluster whose apply failed has its jobs
+        delivered again; the others' stand."""
+        now = time.time()
+        by_cluster: dict[str, list[Job]] = {}
+        for job in jobs:
+            if job.deliveries > 1:
+                self.metrics.redelivered.inc()
+            if job.queued_at is not None:
+                self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
+            by_cluster.setdefault(job.cluster_id, []).append(job)
+        loop = asyncio.get_running_loop()
+        groups = list(by_cluster.values())
+        results = await asyncio.gather(
+            *(loop.run_in_executor(self._apply_threads, self.apply_cluster, group) for group in groups),
+            return_exceptions=True,
+        )
+        verdicts: dict[int, Verdict] = {}
+        for group, result in zip(groups, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # cancelled
+                LOG.error("applying %d push(es) of cluster %s failed; retrying", len(group),
+                          group[0].cluster_id, exc_info=result)  # fmt: skip
+                result = [Verdict.RETRY] * len(group)
+            for job, verdict in zip(group, result, strict=True):
+                verdicts[id(job)] = verdict
+        return [verdicts[id(job)] for job in jobs]
 
     def sweep_once(self, grace: float | None = None) -> list[Job]:
         """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
@@ -348,7 +392,7 @@ class Workers:
         """`consumers` tasks taking jobs, plus the sweep, the deferred analyses and the queue lag
         gauge, until the context ends."""
         tasks = [
-            asyncio.create_task(self.queue.consume(self.handle), name=f"consumer-{n}")
+            asyncio.create_task(self.queue.consume_batches(self.handle_batch), name=f"consumer-{n}")
             for n in range(consumers)
         ]
         tasks.append(asyncio.create_task(self.sweep(), name="sweep"))
