@@ -331,3 +331,57 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
             assert unprocessed == []
     finally:
         engine.dispose()
+
+
+@pytest.mark.integration
+def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(database_url: str) -> None:
+    """A periodic snapshot of a cluster the deltas kept current writes no row, and the spot analysis
+    of the same objects is not due again; one that changes an object is."""
+    from datetime import UTC, datetime
+
+    from shipshape.backend.store import engine as store_engine
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC)
+
+    def push(session: object, cluster_id: str, body: dict[str, object]) -> int:
+        return repo.record_push(
+            session,  # type: ignore[arg-type]
+            cluster_id,
+            f"k{body['sequence']}",
+            str(body["schema"]),
+            int(body["sequence"]),  # type: ignore[call-overload]
+            gzip.compress(orjson.dumps(body)),
+            now,
+        ).push_id
+
+    def analysis_state(cluster_id: str) -> tuple[int | None, int | None]:
+        with sessions.begin() as session:
+            state = repo.lock_for_analysis(session, cluster_id)
+            return state.applied_sequence, state.analyzed_sequence
+
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster_id = repo.create_cluster(session, org.id, "prod", now)[0].id
+            first = snapshot(1, nodes=2, pods=3)
+            pushed = push(session, cluster_id, first)
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+            repo.mark_analyzed(session, cluster_id, now, 1)
+        with sessions.begin() as session:
+            pushed = push(session, cluster_id, {**first, "sequence": 2})
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+        assert analysis_state(cluster_id) == (2, 2)
+        changed = snapshot(3, nodes=2, pods=3)
+        changed["objects"]["pods"][0]["status"] = {"phase": "Failed"}
+        with sessions.begin() as session:
+            pushed = push(session, cluster_id, changed)
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+        assert analysis_state(cluster_id) == (3, 2)
+    finally:
+        engine.dispose()

@@ -354,8 +354,11 @@ class _Applying:
     pod_count: int
     # Delta changes not written yet, the last one per object (None: deleted).
     changes: dict[pushbody.Key, dict[str, Any] | None]
+    # Rows deleted or inserted so far: none means the stored objects are as they were.
+    written: int = 0
 
     def count(self, kind: str, by: int) -> None:
+        self.written += 1
         if kind == "nodes":
             self.node_count += by
         elif kind == "pods":
@@ -388,7 +391,13 @@ def apply_cluster(
     # SHARE lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply
     # or analysis in progress, the bench's accept rate with it).
     row = session.execute(
-        select(clusters.c.applied_sequence, clusters.c.node_count, clusters.c.pod_count, clusters.c.last_seen)
+        select(
+            clusters.c.applied_sequence,
+            clusters.c.node_count,
+            clusters.c.pod_count,
+            clusters.c.last_seen,
+            clusters.c.analyzed_sequence,
+        )
         .where(clusters.c.id == cluster_id)
         .with_for_update(key_share=True)
     ).first()
@@ -448,6 +457,14 @@ def apply_cluster(
         values.update(
             applied_sequence=state.applied_sequence, node_count=state.node_count, pod_count=state.pod_count
         )
+        if (
+            not state.written
+            and row.applied_sequence is not None
+            and row.analyzed_sequence == row.applied_sequence
+        ):
+            # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis
+            # of the state before stands for this one, and is not run again.
+            values["analyzed_sequence"] = state.applied_sequence
     # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
     received = max((as_utc(p.received_at) for p in pending), default=None)
     if received is not None and (row.last_seen is None or as_utc(row.last_seen) < received):
