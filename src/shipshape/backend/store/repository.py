@@ -5,13 +5,13 @@ reaches another tenant's rows."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -337,6 +337,51 @@ def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int 
     return outcome
 
 
+# Tables for Core statements: thousands of rows need no ORM bookkeeping.
+_CLUSTERS = Cluster.metadata.tables[Cluster.__tablename__]
+_PUSHES = Push.metadata.tables[Push.__tablename__]
+_OBJECTS = ClusterObject.metadata.tables[ClusterObject.__tablename__]
+_OBJECT_KEY = tuple_(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name)
+# The apply's statements, built once: building a statement (and its cache key) took about as much of
+# a worker's CPU per transaction as the database round trips did.
+# FOR NO KEY UPDATE (`key_share`), as every cluster lock here: it keeps the cluster's writers one at a
+# time, and lets the API insert pushes meanwhile (the foreign key check of an insert takes a KEY SHARE
+# lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply or analysis
+# in progress, the bench's accept rate with it).
+_LOCK_FOR_APPLY = (
+    select(
+        _CLUSTERS.c.applied_sequence,
+        _CLUSTERS.c.node_count,
+        _CLUSTERS.c.pod_count,
+        _CLUSTERS.c.last_seen,
+        _CLUSTERS.c.analyzed_sequence,
+    )
+    .where(_CLUSTERS.c.id == bindparam("cluster"))
+    .with_for_update(key_share=True)
+)
+_PENDING = (
+    select(_PUSHES.c.id, _PUSHES.c.sequence, _PUSHES.c.schema_name, _PUSHES.c.received_at)
+    .where(_PUSHES.c.cluster_id == bindparam("cluster"), _PUSHES.c.processed_at.is_(None))
+    .order_by(_PUSHES.c.sequence, _PUSHES.c.id)
+)
+_PRESENT = select(_PUSHES.c.id).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+_BODIES = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+_MARK = (
+    update(_PUSHES)
+    .where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
+)
+_DIGESTS = select(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name, _OBJECTS.c.digest).where(
+    _OBJECTS.c.cluster_id == bindparam("cluster")
+)
+_DELETE_OBJECTS = (
+    delete(_OBJECTS)
+    .where(_OBJECTS.c.cluster_id == bindparam("cluster"), _OBJECT_KEY.in_(bindparam("keys", expanding=True)))
+    .returning(_OBJECTS.c.kind)
+)
+_INSERT_OBJECTS = insert(_OBJECTS)
+
+
 @dataclass(slots=True)
 class _Pending:
     id: int
@@ -349,6 +394,7 @@ class _Pending:
 class _Applying:
     """The cluster's row as an apply changes it (written back in one UPDATE)."""
 
+    connection: Connection
     applied_sequence: int | None
     node_count: int
     pod_count: int
@@ -385,39 +431,18 @@ def apply_cluster(
     """
     wanted = set(push_ids)
     _take_cluster_lock(session, cluster_id)
-    clusters = Cluster.metadata.tables[Cluster.__tablename__]
-    # FOR NO KEY UPDATE (`key_share`), as every cluster lock here: it keeps the cluster's writers one at
-    # a time, and lets the API insert pushes meanwhile (the foreign key check of an insert takes a KEY
-    # SHARE lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply
-    # or analysis in progress, the bench's accept rate with it).
-    row = session.execute(
-        select(
-            clusters.c.applied_sequence,
-            clusters.c.node_count,
-            clusters.c.pod_count,
-            clusters.c.last_seen,
-            clusters.c.analyzed_sequence,
-        )
-        .where(clusters.c.id == cluster_id)
-        .with_for_update(key_share=True)
-    ).first()
+    connection = session.connection()
+    row = connection.execute(_LOCK_FOR_APPLY, {"cluster": cluster_id}).first()
     if row is None:
         return dict.fromkeys(wanted, "gone")
-    state = _Applying(row.applied_sequence, row.node_count or 0, row.pod_count or 0, {})
-    pending = [
-        _Pending(*p)
-        for p in session.execute(
-            select(Push.id, Push.sequence, Push.schema_name, Push.received_at)
-            .where(Push.cluster_id == cluster_id, Push.processed_at.is_(None))
-            .order_by(Push.sequence, Push.id)
-        )
-    ]
+    state = _Applying(connection, row.applied_sequence, row.node_count or 0, row.pod_count or 0, {})
+    pending = [_Pending(*p) for p in connection.execute(_PENDING, {"cluster": cluster_id})]
     outcomes: dict[int, str] = {}
     waiting = {p.id for p in pending}
     missing = wanted - waiting
     if missing:
         # Processed before (by the worker that held the lock before us), or removed by retention.
-        present = set(session.scalars(select(Push.id).where(Push.id.in_(sorted(missing)))))
+        present = set(connection.scalars(_PRESENT, {"ids": sorted(missing)}))
         outcomes.update({i: "duplicate" if i in present else "gone" for i in missing})
     usage = [p for p in pending if p.schema_name == USAGE_SCHEMA and p.id in wanted]
     chain = [p for p in pending if p.schema_name != USAGE_SCHEMA]
@@ -433,12 +458,12 @@ def apply_cluster(
             marks[candidate.id] = "superseded"
         else:
             applying.append(candidate)
-    bodies = _bodies(session, [p.id for p in applying] + [p.id for p in usage])
+    bodies = _bodies(connection, [p.id for p in applying] + [p.id for p in usage])
     for candidate in applying:
-        outcome = _apply_one(session, cluster_id, state, candidate, bodies[candidate.id])
+        outcome = _apply_one(cluster_id, state, candidate, bodies[candidate.id])
         if outcome != NOT_YET:
             marks[candidate.id] = outcome
-    _write_changes(session, cluster_id, state)
+    _write_changes(cluster_id, state)
     for report in usage:
         marks[report.id] = _apply_usage(session, cluster_id, bodies[report.id], usage_step)
     by_outcome: dict[str, list[int]] = {}
@@ -446,12 +471,8 @@ def apply_cluster(
         by_outcome.setdefault(outcome, []).append(push_id)
     for outcome, ids in by_outcome.items():
         for start in range(0, len(ids), _KEYS_PER_STATEMENT):
-            session.execute(
-                update(Push)
-                .where(Push.id.in_(ids[start : start + _KEYS_PER_STATEMENT]))
-                .values(processed_at=now, outcome=outcome)
-                .execution_options(synchronize_session=False)
-            )
+            chunk = ids[start : start + _KEYS_PER_STATEMENT]
+            connection.execute(_MARK, {"ids": chunk, "at": now, "result": outcome})
     values: dict[str, Any] = {}
     if state.applied_sequence != row.applied_sequence:
         values.update(
@@ -470,7 +491,7 @@ def apply_cluster(
     if received is not None and (row.last_seen is None or as_utc(row.last_seen) < received):
         values["last_seen"] = received
     if values:
-        session.execute(update(clusters).where(clusters.c.id == cluster_id).values(**values))
+        connection.execute(update(_CLUSTERS).where(_CLUSTERS.c.id == cluster_id).values(**values))
     for push_id in wanted:
         if push_id not in outcomes:
             outcome = marks.get(push_id, NOT_YET)
@@ -478,16 +499,16 @@ def apply_cluster(
     return outcomes
 
 
-def _bodies(session: Session, push_ids: list[int]) -> dict[int, bytes]:
+def _bodies(connection: Connection, push_ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
         chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
-        for push_id, body in session.execute(select(Push.id, Push.body_gzip).where(Push.id.in_(chunk))):
+        for push_id, body in connection.execute(_BODIES, {"ids": chunk}):
             out[push_id] = body
     return out
 
 
-def _apply_one(session: Session, cluster_id: str, state: _Applying, push: _Pending, stored: bytes) -> str:
+def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes) -> str:
     """Apply one push of the chain to `state` (a delta's changes are folded, written later); its
     outcome, as stored on the push (NOT_YET: a delta whose base is not applied)."""
     try:
@@ -501,8 +522,8 @@ def _apply_one(session: Session, cluster_id: str, state: _Applying, push: _Pendi
         if objects is not None:
             if applied is not None and objects.sequence < applied:
                 return "stale"
-            _write_changes(session, cluster_id, state)
-            _replace_objects(session, cluster_id, state, objects)
+            _write_changes(cluster_id, state)
+            _replace_objects(cluster_id, state, objects)
             state.applied_sequence = objects.sequence
             return "applied"
     except (orjson.JSONDecodeError, ValueError) as error:
@@ -525,62 +546,42 @@ def _apply_one(session: Session, cluster_id: str, state: _Applying, push: _Pendi
     return "applied"
 
 
-def _object_keys(keys: list[pushbody.Key]) -> Iterator[list[pushbody.Key]]:
-    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
-        yield keys[start : start + _KEYS_PER_STATEMENT]
-
-
-def _delete_objects(session: Session, cluster_id: str, state: _Applying, keys: list[pushbody.Key]) -> None:
+def _delete_objects(cluster_id: str, state: _Applying, keys: list[pushbody.Key]) -> None:
     """Delete the rows of `keys` that exist, counting the nodes and pods among them."""
-    for batch in _object_keys(keys):
-        deleted = session.scalars(
-            delete(ClusterObject)
-            .where(
-                ClusterObject.cluster_id == cluster_id,
-                tuple_(ClusterObject.kind, ClusterObject.namespace, ClusterObject.name).in_(batch),
-            )
-            .returning(ClusterObject.kind)
-            .execution_options(synchronize_session=False)
-        )
-        for kind in deleted:
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+        chunk = keys[start : start + _KEYS_PER_STATEMENT]
+        for kind in state.connection.scalars(_DELETE_OBJECTS, {"cluster": cluster_id, "keys": chunk}):
             state.count(kind, -1)
 
 
-def _insert_objects(session: Session, state: _Applying, rows: list[dict[str, Any]]) -> None:
+def _insert_objects(state: _Applying, rows: list[dict[str, Any]]) -> None:
     if rows:
-        session.execute(insert(_OBJECTS), rows)
+        state.connection.execute(_INSERT_OBJECTS, rows)
         for row in rows:
             state.count(row["kind"], 1)
 
 
-def _write_changes(session: Session, cluster_id: str, state: _Applying) -> None:
+def _write_changes(cluster_id: str, state: _Applying) -> None:
     """Write the folded delta changes: the changed objects' rows go (one statement per batch of keys),
     and their new rows come in one insert, with no digest (a delta's objects are not raw JSON)."""
     if not state.changes:
         return
-    _delete_objects(session, cluster_id, state, list(state.changes))
+    _delete_objects(cluster_id, state, list(state.changes))
     rows = [
         {"cluster_id": cluster_id, "kind": k, "namespace": ns, "name": n, "body": body, "digest": None}
         for (k, ns, n), body in state.changes.items()
         if body is not None
     ]
-    _insert_objects(session, state, rows)
+    _insert_objects(state, rows)
     state.changes = {}
 
 
-def _replace_objects(
-    session: Session, cluster_id: str, state: _Applying, snapshot: pushbody.SnapshotObjects
-) -> None:
+def _replace_objects(cluster_id: str, state: _Applying, snapshot: pushbody.SnapshotObjects) -> None:
     """Make the stored objects the snapshot's, writing only what differs: rows of objects it does not
     hold go, rows whose digest differs from the object's are written again, new objects come."""
-    objects = _OBJECTS.c
     stored = {
         (kind, namespace, name): digest
-        for kind, namespace, name, digest in session.execute(
-            select(objects.kind, objects.namespace, objects.name, objects.digest).where(
-                objects.cluster_id == cluster_id
-            )
-        )
+        for kind, namespace, name, digest in state.connection.execute(_DIGESTS, {"cluster": cluster_id})
     }
     changed = [
         key
@@ -600,12 +601,10 @@ def _replace_objects(
         for key in changed
     ]
     gone = [key for key in stored if key not in snapshot.objects]
-    _delete_objects(session, cluster_id, state, gone + [key for key in changed if key in stored])
-    _insert_objects(session, state, rows)
+    _delete_objects(cluster_id, state, gone + [key for key in changed if key in stored])
+    _insert_objects(state, rows)
 
 
-# The objects' table, for Core statements (no ORM bookkeeping for thousands of rows).
-_OBJECTS = ClusterObject.metadata.tables[ClusterObject.__tablename__]
 # Object keys named in one DELETE (three parameters each: well within SQLite's and PostgreSQL's limits).
 _KEYS_PER_STATEMENT = 500
 
