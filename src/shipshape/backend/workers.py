@@ -1,11 +1,13 @@
-"""Workers: take a queued push, apply it to the cluster's stored state in one transaction, ack.
+"""Workers: take the queued pushes waiting together, apply each cluster's in one transaction, ack.
 
 A push is applied exactly once whatever the queue does (the push row records that it was processed,
-in the same transaction as its effect), so redelivery after a crash is harmless. A delta that arrives
+in the same transaction as its effect, and its message is acknowledged after the commit), so
+redelivery after a crash is harmless. A delta that arrives
 before the push it follows is handed back for later. The sweep re-queues pushes that were stored but
 never queued (the API process died between its commit and its publish), and retention removes raw
 pushes once processed and old. After applying a push, the workers also write the cluster's time
-series point of the minute (`series.py`), and the sweep keeps the series' retention.
+series point of the minute (`series.py`, in the analyses' thread, not in the consumer's), and the
+sweep keeps the series' retention.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
+from shipshape.backend import series as series_points
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
@@ -71,6 +75,9 @@ class Workers:
     _deferred: dict[str, float] = field(default_factory=dict)
     # Clusters whose state changed since `deferred` last offered them an efficiency analysis.
     _usage_wanted: set[str] = field(default_factory=set)
+    # Clusters with a push applied, and the minutes they were applied in, whose series point
+    # `deferred` has not written yet.
+    _series_wanted: dict[str, set[datetime]] = field(default_factory=dict)
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,12 +147,15 @@ class Workers:
         # Superseded: a newer snapshot was applied in its place.
         if any(outcome in ("applied", "superseded") for outcome in outcomes.values()):
             self.analysis_wanted(cluster_id)
-            # The minute's point is of the state its first push left (taken here, at most once a
-            # minute); the efficiency analysis, seconds long, runs in `deferred`.
-            if self.series is not None:
-                self.series.record_if_due(cluster_id)
+            # The minute's series point and the efficiency analysis run in `deferred`: the point reads
+            # and summarises the whole state (a good part of a second for 3,000 pods), and in the
+            # consumer it held up the acks of the whole batch, and the memory of one parsed state per
+            # apply thread at once (each cluster's first push of a minute).
+            minute = series_points.floor(self.now(), series_points.MINUTE)
             with self._inflight_lock:
                 self._usage_wanted.add(cluster_id)
+                if self.series is not None:
+                    self._series_wanted.setdefault(cluster_id, set()).add(minute)
         return verdicts
 
     def analysis_wanted(self, cluster_id: str) -> None:
@@ -259,17 +269,17 @@ class Workers:
         return [cluster_id for _, cluster_id in due]
 
     async def deferred(self) -> None:
-        """Run the analyses asked for (`analysis_wanted`) once they fall due, and the efficiency
-        analyses of changed clusters (each rate-limited itself), one at a time: none of it holds up a
-        consumer."""
+        """Run the analyses asked for (`analysis_wanted`) once they fall due, the series points of the
+        clusters that had a push applied (the spot analyses that fall due meanwhile go first: they
+        decide how soon a finding is listed), and the efficiency analyses of changed clusters (each
+        rate-limited itself), one at a time: none of it holds up a consumer."""
         while True:
             with self._inflight_lock:
                 self.metrics.analyses_waiting.set(len(self._deferred))
-            for cluster_id in self.deferred_due():
-                try:
-                    await self._in_analysis_thread(self.analyze_if_due, cluster_id)
-                except Exception:  # the database is away: the next push analyzes again
-                    LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            await self._due_analyses()
+            while (wanted := self._next_series_point()) is not None:
+                await self._in_analysis_thread(self._record_series, *wanted)
+                await self._due_analyses()
             with self._inflight_lock:
                 changed, self._usage_wanted = self._usage_wanted, set()
             for cluster_id in sorted(changed):
@@ -277,19 +287,43 @@ class Workers:
                 await self._in_analysis_thread(self.analyze_usage_if_due, cluster_id)
             await asyncio.sleep(0.1)
 
-    async def _in_analysis_thread(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
-        """`analyze(cluster_id)` in the analyses' own thread: in the default executor, shared with the
+    async def _due_analyses(self) -> None:
+        for cluster_id in self.deferred_due():
+            try:
+                await self._in_analysis_thread(self.analyze_if_due, cluster_id)
+            except Exception:  # the database is away: the next push analyzes again
+                LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+
+    def _next_series_point(self) -> tuple[str, datetime] | None:
+        """A cluster and a minute whose series point is wanted (the oldest minute first)."""
+        with self._inflight_lock:
+            if not self._series_wanted:
+                return None
+            cluster_id, minutes = next(iter(self._series_wanted.items()))
+            minute = min(minutes)
+            minutes.discard(minute)
+            if not minutes:
+                del self._series_wanted[cluster_id]
+        return cluster_id, minute
+
+    def _record_series(self, cluster_id: str, minute: datetime) -> bool:
+        """The cluster's point of `minute` unless written (logs its own failures)."""
+        assert self.series is not None
+        return self.series.record_if_due(cluster_id, minute)
+
+    async def _in_analysis_thread(self, analyze: Callable[..., bool], *args: Any) -> bool:
+        """`analyze(*args)` in the analyses' own thread: in the default executor, shared with the
         consumers' applies, each analysis waited behind every job of the batches they had fetched."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, cluster_id)
+        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, *args)
 
-    def _counted(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
-        """`analyze(cluster_id)` counted in flight: a stop waits for its transaction (a cancelled task
+    def _counted(self, analyze: Callable[..., bool], *args: Any) -> bool:
+        """`analyze(*args)` counted in flight: a stop waits for its transaction (a cancelled task
         does not stop its thread) before the database is closed."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return analyze(cluster_id)
+            return analyze(*args)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
