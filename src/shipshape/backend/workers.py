@@ -132,8 +132,11 @@ class Workers:
             raise
         self.metrics.apply_seconds.observe(time.perf_counter() - started)
         verdicts = []
+        seen: set[int] = set()
         for job in jobs:
-            outcome = outcomes[job.push_id]
+            # A push named twice (its job and the sweep's) is applied once: the second is a duplicate.
+            outcome = "duplicate" if job.push_id in seen else outcomes[job.push_id]
+            seen.add(job.push_id)
             if outcome == repo.NOT_YET:
                 # A delta that arrived before the push it follows: the queue delivers it again later.
                 LOG.debug("push %s follows a push not applied yet", job.push_id)

@@ -159,3 +159,31 @@ async def test_a_worker_killed_after_committing_a_batch_before_acking_it_applies
             finally:
                 await backend.queue.close()
                 backend.engine.dispose()
+
+
+@pytest.mark.integration
+async def test_a_push_named_twice_in_one_batch_is_applied_once() -> None:
+    """Its own job and the sweep's in one batch: one transaction applies the push, the other job
+    counts as a duplicate, and both are done."""
+    import gzip
+
+    import orjson
+
+    with postgres_database() as db:
+        backend = await service.build(BackendSettings(db=db))
+        try:
+            with backend.transaction() as session:
+                org, _ = repo.create_organization(session, "acme", backend.now())
+                cluster, _ = repo.create_cluster(session, org.id, "prod", backend.now())
+                body = gzip.compress(orjson.dumps(snapshot(1, 1, 2)))
+                recorded = repo.record_push(
+                    session, cluster.id, "k1", "shipshape.dev/snapshot/v1", 1, body, backend.now()
+                )
+            workers = service.workers_for(backend, WorkerMetrics())
+            jobs = [Job(recorded.push_id, cluster.id, "m1"), Job(recorded.push_id, cluster.id, "sweep:1")]
+            assert await workers.handle_batch(jobs) == [Verdict.DONE, Verdict.DONE]
+            assert workers.processed == 1
+            assert workers.metrics.messages.labels("duplicate")._value.get() == 1
+        finally:
+            await backend.queue.close()
+            backend.engine.dispose()
