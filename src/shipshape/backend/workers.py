@@ -96,10 +96,6 @@ class Workers:
     apply_threads: int = 12
     _apply_threads: ThreadPoolExecutor | None = None
 
-    def apply(self, job: Job) -> Verdict:
-        """Apply one push (blocking: runs in a thread)."""
-        return self.apply_cluster([job])[0]
-
     def apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
         """Apply the pushes of `jobs`, all of one cluster, in one transaction (with whatever else of the
         cluster is ready: `repository.apply_cluster`); a verdict per job (blocking: runs in a thread).
@@ -330,9 +326,6 @@ class Workers:
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
-
-    async def handle(self, job: Job) -> Verdict:
-        return (await self.handle_batch([job]))[0]
 
     async def handle_batch(self, jobs: list[Job]) -> list[Verdict]:
         """The jobs the queue handed over together: each cluster's in one transaction (`apply_cluster`),
