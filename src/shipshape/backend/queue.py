@@ -65,6 +65,8 @@ class Verdict(Enum):
 
 
 Handler = Callable[[Job], Awaitable[Verdict]]
+# Takes the jobs waiting together and returns a verdict for each, in their order.
+BatchHandler = Callable[[list[Job]], Awaitable[list[Verdict]]]
 
 
 class WorkQueue(Protocol):
@@ -72,6 +74,11 @@ class WorkQueue(Protocol):
 
     async def consume(self, handler: Handler) -> None:
         """Hand each job to `handler` until cancelled."""
+        ...
+
+    async def consume_batches(self, handler: BatchHandler) -> None:
+        """Hand the jobs waiting together (up to the queue's batch size) to `handler` at once, until
+        cancelled: the workers apply the pushes of one cluster that wait together in one transaction."""
         ...
 
     async def pending(self) -> int:
@@ -84,9 +91,10 @@ class WorkQueue(Protocol):
 class MemoryQueue:
     """In-process queue: jobs die with the process (the workers' sweep finds their pushes again)."""
 
-    def __init__(self, retry_delay: float = 0.5) -> None:
+    def __init__(self, retry_delay: float = 0.5, batch: int = 32) -> None:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self.retry_delay = retry_delay
+        self.batch = batch
         self._later: set[asyncio.Task[None]] = set()
         self._handling = 0
 
@@ -108,6 +116,26 @@ class MemoryQueue:
         except Exception:
             LOG.exception("job %s failed; retrying", job.message_id)
             verdict = Verdict.RETRY
+        self._settle(job, verdict)
+
+    async def consume_batches(self, handler: BatchHandler) -> None:
+        while True:
+            jobs = [await self._queue.get()]
+            while len(jobs) < self.batch and not self._queue.empty():
+                jobs.append(self._queue.get_nowait())
+            self._handling += len(jobs)
+            try:
+                try:
+                    verdicts = await handler(jobs)
+                except Exception:
+                    LOG.exception("%d jobs failed; retrying", len(jobs))
+                    verdicts = [Verdict.RETRY] * len(jobs)
+                for job, verdict in zip(jobs, verdicts, strict=True):
+                    self._settle(job, verdict)
+            finally:
+                self._handling -= len(jobs)
+
+    def _settle(self, job: Job, verdict: Verdict) -> None:
         if verdict is Verdict.RETRY:
             task = asyncio.create_task(self._again(job))
             self._later.add(task)
@@ -210,16 +238,46 @@ class NatsQueue:
 
     async def _handle(self, message: Any, handler: Handler) -> None:
         try:
-            metadata = message.metadata
-            job = dataclasses.replace(
-                Job.decode(message.data),
-                deliveries=int(metadata.num_delivered or 1),
-                queued_at=metadata.timestamp.timestamp() if metadata.timestamp is not None else None,
-            )
-            verdict = await handler(job)
+            verdict = await handler(self._job(message))
         except Exception:
             LOG.exception("job failed; NATS will deliver it again")
             verdict = Verdict.RETRY
+        await self._settle(message, verdict)
+
+    async def consume_batches(self, handler: BatchHandler) -> None:
+        """The messages of a fetch at once; each is acknowledged after `handler` (its commit) returned,
+        so a worker killed in between leaves all of them to be delivered again (and found processed)."""
+        subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
+        while True:
+            try:
+                messages = await subscription.fetch(self.batch, timeout=1.0)
+            except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
+                continue
+            jobs, taken = [], []
+            for message in messages:
+                try:
+                    jobs.append(self._job(message))
+                    taken.append(message)
+                except Exception:
+                    LOG.exception("undecodable job; NATS will deliver it again")
+                    await self._settle(message, Verdict.RETRY)
+            try:
+                verdicts = await handler(jobs) if jobs else []
+            except Exception:
+                LOG.exception("%d jobs failed; NATS will deliver them again", len(jobs))
+                verdicts = [Verdict.RETRY] * len(jobs)
+            await asyncio.gather(*(self._settle(m, v) for m, v in zip(taken, verdicts, strict=True)))
+
+    @staticmethod
+    def _job(message: Any) -> Job:
+        metadata = message.metadata
+        return dataclasses.replace(
+            Job.decode(message.data),
+            deliveries=int(metadata.num_delivered or 1),
+            queued_at=metadata.timestamp.timestamp() if metadata.timestamp is not None else None,
+        )
+
+    async def _settle(self, message: Any, verdict: Verdict) -> None:
         if verdict is Verdict.DONE:
             await message.ack()
         else:

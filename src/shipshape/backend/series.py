@@ -4,9 +4,10 @@ allocatable.
 
 A point is the dashboard's own summary (`summary.summarize`) of the stored state and of the nodes'
 usage in the newest usage slot (`node_usage_now`), so the series and the cluster page never
-disagree. The workers write one after applying a push, at most once a minute per cluster, at the
-start of that minute; the (cluster, minute) key makes a second write, from this process or another,
-a no-op. Minutes without an applied push have no point.
+disagree. The workers write one for each minute in which they applied a push to the cluster, at the
+start of that minute, of the state when they take it (in their analyses' thread, soon after the
+push); the (cluster, minute) key makes a second write, from this process or another, a no-op.
+Minutes without an applied push have no point.
 
 Retention: minute points older than `minute_window` are averaged into one point an hour; hourly
 points older than `retention` are deleted. Readers ask for a step (a multiple of a minute) and get
@@ -153,10 +154,11 @@ class Recorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pruned_at: datetime | None = None
 
-    def record_if_due(self, cluster_id: str) -> bool:
-        """Write the cluster's point for the current minute unless there is one (blocking: called
-        from a worker's thread). Failures are logged, and the next push of the minute tries again."""
-        minute = floor(self.now(), MINUTE)
+    def record_if_due(self, cluster_id: str, at: datetime | None = None) -> bool:
+        """Write the cluster's point for the minute of `at` (default: now) unless there is one
+        (blocking: called from a worker's thread). Failures are logged, and the next push of the
+        minute tries again."""
+        minute = floor(self.now() if at is None else at, MINUTE)
         with self._lock:
             if self._minute.get(cluster_id) == minute:
                 return False
@@ -182,10 +184,10 @@ class Recorder:
 
     def record(self, session: Session, cluster_id: str, at: datetime) -> bool:
         """Store the cluster's point at `at` from its stored state and current node usage; False if one
-        is there already (written by another worker process: then nothing is read or computed, as
-        the summary of a 3,000-pod cluster takes a good part of a second)."""
-        if store.has_point(session, cluster_id, at, MINUTE):
-            return False
+        is there already or another worker process is computing it (then nothing is read or
+        computed, as the summary of a 3,000-pod cluster takes a good part of a second)."""
+        if not store.claim_point(session, cluster_id, at) or store.has_point(session, cluster_id, at, MINUTE):
+            return False  # another process computes it now, or wrote it
         org_id = repo.cluster_org(session, cluster_id)
         objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in summary.KINDS}
         used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)

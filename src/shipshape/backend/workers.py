@@ -1,11 +1,13 @@
-"""Workers: take a queued push, apply it to the cluster's stored state in one transaction, ack.
+"""Workers: take the queued pushes waiting together, apply each cluster's in one transaction, ack.
 
 A push is applied exactly once whatever the queue does (the push row records that it was processed,
-in the same transaction as its effect), so redelivery after a crash is harmless. A delta that arrives
+in the same transaction as its effect, and its message is acknowledged after the commit), so
+redelivery after a crash is harmless. A delta that arrives
 before the push it follows is handed back for later. The sweep re-queues pushes that were stored but
 never queued (the API process died between its commit and its publish), and retention removes raw
 pushes once processed and old. After applying a push, the workers also write the cluster's time
-series point of the minute (`series.py`), and the sweep keeps the series' retention.
+series point of the minute (`series.py`, in the analyses' thread, not in the consumer's), and the
+sweep keeps the series' retention.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shipshape.backend import analysis
+from shipshape.backend import series as series_points
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
@@ -71,6 +75,9 @@ class Workers:
     _deferred: dict[str, float] = field(default_factory=dict)
     # Clusters whose state changed since `deferred` last offered them an efficiency analysis.
     _usage_wanted: set[str] = field(default_factory=set)
+    # Clusters with a push applied, and the minutes they were applied in, whose series point
+    # `deferred` has not written yet.
+    _series_wanted: dict[str, set[datetime]] = field(default_factory=dict)
     # Jobs being applied in worker threads (a cancelled task does not stop its thread).
     _inflight: int = 0
     _inflight_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -89,44 +96,66 @@ class Workers:
     apply_threads: int = 12
     _apply_threads: ThreadPoolExecutor | None = None
 
-    def apply(self, job: Job) -> Verdict:
-        """Apply one push (blocking: runs in a thread)."""
+    def apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
+        """Apply the pushes of `jobs`, all of one cluster, in one transaction (with whatever else of the
+        cluster is ready: `repository.apply_cluster`); a verdict per job (blocking: runs in a thread).
+        The jobs are acknowledged only after the commit: a worker killed before it leaves them to be
+        delivered again, and the pushes' marks, committed with their effect, make that a no-op."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return self._apply(job)
+            return self._apply_cluster(jobs)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
 
-    def _apply(self, job: Job) -> Verdict:
+    def _apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
+        cluster_id = jobs[0].cluster_id
         with self._inflight_lock:
-            lock = self._apply_locks.setdefault(job.cluster_id, threading.Lock())
+            lock = self._apply_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
         try:
             with lock, self.sessions.begin() as session:
-                outcome = repo.apply_pushes(session, job.push_id, self.now(), self.efficiency.step_seconds)
-        except repo.NotYet as waiting:
-            LOG.debug("push %s: %s", job.push_id, waiting)
-            self.metrics.messages.labels("retry").inc()
-            return Verdict.RETRY
+                outcomes = repo.apply_cluster(
+                    session,
+                    cluster_id,
+                    [job.push_id for job in jobs],
+                    self.now(),
+                    self.efficiency.step_seconds,
+                )
         except Exception:
-            self.metrics.messages.labels("failed").inc()
+            self.metrics.messages.labels("failed").inc(len(jobs))
             raise
         self.metrics.apply_seconds.observe(time.perf_counter() - started)
-        self.metrics.messages.labels(outcome).inc()
-        self.processed += outcome == "applied"
-        LOG.debug("push %s of cluster %s: %s", job.push_id, job.cluster_id, outcome)
+        verdicts = []
+        seen: set[int] = set()
+        for job in jobs:
+            # A push named twice (its job and the sweep's) is applied once: the second is a duplicate.
+            outcome = "duplicate" if job.push_id in seen else outcomes[job.push_id]
+            seen.add(job.push_id)
+            if outcome == repo.NOT_YET:
+                # A delta that arrived before the push it follows: the queue delivers it again later.
+                LOG.debug("push %s follows a push not applied yet", job.push_id)
+                self.metrics.messages.labels("retry").inc()
+                verdicts.append(Verdict.RETRY)
+                continue
+            self.metrics.messages.labels(outcome).inc()
+            self.processed += outcome == "applied"
+            LOG.debug("push %s of cluster %s: %s", job.push_id, cluster_id, outcome)
+            verdicts.append(Verdict.DONE)
         # Superseded: a newer snapshot was applied in its place.
-        if outcome in ("applied", "superseded"):
-            self.analysis_wanted(job.cluster_id)
-            # The minute's point is of the state its first push left (taken here, at most once a
-            # minute); the efficiency analysis, seconds long, runs in `deferred`.
-            if self.series is not None:
-                self.series.record_if_due(job.cluster_id)
+        if any(outcome in ("applied", "superseded") for outcome in outcomes.values()):
+            self.analysis_wanted(cluster_id)
+            # The minute's series point and the efficiency analysis run in `deferred`: the point reads
+            # and summarises the whole state (a good part of a second for 3,000 pods), and in the
+            # consumer it held up the acks of the whole batch, and the memory of one parsed state per
+            # apply thread at once (each cluster's first push of a minute).
+            minute = series_points.floor(self.now(), series_points.MINUTE)
             with self._inflight_lock:
-                self._usage_wanted.add(job.cluster_id)
-        return Verdict.DONE
+                self._usage_wanted.add(cluster_id)
+                if self.series is not None:
+                    self._series_wanted.setdefault(cluster_id, set()).add(minute)
+        return verdicts
 
     def analysis_wanted(self, cluster_id: str) -> None:
         """The cluster's state changed: its analysis runs once `analysis_seconds` have passed since the
@@ -239,17 +268,17 @@ class Workers:
         return [cluster_id for _, cluster_id in due]
 
     async def deferred(self) -> None:
-        """Run the analyses asked for (`analysis_wanted`) once they fall due, and the efficiency
-        analyses of changed clusters (each rate-limited itself), one at a time: none of it holds up a
-        consumer."""
+        """Run the analyses asked for (`analysis_wanted`) once they fall due, the series points of the
+        clusters that had a push applied (the spot analyses that fall due meanwhile go first: they
+        decide how soon a finding is listed), and the efficiency analyses of changed clusters (each
+        rate-limited itself), one at a time: none of it holds up a consumer."""
         while True:
             with self._inflight_lock:
                 self.metrics.analyses_waiting.set(len(self._deferred))
-            for cluster_id in self.deferred_due():
-                try:
-                    await self._in_analysis_thread(self.analyze_if_due, cluster_id)
-                except Exception:  # the database is away: the next push analyzes again
-                    LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            await self._due_analyses()
+            while (wanted := self._next_series_point()) is not None:
+                await self._in_analysis_thread(self._record_series, *wanted)
+                await self._due_analyses()
             with self._inflight_lock:
                 changed, self._usage_wanted = self._usage_wanted, set()
             for cluster_id in sorted(changed):
@@ -257,31 +286,76 @@ class Workers:
                 await self._in_analysis_thread(self.analyze_usage_if_due, cluster_id)
             await asyncio.sleep(0.1)
 
-    async def _in_analysis_thread(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
-        """`analyze(cluster_id)` in the analyses' own thread: in the default executor, shared with the
+    async def _due_analyses(self) -> None:
+        for cluster_id in self.deferred_due():
+            try:
+                await self._in_analysis_thread(self.analyze_if_due, cluster_id)
+            except Exception:  # the database is away: the next push analyzes again
+                LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+
+    def _next_series_point(self) -> tuple[str, datetime] | None:
+        """A cluster and a minute whose series point is wanted (the oldest minute first)."""
+        with self._inflight_lock:
+            if not self._series_wanted:
+                return None
+            cluster_id, minutes = next(iter(self._series_wanted.items()))
+            minute = min(minutes)
+            minutes.discard(minute)
+            if not minutes:
+                del self._series_wanted[cluster_id]
+        return cluster_id, minute
+
+    def _record_series(self, cluster_id: str, minute: datetime) -> bool:
+        """The cluster's point of `minute` unless written (logs its own failures)."""
+        assert self.series is not None
+        return self.series.record_if_due(cluster_id, minute)
+
+    async def _in_analysis_thread(self, analyze: Callable[..., bool], *args: Any) -> bool:
+        """`analyze(*args)` in the analyses' own thread: in the default executor, shared with the
         consumers' applies, each analysis waited behind every job of the batches they had fetched."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, cluster_id)
+        return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, *args)
 
-    def _counted(self, analyze: Callable[[str], bool], cluster_id: str) -> bool:
-        """`analyze(cluster_id)` counted in flight: a stop waits for its transaction (a cancelled task
+    def _counted(self, analyze: Callable[..., bool], *args: Any) -> bool:
+        """`analyze(*args)` counted in flight: a stop waits for its transaction (a cancelled task
         does not stop its thread) before the database is closed."""
         with self._inflight_lock:
             self._inflight += 1
         try:
-            return analyze(cluster_id)
+            return analyze(*args)
         finally:
             with self._inflight_lock:
                 self._inflight -= 1
 
-    async def handle(self, job: Job) -> Verdict:
-        if job.deliveries > 1:
-            self.metrics.redelivered.inc()
-        if job.queued_at is not None:
-            self.metrics.queue_wait.observe(max(0.0, time.time() - job.queued_at))
-        if self._apply_threads is None:
-            return await asyncio.to_thread(self.apply, job)
-        return await asyncio.get_running_loop().run_in_executor(self._apply_threads, self.apply, job)
+    async def handle_batch(self, jobs: list[Job]) -> list[Verdict]:
+        """The jobs the queue handed over together: each cluster's in one transaction (`apply_cluster`),
+        the clusters side by side in the applies' threads. A cluster whose apply failed has its jobs
+        delivered again; the others' stand."""
+        now = time.time()
+        by_cluster: dict[str, list[Job]] = {}
+        for job in jobs:
+            if job.deliveries > 1:
+                self.metrics.redelivered.inc()
+            if job.queued_at is not None:
+                self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
+            by_cluster.setdefault(job.cluster_id, []).append(job)
+        loop = asyncio.get_running_loop()
+        groups = list(by_cluster.values())
+        results = await asyncio.gather(
+            *(loop.run_in_executor(self._apply_threads, self.apply_cluster, group) for group in groups),
+            return_exceptions=True,
+        )
+        verdicts: dict[int, Verdict] = {}
+        for group, result in zip(groups, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # cancelled
+                LOG.error("applying %d push(es) of cluster %s failed; retrying", len(group),
+                          group[0].cluster_id, exc_info=result)  # fmt: skip
+                result = [Verdict.RETRY] * len(group)
+            for job, verdict in zip(group, result, strict=True):
+                verdicts[id(job)] = verdict
+        return [verdicts[id(job)] for job in jobs]
 
     def sweep_once(self, grace: float | None = None) -> list[Job]:
         """Jobs for pushes stored more than `grace` seconds ago (default `sweep_seconds`: younger ones
@@ -348,7 +422,7 @@ class Workers:
         """`consumers` tasks taking jobs, plus the sweep, the deferred analyses and the queue lag
         gauge, until the context ends."""
         tasks = [
-            asyncio.create_task(self.queue.consume(self.handle), name=f"consumer-{n}")
+            asyncio.create_task(self.queue.consume_batches(self.handle_batch), name=f"consumer-{n}")
             for n in range(consumers)
         ]
         tasks.append(asyncio.create_task(self.sweep(), name="sweep"))

@@ -218,3 +218,170 @@ async def test_a_push_is_accepted_while_a_worker_holds_its_cluster() -> None:
                 accepted = await asyncio.wait_for(h.push(t.agent_token, snapshot(2, 1, 2)), 10)
                 assert accepted.status_code == 202
             await h.settled(t.cluster_id, 2)
+
+
+def _obj(kind: str, name: str, version: int) -> dict[str, object]:
+    metadata: dict[str, object] = {"name": name, "resourceVersion": str(version)}
+    if kind == "pods":
+        metadata["namespace"] = "shop"
+    return {"kind": kind, "metadata": metadata, "status": {"version": version}}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("seed", [1, 2])
+def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_url: str, seed: int) -> None:
+    """Differential: pushes applied in batches of any size (deltas folded, snapshots written as a
+    diff against the stored digests, node and pod counts kept by the writes) leave the state that
+    applying each push on its own to a model of the cluster gives, after every batch."""
+    import random
+    from datetime import UTC, datetime
+
+    from shipshape.backend.store import engine as store_engine
+
+    rng = random.Random(seed)
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC)
+    model: dict[tuple[str, str, str], dict[str, object]] = {}
+    version = 0
+
+    def key(kind: str, name: str) -> tuple[str, str, str]:
+        return (kind, "shop" if kind == "pods" else "", name)
+
+    def changed(kind: str, name: str) -> dict[str, object]:
+        nonlocal version
+        version += 1
+        return _obj(kind, name, version)
+
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster, _ = repo.create_cluster(session, org.id, "prod", now)
+            org_id, cluster_id = org.id, cluster.id
+        sequence = 0
+        for _batch in range(12):
+            bodies = []
+            for _ in range(rng.randint(1, 6)):
+                sequence += 1
+                if sequence == 1 or rng.random() < 0.25:
+                    # A snapshot: most objects as they are, some changed, some gone, some new.
+                    for k in list(model):
+                        if rng.random() < 0.2:
+                            del model[k]
+                        elif rng.random() < 0.2:
+                            model[k] = changed(k[0], k[2])
+                    for _ in range(rng.randint(0, 8)):
+                        kind = rng.choice(["nodes", "pods"])
+                        name = f"{kind[0]}{rng.randint(0, 40)}"
+                        model[key(kind, name)] = changed(kind, name)
+                    objects: dict[str, list[dict[str, object]]] = {"nodes": [], "pods": []}
+                    for (kind, _, _), obj in sorted(model.items()):
+                        objects[kind].append(obj)
+                    body = {
+                        "schema": "shipshape.dev/snapshot/v1",
+                        "sequence": sequence,
+                        "taken_at": now.isoformat(),
+                        "objects": objects,
+                    }
+                else:
+                    changes = []
+                    for _ in range(rng.randint(1, 10)):
+                        kind = rng.choice(["nodes", "pods"])
+                        name = f"{kind[0]}{rng.randint(0, 40)}"
+                        k = key(kind, name)
+                        if k in model and rng.random() < 0.3:
+                            changes.append(("DELETED", kind, model.pop(k)))
+                        else:
+                            kind_of = "MODIFIED" if k in model else "ADDED"
+                            model[k] = changed(kind, name)
+                            changes.append((kind_of, kind, model[k]))
+                    body = delta(sequence, sequence - 1, changes)
+                bodies.append(body)
+            with sessions.begin() as session:
+                ids = [
+                    repo.record_push(
+                        session,
+                        cluster_id,
+                        f"k{b['sequence']}",
+                        str(b["schema"]),
+                        int(b["sequence"]),  # type: ignore[call-overload]
+                        gzip.compress(orjson.dumps(b)),
+                        now,
+                    ).push_id
+                    for b in bodies
+                ]
+            named = rng.sample(ids, rng.randint(1, len(ids)))
+            with sessions.begin() as session:
+                outcomes = repo.apply_cluster(session, cluster_id, named, now)
+            assert set(outcomes) == set(named)
+            assert set(outcomes.values()) <= {"applied", "superseded"}
+            with sessions.begin() as session:
+                stored = {
+                    (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+                    for o in repo.cluster_objects(session, org_id, cluster_id)
+                }
+                row = session.get(repo.Cluster, cluster_id)
+                assert row is not None
+                counts = (row.applied_sequence, row.node_count, row.pod_count)
+                unprocessed = repo.unprocessed_pushes(session, datetime.now(UTC))
+            assert stored == model
+            nodes = sum(1 for k in model if k[0] == "nodes")
+            assert counts == (sequence, nodes, len(model) - nodes)
+            assert unprocessed == []
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.integration
+def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(database_url: str) -> None:
+    """A periodic snapshot of a cluster the deltas kept current writes no row, and the spot analysis
+    of the same objects is not due again; one that changes an object is."""
+    from datetime import UTC, datetime
+
+    from shipshape.backend.store import engine as store_engine
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC)
+
+    def push(session: object, cluster_id: str, body: dict[str, object]) -> int:
+        return repo.record_push(
+            session,  # type: ignore[arg-type]
+            cluster_id,
+            f"k{body['sequence']}",
+            str(body["schema"]),
+            int(body["sequence"]),  # type: ignore[call-overload]
+            gzip.compress(orjson.dumps(body)),
+            now,
+        ).push_id
+
+    def analysis_state(cluster_id: str) -> tuple[int | None, int | None]:
+        with sessions.begin() as session:
+            state = repo.lock_for_analysis(session, cluster_id)
+            return state.applied_sequence, state.analyzed_sequence
+
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster_id = repo.create_cluster(session, org.id, "prod", now)[0].id
+            first = snapshot(1, nodes=2, pods=3)
+            pushed = push(session, cluster_id, first)
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+            repo.mark_analyzed(session, cluster_id, now, 1)
+        with sessions.begin() as session:
+            pushed = push(session, cluster_id, {**first, "sequence": 2})
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+        assert analysis_state(cluster_id) == (2, 2)
+        changed = snapshot(3, nodes=2, pods=3)
+        changed["objects"]["pods"][0]["status"] = {"phase": "Failed"}
+        with sessions.begin() as session:
+            pushed = push(session, cluster_id, changed)
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [pushed], now) == {pushed: "applied"}
+        assert analysis_state(cluster_id) == (3, 2)
+    finally:
+        engine.dispose()

@@ -126,6 +126,8 @@ async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(datab
         t = h.tenant("acme")
         assert (await h.push(t.agent_token, state(1, pods=4))).status_code == 202
         await h.settled(t.cluster_id, 1)
+        # The point is taken soon after the push, apart from its apply (in the analyses' thread).
+        await points_once(h, t.cluster_id, 1)
         # Another push in the same minute: still one point, the minute's first.
         clock.moment = T0 + timedelta(seconds=30)
         changes = [("ADDED", "pods", pod("web-9", "spot-1"))]
@@ -364,3 +366,38 @@ async def test_retention_averages_old_minutes_into_hours_and_deletes_the_oldest(
             session.delete(repo.get_cluster(session, t.org_id, t.cluster_id))
         with h.backend.transaction() as session:
             assert session.scalar(select(func.count()).select_from(SeriesPoint)) == 0
+
+
+@pytest.mark.integration
+def test_a_point_another_process_is_computing_is_not_computed_again() -> None:
+    """On PostgreSQL a worker process claims the minute's point of a cluster while it computes it
+    (an advisory lock for its transaction): another process asking for the same point meanwhile gets
+    False without reading the cluster, and once the first is done, finds the point written."""
+    from shipshape.backend.store import engine as store_engine
+    from shipshape.backend.store import series as store
+    from tests.integration.backend.conftest import postgres_database
+
+    with postgres_database() as url:
+        engine = store_engine.create(url)
+        store_engine.migrate(engine)
+        sessions = store_engine.sessions(engine)
+        try:
+            with sessions.begin() as session:
+                org, _ = repo.create_organization(session, "acme", T0)
+                cluster_id = repo.create_cluster(session, org.id, "prod", T0)[0].id
+            minute = series.floor(T0, series.MINUTE)
+            recorder = series.Recorder(sessions, lambda: T0)
+            with sessions.begin() as first:
+                assert store.claim_point(first, cluster_id, minute)
+                with sessions.begin() as second:
+                    assert recorder.record(second, cluster_id, minute) is False
+                    assert not store.has_point(second, cluster_id, minute, series.MINUTE)  # not computed
+                    # another minute is not claimed
+                    assert store.claim_point(second, cluster_id, minute + timedelta(minutes=1))
+                recorder.record(first, cluster_id, minute)
+            with sessions.begin() as session:
+                assert session.scalar(select(func.count()).select_from(SeriesPoint)) == 1
+                assert recorder.record(session, cluster_id, minute) is False
+                assert session.scalar(select(func.count()).select_from(SeriesPoint)) == 1
+        finally:
+            engine.dispose()

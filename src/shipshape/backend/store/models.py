@@ -112,6 +112,9 @@ class ClusterObject(Base):
     namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     body: Mapped[dict[str, Any]]
+    # The digest of the JSON a snapshot wrote `body` from (`pushbody.digest`); NULL after a delta wrote
+    # it. A snapshot rewrites only the rows whose digest differs (`repository.apply_cluster`).
+    digest: Mapped[bytes | None] = mapped_column(LargeBinary(16))
 
 
 class SeriesPoint(Base):

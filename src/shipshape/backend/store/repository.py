@@ -4,19 +4,19 @@ reaches another tenant's rows."""
 
 from __future__ import annotations
 
-import gzip
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
-from shipshape.backend import auth
+from shipshape.backend import auth, pushbody
 from shipshape.backend import usage as usage_store
 from shipshape.backend.store.models import (
     AgentToken,
@@ -321,173 +321,292 @@ class NotYet(Exception):
     """A delta arrived before the push it follows: try again later (the queue redelivers)."""
 
 
+# The outcome of a job whose push is a delta that arrived before the push it follows.
+NOT_YET = "not-yet"
+
+
 def apply_pushes(session: Session, push_id: int, now: datetime, usage_step: int = 300) -> str:
-    """Apply the stored push `push_id`, and every other unprocessed push of its cluster that can be
-    applied now, in sequence order; returns the outcome for `push_id`. A usage report stands on its
-    own (no chain): it is merged into the cluster's usage series on slots of `usage_step` seconds.
+    """`apply_cluster` for one push: its outcome; NotYet when it is a delta whose base has not
+    arrived yet."""
+    cluster_id = session.scalar(select(Push.cluster_id).where(Push.id == push_id))
+    if cluster_id is None:
+        return "gone"  # removed by retention before it was processed
+    outcome = apply_cluster(session, cluster_id, [push_id], now, usage_step)[push_id]
+    if outcome == NOT_YET:
+        raise NotYet(f"push {push_id} follows a push not applied yet")
+    return outcome
+
+
+# Tables for Core statements: thousands of rows need no ORM bookkeeping.
+_CLUSTERS = Cluster.metadata.tables[Cluster.__tablename__]
+_PUSHES = Push.metadata.tables[Push.__tablename__]
+_OBJECTS = ClusterObject.metadata.tables[ClusterObject.__tablename__]
+_OBJECT_KEY = tuple_(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name)
+# The apply's statements, built once: building a statement (and its cache key) took about as much of
+# a worker's CPU per transaction as the database round trips did.
+# FOR NO KEY UPDATE (`key_share`), as every cluster lock here: it keeps the cluster's writers one at a
+# time, and lets the API insert pushes meanwhile (the foreign key check of an insert takes a KEY SHARE
+# lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply or analysis
+# in progress, the bench's accept rate with it).
+_LOCK_FOR_APPLY = (
+    select(
+        _CLUSTERS.c.applied_sequence,
+        _CLUSTERS.c.node_count,
+        _CLUSTERS.c.pod_count,
+        _CLUSTERS.c.last_seen,
+        _CLUSTERS.c.analyzed_sequence,
+    )
+    .where(_CLUSTERS.c.id == bindparam("cluster"))
+    .with_for_update(key_share=True)
+)
+_PENDING = (
+    select(_PUSHES.c.id, _PUSHES.c.sequence, _PUSHES.c.schema_name, _PUSHES.c.received_at)
+    .where(_PUSHES.c.cluster_id == bindparam("cluster"), _PUSHES.c.processed_at.is_(None))
+    .order_by(_PUSHES.c.sequence, _PUSHES.c.id)
+)
+_PRESENT = select(_PUSHES.c.id).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+_BODIES = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+_MARK = (
+    update(_PUSHES)
+    .where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
+    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
+)
+_DIGESTS = select(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name, _OBJECTS.c.digest).where(
+    _OBJECTS.c.cluster_id == bindparam("cluster")
+)
+_DELETE_OBJECTS = (
+    delete(_OBJECTS)
+    .where(_OBJECTS.c.cluster_id == bindparam("cluster"), _OBJECT_KEY.in_(bindparam("keys", expanding=True)))
+    .returning(_OBJECTS.c.kind)
+)
+_INSERT_OBJECTS = insert(_OBJECTS)
+
+
+@dataclass(slots=True)
+class _Pending:
+    id: int
+    sequence: int
+    schema_name: str
+    received_at: datetime
+
+
+@dataclass(slots=True)
+class _Applying:
+    """The cluster's row as an apply changes it (written back in one UPDATE)."""
+
+    connection: Connection
+    applied_sequence: int | None
+    node_count: int
+    pod_count: int
+    # Delta changes not written yet, the last one per object (None: deleted).
+    changes: dict[pushbody.Key, dict[str, Any] | None]
+    # Rows deleted or inserted so far: none means the stored objects are as they were.
+    written: int = 0
+
+    def count(self, kind: str, by: int) -> None:
+        self.written += 1
+        if kind == "nodes":
+            self.node_count += by
+        elif kind == "pods":
+            self.pod_count += by
+
+
+def apply_cluster(
+    session: Session, cluster_id: str, push_ids: Collection[int], now: datetime, usage_step: int = 300
+) -> dict[int, str]:
+    """Apply the stored pushes `push_ids` of the cluster, and every other unprocessed push of it that
+    can be applied now, in sequence order, in the caller's transaction; returns the outcome of each of
+    `push_ids`: `applied`, `superseded`, `stale`, `invalid`, `rejected` (a usage report), `duplicate`
+    (processed before), `gone` (removed by retention) or `not-yet` (a delta whose base has not
+    arrived: its job is tried again later). A usage report stands on its own (no chain): it is merged
+    into the cluster's usage series on slots of `usage_step` seconds.
 
     Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
-    the cluster's row lock applies what is ready in order, and a job whose push someone else already
-    applied is a `duplicate`; pushes older than a snapshot also waiting are `superseded` by it (not
-    applied: the snapshot holds their effect). NotYet: `push_id` is a delta whose base has not
-    arrived yet.
+    the cluster's row lock applies what is ready in order; pushes older than a snapshot also waiting
+    are `superseded` by it (not read: the snapshot holds their effect). The deltas applied are folded
+    into the last change of each object and written together (one DELETE and one INSERT for the
+    whole chain); a snapshot rewrites only the objects that changed (`pushbody`). The pushes' marks,
+    the cluster's sequence, counts and `last_seen` are a few statements for the whole batch: a worker
+    that takes the pushes of a cluster waiting together pays one transaction for them, not one each.
     """
-    # Bodies are read only for the pushes applied, all in one query.
-    push = session.get(Push, push_id, options=[defer(Push.body_gzip)])
-    if push is None:
-        return "gone"  # removed by retention before it was processed
-    if push.processed_at is not None:
-        return "duplicate"
-    _take_cluster_lock(session, push.cluster_id)
-    # FOR NO KEY UPDATE (`key_share`), as every cluster lock here: it keeps the cluster's writers one at
-    # a time, and lets the API insert pushes meanwhile (the foreign key check of an insert takes a KEY
-    # SHARE lock on the cluster's row, which FOR UPDATE blocked: every accept waited for the apply
-    # or analysis in progress, the bench's accept rate with it).
-    cluster = session.scalar(
-        select(Cluster).where(Cluster.id == push.cluster_id).with_for_update(key_share=True)
-    )
-    assert cluster is not None
-    session.refresh(push, ["processed_at"])
-    if push.processed_at is not None:
-        return "duplicate"  # applied by the worker that held the lock before us
-    if push.schema_name == USAGE_SCHEMA:
-        return _apply_usage(session, cluster, push, now, usage_step)
-    pending = session.scalars(
-        select(Push)
-        .options(defer(Push.body_gzip))
-        .where(Push.cluster_id == cluster.id, Push.processed_at.is_(None), Push.schema_name != USAGE_SCHEMA)
-        .order_by(Push.sequence, Push.id)
-    ).all()
-    # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
-    received = max((as_utc(p.received_at) for p in pending), default=None)
-    if received is not None and (cluster.last_seen is None or as_utc(cluster.last_seen) < received):
-        cluster.last_seen = received
+    wanted = set(push_ids)
+    _take_cluster_lock(session, cluster_id)
+    connection = session.connection()
+    row = connection.execute(_LOCK_FOR_APPLY, {"cluster": cluster_id}).first()
+    if row is None:
+        return dict.fromkeys(wanted, "gone")
+    state = _Applying(connection, row.applied_sequence, row.node_count or 0, row.pod_count or 0, {})
+    pending = [_Pending(*p) for p in connection.execute(_PENDING, {"cluster": cluster_id})]
+    outcomes: dict[int, str] = {}
+    waiting = {p.id for p in pending}
+    missing = wanted - waiting
+    if missing:
+        # Processed before (by the worker that held the lock before us), or removed by retention.
+        present = set(connection.scalars(_PRESENT, {"ids": sorted(missing)}))
+        outcomes.update({i: "duplicate" if i in present else "gone" for i in missing})
+    usage = [p for p in pending if p.schema_name == USAGE_SCHEMA and p.id in wanted]
+    chain = [p for p in pending if p.schema_name != USAGE_SCHEMA]
+    if not chain and not usage:
+        return outcomes
     # A snapshot replaces the whole state: the pushes before the newest one waiting are not applied
     # (an agent draining its spool, or a backlog of snapshots, costs one replacement, not one each).
-    newest = max((p.sequence for p in pending if p.schema_name == SNAPSHOT_SCHEMA), default=None)
-    bodies = _bodies(session, [p.id for p in pending if newest is None or p.sequence >= newest])
-    mine: str | None = None
-    for candidate in pending:
+    newest = max((p.sequence for p in chain if p.schema_name == SNAPSHOT_SCHEMA), default=None)
+    marks: dict[int, str] = {}
+    applying = []
+    for candidate in chain:
         if newest is not None and candidate.sequence < newest:
-            candidate.processed_at, candidate.outcome = now, "superseded"
-            if candidate.id == push.id:
-                mine = "superseded"
-            continue
-        try:
-            outcome = _apply_one(session, cluster, candidate, bodies[candidate.id], now)
-        except NotYet:
-            if candidate.id == push.id:
-                raise
-            continue
-        if candidate.id == push.id:
-            mine = outcome
-    if cluster.applied_sequence is not None:
-        cluster.node_count, cluster.pod_count = _counts(session, cluster.id)
-    assert mine is not None
-    return mine
+            marks[candidate.id] = "superseded"
+        else:
+            applying.append(candidate)
+    bodies = _bodies(connection, [p.id for p in applying] + [p.id for p in usage])
+    for candidate in applying:
+        outcome = _apply_one(cluster_id, state, candidate, bodies[candidate.id])
+        if outcome != NOT_YET:
+            marks[candidate.id] = outcome
+    _write_changes(cluster_id, state)
+    for report in usage:
+        marks[report.id] = _apply_usage(session, cluster_id, bodies[report.id], usage_step)
+    by_outcome: dict[str, list[int]] = {}
+    for push_id, outcome in marks.items():
+        by_outcome.setdefault(outcome, []).append(push_id)
+    for outcome, ids in by_outcome.items():
+        for start in range(0, len(ids), _KEYS_PER_STATEMENT):
+            chunk = ids[start : start + _KEYS_PER_STATEMENT]
+            connection.execute(_MARK, {"ids": chunk, "at": now, "result": outcome})
+    values: dict[str, Any] = {}
+    if state.applied_sequence != row.applied_sequence:
+        values.update(
+            applied_sequence=state.applied_sequence, node_count=state.node_count, pod_count=state.pod_count
+        )
+        if (
+            not state.written
+            and row.applied_sequence is not None
+            and row.analyzed_sequence == row.applied_sequence
+        ):
+            # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis
+            # of the state before stands for this one, and is not run again.
+            values["analyzed_sequence"] = state.applied_sequence
+    # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
+    received = max((as_utc(p.received_at) for p in pending), default=None)
+    if received is not None and (row.last_seen is None or as_utc(row.last_seen) < received):
+        values["last_seen"] = received
+    if values:
+        connection.execute(update(_CLUSTERS).where(_CLUSTERS.c.id == cluster_id).values(**values))
+    for push_id in wanted:
+        if push_id not in outcomes:
+            outcome = marks.get(push_id, NOT_YET)
+            outcomes[push_id] = "invalid" if outcome.startswith("invalid") else outcome.split(":")[0]
+    return outcomes
 
 
-def _bodies(session: Session, push_ids: list[int]) -> dict[int, bytes]:
+def _bodies(connection: Connection, push_ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
         chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
-        for push_id, body in session.execute(select(Push.id, Push.body_gzip).where(Push.id.in_(chunk))):
+        for push_id, body in connection.execute(_BODIES, {"ids": chunk}):
             out[push_id] = body
     return out
 
 
-def _apply_one(session: Session, cluster: Cluster, push: Push, body_gzip: bytes, now: datetime) -> str:
+def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes) -> str:
+    """Apply one push of the chain to `state` (a delta's changes are folded, written later); its
+    outcome, as stored on the push (NOT_YET: a delta whose base is not applied)."""
     try:
-        message = parse_push(orjson.loads(gzip.decompress(body_gzip)))
+        body = pushbody.inflate(stored)
+        objects = pushbody.read_snapshot(body) if push.schema_name == SNAPSHOT_SCHEMA else None
+        if objects is None:
+            message = parse_push(orjson.loads(body))
+            if isinstance(message, ClusterSnapshot):
+                objects = pushbody.snapshot_objects(message)
+        applied = state.applied_sequence
+        if objects is not None:
+            if applied is not None and objects.sequence < applied:
+                return "stale"
+            _write_changes(cluster_id, state)
+            _replace_objects(cluster_id, state, objects)
+            state.applied_sequence = objects.sequence
+            return "applied"
     except (orjson.JSONDecodeError, ValueError) as error:
         # The API validated it; a body that reads back otherwise (a number out of range in a field the
         # API's fast check skips) is set aside rather than retried for ever.
-        push.processed_at, push.outcome = now, f"invalid: {error}"[:256]
-        return "invalid"
-    applied = cluster.applied_sequence
-    if isinstance(message, ClusterSnapshot):
-        if applied is not None and message.sequence < applied:
-            outcome = "stale"
-        else:
-            _replace_objects(session, cluster.id, message)
-            outcome = "applied"
-    else:
-        if applied is not None and message.sequence <= applied:
-            outcome = "stale"
-        elif applied is None or message.base_sequence > applied:
-            raise NotYet(f"delta {message.sequence} follows {message.base_sequence}, applied: {applied}")
-        elif message.base_sequence < applied:
-            outcome = "stale"  # a snapshot newer than its base replaced the state already
-        else:
-            _apply_changes(session, cluster.id, message)
-            outcome = "applied"
-    if outcome == "applied":
-        cluster.applied_sequence = message.sequence
-    push.processed_at = now
-    push.outcome = outcome
-    return outcome
-
-
-def _replace_objects(session: Session, cluster_id: str, snapshot: ClusterSnapshot) -> None:
-    session.execute(delete(ClusterObject).where(ClusterObject.cluster_id == cluster_id))
-    rows = [
-        {
-            "cluster_id": cluster_id,
-            "kind": key.kind,
-            "namespace": key.namespace,
-            "name": key.name,
-            "body": body,
-        }
-        for key, body in snapshot.keyed().items()
-    ]
-    if rows:
-        session.execute(insert(ClusterObject), rows)
-
-
-def _apply_changes(session: Session, cluster_id: str, delta: ClusterDelta) -> None:
-    # Only the last change of each object matters: the changed objects' rows go in one statement per
-    # batch of keys, and their new rows in one insert.
-    last: dict[Any, Any] = {}
-    for change in delta.changes:
-        last[change.key()] = change
-    keys = [(key.kind, key.namespace, key.name) for key in last]
-    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
-        session.execute(
-            delete(ClusterObject).where(
-                ClusterObject.cluster_id == cluster_id,
-                tuple_(ClusterObject.kind, ClusterObject.namespace, ClusterObject.name).in_(
-                    keys[start : start + _KEYS_PER_STATEMENT]
-                ),
-            )
+        return f"invalid: {error}"[:256]
+    assert isinstance(message, ClusterDelta)
+    if applied is not None and message.sequence <= applied:
+        return "stale"
+    if applied is None or message.base_sequence > applied:
+        return NOT_YET
+    if message.base_sequence < applied:
+        return "stale"  # a snapshot newer than its base replaced the state already
+    for change in message.changes:
+        key = change.key()
+        state.changes[(key.kind, key.namespace, key.name)] = (
+            None if change.type == "DELETED" else change.object
         )
+    state.applied_sequence = message.sequence
+    return "applied"
+
+
+def _delete_objects(cluster_id: str, state: _Applying, keys: list[pushbody.Key]) -> None:
+    """Delete the rows of `keys` that exist, counting the nodes and pods among them."""
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+        chunk = keys[start : start + _KEYS_PER_STATEMENT]
+        for kind in state.connection.scalars(_DELETE_OBJECTS, {"cluster": cluster_id, "keys": chunk}):
+            state.count(kind, -1)
+
+
+def _insert_objects(state: _Applying, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        state.connection.execute(_INSERT_OBJECTS, rows)
+        for row in rows:
+            state.count(row["kind"], 1)
+
+
+def _write_changes(cluster_id: str, state: _Applying) -> None:
+    """Write the folded delta changes: the changed objects' rows go (one statement per batch of keys),
+    and their new rows come in one insert, with no digest (a delta's objects are not raw JSON)."""
+    if not state.changes:
+        return
+    _delete_objects(cluster_id, state, list(state.changes))
+    rows = [
+        {"cluster_id": cluster_id, "kind": k, "namespace": ns, "name": n, "body": body, "digest": None}
+        for (k, ns, n), body in state.changes.items()
+        if body is not None
+    ]
+    _insert_objects(state, rows)
+    state.changes = {}
+
+
+def _replace_objects(cluster_id: str, state: _Applying, snapshot: pushbody.SnapshotObjects) -> None:
+    """Make the stored objects the snapshot's, writing only what differs: rows of objects it does not
+    hold go, rows whose digest differs from the object's are written again, new objects come."""
+    stored = {
+        (kind, namespace, name): digest
+        for kind, namespace, name, digest in state.connection.execute(_DIGESTS, {"cluster": cluster_id})
+    }
+    changed = [
+        key
+        for key, obj in snapshot.objects.items()
+        if key not in stored or stored[key] is None or stored[key] != obj.digest
+    ]
+    # Parsed before anything is written: an object that does not read back makes the push invalid.
     rows = [
         {
             "cluster_id": cluster_id,
-            "kind": key.kind,
-            "namespace": key.namespace,
-            "name": key.name,
-            "body": change.object,
+            "kind": key[0],
+            "namespace": key[1],
+            "name": key[2],
+            "body": snapshot.objects[key].body(),
+            "digest": snapshot.objects[key].digest,
         }
-        for key, change in last.items()
-        if change.type != "DELETED"
+        for key in changed
     ]
-    if rows:
-        session.execute(insert(ClusterObject), rows)
+    gone = [key for key in stored if key not in snapshot.objects]
+    _delete_objects(cluster_id, state, gone + [key for key in changed if key in stored])
+    _insert_objects(state, rows)
 
 
 # Object keys named in one DELETE (three parameters each: well within SQLite's and PostgreSQL's limits).
 _KEYS_PER_STATEMENT = 500
-
-
-def _counts(session: Session, cluster_id: str) -> tuple[int, int]:
-    rows = dict(
-        session.execute(
-            select(ClusterObject.kind, func.count())
-            .where(ClusterObject.cluster_id == cluster_id, ClusterObject.kind.in_(("nodes", "pods")))
-            .group_by(ClusterObject.kind)
-        ).all()
-    )
-    return int(rows.get("nodes", 0)), int(rows.get("pods", 0))
 
 
 def unprocessed_pushes(session: Session, received_before: datetime, limit: int = 1000) -> list[int]:
@@ -528,27 +647,27 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, step: int) -> str:
-    """Merge one usage report into the cluster's summaries and series chunks (`backend/usage.py`)."""
-    report = parse_usage(orjson.loads(gzip.decompress(push.body_gzip)))
+def _apply_usage(session: Session, cluster_id: str, stored: bytes, step: int) -> str:
+    """Merge one usage report into the cluster's summaries and series chunks (`backend/usage.py`);
+    the outcome to store on its push."""
+    report = parse_usage(orjson.loads(pushbody.inflate(stored)))
     try:
         folded = usage_store.fold(report, step)
     except usage_store.UsageStoreError as error:
-        push.processed_at, push.outcome = now, f"rejected: {error}"[:256]
-        return "rejected"
+        return f"rejected: {error}"[:256]
     keys = set(folded.workloads)
     chunks = {
         usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
         for r in session.scalars(
             select(UsageSeriesChunk).where(
-                UsageSeriesChunk.cluster_id == cluster.id, UsageSeriesChunk.chunk_start == folded.chunk_start
+                UsageSeriesChunk.cluster_id == cluster_id, UsageSeriesChunk.chunk_start == folded.chunk_start
             )
         )
         if r.step_seconds == step
     }
     summaries = {
         usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
-        for r in session.scalars(select(UsageWorkload).where(UsageWorkload.cluster_id == cluster.id))
+        for r in session.scalars(select(UsageWorkload).where(UsageWorkload.cluster_id == cluster_id))
     }
     slot_start, bucket_end = _at(folded.slot_start), _at(folded.bucket_end)
     for key in sorted(keys):
@@ -559,7 +678,7 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
         if row is None:
             session.add(
                 UsageSeriesChunk(
-                    cluster_id=cluster.id,
+                    cluster_id=cluster_id,
                     namespace=key.namespace,
                     workload_kind=key.kind,
                     workload_name=key.workload,
@@ -575,7 +694,7 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
         if summary is None:
             session.add(
                 UsageWorkload(
-                    cluster_id=cluster.id,
+                    cluster_id=cluster_id,
                     namespace=key.namespace,
                     workload_kind=key.kind,
                     workload_name=key.workload,
@@ -603,7 +722,7 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
         r.node: r
         for r in session.scalars(
             select(UsageNodeChunk).where(
-                UsageNodeChunk.cluster_id == cluster.id, UsageNodeChunk.chunk_start == folded.chunk_start
+                UsageNodeChunk.cluster_id == cluster_id, UsageNodeChunk.chunk_start == folded.chunk_start
             )
         )
         if r.step_seconds == step
@@ -615,7 +734,7 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
         if node_row is None:
             session.add(
                 UsageNodeChunk(
-                    cluster_id=cluster.id,
+                    cluster_id=cluster_id,
                     node=name,
                     chunk_start=folded.chunk_start,
                     step_seconds=step,
@@ -625,18 +744,17 @@ def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, 
         else:
             node_row.body = chunk.to_bytes()
     if folded.gpus:
-        _apply_gpus(session, cluster, folded, step)
-    push.processed_at, push.outcome = now, "applied"
+        _apply_gpus(session, cluster_id, folded, step)
     session.flush()
     return "applied"
 
 
-def _apply_gpus(session: Session, cluster: Cluster, folded: usage_store.Folded, step: int) -> None:
+def _apply_gpus(session: Session, cluster_id: str, folded: usage_store.Folded, step: int) -> None:
     rows = {
         usage_store.WorkloadKey(r.namespace, r.workload_kind, r.workload_name): r
         for r in session.scalars(
             select(UsageGpuChunk).where(
-                UsageGpuChunk.cluster_id == cluster.id, UsageGpuChunk.chunk_start == folded.chunk_start
+                UsageGpuChunk.cluster_id == cluster_id, UsageGpuChunk.chunk_start == folded.chunk_start
             )
         )
         if r.step_seconds == step
@@ -648,7 +766,7 @@ def _apply_gpus(session: Session, cluster: Cluster, folded: usage_store.Folded, 
         if row is None:
             session.add(
                 UsageGpuChunk(
-                    cluster_id=cluster.id,
+                    cluster_id=cluster_id,
                     namespace=key.namespace,
                     workload_kind=key.kind,
                     workload_name=key.workload,

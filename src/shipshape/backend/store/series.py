@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -28,6 +28,18 @@ def add_points(session: Session, rows: Sequence[Mapping[str, Any]]) -> int:
     # No evaluation against the objects in the session (their times may be naive on SQLite).
     result = session.execute(statement, execution_options={"synchronize_session": False})
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def claim_point(session: Session, cluster_id: str, at: datetime) -> bool:
+    """Whether this transaction may compute the cluster's point at `at`: False, without waiting,
+    while another process's transaction computes it (a PostgreSQL advisory lock held until the
+    transaction ends). The worker processes take the same clusters' points at the start of each
+    minute, and both computed most of them before either had stored its own. SQLite serves one
+    process: always True there."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    key = func.hashtext(f"shipshape.series:{cluster_id}:{int(at.timestamp())}")
+    return bool(session.scalar(select(func.pg_try_advisory_xact_lock(key))))
 
 
 def has_point(session: Session, cluster_id: str, at: datetime, resolution: int) -> bool:
