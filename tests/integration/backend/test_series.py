@@ -315,6 +315,26 @@ async def test_the_api_averages_per_step_for_the_tenant_only(database_url: str) 
         assert {p["name"] for p in operation["parameters"]} >= {"cluster_id", "since", "until", "step"}
 
 
+async def test_adding_points_counts_the_new_ones_only(database_url: str) -> None:
+    clock = Clock(T0)
+    async with clocked(BackendSettings(db=database_url), clock) as h:
+        t = h.tenant("acme")
+        start = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+
+        def row(minute: int) -> dict[str, Any]:
+            figures: dict[str, Any] = {name: None for name in series.FIGURES} | {"nodes": 1.0, "pods": 1.0}
+            at = start + timedelta(minutes=minute)
+            return {"cluster_id": t.cluster_id, "at": at, "resolution_seconds": 60, **figures}
+
+        with h.backend.transaction() as session:
+            assert series.store.add_points(session, [row(0), row(1)]) == 2
+        with h.backend.transaction() as session:
+            # One stored already, one new: the count says what was written.
+            assert series.store.add_points(session, [row(1), row(2)]) == 1
+            assert series.store.add_points(session, [row(2)]) == 0
+        assert len(stored_points(h, t.cluster_id)) == 3
+
+
 async def test_retention_averages_old_minutes_into_hours_and_deletes_the_oldest(database_url: str) -> None:
     clock = Clock(T0)
     settings = BackendSettings(db=database_url, series_minute_days=1, series_retention_days=30)

@@ -24,10 +24,17 @@ def add_points(session: Session, rows: Sequence[Mapping[str, Any]]) -> int:
     if not rows:
         return 0
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    statement = insert(SeriesPoint).values(list(rows)).on_conflict_do_nothing(index_elements=list(KEY))
-    # No evaluation against the objects in the session (their times may be naive on SQLite).
+    statement = (
+        insert(SeriesPoint)
+        .values(list(rows))
+        .on_conflict_do_nothing(index_elements=list(KEY))
+        .returning(SeriesPoint.cluster_id)
+    )
+    # The rows inserted are counted from RETURNING: the ORM's bulk path reports no rowcount on
+    # PostgreSQL (-1). No evaluation against the objects in the session (their times may be naive
+    # on SQLite).
     result = session.execute(statement, execution_options={"synchronize_session": False})
-    return int(getattr(result, "rowcount", 0) or 0)
+    return len(result.all())
 
 
 def claim_point(session: Session, cluster_id: str, at: datetime) -> bool:
