@@ -4,7 +4,6 @@ reaches another tenant's rows."""
 
 from __future__ import annotations
 
-import gzip
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +31,7 @@ from shipshape.backend.store.models import (
     UsageSeriesChunk,
     UsageWorkload,
 )
+from shipshape.contracts import compression
 from shipshape.contracts.instructions import InstructionOutcome, Recommendation
 from shipshape.contracts.push import SNAPSHOT_SCHEMA, ClusterDelta, ClusterSnapshot, parse_push
 from shipshape.contracts.usage import USAGE_SCHEMA, parse_usage
@@ -398,7 +398,7 @@ def _bodies(session: Session, push_ids: list[int]) -> dict[int, bytes]:
 
 def _apply_one(session: Session, cluster: Cluster, push: Push, body_gzip: bytes, now: datetime) -> str:
     try:
-        message = parse_push(orjson.loads(gzip.decompress(body_gzip)))
+        message = parse_push(orjson.loads(compression.inflate(body_gzip)))
     except (orjson.JSONDecodeError, ValueError) as error:
         # The API validated it; a body that reads back otherwise (a number out of range in a field the
         # API's fast check skips) is set aside rather than retried for ever.
@@ -530,7 +530,7 @@ def _at(seconds: float) -> datetime:
 
 def _apply_usage(session: Session, cluster: Cluster, push: Push, now: datetime, step: int) -> str:
     """Merge one usage report into the cluster's summaries and series chunks (`backend/usage.py`)."""
-    report = parse_usage(orjson.loads(gzip.decompress(push.body_gzip)))
+    report = parse_usage(orjson.loads(compression.inflate(push.body_gzip)))
     try:
         folded = usage_store.fold(report, step)
     except usage_store.UsageStoreError as error:
