@@ -284,3 +284,25 @@ def test_credentials_round_trip_and_reject_look_alikes() -> None:
     ):
         assert auth.bearer(header) is None
 
+
+def test_verified_credentials_know_the_same_secret_for_a_while_only() -> None:
+    now = [0.0]
+    verified: auth.Verified[str] = auth.Verified(ttl=10.0, size=2, clock=lambda: now[0])
+    issued = [auth.issue(auth.CredentialKind.AGENT_TOKEN) for _ in range(3)]
+    presented = [auth.parse(i.plaintext) for i in issued]
+    assert all(p is not None for p in presented)
+    first, second, third = (p for p in presented if p is not None)
+    assert verified.get(first) is None
+    verified.put(first, "cluster-1")
+    assert verified.get(first) == "cluster-1"
+    # The same id with another secret is not the verified credential.
+    assert verified.get(auth.PresentedCredential(first.kind, first.id, "A" * 43)) is None
+    now[0] = 10.5
+    assert verified.get(first) is None  # too old: looked up again
+    verified.put(first, "cluster-1")
+    verified.forget(first.id)
+    assert verified.get(first) is None
+    verified.put(first, "cluster-1")
+    verified.put(second, "cluster-2")
+    verified.put(third, "cluster-3")  # the oldest goes
+    assert [verified.get(p) for p in (first, second, third)] == [None, "cluster-2", "cluster-3"]
