@@ -14,7 +14,15 @@ import pytest
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
 from shipshape.contracts import compression
-from tests.integration.backend.conftest import delta, harness, node, pod, postgres_database, snapshot
+from tests.integration.backend.conftest import (
+    POSTGRES_ADMIN,
+    delta,
+    harness,
+    node,
+    pod,
+    postgres_database,
+    snapshot,
+)
 
 
 def _stored(h: object, org_id: str, cluster_id: str) -> dict[tuple[str, str, str], dict[str, object]]:
@@ -274,3 +282,25 @@ async def test_a_push_is_accepted_while_a_worker_holds_its_cluster() -> None:
                 accepted = await asyncio.wait_for(h.push(t.agent_token, snapshot(2, 1, 2)), 10)
                 assert accepted.status_code == 202
             await h.settled(t.cluster_id, 2)
+
+
+async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connections() -> None:
+    """The accept's connections are not pinged when taken: one found dropped (PostgreSQL restarted,
+    or ended it) is replaced and the push accepted all the same, once."""
+    import psycopg
+
+    with postgres_database() as url:
+        async with harness(BackendSettings(db=url)) as h:
+            t = h.tenant("acme")
+            assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
+            await h.settled(t.cluster_id, 1)
+            with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                    (url.rsplit("/", 1)[1],),
+                ).fetchone()
+            assert ended is not None and ended[0] >= 1
+            assert (await h.push(t.agent_token, snapshot(2, 1, 2), key="after")).status_code == 202
+            await h.settled(t.cluster_id, 2)
+            with h.backend.transaction() as session:
+                assert session.query(repo.Push).filter(repo.Push.idempotency_key == "after").count() == 1
