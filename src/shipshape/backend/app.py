@@ -71,6 +71,8 @@ _VALIDATION_ERROR: dict[str, Any] = {
     "description": "Validation Error",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
 }
+# Jobs an API process publishes after answering their pushes, at most (`Backend.publish_later`).
+PUBLISHING = 256
 # Connections an API process keeps for accepting pushes (PostgreSQL), beside the engine's pool: one
 # is held for a statement of about a millisecond.
 ACCEPT_POOL = 8
@@ -210,6 +212,25 @@ class Backend:
     stopping: threading.Event = field(default_factory=threading.Event)
     # Agent tokens this process verified lately (the push route's; see `_pushing_agent`).
     verified: auth.Verified[repo.AgentPrincipal] = field(default_factory=auth.Verified)
+    # Jobs of accepted pushes being published after their 202 (`publish_later`).
+    publishing: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def publish_later(self, job: Job) -> None:
+        """Queue the job of a committed push without holding its answer: a push is accepted once it
+        is committed, and one never queued (the process stopped first, or the queue refused it) is
+        queued by the workers' sweep. Beyond `PUBLISHING` jobs in flight the caller waits for this
+        one (the queue is slower than the pushes: no unbounded backlog in memory)."""
+        if len(self.publishing) >= PUBLISHING:
+            await _publish(self.queue, job)
+            return
+        task = asyncio.create_task(_publish(self.queue, job))
+        self.publishing.add(task)
+        task.add_done_callback(self.publishing.discard)
+
+    async def published(self) -> None:
+        """Wait for the jobs being published (before the queue is closed)."""
+        while self.publishing:
+            await asyncio.gather(*self.publishing, return_exceptions=True)
 
     @functools.cached_property
     def accepting(self) -> Engine:
@@ -347,6 +368,14 @@ async def _read_limited(request: Request, limit: int) -> bytes:
             raise HTTPException(413, f"push larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _publish(queue: MemoryQueue | NatsQueue, job: Job) -> None:
+    try:
+        await queue.publish(job)
+    except QueueError as error:
+        # Committed, so accepted: the workers' sweep queues it once the queue is back.
+        LOG.warning("push %s stored but not queued: %s", job.push_id, error)
 
 
 def _pushing_agent(
@@ -570,12 +599,9 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
 
         agent, schema, recorded = await run_in_threadpool(accept)
         if not recorded.duplicate:
-            job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
-            try:
-                await backend.queue.publish(job)
-            except QueueError as error:
-                # Committed, so accepted: the workers' sweep queues it once the queue is back.
-                LOG.warning("push %s stored but not queued: %s", recorded.push_id, error)
+            await backend.publish_later(
+                Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
+            )
         backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
         # PushAccepted, written directly: two fields of known types need no response model's
         # validation and encoding on the hottest route.

@@ -135,6 +135,7 @@ async def harness(settings: BackendSettings, consumers: int = 2) -> AsyncIterato
         ):
             yield Harness(backend, workers, client)
     finally:
+        await backend.published()
         await backend.queue.close()
         backend.engine.dispose()
 
