@@ -10,6 +10,7 @@ Pure: no I/O. The agent builds these, the backend validates them, both import on
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -463,6 +464,13 @@ def _secret_in_view(spec: _PodSpecView | None) -> bool:
         for container in containers or ():
             for var in container.env or ():
                 name = "" if var.name is msgspec.UNSET else str(var.name)
-                if var.value is not msgspec.UNSET and var.value != REDACTED and _SECRET_ENV.search(name):
+                if var.value is not msgspec.UNSET and var.value != REDACTED and _secret_name(name):
                     return True
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    """Whether an env var of this name has a secret-looking value (`_SECRET_ENV`), remembered: the
+    pods of a snapshot repeat a few names thousands of times."""
+    return _SECRET_ENV.search(name) is not None
