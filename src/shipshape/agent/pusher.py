@@ -1,4 +1,5 @@
-"""Sending pushes to the backend: gzip, an idempotency key per push, and a verdict per answer."""
+"""Sending pushes to the backend: compressed as spooled (zstd), an idempotency key per push, and a
+verdict per answer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 import httpx
+
+from shipshape.contracts import compression
 
 LOG = logging.getLogger("shipshape.agent.pusher")
 PUSH_PATH = "/api/v1/pushes"
@@ -36,15 +39,22 @@ class Pusher:
             headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
         )
 
-    def send(self, sequence: int, gzipped: bytes | Iterable[bytes], key: str | None = None) -> Answer:
-        """POST one push (gzip bytes, or their pieces: then streamed, chunked); its idempotency key is
-        `seq-<sequence>` unless `key` names another (a usage report's is its bucket's)."""
+    def send(
+        self,
+        sequence: int,
+        compressed: bytes | Iterable[bytes],
+        key: str | None = None,
+        encoding: str = compression.ZSTD,
+    ) -> Answer:
+        """POST one push (bytes compressed with `encoding`, or their pieces: then streamed, chunked);
+        its idempotency key is `seq-<sequence>` unless `key` names another (a usage report's is its
+        bucket's)."""
         try:
             response = self.client.post(
                 PUSH_PATH,
-                content=gzipped,
+                content=compressed,
                 headers={
-                    "Content-Encoding": "gzip",
+                    "Content-Encoding": encoding,
                     "Content-Type": "application/json",
                     "Idempotency-Key": key or f"seq-{sequence}",
                 },

@@ -202,7 +202,7 @@ class Agent:
         for item in self.spool.items():
             if not self.leading:
                 return True
-            answer = self.pusher.send(item.sequence, item.gzipped_pieces())
+            answer = self.pusher.send(item.sequence, item.pieces(), encoding=item.encoding)
             if answer.outcome is Outcome.RETRY:
                 self.last_error = answer.detail
                 return False

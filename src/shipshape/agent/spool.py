@@ -2,7 +2,9 @@
 backend accepted it, so nothing the agent took from the cluster is lost across a backend outage or
 an agent restart.
 
-One gzip file per push, named by its sequence, written atomically (temporary file, fsync, rename).
+One zstd file per push (`<sequence>.<kind>.json.zst`, sent as it is: `Content-Encoding: zstd`),
+named by its sequence, written atomically (temporary file, fsync, rename). Files an older agent
+spooled (`.json.gz`, gzip) are read and sent as they are too.
 Bounded: when a new push would pass `max_bytes`, everything spooled is dropped and a fresh full
 snapshot takes its place (it contains all those changes), so an outage of any length costs at most
 one snapshot's worth of disk.
@@ -10,7 +12,6 @@ one snapshot's worth of disk.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import threading
@@ -18,7 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-_NAME = re.compile(r"^(\d{20})\.(snapshot|delta|usage)\.json\.gz$")
+from shipshape.contracts import compression
+
+_NAME = re.compile(r"^(\d{20})\.(snapshot|delta|usage)\.json\.(zst|gz)$")
+_ENCODINGS = {"zst": compression.ZSTD, "gz": compression.GZIP}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,15 +30,17 @@ class Spooled:
     sequence: int
     kind: str  # snapshot | delta (the state spool) | usage (the usage spool, `agent/usage.py`)
     path: Path
+    # How the file is compressed, as `Content-Encoding` names it: zstd, or gzip (an older agent's).
+    encoding: str = compression.ZSTD
 
     def body(self) -> bytes:
-        """The push as JSON (the file holds it gzip-compressed)."""
-        return gzip.decompress(self.path.read_bytes())
+        """The push as JSON (the file holds it compressed)."""
+        return compression.inflate(self.path.read_bytes())
 
-    def gzipped(self) -> bytes:
+    def compressed(self) -> bytes:
         return self.path.read_bytes()
 
-    def gzipped_pieces(self, size: int = 256 * 1024) -> Iterator[bytes]:
+    def pieces(self, size: int = 256 * 1024) -> Iterator[bytes]:
         """The file in pieces, for a sender that streams it (a large cluster's snapshot is tens of MiB)."""
         with open(self.path, "rb") as handle:
             while piece := handle.read(size):
@@ -65,7 +71,7 @@ class Spool:
         for path in self.directory.iterdir():
             match = _NAME.match(path.name)
             if match:
-                out.append(Spooled(int(match.group(1)), match.group(2), path))
+                out.append(Spooled(int(match.group(1)), match.group(2), path, _ENCODINGS[match.group(3)]))
         return sorted(out, key=lambda s: s.sequence)
 
     def last_sequence(self) -> int:
@@ -86,10 +92,10 @@ class Spool:
         """`add` of a push given in pieces, compressed as they come (a snapshot of a large cluster is
         never held whole, nor its compressed copy)."""
         with self._lock:
-            path = self.directory / f"{sequence:020d}.{kind}.json.gz"
+            path = self.directory / f"{sequence:020d}.{kind}.json.zst"
             temporary = path.with_suffix(".tmp")
             with open(temporary, "wb") as handle:
-                with gzip.GzipFile(fileobj=handle, mode="wb", compresslevel=5) as zipped:
+                with compression.compressor().stream_writer(handle, closefd=False) as zipped:
                     for chunk in chunks:
                         zipped.write(chunk)
                 handle.flush()

@@ -603,7 +603,12 @@ class UsageLoop:
     def drain(self) -> bool:
         """Send what is spooled, oldest first; False when the backend is away (retry later)."""
         for item in self.spool.items():
-            answer = self.pusher.send(item.sequence, item.gzipped(), key=contract.bucket_key(item.sequence))
+            answer = self.pusher.send(
+                item.sequence,
+                item.compressed(),
+                key=contract.bucket_key(item.sequence),
+                encoding=item.encoding,
+            )
             if answer.outcome is Outcome.RETRY:
                 self.last_error = answer.detail
                 return False

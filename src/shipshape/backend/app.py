@@ -8,12 +8,11 @@ place (`_domain_errors`); no handler leaks a database or queue exception.
 from __future__ import annotations
 
 import asyncio
-import gzip
+import functools
 import logging
 import re
 import threading
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -23,11 +22,12 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,6 +37,7 @@ from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
+from shipshape.contracts import compression
 from shipshape.contracts import push as push_contract
 from shipshape.contracts import usage as usage_contract
 from shipshape.contracts.instructions import InstructionEnvelope, InstructionOutcome, Recommendation
@@ -44,6 +45,37 @@ from shipshape.contracts.instructions import InstructionEnvelope, InstructionOut
 LOG = logging.getLogger("shipshape.backend.api")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The push route's headers, as FastAPI documents header parameters (the route reads them itself).
+_PUSH_HEADERS: list[dict[str, Any]] = [
+    {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": True,
+        "schema": {"type": "string", "title": "Idempotency-Key"},
+    },
+    {
+        "name": "authorization",
+        "in": "header",
+        "required": False,
+        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Authorization"},
+    },
+    {
+        "name": "content-encoding",
+        "in": "header",
+        "required": False,
+        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Content-Encoding"},
+        "description": "zstd (what the agent sends), gzip, or identity",
+    },
+]
+_VALIDATION_ERROR: dict[str, Any] = {
+    "description": "Validation Error",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
+}
+# Jobs an API process publishes after answering their pushes, at most (`Backend.publish_later`).
+PUBLISHING = 256
+# Connections an API process keeps for accepting pushes (PostgreSQL), beside the engine's pool: one
+# is held for a statement of about a millisecond.
+ACCEPT_POOL = 8
 
 
 # ---- wire schemas of the API (the push itself is a contract: shipshape.contracts.push) -------------
@@ -178,6 +210,41 @@ class Backend:
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     # Set when the server begins to stop: long polls answer at once instead of holding it up.
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Agent tokens this process verified lately (the push route's; see `_pushing_agent`).
+    verified: auth.Verified[repo.AgentPrincipal] = field(default_factory=auth.Verified)
+    # Jobs of accepted pushes being published after their 202 (`publish_later`).
+    publishing: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def publish_later(self, job: Job) -> None:
+        """Queue the job of a committed push without holding its answer: a push is accepted once it
+        is committed, and one never queued (the process stopped first, or the queue refused it) is
+        queued by the workers' sweep. Beyond `PUBLISHING` jobs in flight the caller waits for this
+        one (the queue is slower than the pushes: no unbounded backlog in memory)."""
+        if len(self.publishing) >= PUBLISHING:
+            await _publish(self.queue, job)
+            return
+        task = asyncio.create_task(_publish(self.queue, job))
+        self.publishing.add(task)
+        task.add_done_callback(self.publishing.discard)
+
+    async def published(self) -> None:
+        """Wait for the jobs being published (before the queue is closed)."""
+        while self.publishing:
+            await asyncio.gather(*self.publishing, return_exceptions=True)
+
+    @functools.cached_property
+    def accepting(self) -> Engine:
+        """The engine for accepting pushes. On PostgreSQL a pool of its own, in autocommit
+        (`repo.accept_push` is one statement: no round trips to begin and commit it), whose connections
+        are not pinged when taken (a round trip per push, an eighth of a delta's CPU): `_accept` tries
+        once more on a connection found dropped. Disposed with `engine`."""
+        if self.engine.dialect.name != "postgresql":
+            return self.engine
+        accepting = store_engine.create(
+            self.settings.db, pre_ping=False, pool_size=ACCEPT_POOL, max_overflow=0, autocommit=True
+        )
+        event.listen(self.engine, "engine_disposed", lambda _: accepting.dispose())
+        return accepting
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -215,10 +282,20 @@ def _admitted(
     principal = repo.authenticate(session, presented)
     if principal is None:
         raise HTTPException(401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"})
+    _limited(request, backend, presented, principal)
+    return principal
+
+
+def _limited(
+    request: Request,
+    backend: Backend,
+    presented: auth.PresentedCredential,
+    principal: repo.UserPrincipal | repo.AgentPrincipal,
+) -> None:
+    """429 past the credential's rate limit."""
     request.state.principal = principal  # for the request log
     if not backend.limiter.allow(presented.id):
         raise HTTPException(429, "rate limit exceeded", headers={"Retry-After": "1"})
-    return principal
 
 
 def _user(principal: Annotated[Any, Depends(_principal)]) -> repo.UserPrincipal:
@@ -293,19 +370,112 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _inflate(body: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(wbits=31)  # gzip
+async def _publish(queue: MemoryQueue | NatsQueue, job: Job) -> None:
     try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as error:
-        raise HTTPException(400, f"body is not valid gzip: {error}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise HTTPException(413, f"push larger than {limit} bytes once inflated")
-    if not inflater.eof or inflater.unused_data:
-        # A cut-short stream, or a second gzip member: the body is stored as received, and must read
-        # back as exactly what was validated.
-        raise HTTPException(400, "body is not one complete gzip stream")
-    return out
+        await queue.publish(job)
+    except QueueError as error:
+        # Committed, so accepted: the workers' sweep queues it once the queue is back.
+        LOG.warning("push %s stored but not queued: %s", job.push_id, error)
+
+
+def _pushing_agent(
+    request: Request, backend: Backend, presented: auth.PresentedCredential
+) -> repo.AgentPrincipal:
+    """The agent of a push (401, 429 or 403 as `_admitted` and `_agent` answer). An agent token this
+    process verified lately is not looked up again: the accept's statement checks that it is still
+    live (`repo.accept_push`), so a revoked one stores nothing and gets 401 all the same."""
+    principal: repo.UserPrincipal | repo.AgentPrincipal | None = None
+    if presented.kind is auth.CredentialKind.AGENT_TOKEN:
+        principal = backend.verified.get(presented)
+    if principal is None:
+        with backend.transaction() as session:
+            principal = _admitted(request, backend, session, presented)
+        if isinstance(principal, repo.AgentPrincipal):
+            backend.verified.put(presented, principal)
+    else:
+        _limited(request, backend, presented, principal)
+    if not isinstance(principal, repo.AgentPrincipal):
+        raise HTTPException(403, "this endpoint needs an agent token")
+    return principal
+
+
+def _accept(
+    backend: Backend,
+    agent: repo.AgentPrincipal,
+    idempotency_key: str,
+    schema: str,
+    sequence: int,
+    stored: bytes,
+) -> repo.Recorded | None:
+    """`repo.accept_push` on `backend.accepting`, once more when the connection it took was found
+    dropped (the database restarted, or closed it idle): those connections are not pinged first. The
+    statement stores a key once, so a second try after a first that committed unseen answers
+    `duplicate` (that push is then queued by the workers' sweep, as one stored but not queued)."""
+
+    def once() -> repo.Recorded | None:
+        with backend.accepting.connect() as connection:
+            recorded = repo.accept_push(
+                connection,
+                agent.token_id,
+                agent.cluster_id,
+                idempotency_key,
+                schema,
+                sequence,
+                stored,
+                backend.now(),
+            )
+            connection.commit()
+            return recorded
+
+    try:
+        return once()
+    except sa_exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+    return once()
+
+
+def _validated_push(
+    backend: Backend, raw: bytes, content_encoding: str | None, idempotency_key: str
+) -> tuple[str, int, bytes]:
+    """(schema, sequence, body to store) of a push as received: 415, 413, 400 or 422 when it cannot
+    be accepted. A compressed push that needs no stripping is stored as received (`compression.inflate`
+    reads it back); anything else the backend re-encodes."""
+    encoding = (content_encoding or compression.IDENTITY).lower()
+    if encoding not in compression.ENCODINGS:
+        raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (zstd, gzip or none)")
+    limit = backend.settings.max_inflated_bytes
+    try:
+        body = compression.inflate_received(raw, encoding, limit)
+    except compression.BodyTooLarge:
+        raise HTTPException(413, f"push larger than {limit} bytes once inflated") from None
+    except compression.BodyError as error:
+        raise HTTPException(400, f"body is {error}") from None
+
+    def as_received() -> bytes:
+        return raw if encoding != compression.IDENTITY else compression.compress(body)
+
+    # A snapshot or delta that needs no stripping is checked without building its objects; anything
+    # else is parsed whole (which also says what is wrong).
+    head = push_contract.clean_push(body)
+    if head is not None:
+        return head.schema_, head.sequence, as_received()
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        backend.metrics.pushes.labels("unknown", "malformed").inc()
+        raise HTTPException(400, f"body is not JSON: {error}") from None
+    try:
+        if isinstance(data, dict) and data.get("schema") == usage_contract.USAGE_SCHEMA:
+            return _usage_push(data, idempotency_key, backend.settings.usage_step_seconds)
+        parsed = push_contract.parse_push(data)
+        message = push_contract.stripped(parsed)
+    except (ValidationError, ValueError) as error:
+        backend.metrics.pushes.labels("unknown", "invalid").inc()
+        raise HTTPException(422, _validation_message(error)) from None
+    if message is parsed:  # valid, and nothing in it needed stripping
+        return message.schema_, message.sequence, as_received()
+    return message.schema_, message.sequence, compression.compress(push_contract.dump(message))
 
 
 def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
@@ -381,80 +551,58 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
         return Response(generate_latest(backend.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post(
-        "/api/v1/pushes", status_code=202, response_model=PushAccepted, responses={413: {"model": ErrorOut}}
+        "/api/v1/pushes",
+        status_code=202,
+        response_model=PushAccepted,
+        responses={413: {"model": ErrorOut}, 422: _VALIDATION_ERROR},
+        openapi_extra={"parameters": _PUSH_HEADERS},
     )
-    async def push(
-        request: Request,
-        idempotency_key: Annotated[str, Header(alias="Idempotency-Key")],
-        authorization: Annotated[str | None, Header()] = None,
-        content_encoding: Annotated[str | None, Header()] = None,
-    ) -> Response:
+    async def push(request: Request) -> Response:
         """A snapshot, delta or usage report from the cluster's agent; stored once per idempotency key,
         then queued. A usage report's key must be its bucket's (`usage-<bucket start>`)."""
+        # The headers are read here rather than declared as parameters (they are documented as the
+        # same parameters, `_PUSH_HEADERS`): FastAPI's parameter solving was a few percent of a
+        # delta's CPU.
+        headers = request.headers
+        idempotency_key = headers.get("idempotency-key")
+        if idempotency_key is None:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "missing",
+                        "loc": ("header", "Idempotency-Key"),
+                        "msg": "Field required",
+                        "input": None,
+                    }
+                ]
+            )
+        authorization = headers.get("authorization")
+        content_encoding = headers.get("content-encoding")
         presented = _presented(authorization)
         raw = await _read_limited(request, backend.settings.max_push_bytes)
 
         def accept() -> tuple[repo.AgentPrincipal, str, repo.Recorded]:
-            # Off the event loop, in one hop to the thread pool and one transaction: the credential is
-            # checked first (nothing is parsed for a caller without one), then the push is validated
-            # (tens of milliseconds of CPU for a full snapshot) and stored, and the commit waits for
-            # the database's disk; other requests (and other commits) go on meanwhile.
-            with backend.transaction() as session:
-                agent = _admitted(request, backend, session, presented)
-                if not isinstance(agent, repo.AgentPrincipal):
-                    raise HTTPException(403, "this endpoint needs an agent token")
-                if not _IDEMPOTENCY_KEY.match(idempotency_key):
-                    raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
-                schema, recorded = validated(agent, session)
-            return agent, schema, recorded
-
-        def validated(agent: repo.AgentPrincipal, session: Session) -> tuple[str, repo.Recorded]:
-            def record(schema: str, sequence: int, stored: bytes) -> tuple[str, repo.Recorded]:
-                recorded = repo.record_push(
-                    session, agent.cluster_id, idempotency_key, schema, sequence, stored, backend.now()
+            # Off the event loop, in one hop to the thread pool: the credential is checked first
+            # (nothing is parsed for a caller without one), then the push is validated (a few
+            # milliseconds of CPU for a full snapshot) and stored in one statement, whose commit waits
+            # for the database's disk; other requests (and other commits) go on meanwhile.
+            agent = _pushing_agent(request, backend, presented)
+            if not _IDEMPOTENCY_KEY.match(idempotency_key):
+                raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
+            schema, sequence, stored = _validated_push(backend, raw, content_encoding, idempotency_key)
+            recorded = _accept(backend, agent, idempotency_key, schema, sequence, stored)
+            if recorded is None:  # revoked since this process verified it
+                backend.verified.forget(presented.id)
+                raise HTTPException(
+                    401, "invalid or revoked credential", headers={"WWW-Authenticate": "Bearer"}
                 )
-                return schema, recorded
-
-            encoding = (content_encoding or "identity").lower()
-            if encoding == "gzip":
-                body = _inflate(raw, backend.settings.max_inflated_bytes)
-            elif encoding == "identity":
-                body = raw
-            else:
-                raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (gzip or none)")
-            # A full snapshot that needs no stripping is checked without building its objects and
-            # stored as received; anything else is parsed whole (which also says what is wrong).
-            head = push_contract.clean_snapshot(body) if encoding == "gzip" else None
-            if head is not None:
-                return record(head.schema_, head.sequence, raw)
-            try:
-                data = orjson.loads(body)
-            except orjson.JSONDecodeError as error:
-                backend.metrics.pushes.labels("unknown", "malformed").inc()
-                raise HTTPException(400, f"body is not JSON: {error}") from None
-            try:
-                if isinstance(data, dict) and data.get("schema") == usage_contract.USAGE_SCHEMA:
-                    step = backend.settings.usage_step_seconds
-                    return record(*_usage_push(data, idempotency_key, step))
-                parsed = push_contract.parse_push(data)
-                message = push_contract.stripped(parsed)
-            except (ValidationError, ValueError) as error:
-                backend.metrics.pushes.labels("unknown", "invalid").inc()
-                raise HTTPException(422, _validation_message(error)) from None
-            if message is parsed and encoding == "gzip":
-                # As received: valid, and nothing in it needed stripping.
-                return record(message.schema_, message.sequence, raw)
-            stored = gzip.compress(push_contract.dump(message), compresslevel=1)
-            return record(message.schema_, message.sequence, stored)
+            return agent, schema, recorded
 
         agent, schema, recorded = await run_in_threadpool(accept)
         if not recorded.duplicate:
-            job = Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
-            try:
-                await backend.queue.publish(job)
-            except QueueError as error:
-                # Committed, so accepted: the workers' sweep queues it once the queue is back.
-                LOG.warning("push %s stored but not queued: %s", recorded.push_id, error)
+            await backend.publish_later(
+                Job(recorded.push_id, agent.cluster_id, f"{agent.cluster_id}:{idempotency_key}")
+            )
         backend.metrics.pushes.labels(schema, "duplicate" if recorded.duplicate else "accepted").inc()
         # PushAccepted, written directly: two fields of known types need no response model's
         # validation and encoding on the hottest route.
@@ -695,8 +843,7 @@ def _usage_push(data: dict[str, Any], idempotency_key: str, step: int) -> tuple[
         raise ValueError(
             f"bucket_seconds {report.bucket_seconds} does not divide this backend's usage step of {step} s"
         )
-    stored = gzip.compress(usage_contract.dump(report), compresslevel=1)
-    return usage_contract.USAGE_SCHEMA, report.start, stored
+    return usage_contract.USAGE_SCHEMA, report.start, compression.compress(usage_contract.dump(report))
 
 
 def _validation_message(error: Exception) -> str:

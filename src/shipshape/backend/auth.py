@@ -2,7 +2,8 @@
 
 A credential is `<kind>_<id>_<secret>`: the id finds the row, the secret is checked against its
 SHA-256 in constant time. The secret is 32 random bytes, so a fast hash is enough (nothing to
-brute-force), and nothing stored can be used to authenticate. Pure: no I/O.
+brute-force), and nothing stored can be used to authenticate. Pure: no I/O (`Verified` is a cache in
+memory).
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Generic, TypeVar
+
+P = TypeVar("P")
 
 
 class CredentialKind(StrEnum):
@@ -69,3 +76,42 @@ def bearer(header: str | None) -> PresentedCredential | None:
     if scheme.lower() != "bearer" or not value:
         return None
     return parse(value)
+
+
+class Verified(Generic[P]):
+    """Credentials this process verified lately: id → (the secret's SHA-256, what it authenticated as).
+
+    A credential presented again with the same secret is known without a database look-up, for up to
+    `ttl` seconds. Only for callers that check what can change after it was verified (revocation) in
+    the statement that acts on it anyway, as the accept of a push does: an entry says the secret was
+    right, never that the credential is still live. At most `size` entries (the oldest go first).
+    """
+
+    def __init__(
+        self, ttl: float = 300.0, size: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.size = size
+        self.clock = clock
+        self._entries: dict[str, tuple[str, P, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, presented: PresentedCredential) -> P | None:
+        entry = self._entries.get(presented.id)
+        if entry is None:
+            return None
+        secret_sha256, principal, until = entry
+        if until < self.clock() or not matches(presented, secret_sha256):
+            return None
+        return principal
+
+    def put(self, presented: PresentedCredential, principal: P) -> None:
+        with self._lock:
+            self._entries.pop(presented.id, None)
+            while len(self._entries) >= self.size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[presented.id] = (digest(presented.secret), principal, self.clock() + self.ttl)
+
+    def forget(self, credential_id: str) -> None:
+        with self._lock:
+            self._entries.pop(credential_id, None)

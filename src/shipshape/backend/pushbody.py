@@ -15,7 +15,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import msgspec
 import orjson
 from pydantic import ValidationError
 
+from shipshape.contracts import compression
 from shipshape.contracts.push import (
     MAX_OBJECTS_PER_PUSH,
     SNAPSHOT_SCHEMA,
@@ -37,8 +37,8 @@ Key = tuple[str, str, str]
 
 
 def inflate(stored: bytes) -> bytes:
-    """The JSON of a push from the bytes stored for it (gzip, as accepted)."""
-    return gzip.decompress(stored)
+    """The JSON of a push from the bytes stored for it (zstd or gzip, as accepted)."""
+    return compression.inflate(stored)
 
 
 def digest(raw: bytes) -> bytes:

@@ -127,6 +127,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
     try:
         await server.serve()
     finally:
+        await backend.published()
         await backend.queue.close()
         backend.engine.dispose()
 
@@ -270,5 +271,6 @@ class EmbeddedBackend:
         try:
             await serving
         finally:
+            await backend.published()
             await backend.queue.close()
             backend.engine.dispose()

@@ -10,6 +10,7 @@ Pure: no I/O. The agent builds these, the backend validates them, both import on
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -283,7 +284,7 @@ def dump(push: Push) -> bytes:
     return orjson.dumps(document)
 
 
-# ---- a snapshot checked without building its objects (the receiver's fast path) --------------------
+# ---- a push checked without building its objects (the receiver's fast path) -----------------------
 
 
 class _EnvView(msgspec.Struct, gc=False):
@@ -309,11 +310,16 @@ class _SpecView(_PodSpecView):
     template: _TemplateView | None = None
 
 
+class _AnnotationsView(msgspec.Struct, gc=False):
+    # The one annotation stripping looks for; the others are skipped, not built into a dict.
+    last_applied: msgspec.Raw | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name=_LAST_APPLIED)
+
+
 class _MetadataView(msgspec.Struct, gc=False):
     name: Any = None
     namespace: Any = None
     managedFields: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    annotations: dict[str, msgspec.Raw] | None = None
+    annotations: _AnnotationsView | None = None
 
 
 class _ObjectView(msgspec.Struct, gc=False):
@@ -329,14 +335,34 @@ class _SnapshotView(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     agent_version: str = ""
 
 
+class _ChangeView(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    kind: str
+    object: _ObjectView
+
+
+class _DeltaView(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    schema: str
+    sequence: int
+    base_sequence: int
+    taken_at: str
+    changes: list[_ChangeView]
+    agent_version: str = ""
+
+
+# Two decoders rather than a union tagged by `schema`: the tag may come after a snapshot's objects
+# (key order means nothing), and msgspec then reads them twice. A delta is small, and a snapshot view
+# refuses it at its first field of a delta.
 _SNAPSHOT_VIEW = msgspec.json.Decoder(_SnapshotView)
+_DELTA_VIEW = msgspec.json.Decoder(_DeltaView)
 
 
-def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
-    """A snapshot's fields less its objects, when `body` is a valid snapshot that needs no stripping,
-    read without building its objects (about a tenth of a full parse: a 3,000-pod snapshot is millions
-    of small objects); None when it is not one, or not surely one: `parse_push` then says what is
-    wrong, or `stripped` strips it.
+def clean_push(body: bytes) -> Push | None:
+    """A push's fields less its objects, when `body` is a valid snapshot or delta that needs no
+    stripping, read without building its objects (about a tenth of a full parse: a 3,000-pod snapshot
+    is millions of small objects; a 10-pod delta's parse and check take 250 µs this way, 25 µs so);
+    None when it is not one, or not surely one: `parse_push` then says what is wrong, or `stripped`
+    strips it.
 
     Only what `parse_push` and `needs_stripping` look at is read (keys, managedFields, the
     last-applied annotation, env names and values); any other shape falls back to them.
@@ -346,11 +372,25 @@ def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
         # body with any non-ASCII byte, rare in Kubernetes objects, takes the full path.
         return None
     try:
-        view = _SNAPSHOT_VIEW.decode(body)
-    except msgspec.DecodeError:  # not JSON, or a shape this view does not take: the full path decides
+        snapshot = _SNAPSHOT_VIEW.decode(body)
+    except msgspec.DecodeError:  # not JSON, or a shape this view does not take
+        snapshot = None
+    if snapshot is not None:
+        return _clean_snapshot(snapshot) if snapshot.schema == SNAPSHOT_SCHEMA else None
+    try:
+        delta = _DELTA_VIEW.decode(body)
+    except msgspec.DecodeError:  # the full path decides (and says what is wrong)
         return None
-    if view.schema != SNAPSHOT_SCHEMA:
-        return None
+    return _clean_delta(delta) if delta.schema == DELTA_SCHEMA else None
+
+
+def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
+    """`clean_push` of a body that must be a snapshot (None for a delta)."""
+    head = clean_push(body)
+    return head if isinstance(head, ClusterSnapshot) else None
+
+
+def _clean_snapshot(view: _SnapshotView) -> ClusterSnapshot | None:
     try:
         # The fields less the objects, validated as the contract does.
         head = ClusterSnapshot.model_validate(
@@ -369,24 +409,52 @@ def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
     for kind, items in view.objects.items():
         seen: set[tuple[str, str]] = set()
         for obj in items:
-            metadata = obj.metadata
-            if metadata is None or metadata.managedFields is not msgspec.UNSET:
-                return None
-            if metadata.annotations is not None and _LAST_APPLIED in metadata.annotations:
-                return None
-            try:
-                key = checked_key(kind, metadata.name, metadata.namespace)
-            except ValueError:
-                return None
-            if key in seen:
+            key = _clean_key(kind, obj)
+            if key is None or key in seen:
                 return None
             seen.add(key)
-            spec = obj.spec
-            if spec is not None and (
-                _secret_in_view(spec) or (spec.template is not None and _secret_in_view(spec.template.spec))
-            ):
-                return None
     return head
+
+
+def _clean_delta(view: _DeltaView) -> ClusterDelta | None:
+    if len(view.changes) > MAX_CHANGES_PER_DELTA:
+        return None
+    try:
+        head = ClusterDelta.model_validate(
+            {
+                "schema": view.schema,
+                "sequence": view.sequence,
+                "base_sequence": view.base_sequence,
+                "taken_at": view.taken_at,
+                "agent_version": view.agent_version,
+                "changes": [],
+            }
+        )
+    except ValidationError:
+        return None
+    for change in view.changes:
+        if _clean_key(change.kind, change.object) is None:
+            return None
+    return head
+
+
+def _clean_key(kind: str, obj: _ObjectView) -> tuple[str, str] | None:
+    """The checked key of an object that needs no stripping; None otherwise."""
+    metadata = obj.metadata
+    if metadata is None or metadata.managedFields is not msgspec.UNSET:
+        return None
+    if metadata.annotations is not None and metadata.annotations.last_applied is not msgspec.UNSET:
+        return None
+    try:
+        key = checked_key(kind, metadata.name, metadata.namespace)
+    except ValueError:
+        return None
+    spec = obj.spec
+    if spec is not None and (
+        _secret_in_view(spec) or (spec.template is not None and _secret_in_view(spec.template.spec))
+    ):
+        return None
+    return key
 
 
 def _secret_in_view(spec: _PodSpecView | None) -> bool:
@@ -396,6 +464,13 @@ def _secret_in_view(spec: _PodSpecView | None) -> bool:
         for container in containers or ():
             for var in container.env or ():
                 name = "" if var.name is msgspec.UNSET else str(var.name)
-                if var.value is not msgspec.UNSET and var.value != REDACTED and _SECRET_ENV.search(name):
+                if var.value is not msgspec.UNSET and var.value != REDACTED and _secret_name(name):
                     return True
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    """Whether an env var of this name has a secret-looking value (`_SECRET_ENV`), remembered: the
+    pods of a snapshot repeat a few names thousands of times."""
+    return _SECRET_ENV.search(name) is not None

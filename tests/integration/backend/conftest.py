@@ -28,6 +28,7 @@ from shipshape.backend.app import Backend, create_app
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
 from shipshape.backend.workers import Workers
+from shipshape.contracts import compression
 
 POSTGRES_ADMIN = os.environ.get("SHIPSHAPE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 NATS_SERVER = os.environ.get("SHIPSHAPE_TEST_NATS", "nats://127.0.0.1:4222")
@@ -100,13 +101,14 @@ class Harness:
             return Tenant(org.id, key, cluster.id, token)
 
     async def push(
-        self, token: str, body: Any, key: str | None = None, *, zipped: bool = True
+        self, token: str, body: Any, key: str | None = None, *, encoding: str = compression.GZIP
     ) -> httpx.Response:
+        """POST `body` as JSON compressed with `encoding` (zstd as the agent sends, gzip, identity)."""
         raw = orjson.dumps(body, default=str)
         headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key or uuid.uuid4().hex}
-        if zipped:
-            raw = gzip.compress(raw)
-            headers["Content-Encoding"] = "gzip"
+        if encoding != compression.IDENTITY:
+            raw = compression.compress(raw) if encoding == compression.ZSTD else gzip.compress(raw)
+            headers["Content-Encoding"] = encoding
         return await self.client.post("/api/v1/pushes", content=raw, headers=headers)
 
     async def settled(self, cluster_id: str, sequence: int, within: float = 20.0) -> None:
@@ -133,6 +135,7 @@ async def harness(settings: BackendSettings, consumers: int = 2) -> AsyncIterato
         ):
             yield Harness(backend, workers, client)
     finally:
+        await backend.published()
         await backend.queue.close()
         backend.engine.dispose()
 

@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import gzip
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
-from tests.integration.backend.conftest import delta, harness, node, pod, postgres_database, snapshot
+from shipshape.contracts import compression
+from tests.integration.backend.conftest import (
+    POSTGRES_ADMIN,
+    delta,
+    harness,
+    node,
+    pod,
+    postgres_database,
+    snapshot,
+)
 
 
 def _stored(h: object, org_id: str, cluster_id: str) -> dict[tuple[str, str, str], dict[str, object]]:
@@ -62,6 +72,51 @@ async def test_snapshot_then_deltas_give_the_state_of_a_fresh_snapshot(database_
         (cluster,) = listed.json()
         assert (cluster["id"], cluster["node_count"], cluster["pod_count"]) == (t.cluster_id, 4, 10)
         assert cluster["last_seen"] is not None
+
+
+@pytest.mark.integration
+async def test_every_encoding_is_accepted_and_a_clean_compressed_push_is_stored_as_received(
+    database_url: str,
+) -> None:
+    """zstd (what the agent sends), gzip and identity: each push applied; one that needs no stripping
+    and came compressed is stored byte for byte as sent; the rest is stored compressed once more."""
+
+    def stripped_pod(name: str, node_name: str) -> dict[str, Any]:
+        body = pod(name, node_name)
+        body["metadata"].pop("managedFields")
+        body["spec"]["containers"][0]["env"][0]["value"] = "<redacted>"
+        return body
+
+    async with harness(BackendSettings(db=database_url)) as h:
+        t = h.tenant("acme")
+        first = snapshot(1, nodes=2, pods=4)
+        for p in first["objects"]["pods"]:
+            p["metadata"].pop("managedFields")
+            p["spec"]["containers"][0]["env"][0]["value"] = "<redacted>"
+        sent = [
+            (first, compression.ZSTD),
+            (delta(2, 1, [("ADDED", "pods", stripped_pod("z", "n0"))]), compression.ZSTD),
+            (delta(3, 2, [("ADDED", "pods", stripped_pod("g", "n1"))]), compression.GZIP),
+            (delta(4, 3, [("ADDED", "pods", stripped_pod("i", "n1"))]), compression.IDENTITY),
+            (delta(5, 4, [("ADDED", "pods", pod("leaky", "n1"))]), compression.ZSTD),
+        ]
+        for sequence, (body, encoding) in enumerate(sent, start=1):
+            answer = await h.push(t.agent_token, body, key=f"k{sequence}", encoding=encoding)
+            assert answer.status_code == 202, (encoding, answer.text)
+        await h.settled(t.cluster_id, len(sent))
+
+        names = {name for kind, _, name in _stored(h, t.org_id, t.cluster_id) if kind == "pods"}
+        assert names == {"p0", "p1", "p2", "p3", "z", "g", "i", "leaky"}
+        leaky = _stored(h, t.org_id, t.cluster_id)[("pods", "shop", "leaky")]
+        assert "managedFields" not in leaky["metadata"]
+        assert leaky["spec"]["containers"][0]["env"][0]["value"] == "<redacted>"
+        with h.backend.transaction() as session:
+            stored = {p.idempotency_key: p.body_gzip for p in session.query(repo.Push)}
+        assert compression.inflate(stored["k1"]) == orjson.dumps(first, default=str)
+        assert stored["k1"] == compression.compress(orjson.dumps(first, default=str))  # as sent
+        assert compression.encoding_of(stored["k3"]) == compression.GZIP  # as sent
+        assert compression.encoding_of(stored["k4"]) == compression.ZSTD  # compressed here
+        assert b"hunter2" not in compression.inflate(stored["k5"])  # stripped, then compressed
 
 
 @pytest.mark.integration
@@ -199,6 +254,15 @@ async def test_bad_pushes_get_4xx_and_store_nothing(sqlite_url: str, tmp_path: P
         two = zipped + gzip.compress(b"{}")
         assert await status(two, **{"Idempotency-Key": "k10", "Content-Encoding": "gzip"}) == 400
         assert await status(good, **{"Idempotency-Key": "k8", "Content-Encoding": "br"}) == 415
+        # zstd, as the agent sends: one whole frame, and refused past the limit however it is framed.
+        packed = compression.compress(good)
+        for broken in (packed[:-3], packed + b"x", packed + packed, b"garbage"):
+            assert await status(broken, **{"Idempotency-Key": "k11", "Content-Encoding": "zstd"}) == 400
+        zstd_bomb = compression.compress(b"[" + b" " * (1024 * 1024) + b"]")
+        assert await status(zstd_bomb, **{"Idempotency-Key": "k12", "Content-Encoding": "zstd"}) == 413
+        assert await status(b"{not json", **{"Idempotency-Key": "k13", "Content-Encoding": "identity"}) == 400
+        wrong_zstd = compression.compress(orjson.dumps(wrong))
+        assert await status(wrong_zstd, **{"Idempotency-Key": "k14", "Content-Encoding": "zstd"}) == 422
         assert await status(good, **{"Idempotency-Key": "bad key!"}) == 400
         with h.backend.transaction() as session:
             assert session.query(repo.Push).count() == 0
@@ -385,3 +449,25 @@ def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(
         assert analysis_state(cluster_id) == (3, 2)
     finally:
         engine.dispose()
+
+
+async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connections() -> None:
+    """The accept's connections are not pinged when taken: one found dropped (PostgreSQL restarted,
+    or ended it) is replaced and the push accepted all the same, once."""
+    import psycopg
+
+    with postgres_database() as url:
+        async with harness(BackendSettings(db=url)) as h:
+            t = h.tenant("acme")
+            assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
+            await h.settled(t.cluster_id, 1)
+            with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                    (url.rsplit("/", 1)[1],),
+                ).fetchone()
+            assert ended is not None and ended[0] >= 1
+            assert (await h.push(t.agent_token, snapshot(2, 1, 2), key="after")).status_code == 202
+            await h.settled(t.cluster_id, 2)
+            with h.backend.transaction() as session:
+                assert session.query(repo.Push).filter(repo.Push.idempotency_key == "after").count() == 1

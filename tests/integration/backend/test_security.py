@@ -67,6 +67,40 @@ async def test_tenants_are_isolated_and_credentials_do_only_their_job(database_u
 
 
 @pytest.mark.integration
+async def test_an_agent_token_that_pushed_before_gets_401_at_once_when_revoked(database_url: str) -> None:
+    """The push route knows an agent token it verified lately without looking it up again; a token
+    revoked since (rotated through the API, or revoked in the database by another process) still gets
+    401 on its next push and stores nothing."""
+    async with harness(BackendSettings(db=database_url)) as h:
+        a, b = h.tenant("acme"), h.tenant("globex")
+        user = {"Authorization": f"Bearer {a.api_key}"}
+        assert (await h.push(a.agent_token, snapshot(1, 1, 1))).status_code == 202
+        assert (await h.push(b.agent_token, snapshot(1, 1, 1))).status_code == 202
+
+        rotated = await h.client.post(f"/api/v1/clusters/{a.cluster_id}/agent-token", headers=user)
+        assert rotated.status_code == 200
+        assert (await h.push(a.agent_token, snapshot(2, 1, 1))).status_code == 401
+        assert (await h.push(rotated.json()["agent_token"], snapshot(2, 1, 1))).status_code == 202
+
+        # Revoked by another process: this one's memory of the token does not outlive the database.
+        with h.backend.transaction() as session:
+            session.query(repo.AgentToken).filter(repo.AgentToken.cluster_id == b.cluster_id).update(
+                {repo.AgentToken.revoked_at: datetime.now(UTC)}
+            )
+        assert (await h.push(b.agent_token, snapshot(2, 1, 1))).status_code == 401
+        assert (await h.push(b.agent_token, snapshot(3, 1, 1))).status_code == 401
+
+        with h.backend.transaction() as session:
+            sequences = {
+                cluster: sorted(
+                    p.sequence for p in session.query(repo.Push).filter(repo.Push.cluster_id == cluster)
+                )
+                for cluster in (a.cluster_id, b.cluster_id)
+            }
+        assert sequences == {a.cluster_id: [1, 2], b.cluster_id: [1]}
+
+
+@pytest.mark.integration
 async def test_rate_limit_per_credential(sqlite_url: str) -> None:
     async with harness(BackendSettings(db=sqlite_url, rate_limit_per_minute=5)) as h:
         a, b = h.tenant("acme"), h.tenant("globex")

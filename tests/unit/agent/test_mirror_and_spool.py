@@ -13,6 +13,7 @@ import pytest
 
 from shipshape.agent.mirror import Mirror
 from shipshape.agent.spool import Spool
+from shipshape.contracts import compression
 from shipshape.contracts.push import ClusterDelta, ClusterSnapshot, parse_push
 
 NOW = datetime(2026, 11, 25, tzinfo=UTC)
@@ -152,3 +153,22 @@ def test_a_snapshot_spooled_in_pieces_reads_back_whole(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="spool full"):
         small.add_chunks(8, "snapshot", mirror.snapshot_chunks(8, NOW))
     assert not small and not list((tmp_path / "small").iterdir())
+
+
+def test_the_spool_writes_zstd_and_still_sends_what_an_older_agent_spooled_in_gzip(tmp_path: Path) -> None:
+    import gzip
+
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    # Left by an agent of the version before: gzip files, sent as they are.
+    (directory / "00000000000000000004.snapshot.json.gz").write_bytes(gzip.compress(b'{"n": 4}'))
+    spool = Spool(directory)
+    new = spool.add(5, "delta", b'{"n": 5}')
+    assert new.path.name == "00000000000000000005.delta.json.zst"
+    assert [(i.sequence, i.encoding) for i in spool.items()] == [(4, "gzip"), (5, "zstd")]
+    old, fresh = spool.items()
+    assert old.body() == b'{"n": 4}' and fresh.body() == b'{"n": 5}'
+    assert compression.encoding_of(fresh.compressed()) == compression.ZSTD
+    assert b"".join(fresh.pieces(size=3)) == fresh.compressed()
+    assert compression.inflate_received(fresh.compressed(), fresh.encoding, 1024) == b'{"n": 5}'
+    assert spool.size() == Spool(directory).size() == sum(i.path.stat().st_size for i in spool.items())

@@ -197,9 +197,11 @@ class RecordingPusher:
         self.sent: list[tuple[int, str | None, bytes]] = []
         self.answer = Answer(Outcome.ACCEPTED, "accepted")
 
-    def send(self, sequence: int, gzipped: bytes, key: str | None = None) -> Answer:
+    def send(
+        self, sequence: int, compressed: bytes, key: str | None = None, encoding: str = "zstd"
+    ) -> Answer:
         if self.answer.outcome is Outcome.ACCEPTED:
-            self.sent.append((sequence, key, gzipped))
+            self.sent.append((sequence, key, compressed))
         return self.answer
 
 

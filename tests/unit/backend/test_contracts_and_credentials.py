@@ -197,6 +197,72 @@ def test_clean_snapshot_accepts_only_what_the_full_path_accepts_unchanged() -> N
     assert push.clean_snapshot(b"{not json") is None
 
 
+def test_clean_push_takes_a_delta_only_when_the_full_path_accepts_it_unchanged() -> None:
+    """The receiver's fast check of a delta: when it says a body is a clean delta, `parse_push` accepts
+    the body with the same fields and `stripped` keeps it as it is; anything else is left to them."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "a", "annotations": {"keep": "1"}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "DB_PASSWORD", "value": "<redacted>"}]}]},
+    }
+    modified = {"type": "MODIFIED", "kind": "pods", "object": pod}
+    base = {
+        "schema": push.DELTA_SCHEMA,
+        "sequence": 8,
+        "base_sequence": 7,
+        "taken_at": "2026-01-01T00:00:00Z",
+        "agent_version": "1.2.3",
+        "changes": [modified, {"type": "DELETED", "kind": "nodes", "object": {"metadata": {"name": "n"}}}],
+    }
+    leaked = {"name": "API_TOKEN", "value": "t"}
+
+    def change(**fields: Any) -> dict[str, Any]:
+        return {**base, "changes": [{**modified, **fields}]}
+
+    valid = [base, {**base, "changes": [modified, modified]}, {**base, "changes": []}]
+    variants: list[Any] = [
+        *valid,
+        {**base, "sequence": 7},
+        {**base, "sequence": 0, "base_sequence": 0},
+        {**base, "base_sequence": -1},
+        {**base, "sequence": "8"},
+        {**base, "taken_at": "yesterday"},
+        {**base, "agent_version": "v" * 65},
+        {**base, "extra": 1},
+        {**base, "schema": push.SNAPSHOT_SCHEMA},
+        {**base, "schema": "shipshape.dev/delta/v0"},
+        {key: value for key, value in base.items() if key != "base_sequence"},
+        {**base, "changes": {"not": "a list"}},
+        {**base, "changes": ["not an object"]},
+        change(type="REPLACED"),
+        change(kind="secrets"),
+        change(extra=1),
+        change(object="not an object"),
+        change(object={"spec": {}}),
+        change(object={**pod, "metadata": {"name": "p"}}),
+        change(object={**pod, "metadata": {**pod["metadata"], "managedFields": []}}),
+        change(object={**pod, "metadata": {**pod["metadata"], "annotations": {push._LAST_APPLIED: "{}"}}}),
+        change(object={**pod, "spec": {"ephemeralContainers": [{"env": [leaked]}]}}),
+        change(object={**pod, "spec": {"template": {"spec": {"containers": [{"env": [leaked]}]}}}}),
+        change(object={**pod, "metadata": {**pod["metadata"], "labels": {"team": "équipe"}}}),
+        {**base, "changes": [modified] * (push.MAX_CHANGES_PER_DELTA + 1)},
+    ]
+    accepted = 0
+    for variant in variants:
+        body = orjson.dumps(variant)
+        head = push.clean_push(body)
+        if head is None:
+            continue
+        accepted += 1
+        parsed = push.parse_push(orjson.loads(body))
+        assert isinstance(head, push.ClusterDelta) and isinstance(parsed, push.ClusterDelta), variant
+        assert push.stripped(parsed) is parsed, variant
+        assert head.model_dump(exclude={"changes"}) == parsed.model_dump(exclude={"changes"})
+    assert accepted == len(valid)
+    assert push.clean_push(b"{not json") is None
+    # A delta is not a snapshot for the snapshot-only check, and the other way round.
+    assert push.clean_snapshot(orjson.dumps(base)) is None
+
+
 def test_credentials_round_trip_and_reject_look_alikes() -> None:
     issued = auth.issue(auth.CredentialKind.AGENT_TOKEN)
     presented = auth.bearer(f"Bearer {issued.plaintext}")
@@ -217,3 +283,26 @@ def test_credentials_round_trip_and_reject_look_alikes() -> None:
         "Bearer xyz_0123456789ab_" + "a" * 43,
     ):
         assert auth.bearer(header) is None
+
+
+def test_verified_credentials_know_the_same_secret_for_a_while_only() -> None:
+    now = [0.0]
+    verified: auth.Verified[str] = auth.Verified(ttl=10.0, size=2, clock=lambda: now[0])
+    issued = [auth.issue(auth.CredentialKind.AGENT_TOKEN) for _ in range(3)]
+    presented = [auth.parse(i.plaintext) for i in issued]
+    assert all(p is not None for p in presented)
+    first, second, third = (p for p in presented if p is not None)
+    assert verified.get(first) is None
+    verified.put(first, "cluster-1")
+    assert verified.get(first) == "cluster-1"
+    # The same id with another secret is not the verified credential.
+    assert verified.get(auth.PresentedCredential(first.kind, first.id, "A" * 43)) is None
+    now[0] = 10.5
+    assert verified.get(first) is None  # too old: looked up again
+    verified.put(first, "cluster-1")
+    verified.forget(first.id)
+    assert verified.get(first) is None
+    verified.put(first, "cluster-1")
+    verified.put(second, "cluster-2")
+    verified.put(third, "cluster-3")  # the oldest goes
+    assert [verified.get(p) for p in (first, second, third)] == [None, "cluster-2", "cluster-3"]

@@ -39,8 +39,19 @@ def _json_text(value: Any) -> str:
 _JSON = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 
 
-def create(url: str) -> Engine:
-    """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it)."""
+def create(
+    url: str,
+    *,
+    pre_ping: bool = True,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    autocommit: bool = False,
+) -> Engine:
+    """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it).
+    On PostgreSQL a pool of `pool_size` connections (and `max_overflow` more while busy), each checked
+    with a round trip when it is taken (`pre_ping`) unless its user retries on a dropped connection;
+    `autocommit` for a user whose every statement is a transaction of its own (nothing to begin, commit
+    or roll back when a connection is returned)."""
     try:
         parsed = make_url(normalise_url(url))
     except ArgumentError:
@@ -65,7 +76,12 @@ def create(url: str) -> Engine:
         raise StoreError(
             f"unsupported database {parsed.get_backend_name()!r}: use postgresql:// or sqlite://"
         )
-    return create_engine(parsed, pool_size=10, max_overflow=10, pool_pre_ping=True, **_JSON)
+    options: dict[str, Any] = (
+        {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}
+    )
+    return create_engine(
+        parsed, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=pre_ping, **options, **_JSON
+    )
 
 
 def _config(engine: Engine) -> Config:

@@ -82,8 +82,9 @@ class AgentToken(Base):
 
 
 class Push(Base):
-    """One accepted push, as received (gzip JSON), until retention removes it. Unique per cluster and
-    idempotency key: a retried push is recognised and not stored or processed twice."""
+    """One accepted push, as received (zstd or gzip JSON in `body_gzip`, named for the gzip it held
+    first: `contracts.compression.inflate` reads either), until retention removes it. Unique per
+    cluster and idempotency key: a retried push is recognised and not stored or processed twice."""
 
     __tablename__ = "pushes"
     __table_args__ = (

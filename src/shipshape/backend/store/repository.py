@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -303,13 +303,111 @@ def record_push(
     return Recorded(push_id, duplicate=False)
 
 
-def _seen(session: Session, cluster_id: str, now: datetime) -> None:
+_PUSHES = Push.metadata.tables[Push.__tablename__]
+# The accept of a push on PostgreSQL, in one statement and so one round trip, in autocommit: the agent
+# token still live (it may have been revoked since the caller verified its secret), the push stored
+# once per key, the cluster's `last_seen` set unless a worker holds its row (as `_seen` says), and the
+# id of a push stored before under this key (the statement's snapshot does not see its own insert).
+_ACCEPT_POSTGRESQL = text(
+    """
+    WITH token AS (
+        SELECT cluster_id FROM agent_tokens
+        WHERE id = :token_id AND cluster_id = :cluster_id AND revoked_at IS NULL
+    ), inserted AS (
+        INSERT INTO pushes (cluster_id, idempotency_key, schema_name, sequence, received_at, body_gzip)
+        SELECT cluster_id, :key, :schema_name, :sequence, :now, :body FROM token
+        ON CONFLICT (cluster_id, idempotency_key) DO NOTHING
+        RETURNING id
+    ), seen AS (
+        UPDATE clusters SET last_seen = :now
+        WHERE id = (SELECT id FROM clusters WHERE id = :cluster_id FOR NO KEY UPDATE SKIP LOCKED)
+        AND EXISTS (SELECT FROM inserted)
+    )
+    SELECT
+        (SELECT id FROM inserted),
+        EXISTS (SELECT FROM token),
+        (SELECT id FROM pushes WHERE cluster_id = :cluster_id AND idempotency_key = :key)
+    """
+).bindparams(
+    bindparam("now", type_=_PUSHES.c.received_at.type), bindparam("body", type_=_PUSHES.c.body_gzip.type)
+)
+# SQLite has no data-modifying CTE: the insert (when the token is live), then what `_seen` does, in
+# the caller's transaction (SQLite takes one writer at a time anyway).
+_ACCEPT_SQLITE = text(
+    """
+    INSERT INTO pushes (cluster_id, idempotency_key, schema_name, sequence, received_at, body_gzip)
+    SELECT cluster_id, :key, :schema_name, :sequence, :now, :body FROM agent_tokens
+    WHERE id = :token_id AND cluster_id = :cluster_id AND revoked_at IS NULL
+    ON CONFLICT (cluster_id, idempotency_key) DO NOTHING
+    RETURNING id
+    """
+).bindparams(
+    bindparam("now", type_=_PUSHES.c.received_at.type), bindparam("body", type_=_PUSHES.c.body_gzip.type)
+)
+
+
+def accept_push(
+    connection: Connection,
+    token_id: str,
+    cluster_id: str,
+    idempotency_key: str,
+    schema_name: str,
+    sequence: int,
+    body: bytes,
+    now: datetime,
+) -> Recorded | None:
+    """`record_push` for the API, by the agent token `token_id` of `cluster_id`, whose secret the
+    caller verified (perhaps a while ago: `auth.Verified`): None, and nothing stored, when that token
+    is revoked by now. On PostgreSQL one statement in `connection`, which should be in autocommit (a
+    transaction of its own, and no round trips to begin and commit it); on SQLite the caller commits.
+    """
+    params = {
+        "token_id": token_id,
+        "cluster_id": cluster_id,
+        "key": idempotency_key,
+        "schema_name": schema_name,
+        "sequence": sequence,
+        "now": now,
+        "body": body,
+    }
+    if connection.dialect.name == "postgresql":
+        push_id, live, existing = connection.execute(_ACCEPT_POSTGRESQL, params).one()
+        if not live:
+            return None
+        if push_id is not None:
+            return Recorded(push_id, duplicate=False)
+    else:
+        push_id = connection.execute(_ACCEPT_SQLITE, params).scalar()
+        if push_id is not None:
+            _seen(connection, cluster_id, now)
+            return Recorded(push_id, duplicate=False)
+        live = connection.scalar(
+            select(AgentToken.id).where(
+                AgentToken.id == token_id,
+                AgentToken.cluster_id == cluster_id,
+                AgentToken.revoked_at.is_(None),
+            )
+        )
+        if live is None:
+            return None
+        existing = None
+    if existing is None:
+        # Stored by another API process while this statement ran (it waited for that one's commit).
+        existing = connection.scalar(
+            select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
+        )
+    assert existing is not None  # the conflicting row, committed
+    return Recorded(existing, duplicate=True)
+
+
+def _seen(session: Session | Connection, cluster_id: str, now: datetime) -> None:
     """The cluster's `last_seen`, unless its row is locked (PostgreSQL): a worker applying a push or
     analysing the cluster holds the lock for up to a second, and an accept waited for it (its 202 with
     it). The worker that holds it sets `last_seen` itself from the pushes it applies, this one's
     included (`apply_pushes`). SQLite has one writer at a time anyway: the update waits for nothing."""
     clusters = Cluster.metadata.tables[Cluster.__tablename__]
-    if session.get_bind().dialect.name != "postgresql":
+    dialect = session.dialect if isinstance(session, Connection) else session.get_bind().dialect
+    if dialect.name != "postgresql":
         session.execute(update(clusters).where(clusters.c.id == cluster_id).values(last_seen=now))
         return
     free = select(clusters.c.id).where(clusters.c.id == cluster_id)
