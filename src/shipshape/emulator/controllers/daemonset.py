@@ -234,16 +234,19 @@ class NodeRow:
     """What the last syncs worked out for one node of one DaemonSet, and from what.
 
     `pods` is the set's pods for the node (the objects: stored versions are replaced, never
-    changed) and `run_keep` its `should_run` answer (None: not asked); `manage` (what `_manage`
-    decides for the node), `status` (its status counts) and `has_old` (a live pod not of the
-    current revision) hold while both are the same.
+    changed) and `run_keep` its `should_run` answer (None: not asked), given for the node's
+    `labels` and `node_spec` objects (all it reads of the node but the name); `manage` (what
+    `_manage` decides for the node), `status` (its status counts) and `has_old` (a live pod not of
+    the current revision) hold while the pods and the answer are the same.
     """
 
-    __slots__ = ("has_old", "manage", "pods", "run_keep", "status")
+    __slots__ = ("has_old", "labels", "manage", "node_spec", "pods", "run_keep", "status")
 
     def __init__(self, pods: list[Obj] | None, run_keep: tuple[bool, bool] | None) -> None:
         self.pods = pods
         self.run_keep = run_keep
+        self.labels: Any = None
+        self.node_spec: Any = None
         self.manage: tuple[list[str], list[str]] | None = None
         self.status: StatusCounts | None = None
         self.has_old: bool | None = None
@@ -542,6 +545,25 @@ class DaemonSetController(PodOwnerController):
         by_node[name] = (labels, spec, answer)
         return answer
 
+    def _row(self, rows: dict[str, NodeRow], ds: Obj, node: Obj, pods: list[Obj] | None) -> NodeRow:
+        """The node's row for these pods, with its `should_run` answer (`row_for` and `_should_run`
+        in one look while the node's labels, spec and pods are the objects the row was made for)."""
+        md = node["metadata"]
+        labels, spec = md.get("labels"), node.get("spec")
+        row = rows.get(md["name"])
+        if row is not None and row.labels is labels and row.node_spec is spec and row.run_keep is not None:
+            kept = row.pods
+            if kept is pods or (
+                kept is not None
+                and pods is not None
+                and len(kept) == len(pods)
+                and (kept[0] is pods[0] if len(pods) == 1 else same_pods(kept, pods))
+            ):
+                return row
+        row = row_for(rows, md["name"], pods, self._should_run(ds, node))
+        row.labels, row.node_spec = labels, spec
+        return row
+
     # ---- manage -------------------------------------------------------------------------------
     def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
@@ -550,18 +572,19 @@ class DaemonSetController(PodOwnerController):
         to_delete: list[str] = []
         with_pods = 0  # nodes of `nodes` that node_to_pods has pods for
         for node in nodes:
-            run_keep = self._should_run(ds, node)
             name = node["metadata"]["name"]
             pods = node_to_pods.get(name)
             if pods is not None:
                 with_pods += 1
             if rows is None:
+                run_keep = self._should_run(ds, node)
                 need, delete, _ = self._pods_should_be_on_node(ds, name, pods, run_keep, hash_value)
             else:
-                row = row_for(rows, name, pods, run_keep)
+                row = self._row(rows, ds, node, pods)
                 if row.manage is None:
+                    assert row.run_keep is not None
                     need, delete, reusable = self._pods_should_be_on_node(
-                        ds, name, pods, run_keep, hash_value
+                        ds, name, pods, row.run_keep, hash_value
                     )
                     if reusable:
                         row.manage = (need, delete)
@@ -832,15 +855,15 @@ class DaemonSetController(PodOwnerController):
         rows = self._rows.of(ds, hash_value) if self.reuse_rows and min_ready <= 0 else None
         per_node: list[StatusCounts] = []
         for node in nodes:
-            run_keep = self._should_run(ds, node)
-            name = node["metadata"]["name"]
-            pods = node_to_pods.get(name)
+            pods = node_to_pods.get(node["metadata"]["name"])
             if rows is None:
-                per_node.append(self._status_counts(ds, run_keep[0], pods, hash_value, min_ready, now))
+                run = self._should_run(ds, node)[0]
+                per_node.append(self._status_counts(ds, run, pods, hash_value, min_ready, now))
                 continue
-            row = row_for(rows, name, pods, run_keep)
+            row = self._row(rows, ds, node, pods)
             if row.status is None:
-                row.status = self._status_counts(ds, run_keep[0], pods, hash_value, min_ready, now)
+                assert row.run_keep is not None
+                row.status = self._status_counts(ds, row.run_keep[0], pods, hash_value, min_ready, now)
             per_node.append(row.status)
         if rows is not None and len(rows) > len(nodes) + len(node_to_pods):
             live = {n["metadata"]["name"] for n in nodes} | node_to_pods.keys()

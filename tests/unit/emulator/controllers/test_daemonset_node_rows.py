@@ -75,15 +75,17 @@ def step(c: Cluster, rng: random.Random) -> None:
         elif choice < 0.5:
             store.remove(NODES, "", node)
     elif roll < 0.24 and existing is not None:
+        if choice < 0.5:
 
-        def relabel_or_taint(new: Obj) -> None:
-            if choice < 0.5:
+            def relabel(new: Obj) -> None:
                 new["metadata"]["labels"]["pool"] = rng.choice("ab")
-            else:
-                effect = rng.choice(["NoSchedule", "NoExecute", None])
-                new["spec"]["taints"] = [{"key": "bad", "effect": effect}] if effect else []
 
-        store.mutate(NODES, "", node, relabel_or_taint)
+            store.mutate(NODES, "", node, relabel)
+        else:  # a spec write that keeps the labels object (as a status write keeps both)
+            effect = rng.choice(["NoSchedule", "NoExecute", None])
+            taints = [{"key": "bad", "effect": effect}] if effect else []
+            body = {**existing, "metadata": {**existing["metadata"]}, "spec": {"taints": taints}}
+            store.update(NODES, body, copy=False)
     elif roll < 0.32 and existing is not None:
         status = rng.choice(["True", "False", "Unknown"])
         store.write_status(NODES, "", node, {"conditions": [{"type": "Ready", "status": status}]})
