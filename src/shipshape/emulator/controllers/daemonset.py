@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -213,6 +214,91 @@ class DaemonPodFactsCache:
         return out
 
 
+def same_pods(a: list[Obj] | None, b: list[Obj] | None) -> bool:
+    """Whether two lists hold the same pod objects (versions), in the same order."""
+    if a is None or b is None:
+        return a is b
+    if len(a) != len(b):
+        return False
+    if len(a) == 1:
+        return a[0] is b[0]
+    return all(map(operator.is_, a, b))
+
+
+# What a node's row keeps: the status counts it adds (desired, current, misscheduled, ready,
+# available, updated).
+StatusCounts = tuple[int, int, int, int, int, int]
+
+
+class NodeRow:
+    """What the last syncs worked out for one node of one DaemonSet, and from what.
+
+    `pods` is the set's pods for the node (the objects: stored versions are replaced, never
+    changed) and `run_keep` its `should_run` answer (None: not asked), given for the node's
+    `labels` and `node_spec` objects (all it reads of the node but the name); `manage` (what
+    `_manage` decides for the node), `status` (its status counts) and `has_old` (a live pod not of
+    the current revision) hold while the pods and the answer are the same.
+    """
+
+    __slots__ = ("has_old", "labels", "manage", "node_spec", "pods", "run_keep", "status")
+
+    def __init__(self, pods: list[Obj] | None, run_keep: tuple[bool, bool] | None) -> None:
+        self.pods = pods
+        self.run_keep = run_keep
+        self.labels: Any = None
+        self.node_spec: Any = None
+        self.manage: tuple[list[str], list[str]] | None = None
+        self.status: StatusCounts | None = None
+        self.has_old: bool | None = None
+
+
+class NodeRows:
+    """Each DaemonSet's `NodeRow`s, for one spec object, revision hash and template generation.
+
+    A sync walks every node three times (what to create and delete, the rolling update, the
+    status) while between two syncs only a few nodes or their daemon pods change. A row is worked
+    out again only when its pods or its answer differ; another spec, hash or generation starts the
+    set's rows over.
+    """
+
+    def __init__(self) -> None:
+        # DaemonSet uid -> ((spec object, hash, generation), node name -> row)
+        self._by_set: dict[str, tuple[tuple[Any, str, Any], dict[str, NodeRow]]] = {}
+
+    def of(self, ds: Obj, hash_value: str) -> dict[str, NodeRow]:
+        """The set's rows for its current spec, hash and generation (new, empty ones otherwise)."""
+        uid = ds["metadata"]["uid"]
+        generation = (ds["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
+        kept = self._by_set.get(uid)
+        if kept is not None:
+            (spec, hash_kept, generation_kept), rows = kept
+            if spec is ds["spec"] and hash_kept == hash_value and generation_kept == generation:
+                return rows
+        rows = {}
+        self._by_set[uid] = ((ds["spec"], hash_value, generation), rows)
+        return rows
+
+    def forget(self, uid: str) -> None:
+        self._by_set.pop(uid, None)
+
+    def forget_node(self, name: str) -> None:
+        for _, rows in self._by_set.values():
+            rows.pop(name, None)
+
+
+def row_for(
+    rows: dict[str, NodeRow], name: str, pods: list[Obj] | None, run_keep: tuple[bool, bool] | None
+) -> NodeRow:
+    """The node's row, emptied of whatever no longer holds for these pods and this answer."""
+    row = rows.get(name)
+    if row is None or not same_pods(row.pods, pods):
+        row = rows[name] = NodeRow(pods, run_keep)
+    elif run_keep is not None and row.run_keep != run_keep:
+        row.run_keep = run_keep
+        row.manage = row.status = None
+    return row
+
+
 def _by_creation_and_phase(a: Obj, b: Obj) -> int:
     """Scheduled pods first, then oldest first, then by name (upstream `podByCreationTimestampAndPhase`)."""
     bound_a, bound_b = bool(a["spec"].get("nodeName")), bool(b["spec"].get("nodeName"))
@@ -227,15 +313,19 @@ class DaemonSetController(PodOwnerController):
     name = "daemonset-controller"
     service_account = "daemon-set-controller"
     watches = (DAEMONSETS, PODS, NODES, CONTROLLERREVISIONS)
+    # Whether syncs reuse the node rows of the syncs before (`NodeRows`); off, every node is worked
+    # out anew in each of a sync's walks (what the rows are tested against).
+    reuse_rows = True
 
     def __init__(self) -> None:
         super().__init__()
         self._node_fingerprints = NodeFingerprints()
-        # Per DaemonSet uid: (resourceVersion, daemon pod, node name -> (node labels object, node spec
+        # Per DaemonSet uid: (spec object, daemon pod, node name -> (node labels object, node spec
         # object, should_run)).
         self._answers: dict[str, tuple[Any, Obj, dict[str, tuple[Any, Any, tuple[bool, bool]]]]] = {}
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
         self._pod_facts = DaemonPodFactsCache()
+        self._rows = NodeRows()
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -247,6 +337,7 @@ class DaemonSetController(PodOwnerController):
                 self.expectations.forget((ns, name))
                 self._answers.pop(str(podutil.meta(obj).get("uid", "")), None)
                 self._pod_facts.forget(str(podutil.meta(obj).get("uid", "")))
+                self._rows.forget(str(podutil.meta(obj).get("uid", "")))
             return [(ns, name)]
         if event.resource is NODES:
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
@@ -254,6 +345,7 @@ class DaemonSetController(PodOwnerController):
                 self._node_fingerprints.forget(name)
                 for _, _, by_node in self._answers.values():
                     by_node.pop(name, None)
+                self._rows.forget_node(name)
             elif not self._node_fingerprints.changed(obj):
                 return []
             return [podutil.key_of(ds) for ds in self.store.list(DAEMONSETS)]
@@ -434,14 +526,15 @@ class DaemonSetController(PodOwnerController):
             to_kill -= 1
 
     def _should_run(self, ds: Obj, node: Obj) -> tuple[bool, bool]:
-        """`should_run` with the daemon pod built once per DaemonSet version, and each node's answer
-        remembered for that version while the node's labels and spec (all it reads of the node but
-        the name) stay the same objects: stored objects are replaced, never changed, and a status
-        write shares both with the version before."""
-        uid, version = ds["metadata"]["uid"], ds["metadata"].get("resourceVersion")
+        """`should_run` with the daemon pod built once per DaemonSet spec (all it reads of the set;
+        a status write shares the spec with the version before), and each node's answer remembered
+        for that spec while the node's labels and spec (all it reads of the node but the name) stay
+        the same objects: stored objects are replaced, never changed, and a status write shares
+        both with the version before."""
+        uid, spec = ds["metadata"]["uid"], ds["spec"]
         entry = self._answers.get(uid)
-        if entry is None or entry[0] != version:
-            entry = self._answers[uid] = (version, daemon_pod(ds), {})
+        if entry is None or entry[0] is not spec:
+            entry = self._answers[uid] = (spec, daemon_pod(ds), {})
         _, pod, by_node = entry
         md = podutil.meta(node)
         name, labels, spec = str(md.get("name", "")), md.get("labels"), node.get("spec")
@@ -452,29 +545,76 @@ class DaemonSetController(PodOwnerController):
         by_node[name] = (labels, spec, answer)
         return answer
 
+    def _row(self, rows: dict[str, NodeRow], ds: Obj, node: Obj, pods: list[Obj] | None) -> NodeRow:
+        """The node's row for these pods, with its `should_run` answer (`row_for` and `_should_run`
+        in one look while the node's labels, spec and pods are the objects the row was made for)."""
+        md = node["metadata"]
+        labels, spec = md.get("labels"), node.get("spec")
+        row = rows.get(md["name"])
+        if row is not None and row.labels is labels and row.node_spec is spec and row.run_keep is not None:
+            kept = row.pods
+            if kept is pods or (
+                kept is not None
+                and pods is not None
+                and len(kept) == len(pods)
+                and (kept[0] is pods[0] if len(pods) == 1 else same_pods(kept, pods))
+            ):
+                return row
+        row = row_for(rows, md["name"], pods, self._should_run(ds, node))
+        row.labels, row.node_spec = labels, spec
+        return row
+
     # ---- manage -------------------------------------------------------------------------------
     def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
+        rows = self._rows.of(ds, hash_value) if self.reuse_rows else None
         needing: list[str] = []
         to_delete: list[str] = []
+        with_pods = 0  # nodes of `nodes` that node_to_pods has pods for
         for node in nodes:
-            need, delete = self._pods_should_be_on_node(ds, node, node_to_pods, hash_value)
-            needing += need
-            to_delete += delete
-        known = {n["metadata"]["name"] for n in nodes}
-        for node_name, pods in node_to_pods.items():
-            if node_name not in known:
-                to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+            name = node["metadata"]["name"]
+            pods = node_to_pods.get(name)
+            if pods is not None:
+                with_pods += 1
+            if rows is None:
+                run_keep = self._should_run(ds, node)
+                need, delete, _ = self._pods_should_be_on_node(ds, name, pods, run_keep, hash_value)
+            else:
+                row = self._row(rows, ds, node, pods)
+                if row.manage is None:
+                    assert row.run_keep is not None
+                    need, delete, reusable = self._pods_should_be_on_node(
+                        ds, name, pods, row.run_keep, hash_value
+                    )
+                    if reusable:
+                        row.manage = (need, delete)
+                else:
+                    need, delete = row.manage
+            if need:
+                needing += need
+            if delete:
+                to_delete += delete
+        if with_pods < len(node_to_pods):  # pods for nodes that are gone
+            known = {n["metadata"]["name"] for n in nodes}
+            for node_name, pods in node_to_pods.items():
+                if node_name not in known:
+                    to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
         self._sync_nodes(ds, to_delete, needing, hash_value, key)
 
     def _pods_should_be_on_node(
-        self, ds: Obj, node: Obj, node_to_pods: dict[str, list[Obj]], hash_value: str
-    ) -> tuple[list[str], list[str]]:
-        run, keep = self._should_run(ds, node)
-        node_name = node["metadata"]["name"]
-        pods = node_to_pods.get(node_name)
+        self,
+        ds: Obj,
+        node_name: str,
+        pods: list[Obj] | None,
+        run_keep: tuple[bool, bool],
+        hash_value: str,
+    ) -> tuple[list[str], list[str], bool]:
+        """(nodes needing a pod, pods to delete, whether the answer may be reused for the same pods
+        and answer: it recorded no Event and did not read the clock)."""
+        run, keep = run_keep
         needing: list[str] = []
         to_delete: list[str] = []
+        reusable = True
         if run and pods is None:
             needing.append(node_name)
         elif keep:
@@ -484,6 +624,7 @@ class DaemonSetController(PodOwnerController):
                     continue
                 phase = podutil.phase(pod)
                 if phase == "Failed":
+                    reusable = False
                     message = (
                         f"Found failed daemon pod {pod['metadata']['namespace']}/{pod['metadata']['name']} "
                         f"on node {node_name}, will try to kill it"
@@ -511,6 +652,7 @@ class DaemonSetController(PodOwnerController):
                         continue
                     to_delete.append(pod["metadata"]["name"])
                 if newest is not None and oldest_old is not None:
+                    reusable = False
                     min_ready = int(ds["spec"].get("minReadySeconds") or 0)
                     if not podutil.is_ready(oldest_old) or podutil.is_available(
                         newest, min_ready, self.now()
@@ -518,7 +660,7 @@ class DaemonSetController(PodOwnerController):
                         to_delete.append(oldest_old["metadata"]["name"])
         elif pods is not None:
             to_delete += [p["metadata"]["name"] for p in pods if not podutil.is_terminating(p)]
-        return needing, to_delete
+        return needing, to_delete, reusable
 
     def _sync_nodes(
         self, ds: Obj, to_delete: list[str], needing: list[str], hash_value: str, key: Key
@@ -596,8 +738,24 @@ class DaemonSetController(PodOwnerController):
                 old_pod = pod
         return new_pod, old_pod, True
 
+    def _has_old_pods(self, ds: Obj, node_to_pods: dict[str, list[Obj]], hash_value: str) -> bool:
+        """Whether a live pod of the set is not of the current revision; without one a rolling
+        update has nothing to replace."""
+        rows = self._rows.of(ds, hash_value)
+        for name, pods in node_to_pods.items():
+            row = row_for(rows, name, pods, None)
+            if row.has_old is None:
+                row.has_old = any(
+                    not podutil.is_terminating(p) and not self._is_updated(ds, p, hash_value) for p in pods
+                )
+            if row.has_old:
+                return True
+        return False
+
     def _rolling_update(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
+        if self.reuse_rows and not self._has_old_pods(ds, node_to_pods, hash_value):
+            return  # every choice below starts from an old pod
         by_name = {n["metadata"]["name"]: n for n in nodes}
         desired = 0
         for node in nodes:
@@ -675,33 +833,45 @@ class DaemonSetController(PodOwnerController):
         self._sync_nodes(ds, to_delete, allowed_nodes + candidate_nodes[:remaining], hash_value, key)
 
     # ---- status -------------------------------------------------------------------------------
+    def _status_counts(
+        self, ds: Obj, run: bool, pods: list[Obj] | None, hash_value: str, min_ready: int, now: float
+    ) -> StatusCounts:
+        """What one node adds to (desired, current, misscheduled, ready, available, updated)."""
+        if not run:
+            return (0, 0, 1 if pods else 0, 0, 0, 0)
+        if not pods:
+            return (1, 0, 0, 0, 0, 0)
+        pod = pods[0] if len(pods) == 1 else sorted(pods, key=functools.cmp_to_key(_by_creation_and_phase))[0]
+        ready = podutil.is_ready(pod)
+        available = ready and podutil.is_available(pod, min_ready, now)
+        return (1, 1, 0, int(ready), int(available), int(self._is_updated(ds, pod, hash_value)))
+
     def _update_status(self, ds: Obj, nodes: list[Obj], hash_value: str, *, observe: bool) -> None:
         ds = self.store.get(DAEMONSETS, *podutil.key_of(ds)) or ds
         node_to_pods = self._node_to_pods(ds)
         now = self.now()
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
-        desired = current = misscheduled = ready = updated = available = 0
+        # With minReadySeconds, availability reads the clock: nothing is kept then.
+        rows = self._rows.of(ds, hash_value) if self.reuse_rows and min_ready <= 0 else None
+        per_node: list[StatusCounts] = []
         for node in nodes:
-            run, _ = self._should_run(ds, node)
-            pods = node_to_pods.get(node["metadata"]["name"]) or []
-            if not run:
-                misscheduled += 1 if pods else 0
+            pods = node_to_pods.get(node["metadata"]["name"])
+            if rows is None:
+                run = self._should_run(ds, node)[0]
+                per_node.append(self._status_counts(ds, run, pods, hash_value, min_ready, now))
                 continue
-            desired += 1
-            if not pods:
-                continue
-            current += 1
-            pod = (
-                pods[0]
-                if len(pods) == 1
-                else sorted(pods, key=functools.cmp_to_key(_by_creation_and_phase))[0]
-            )
-            if podutil.is_ready(pod):
-                ready += 1
-                if podutil.is_available(pod, min_ready, now):
-                    available += 1
-            if self._is_updated(ds, pod, hash_value):
-                updated += 1
+            row = self._row(rows, ds, node, pods)
+            if row.status is None:
+                assert row.run_keep is not None
+                row.status = self._status_counts(ds, row.run_keep[0], pods, hash_value, min_ready, now)
+            per_node.append(row.status)
+        if rows is not None and len(rows) > len(nodes) + len(node_to_pods):
+            live = {n["metadata"]["name"] for n in nodes} | node_to_pods.keys()
+            for name in [name for name in rows if name not in live]:
+                del rows[name]
+        desired, current, misscheduled, ready, available, updated = (
+            (sum(column) for column in zip(*per_node, strict=True)) if per_node else (0,) * 6
+        )
         old = ds.get("status") or {}
         status: Obj = {
             "currentNumberScheduled": current,
