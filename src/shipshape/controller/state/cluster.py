@@ -110,6 +110,11 @@ KINDS = (
 TOMBSTONES = 10_000
 # Pod shapes (affinity x tolerations x capacity/pool) whose eligible nodes are kept between node changes.
 MAX_ELIGIBLE_SHAPES = 256
+# The reader `managed` takes its own account of the dirty workloads as (`take_dirty`).
+_MANAGED_READER = "ClusterState.managed"
+_MANAGED_KINDS = {kind.value: kind for kind in workloads.managed_kinds()}
+
+WorkloadKey = tuple[str, str, str]  # (kind, namespace, name), as `DirtyWorkloads` names workloads
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,14 +388,22 @@ class ClusterState:
         # Changes of anything the loops' view of managed workloads reads (every kind but Node, and
         # node placements): equal versions give the same `Reconciler.managed` answer.
         self._workloads_version = 0
-        # `managed`'s answer: the workloads version and the config it was worked out for.
+        # `managed`'s answer: the workloads version and the config it was worked out for. It is brought
+        # up to date from its own account of the dirty workloads (`take_dirty`): each Deployment's and
+        # StatefulSet's entry (None: not managed), the position of the managed ones in the answer, and
+        # whether a workload object came or went since (the answer's order follows the objects').
         self._managed: tuple[int, ControllerConfig, tuple[Managed, ...]] | None = None
+        self._managed_entries: dict[WorkloadKey, Managed | None] = {}
+        self._managed_positions: dict[WorkloadKey, int] = {}
+        self._workloads_moved = True
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
-        # Each workload's state (`workload_state`), with the object and the inputs it was derived from.
-        self._workload_states: dict[tuple[str, str, str], tuple[Obj, Hashable, WorkloadState]] = {}
-        # Each workload's policy, with the object, namespace labels and config it was read from.
+        # Each workload's state (`workload_state`), with the workload's spec and uid (all it reads of the
+        # object: a status update shares the spec) and the inputs it was derived from.
+        self._workload_states: dict[tuple[str, str, str], tuple[object, object, Hashable, WorkloadState]] = {}
+        # Each workload's policy, with the annotations (all it reads of the object), namespace labels and
+        # config it was read from.
         self._policies: dict[
-            tuple[str, str, str], tuple[Obj, Mapping[str, str], ControllerConfig, PolicyResult]
+            tuple[str, str, str], tuple[object, Mapping[str, str], ControllerConfig, PolicyResult]
         ] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
@@ -595,13 +608,16 @@ class ClusterState:
         elif kind == "PodDisruptionBudget":
             old = self._objects[kind].get(key)
             if old is None or not _same_pdb_facts(old, obj):
+                # A renewed guard's expiry or a status update changes no workload's state.
                 self._pdb_versions[key[0]] = next(self._versions)
+                self._dirty_namespaces.add(key[0])
             self._pdb_answers.clear()
-            self._dirty_namespaces.add(key[0])
         elif kind == "Namespace":
             self._dirty_namespaces.add(key[1])
         elif kind in ("Deployment", "StatefulSet"):
             self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
+            if key not in self._objects[kind]:
+                self._workloads_moved = True
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
@@ -641,6 +657,8 @@ class ClusterState:
             self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
             self._workload_states.pop((kind, key[0], key[1]), None)
             self._policies.pop((kind, key[0], key[1]), None)
+            if key in self._objects[kind]:
+                self._workloads_moved = True
         self._objects[kind].pop(key, None)
 
     def _account(
@@ -930,15 +948,19 @@ class ClusterState:
     def workload_state(self, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
         """The workload as the loops see it: its active pods with placement, readiness and requests.
 
-        Derived once per change of its inputs (the workload object, its pods and ReplicaSets, the PDBs
-        of its namespace, node placements, the policy), so a round over every managed workload rebuilds
-        only the ones that changed; the same inputs give the same state object.
+        Derived once per change of its inputs (the workload's spec and uid, its pods and ReplicaSets, the
+        PDBs of its namespace, node placements, the policy), so a round over every managed workload
+        rebuilds only the ones that changed; the same inputs give the same state object. A status update
+        of the workload shares its spec with the version before (an in-process store's versions do) and
+        keeps the state.
         """
         key = (workload.kind.value, workload.namespace, workload.name)
+        spec = workload.obj.get("spec")
+        uid = (workload.obj.get("metadata") or {}).get("uid")
         inputs = (self.workload_inputs(workload), policy)
         kept = self._workload_states.get(key)
-        if kept is not None and kept[0] is workload.obj and kept[1] == inputs:
-            return kept[2]
+        if kept is not None and kept[0] is spec and kept[1] == uid and kept[2] == inputs:
+            return kept[3]
         all_pods = self.keyed_pods_of_workload(workload)
         active = [(pod_key, pod) for pod_key, pod in all_pods if is_active(pod)]
         states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in active]
@@ -951,7 +973,7 @@ class ClusterState:
             states,
             self.pdbs_matching(workload.namespace, labels),
         )
-        self._workload_states[key] = (workload.obj, inputs, state)
+        self._workload_states[key] = (spec, uid, inputs, state)
         return state
 
     def _pod_state(self, key: tuple[str, str], pod: Mapping[str, Any], kind: WorkloadKind) -> PodState:
@@ -967,40 +989,93 @@ class ClusterState:
         return state
 
     def policy_of(self, kind: WorkloadKind, obj: Obj, config: ControllerConfig) -> PolicyResult:
-        """A workload's policy, read again only when the workload object, its namespace's labels or
-        the config changed."""
+        """A workload's policy, read again only when the workload's annotations (another object: a
+        status update shares them with the version before), its namespace's labels or the config
+        changed."""
         metadata = obj.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         labels = self.namespace_labels(namespace)
+        annotations = metadata.get("annotations")
         key = (kind.value, namespace, str(metadata.get("name")))
         kept = self._policies.get(key)
-        if kept is not None and kept[0] is obj and kept[1] is labels and kept[2] is config:
+        if kept is not None and kept[0] is annotations and kept[1] is labels and kept[2] is config:
             return kept[3]
         result = workloads.resolve(kind, obj, labels, config)
-        self._policies[key] = (obj, labels, config, result)
+        self._policies[key] = (annotations, labels, config, result)
         return result
 
     def managed(self, config: ControllerConfig) -> tuple[Managed, ...]:
-        """Managed Deployments and StatefulSets with a valid policy, with their state.
+        """Managed Deployments and StatefulSets with a valid policy, with their state, in the order the
+        state holds the objects (Deployments first).
 
-        Every loop asks each round; the answer is worked out again only after something it reads
-        changed (workloads, pods, ReplicaSets, PDBs, namespaces, node placements) or for another config.
+        Every loop asks each round. The answer is kept until something it reads changed (workloads,
+        pods, ReplicaSets, PDBs, namespaces, node placements), and then only the workloads the state
+        marks dirty since the last answer (`take_dirty`, an account of its own) are worked out again:
+        every one at the first call, for another config, or after a node changed capacity type or pool.
         """
         kept = self._managed
         if kept is not None and kept[0] == self._workloads_version and kept[1] is config:
             return kept[2]
+        dirty = self.take_dirty(_MANAGED_READER)
+        if kept is None or kept[1] is not config or dirty.everything:
+            self._managed_entries = {
+                (kind.value, *key): self._managed_entry(kind, obj, config)
+                for kind in workloads.managed_kinds()
+                for key, obj in self._objects[kind.value].items()
+            }
+            return self._order_managed(config)
+        keys = {key for key in dirty.workloads if key[0] in _MANAGED_KINDS}
+        entries = self._managed_entries
+        if dirty.namespaces:
+            keys.update(key for key in entries if key[1] in dirty.namespaces)
+        answer = list(kept[2])
+        positions = self._managed_positions
+        moved = self._workloads_moved
+        for key in keys:
+            kind, namespace, name = key
+            obj = self._objects[kind].get((namespace, name))
+            old = entries.pop(key, None)
+            if obj is None:
+                moved = moved or old is not None
+                continue
+            entry = entries[key] = self._managed_entry(_MANAGED_KINDS[kind], obj, config)
+            if (old is None) != (entry is None):
+                moved = True
+            elif entry is not None and not moved:
+                answer[positions[key]] = entry
+        if moved:
+            return self._order_managed(config)
+        result = tuple(answer)
+        self._managed = (self._workloads_version, config, result)
+        return result
+
+    def _managed_entry(self, kind: WorkloadKind, obj: Obj, config: ControllerConfig) -> Managed | None:
+        """One workload's entry in `managed`: None unless it is managed with a valid policy."""
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        result = self.policy_of(kind, obj, config)
+        if not result.valid or result.policy is None:
+            return None
+        ref = workloads.workload_ref(kind, obj)
+        return Managed(ref, self.workload_state(ref, result.policy))
+
+    def _order_managed(self, config: ControllerConfig) -> tuple[Managed, ...]:
+        """`managed`'s answer from the entries, in the objects' order (a workload came, went, or became
+        managed or unmanaged)."""
+        entries = self._managed_entries
         found: list[Managed] = []
+        positions: dict[WorkloadKey, int] = {}
         for kind in workloads.managed_kinds():
-            for obj in self._objects[kind.value].values():
-                if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                result = self.policy_of(kind, obj, config)
-                if not result.valid or result.policy is None:
-                    continue
-                ref = workloads.workload_ref(kind, obj)
-                found.append(Managed(ref, self.workload_state(ref, result.policy)))
+            for namespace, name in self._objects[kind.value]:
+                key = (kind.value, namespace, name)
+                entry = entries.get(key)
+                if entry is not None:
+                    positions[key] = len(found)
+                    found.append(entry)
         answer = tuple(found)
         self._managed = (self._workloads_version, config, answer)
+        self._managed_positions = positions
+        self._workloads_moved = False
         return answer
 
     def placement_of(
