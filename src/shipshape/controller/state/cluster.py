@@ -120,8 +120,9 @@ WorkloadKey = tuple[str, str, str]  # (kind, namespace, name), as `DirtyWorkload
 @dataclass(frozen=True, slots=True)
 class DirtyWorkloads:
     """What changed since a reader's last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
-    objects, ReplicaSets or pods changed, namespaces whose PDBs or labels changed, or `everything`
-    (a node changed capacity type or pool, so every placement may have)."""
+    objects, ReplicaSets or pods changed (a pod's placement too: its node came, went or changed capacity
+    type or pool), namespaces whose PDBs or labels changed, or `everything` (a capacity-label key new to
+    the cluster, so every node's capacity type may have changed)."""
 
     everything: bool = False
     workloads: frozenset[tuple[str, str, str]] = frozenset()
@@ -367,15 +368,19 @@ class ClusterState:
         # that shape may land on, with their host and allocatable. Cleared whenever a node changes
         # anything the filter reads (`_nodes_changed`); pods of one workload share one entry.
         self._eligible: dict[Hashable, tuple[tuple[str, str, int, int, int], ...]] = {}
-        # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
-        # placement (its capacity type or pool) does, or a node comes or goes.
+        # Where each pod counts (capacity, pool); dropped when the pod changes, or when its node's
+        # placement (its capacity type or pool) does, or its node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
+        # The pods bound to each node name (`spec.nodeName`, whether or not the node is known): the
+        # placements a node's move changes.
+        self._pods_on_node: dict[str, dict[tuple[str, str], None]] = {}
         # Per node name: the node object and its (capacity, pool), read once per node object (every
         # pod placement read again after a node move asks its node's).
         self._node_placements: dict[str, tuple[Obj, tuple[CapacityType | None, Pool | None]]] = {}
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
-        # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
-        # namespace, node placements (`workload_inputs`).
+        # workloads whose inputs changed: pods per group (and the ReplicaSet itself; a node's move
+        # touches the groups of its pods), PDBs per namespace, every node's placement (`_node_version`,
+        # after a capacity-label key new to the cluster) (`workload_inputs`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
         # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
@@ -568,7 +573,7 @@ class ClusterState:
             ):
                 self._node_summary = None
             if old is None or self.node_placement(old) != self.node_placement(obj):
-                self._nodes_moved()
+                self._node_moved(key[1])
             allocatable = node_allocatable(obj)
             amounts = (allocatable.get("cpu", 0), allocatable.get("memory", 0), allocatable.get("pods", 0))
             self._know_pool(obj)
@@ -588,7 +593,9 @@ class ClusterState:
             self._unindex_pod(key)
             decision = read_decision(obj)
             self._account(key, obj, decision)
-            if (obj.get("spec") or {}).get("nodeName"):
+            node_name = (obj.get("spec") or {}).get("nodeName")
+            if node_name:
+                self._pods_on_node.setdefault(str(node_name), {})[key] = None
                 self._unbound.pop(key, None)
             else:
                 self._unbound[key] = obj
@@ -637,7 +644,7 @@ class ClusterState:
             self._node_by_name.pop(key[1], None)
             self._noticed.discard(key[1])
             if key in self._objects["Node"]:
-                self._nodes_moved()
+                self._node_moved(key[1])
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._pod_states.pop(key, None)
@@ -811,8 +818,22 @@ class ClusterState:
             out.append((name, str(labels.get(HOSTNAME_LABEL, name)), *allocatable))
         return tuple(out)
 
+    def _node_moved(self, name: str) -> None:
+        """A node came, went or changed capacity type or pool: the placements of the pods bound to it
+        are read again (no other pod's placement reads the node), and their groups changed."""
+        pods = self._objects["Pod"]
+        for key in self._pods_on_node.get(name, ()):
+            self._placements.pop(key, None)
+            pod = pods.get(key)
+            group = self._group_of_pod(pod) if pod is not None else None
+            if group is not None:
+                self._touch(group)
+        self._workloads_version = next(self._versions)
+        self._spare_rooms = None
+
     def _nodes_moved(self) -> None:
-        """A node came, went or changed capacity type or pool: every placement is read again."""
+        """Every node may have changed capacity type (a capacity-label key new to the cluster): every
+        placement is read again."""
         self._placements.clear()
         self._node_version = next(self._versions)
         self._workloads_version = self._node_version
@@ -840,6 +861,13 @@ class ClusterState:
         old = self._objects["Pod"].get(key)
         if old is None:
             return
+        node_name = (old.get("spec") or {}).get("nodeName")
+        if node_name:
+            on_node = self._pods_on_node.get(str(node_name))
+            if on_node is not None:
+                on_node.pop(key, None)
+                if not on_node:
+                    del self._pods_on_node[str(node_name)]
         group = self._group_of_pod(old)
         if group is not None:
             self._touch(group)
@@ -1011,7 +1039,8 @@ class ClusterState:
         Every loop asks each round. The answer is kept until something it reads changed (workloads,
         pods, ReplicaSets, PDBs, namespaces, node placements), and then only the workloads the state
         marks dirty since the last answer (`take_dirty`, an account of its own) are worked out again:
-        every one at the first call, for another config, or after a node changed capacity type or pool.
+        every one at the first call, for another config, or after a capacity-label key new to the
+        cluster.
         """
         kept = self._managed
         if kept is not None and kept[0] == self._workloads_version and kept[1] is config:
