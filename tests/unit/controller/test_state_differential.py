@@ -411,6 +411,60 @@ def test_a_status_write_keeps_the_workload_state_and_policy() -> None:
     )
 
 
+def test_a_workload_state_whose_group_another_workload_read_meanwhile_is_worked_out_afresh() -> None:
+    """A ReplicaSet goes to another Deployment and back while the first is unmanaged (its state kept,
+    not asked): the pod changes the other one took are not lost to the first."""
+    config = ControllerConfig()
+    state = ClusterState(config)
+    version = iter(range(1, 100))
+
+    def put(obj: Obj, kind: str, event: str = "MODIFIED") -> None:
+        obj["metadata"]["resourceVersion"] = str(next(version))
+        state.apply({"type": event, "object": obj}, kind)
+
+    def deployment(name: str, spec: Obj, notes: dict[str, str]) -> Obj:
+        return {
+            "metadata": {"name": name, "namespace": "shop", "uid": name, "annotations": notes},
+            "spec": spec,
+        }
+
+    def replicaset(owner: str) -> Obj:
+        ref = {"kind": "Deployment", "name": owner, "uid": owner, "controller": True}
+        return {"metadata": {"name": "rs", "namespace": "shop", "ownerReferences": [ref]}, "spec": {}}
+
+    def pod(name: str) -> Obj:
+        ref = {"kind": "ReplicaSet", "name": "rs", "controller": True}
+        return {
+            "metadata": {"name": name, "namespace": "shop", "ownerReferences": [ref]},
+            "spec": {"nodeName": "node-0", "containers": []},
+            "status": {"phase": "Running"},
+        }
+
+    def pods_of(name: str) -> list[str]:
+        assert managed_now(state, config) == [
+            (ref.kind.value, ref.namespace, ref.name, ws)
+            for ref, ws in workloads.recompute_managed(state, config)
+        ]
+        return [p.name for m in state.managed(config) if m.ref.name == name for p in m.state.pods]
+
+    on, off = {"spot.shipshape.dev/enabled": "true"}, {"spot.shipshape.dev/enabled": "false"}
+    spec_a, spec_b = {"replicas": 2}, {"replicas": 2}
+    put(deployment("a", spec_a, on), "Deployment", "ADDED")
+    put(deployment("b", spec_b, on), "Deployment", "ADDED")
+    put(replicaset("a"), "ReplicaSet", "ADDED")
+    put(pod("p1"), "Pod", "ADDED")
+    put(pod("p2"), "Pod", "ADDED")
+    assert pods_of("a") == ["p1", "p2"]
+    put(deployment("a", spec_a, off), "Deployment")  # the same spec: a's state stays kept
+    put(replicaset("b"), "ReplicaSet")
+    assert pods_of("b") == ["p1", "p2"]
+    put(pod("p1"), "Pod", "DELETED")
+    assert pods_of("b") == ["p2"]
+    put(replicaset("a"), "ReplicaSet")
+    put(deployment("a", spec_a, on), "Deployment")
+    assert pods_of("a") == ["p2"]
+
+
 def test_a_state_no_reader_asks_keeps_no_marks() -> None:
     rng = random.Random(5)
     config = ControllerConfig()

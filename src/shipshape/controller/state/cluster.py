@@ -11,6 +11,8 @@ decision annotation) appears, or after a TTL (the pod was never created).
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -115,6 +117,9 @@ _MANAGED_READER = "ClusterState.managed"
 _MANAGED_KINDS = {kind.value: kind for kind in workloads.managed_kinds()}
 
 WorkloadKey = tuple[str, str, str]  # (kind, namespace, name), as `DirtyWorkloads` names workloads
+# Pods of one group changed between two reads of its workload's state beyond which the state is worked
+# out afresh instead of pod by pod (and what a group keeps for a reader that stopped asking is bounded).
+MAX_GROUP_CHANGES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,34 @@ class DirtyWorkloads:
 
     def covers(self, kind: str, namespace: str, name: str) -> bool:
         return self.everything or namespace in self.namespaces or (kind, namespace, name) in self.workloads
+
+
+@dataclass(slots=True)
+class _GroupChanges:
+    """The pods of a group that changed since the group's version `since` (None: too many to list)."""
+
+    since: int
+    keys: set[tuple[str, str]] | None = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _KeptWorkload:
+    """A workload's state and what it was derived from, so that a change of a few of its pods updates it
+    pod by pod (`ClusterState.workload_state`): the active pods' names in order, their states in the
+    same order, each one's group, and the active pods per group."""
+
+    spec: object
+    uid: object
+    policy: WorkloadPolicy
+    pdb_version: int
+    node_version: int
+    groups: tuple[GroupKey, ...]
+    versions: list[int]
+    names: list[str]
+    pods: list[PodState]
+    group_of: dict[str, GroupKey]
+    active: dict[GroupKey, int]
+    state: WorkloadState
 
 
 @dataclass(slots=True)
@@ -380,7 +413,7 @@ class ClusterState:
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
         # workloads whose inputs changed: pods per group (and the ReplicaSet itself; a node's move
         # touches the groups of its pods), PDBs per namespace, every node's placement (`_node_version`,
-        # after a capacity-label key new to the cluster) (`workload_inputs`).
+        # after a capacity-label key new to the cluster) (`workload_state`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
         # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
@@ -403,8 +436,10 @@ class ClusterState:
         self._workloads_moved = True
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
         # Each workload's state (`workload_state`), with the workload's spec and uid (all it reads of the
-        # object: a status update shares the spec) and the inputs it was derived from.
-        self._workload_states: dict[tuple[str, str, str], tuple[object, object, Hashable, WorkloadState]] = {}
+        # object: a status update shares the spec) and the inputs it was derived from; and, per group
+        # of a kept workload, the pods that changed since the version it was read at.
+        self._workload_states: dict[WorkloadKey, _KeptWorkload] = {}
+        self._group_changes: dict[GroupKey, _GroupChanges] = {}
         # Each workload's policy, with the annotations (all it reads of the object), namespace labels and
         # config it was read from.
         self._policies: dict[
@@ -602,7 +637,7 @@ class ClusterState:
             group = self._group_of_pod(obj)
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
-                self._touch(group)
+                self._touch(group, key)
             if decision is not None:
                 self._forget(decision.id)
         elif kind == "ReplicaSet":
@@ -827,7 +862,7 @@ class ClusterState:
             pod = pods.get(key)
             group = self._group_of_pod(pod) if pod is not None else None
             if group is not None:
-                self._touch(group)
+                self._touch(group, key)
         self._workloads_version = next(self._versions)
         self._spare_rooms = None
 
@@ -840,9 +875,17 @@ class ClusterState:
         self._spare_rooms = None
         self._dirty_all = True
 
-    def _touch(self, group: GroupKey) -> None:
+    def _touch(self, group: GroupKey, pod: tuple[str, str] | None = None) -> None:
+        """A group changed: `pod` (its key) joined, changed or left it, or (None) its ReplicaSet did."""
         self._group_versions[group] = next(self._versions)
         self._dirty_groups.add(group)
+        if pod is None:
+            return
+        changes = self._group_changes.get(group)
+        if changes is not None and changes.keys is not None:
+            changes.keys.add(pod)
+            if len(changes.keys) > MAX_GROUP_CHANGES:
+                changes.keys = None
 
     def _unindex_replicaset(self, key: tuple[str, str]) -> None:
         old = self._objects["ReplicaSet"].get(key)
@@ -870,7 +913,7 @@ class ClusterState:
                     del self._pods_on_node[str(node_name)]
         group = self._group_of_pod(old)
         if group is not None:
-            self._touch(group)
+            self._touch(group, key)
             members = self._pods_by_group.get(group)
             if members is not None:
                 members.pop(key, None)
@@ -941,17 +984,23 @@ class ClusterState:
 
     def keyed_pods_of_workload(self, workload: WorkloadRef) -> list[tuple[tuple[str, str], Obj]]:
         """`pods_of_workload` with each pod's (namespace, name): the key of the per-pod memos."""
+        by_group = self._pods_by_group
+        return [item for group in self._workload_groups(workload) for item in by_group.get(group, {}).items()]
+
+    def _workload_groups(self, workload: WorkloadRef) -> tuple[GroupKey, ...]:
+        """The groups whose pods are the workload's: a StatefulSet's own; a Deployment's ReplicaSets
+        (those of its uid), in name order."""
         if workload.kind is WorkloadKind.STATEFULSET:
-            return list(self._pods_by_group.get(workload.group, {}).items())
+            return (workload.group,)
         uid = workload.obj.get("metadata", {}).get("uid")
-        pods: list[tuple[tuple[str, str], Obj]] = []
+        groups: list[GroupKey] = []
         for name in self._replicaset_names(workload):
             rs = self._objects["ReplicaSet"][(workload.namespace, name)]
             owner = controller_ref(rs)
             if uid and owner is not None and owner.get("uid") not in (None, uid):
                 continue
-            pods.extend(self._pods_by_group.get(GroupKey(workload.namespace, "ReplicaSet", name), {}).items())
-        return pods
+            groups.append(GroupKey(workload.namespace, "ReplicaSet", name))
+        return tuple(groups)
 
     def _replicaset_names(self, workload: WorkloadRef) -> list[str]:
         """Names of the ReplicaSets a Deployment controls, in name order (from the owner index)."""
@@ -959,49 +1008,146 @@ class ClusterState:
 
     # --- state derived per workload ---------------------------------------------------------------
 
-    def workload_inputs(self, workload: WorkloadRef) -> Hashable:
-        """A stamp of everything a workload's derived state reads besides the workload object itself:
-        equal stamps mean its pods, ReplicaSets, PDBs and node placements did not change."""
-        if workload.kind is WorkloadKind.STATEFULSET:
-            groups: tuple[tuple[str, int], ...] = (
-                (workload.group.name, self._group_versions.get(workload.group, 0)),
-            )
-        else:
-            groups = tuple(
-                (name, self._group_versions.get(GroupKey(workload.namespace, "ReplicaSet", name), 0))
-                for name in self._replicaset_names(workload)
-            )
-        return (self._node_version, self._pdb_versions.get(workload.namespace, 0), groups)
-
     def workload_state(self, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
         """The workload as the loops see it: its active pods with placement, readiness and requests.
 
-        Derived once per change of its inputs (the workload's spec and uid, its pods and ReplicaSets, the
-        PDBs of its namespace, node placements, the policy), so a round over every managed workload
-        rebuilds only the ones that changed; the same inputs give the same state object. A status update
-        of the workload shares its spec with the version before (an in-process store's versions do) and
-        keeps the state.
+        Kept between changes of its inputs: the workload's spec and uid (a status update of the
+        workload shares its spec with the version before, as an in-process store's versions do), its
+        groups (ReplicaSets) and their pods, the PDBs of its namespace, every node's placement (a
+        capacity-label key new to the cluster), the policy. When only some of its pods changed (a
+        pod came, went or changed, or its node moved), the kept state is updated for those pods alone;
+        otherwise it is worked out afresh (`state.workloads.build_workload_state`). The same inputs
+        give the same state object.
         """
         key = (workload.kind.value, workload.namespace, workload.name)
         spec = workload.obj.get("spec")
         uid = (workload.obj.get("metadata") or {}).get("uid")
-        inputs = (self.workload_inputs(workload), policy)
+        groups = self._workload_groups(workload)
         kept = self._workload_states.get(key)
-        if kept is not None and kept[0] is spec and kept[1] == uid and kept[2] == inputs:
-            return kept[3]
-        all_pods = self.keyed_pods_of_workload(workload)
-        active = [(pod_key, pod) for pod_key, pod in all_pods if is_active(pod)]
-        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in active]
+        if (
+            kept is not None
+            and kept.spec is spec
+            and kept.uid == uid
+            and kept.groups == groups
+            and kept.node_version == self._node_version
+            and kept.pdb_version == self._pdb_versions.get(workload.namespace, 0)
+            and kept.policy == policy
+        ):
+            changed = self._take_changes(kept)
+            if changed is not None:
+                if changed:
+                    self._update_pods(kept, changed, workload.kind)
+                return kept.state
+        return self._build_state(key, workload, policy, spec, uid, groups)
+
+    def _take_changes(self, kept: _KeptWorkload) -> set[tuple[str, str]] | None:
+        """The pods of the kept workload's groups that changed since it was read (None: not all known, so
+        work it out afresh); the groups' changes are taken (reset to the groups' versions now)."""
+        versions = self._group_versions
+        moved: list[int] = []
+        changed: set[tuple[str, str]] = set()
+        for index, group in enumerate(kept.groups):
+            version = versions.get(group, 0)
+            if version == kept.versions[index]:
+                continue
+            changes = self._group_changes.get(group)
+            if changes is None or changes.since != kept.versions[index] or changes.keys is None:
+                return None
+            changed |= changes.keys
+            moved.append(index)
+        for index in moved:
+            group = kept.groups[index]
+            version = versions.get(group, 0)
+            kept.versions[index] = version
+            self._group_changes[group] = _GroupChanges(version)
+        return changed
+
+    def _update_pods(self, kept: _KeptWorkload, changed: set[tuple[str, str]], kind: WorkloadKind) -> None:
+        """Bring a kept workload state up to date for the pods that changed (each one now in one of its
+        groups, active or not, or gone)."""
+        members = [self._pods_by_group.get(group) or {} for group in kept.groups]
+        names, pods, group_of, active = kept.names, kept.pods, kept.group_of, kept.active
+        for pod_key in changed:
+            pod: Obj | None = None
+            group: GroupKey | None = None
+            for candidate, pods_of_group in zip(kept.groups, members, strict=True):
+                pod = pods_of_group.get(pod_key)
+                if pod is not None:
+                    group = candidate
+                    break
+            name = pod_key[1]
+            index = bisect.bisect_left(names, name)
+            present = index < len(names) and names[index] == name
+            if present:
+                before = group_of.pop(name)
+                active[before] -= 1
+            if pod is None or group is None or not is_active(pod):
+                if present:
+                    del names[index], pods[index]
+                continue
+            state = self._pod_state(pod_key, pod, kind)
+            if present:
+                pods[index] = state
+            else:
+                names.insert(index, name)
+                pods.insert(index, state)
+            group_of[name] = group
+            active[group] = active.get(group, 0) + 1
+        total = sum(len(pods_of_group) for pods_of_group in members)
+        groups_with_active = sum(1 for count in active.values() if count > 0)
+        kept.state = dataclasses.replace(
+            kept.state, pods=tuple(pods), settling=groups_with_active > 1 or len(names) != total
+        )
+
+    def _build_state(
+        self,
+        key: WorkloadKey,
+        workload: WorkloadRef,
+        policy: WorkloadPolicy,
+        spec: object,
+        uid: object,
+        groups: tuple[GroupKey, ...],
+    ) -> WorkloadState:
+        """`workload_state` worked out from every pod of the workload; kept, with the changes of its
+        groups followed from now on."""
+        members = [(group, self._pods_by_group.get(group) or {}) for group in groups]
+        total = sum(len(pods_of_group) for _, pods_of_group in members)
+        active = [
+            (pod_key, pod, group)
+            for group, pods_of_group in members
+            for pod_key, pod in pods_of_group.items()
+            if is_active(pod)
+        ]
+        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod, _ in active]
         labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         state = workloads.build_workload_state(
             workload,
             policy,
-            [pod for _, pod in active],
-            len(all_pods),
+            [pod for _, pod, _ in active],
+            total,
             states,
             self.pdbs_matching(workload.namespace, labels),
         )
-        self._workload_states[key] = (spec, uid, inputs, state)
+        versions = [self._group_versions.get(group, 0) for group in groups]
+        for group, version in zip(groups, versions, strict=True):
+            self._group_changes[group] = _GroupChanges(version)
+        per_group: dict[GroupKey, int] = {}
+        for _, _, group in active:
+            per_group[group] = per_group.get(group, 0) + 1
+        self._workload_states[key] = _KeptWorkload(
+            spec=spec,
+            uid=uid,
+            policy=policy,
+            pdb_version=self._pdb_versions.get(workload.namespace, 0),
+            node_version=self._node_version,
+            groups=groups,
+            versions=versions,
+            names=[pod.name for pod in state.pods],
+            pods=list(state.pods),
+            group_of={pod_key[1]: group for pod_key, _, group in active},
+            active=per_group,
+            state=state,
+        )
         return state
 
     def _pod_state(self, key: tuple[str, str], pod: Mapping[str, Any], kind: WorkloadKind) -> PodState:
