@@ -18,7 +18,7 @@ import pytest
 from shipshape.controller.placement import GroupCounts, Pool
 from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.state import KINDS, ClusterState, GroupKey, workloads
+from shipshape.controller.state import KINDS, ClusterState, GroupKey, summarize_nodes, workloads
 from shipshape.controller.state.views import Fanout, Replica
 
 Obj = dict[str, Any]
@@ -523,6 +523,43 @@ def test_a_nested_view_does_not_change_what_the_enclosing_view_reads() -> None:
     with replica.view() as state:
         assert replica.pending() == 0
         check(state, cluster, config, "nested")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_node_summary_kept_per_node_equals_the_summary_of_every_node(seed: int) -> None:
+    """The node summary is put together from each node's share, kept per node event: after every
+    event (a capacity-label key of another convention appearing, which reads every node again) it
+    equals `summarize_nodes` over the state's nodes (a pool's region aside, which the kept summary
+    takes from the first node it saw)."""
+    rng = random.Random(500 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    for step in range(800):
+        event = cluster.change()
+        if event["kind"] == "Node" and event["type"] != "DELETED" and rng.random() < 0.1:
+            # A node labelled the GKE way: spot nodes carry the label, on-demand nodes none (so a node
+            # without a capacity label reads as on-demand once a GKE spot node was seen).
+            labels = event["object"]["metadata"]["labels"]
+            if labels.pop("node.kubernetes.io/capacity") == "spot" and rng.random() < 0.3:
+                labels["cloud.google.com/gke-spot"] = "true"
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        if rng.random() < 0.05:
+            kind = rng.choice(("Node", "Pod"))
+            state.replace(kind, cluster.of_kind(kind))
+        kept = state._nodes()
+        fresh = summarize_nodes(list(state.objects("Node")), config, state._present, state.conventions)
+        where = f"seed {seed}, step {step}"
+        assert kept.spot_pools.keys() == fresh.spot_pools.keys(), where
+        assert (kept.noticed_pools, kept.avoided, kept.tolerations) == (
+            fresh.noticed_pools,
+            fresh.avoided,
+            fresh.tolerations,
+        ), where
+        assert (dict(kept.pool_nodes), kept.on_demand_nodes) == (
+            dict(fresh.pool_nodes),
+            fresh.on_demand_nodes,
+        ), where
 
 
 @pytest.mark.parametrize("seed", range(2))

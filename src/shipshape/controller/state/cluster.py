@@ -138,6 +138,50 @@ class DirtyWorkloads:
 
 
 @dataclass(slots=True)
+class _ShareSums:
+    """The nodes' `NodeShare`s summed: each spot pool's nodes (and a region), the on-demand, avoided
+    nodes, the noticed nodes per pool, and the nodes carrying each spot taint."""
+
+    pool_nodes: dict[Pool, set[str]] = field(default_factory=dict)
+    regions: dict[Pool, str | None] = field(default_factory=dict)
+    on_demand: set[str] = field(default_factory=set)
+    avoided: set[str] = field(default_factory=set)
+    noticed: dict[Pool, int] = field(default_factory=dict)
+    taints: dict[tuple[str, Any, Any], int] = field(default_factory=dict)
+
+    def add(self, name: str, share: NodeShare, sign: int) -> None:
+        pool = share.pool
+        if pool is not None:
+            members = self.pool_nodes.setdefault(pool, set())
+            if sign > 0:
+                members.add(name)
+                self.regions.setdefault(pool, share.region)
+            else:
+                members.discard(name)
+                if not members:
+                    del self.pool_nodes[pool]
+                    self.regions.pop(pool, None)
+            if share.noticed:
+                count = self.noticed.get(pool, 0) + sign
+                if count > 0:
+                    self.noticed[pool] = count
+                else:
+                    self.noticed.pop(pool, None)
+        for names, flag in ((self.on_demand, share.on_demand), (self.avoided, share.avoided)):
+            if flag:
+                if sign > 0:
+                    names.add(name)
+                else:
+                    names.discard(name)
+        for ident in share.taints:
+            count = self.taints.get(ident, 0) + sign
+            if count > 0:
+                self.taints[ident] = count
+            else:
+                self.taints.pop(ident, None)
+
+
+@dataclass(slots=True)
 class _GroupChanges:
     """The pods of a group that changed since the group's version `since` (None: too many to list)."""
 
@@ -315,6 +359,70 @@ def _summary_facts(node: Mapping[str, Any], keys: frozenset[str] = _CAPACITY_KEY
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NodeShare:
+    """What one node adds to the `NodeSummary`: its spot pool (and region), whether it is on-demand,
+    avoided (a notice or rebalance taint), noticed (a spot notice taint on a spot pool's node), and
+    the spot taints a spot-bound pod must tolerate there, as (key, value, effect)."""
+
+    pool: Pool | None
+    region: str | None
+    on_demand: bool
+    avoided: bool
+    noticed: bool
+    taints: tuple[tuple[str, Any, Any], ...]
+
+
+def node_share(
+    node: Mapping[str, Any],
+    present: frozenset[str] | None = None,
+    conventions: capacity_labels.Conventions = capacity_labels.DEFAULT,
+) -> NodeShare:
+    """`NodeShare` of a node (what `summarize_nodes` reads of it)."""
+    metadata = node.get("metadata") or {}
+    pool = node_pool(node, conventions)
+    keys = taint_keys(node)
+    capacity = node_capacity(node, present, conventions)
+    taints: list[tuple[str, Any, Any]] = []
+    if capacity is CapacityType.SPOT:
+        for taint in (node.get("spec") or {}).get("taints") or []:
+            key = str(taint.get("key"))
+            if (key not in SPOT_TAINT_KEYS and key not in conventions.keys) or taint.get("effect") not in (
+                "NoSchedule",
+                "NoExecute",
+            ):
+                continue
+            taints.append((key, taint.get("value"), taint.get("effect")))
+    return NodeShare(
+        pool=pool,
+        region=(metadata.get("labels") or {}).get(REGION_LABEL) if pool is not None else None,
+        on_demand=capacity is CapacityType.ON_DEMAND,
+        avoided=bool(keys & (NOTICE_TAINTS | REBALANCE_TAINTS)),
+        noticed=pool is not None and bool(keys & SPOT_NOTICE_TAINTS),
+        taints=tuple(taints),
+    )
+
+
+def _toleration(ident: tuple[str, Any, Any]) -> Obj:
+    key, value, effect = ident
+    toleration: Obj = {"key": key, "operator": "Equal", "effect": effect}
+    if value is not None:
+        toleration["value"] = value
+    return toleration
+
+
+def _spot_tolerations(config: ControllerConfig, idents: Iterable[tuple[str, Any, Any]]) -> tuple[Obj, ...]:
+    """The configured spot tolerations, plus one per spot taint found on spot nodes, in ident order."""
+    found: dict[tuple[str, Any, Any], Obj] = {}
+    for spec in config.spot_tolerations:
+        found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+    for ident in idents:
+        if ident not in found:
+            found[ident] = _toleration(ident)
+    ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
+    return tuple(found[i] for i in ordered)
+
+
 def summarize_nodes(
     nodes: Iterable[Mapping[str, Any]],
     config: ControllerConfig,
@@ -327,44 +435,25 @@ def summarize_nodes(
     on_demand: set[str] = set()
     noticed: set[Pool] = set()
     avoided: set[str] = set()
-    found: dict[tuple[str, str | None, str | None], Obj] = {}
-    for spec in config.spot_tolerations:
-        found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+    idents: dict[tuple[str, Any, Any], None] = {}
     for node in nodes:
-        metadata = node.get("metadata") or {}
-        pool = node_pool(node, conventions)
-        if pool is not None:
-            pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
-            pool_nodes.setdefault(pool, set()).add(str(metadata.get("name")))
-        keys = taint_keys(node)
-        if keys & (NOTICE_TAINTS | REBALANCE_TAINTS):
-            avoided.add(str(metadata.get("name")))
-        if pool is not None and keys & SPOT_NOTICE_TAINTS:
-            noticed.add(pool)
-        capacity = node_capacity(node, present, conventions)
-        if capacity is CapacityType.ON_DEMAND:
-            on_demand.add(str(metadata.get("name")))
-        if capacity is not CapacityType.SPOT:
-            continue
-        for taint in (node.get("spec") or {}).get("taints") or []:
-            key = str(taint.get("key"))
-            if (key not in SPOT_TAINT_KEYS and key not in conventions.keys) or taint.get("effect") not in (
-                "NoSchedule",
-                "NoExecute",
-            ):
-                continue
-            ident = (key, taint.get("value"), taint.get("effect"))
-            if ident not in found:
-                toleration: Obj = {"key": key, "operator": "Equal", "effect": taint["effect"]}
-                if taint.get("value") is not None:
-                    toleration["value"] = taint["value"]
-                found[ident] = toleration
-    ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
+        name = str((node.get("metadata") or {}).get("name"))
+        share = node_share(node, present, conventions)
+        if share.pool is not None:
+            pools.setdefault(share.pool, share.region)
+            pool_nodes.setdefault(share.pool, set()).add(name)
+            if share.noticed:
+                noticed.add(share.pool)
+        if share.avoided:
+            avoided.add(name)
+        if share.on_demand:
+            on_demand.add(name)
+        idents.update(dict.fromkeys(share.taints))
     return NodeSummary(
         pools,
         frozenset(noticed),
         frozenset(avoided),
-        tuple(found[i] for i in ordered),
+        _spot_tolerations(config, idents),
         {pool: frozenset(names) for pool, names in pool_nodes.items()},
         frozenset(on_demand),
     )
@@ -397,6 +486,11 @@ class ClusterState:
         self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
         self._assumed_totals: dict[GroupKey, GroupCounts] = {}
         self._node_summary: NodeSummary | None = None
+        # Each node's share of the summary, and their sums, kept per node event (`_share`) so that the
+        # summary is put together without reading every node again; None: every share is read again
+        # at the next `_nodes` (a capacity-label key new to the cluster changes how nodes classify).
+        self._shares: dict[str, NodeShare] | None = {}
+        self._share_sums = _ShareSums()
         # `packing_rooms`' node filter per (capacity, pool, affinity, tolerations): the nodes a pod of
         # that shape may land on, with their host and allocatable. Cleared whenever a node changes
         # anything the filter reads (`_nodes_changed`); pods of one workload share one entry.
@@ -607,6 +701,7 @@ class ClusterState:
                 obj, self._capacity_keys
             ):
                 self._node_summary = None
+                self._share(key[1], obj)
             if old is None or self.node_placement(old) != self.node_placement(obj):
                 self._node_moved(key[1])
             allocatable = node_allocatable(obj)
@@ -672,6 +767,7 @@ class ClusterState:
         if kind == "Node":
             self._node_placements.pop(key[1], None)
             self._node_summary = None
+            self._share(key[1], None)
             self._eligible.clear()
             self._spare_rooms = None
             self._allocatable.pop(key[1], None)
@@ -1400,6 +1496,7 @@ class ClusterState:
             return
         self._present = self._present | keys
         self._node_summary = None
+        self._shares = None
         self._eligible.clear()
         self._node_placements.clear()
         for (_, name), other in self._objects["Node"].items():
@@ -1446,13 +1543,36 @@ class ClusterState:
             return []
         return [node for name, node in self._node_by_name.items() if name in self._noticed]
 
+    def _share(self, name: str, node: Mapping[str, Any] | None) -> None:
+        """A node's share of the summary is `node`'s now (None: the node is gone)."""
+        shares = self._shares
+        if shares is None:
+            return  # every share is read again at the next `_nodes`
+        old = shares.pop(name, None)
+        if old is not None:
+            self._share_sums.add(name, old, -1)
+        if node is not None:
+            share = shares[name] = node_share(node, self._present, self.conventions)
+            self._share_sums.add(name, share, 1)
+
     def _nodes(self) -> NodeSummary:
-        """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""
+        """What the webhook needs from nodes (`summarize_nodes`), put together again only after a Node
+        event that changed a node's share (the hot path reads it), from the shares' sums. A pool's
+        region in `spot_pools` is that of the first of its nodes the sums saw."""
         if self._node_summary is None:
-            summary = summarize_nodes(
-                self._objects["Node"].values(), self.config, self._present, self.conventions
+            if self._shares is None:
+                self._shares, self._share_sums = {}, _ShareSums()
+                for (_, name), node in self._objects["Node"].items():
+                    self._share(name, node)
+            sums = self._share_sums
+            self._node_summary = NodeSummary(
+                dict(sums.regions),
+                frozenset(sums.noticed),
+                frozenset(sums.avoided),
+                _spot_tolerations(self.config, sums.taints),
+                {pool: frozenset(names) for pool, names in sums.pool_nodes.items()},
+                frozenset(sums.on_demand),
             )
-            self._node_summary = summary
             self._growth = None
         return self._node_summary
 
