@@ -1111,9 +1111,11 @@ class ClusterState:
         workload shares its spec with the version before, as an in-process store's versions do), its
         groups (ReplicaSets) and their pods, the PDBs of its namespace, every node's placement (a
         capacity-label key new to the cluster), the policy. When only some of its pods changed (a
-        pod came, went or changed, or its node moved), the kept state is updated for those pods alone;
-        otherwise it is worked out afresh (`state.workloads.build_workload_state`). The same inputs
-        give the same state object.
+        pod came, went or changed, or its node moved), the kept state is updated for those pods alone,
+        and when the spec, the PDBs or the policy changed, its replicas, policy and floor are read
+        again (`state.workloads.workload_head`); another uid or set of groups, or every node's
+        placement, works it out afresh (`state.workloads.build_workload_state`). The same inputs give
+        the same state object.
         """
         key = (workload.kind.value, workload.namespace, workload.name)
         spec = workload.obj.get("spec")
@@ -1122,19 +1124,28 @@ class ClusterState:
         kept = self._workload_states.get(key)
         if (
             kept is not None
-            and kept.spec is spec
             and kept.uid == uid
             and kept.groups == groups
             and kept.node_version == self._node_version
-            and kept.pdb_version == self._pdb_versions.get(workload.namespace, 0)
-            and kept.policy == policy
         ):
             changed = self._take_changes(kept)
             if changed is not None:
                 if changed:
                     self._update_pods(kept, changed, workload.kind)
+                pdb_version = self._pdb_versions.get(workload.namespace, 0)
+                if kept.spec is not spec or kept.pdb_version != pdb_version or kept.policy != policy:
+                    replicas, floor = workloads.workload_head(workload, self._pdbs_of(workload))
+                    kept.state = dataclasses.replace(
+                        kept.state, replicas=replicas, policy=policy, floor=floor
+                    )
+                    kept.spec, kept.pdb_version, kept.policy = spec, pdb_version, policy
                 return kept.state
         return self._build_state(key, workload, policy, spec, uid, groups)
+
+    def _pdbs_of(self, workload: WorkloadRef) -> list[Obj]:
+        """The PDBs of the workload's namespace matching its selector's labels."""
+        labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return self.pdbs_matching(workload.namespace, labels)
 
     def _take_changes(self, kept: _KeptWorkload) -> set[tuple[str, str]] | None:
         """The pods of the kept workload's groups that changed since it was read (None: not all known, so
@@ -1215,14 +1226,8 @@ class ClusterState:
             if is_active(pod)
         ]
         states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod, _ in active]
-        labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         state = workloads.build_workload_state(
-            workload,
-            policy,
-            [pod for _, pod, _ in active],
-            total,
-            states,
-            self.pdbs_matching(workload.namespace, labels),
+            workload, policy, [pod for _, pod, _ in active], total, states, self._pdbs_of(workload)
         )
         versions = [self._group_versions.get(group, 0) for group in groups]
         for group, version in zip(groups, versions, strict=True):
