@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -131,19 +131,31 @@ def plan_interruptions(
     nodes: Mapping[str, Mapping[str, Any]],
     workloads: Sequence[WorkloadState],
     conventions: kube_capacity.Conventions = kube_capacity.DEFAULT,
+    pool_nodes: Mapping[Pool, Iterable[str]] | None = None,
 ) -> InterruptionPlan:
-    """One plan for every notice at hand: what to avoid, and per workload how to keep it available."""
+    """One plan for every notice at hand: what to avoid, and per workload how to keep it available.
+
+    `pool_nodes`: the names of each spot pool's nodes among `nodes`, where the caller keeps them
+    (`ClusterState.pool_nodes`), read instead of every node's labels for the nodes to avoid."""
     if not notices:
         return InterruptionPlan(frozenset(), frozenset(), frozenset(), frozenset(), ())
     deadlines: dict[str, float] = {}
     for notice in notices:
         deadlines[notice.node] = min(deadlines.get(notice.node, math.inf), notice.deadline)
     pools, zones = reclaimed_scope(notices, nodes, conventions)
-    avoid = {
-        name
-        for name, node in nodes.items()
-        if (pool := node_pool(node, conventions)) is not None and (pool in pools or pool.zone in zones)
-    }
+    if pool_nodes is None:
+        avoid = {
+            name
+            for name, node in nodes.items()
+            if (pool := node_pool(node, conventions)) is not None and (pool in pools or pool.zone in zones)
+        }
+    else:
+        avoid = {
+            name
+            for pool, names in pool_nodes.items()
+            if pool in pools or pool.zone in zones
+            for name in names
+        }
     avoid |= set(deadlines)
     actions: list[WorkloadAction] = []
     for state in workloads:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from shipshape.controller.guards import (
     GUARD_EXPIRES,
     GuardCandidate,
@@ -23,7 +25,7 @@ from shipshape.controller.notices import (
 )
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import CapacityType, WorkloadKind, WorkloadPolicy
-from shipshape.controller.state import QUEUE_NOTICE_TAINT, PodState, WorkloadState
+from shipshape.controller.state import QUEUE_NOTICE_TAINT, PodState, WorkloadState, node_pool
 from shipshape.controller.surge import ActionKind, RestartWatch, plan_interruptions
 from shipshape.kube.clock import parse_time, rfc3339
 
@@ -194,3 +196,21 @@ def test_notices_from_taints_and_the_metadata_endpoint() -> None:
     assert notice is not None and notice.deadline == now + 120 and notice.source == "instance-metadata"
     assert notice_from_instance_action("a1", None) is None
     assert notice_from_instance_action("a1", {"action": "terminate", "time": "soon"}) is None
+
+
+@pytest.mark.parametrize(
+    "noticed", [["a1"], ["a1", "c1"], ["b1", "a2"], ["od1"], ["a1", "b1", "c1"]], ids=lambda n: "+".join(n)
+)
+def test_a_plan_from_the_pools_nodes_is_the_plan_from_every_node(noticed: list[str]) -> None:
+    """Given each spot pool's nodes (as the state keeps them), the plan avoids the same nodes and acts
+    the same as when it reads every node's pool."""
+    nodes = by_name([*cluster_nodes(), node("a3", "spot", "r5.large", A.zone)])
+    notices = [Notice(name, 1000.0 + i, "taint") for i, name in enumerate(noticed)]
+    pool_nodes: dict[Pool, set[str]] = {}
+    for name, body in nodes.items():
+        pool = node_pool(body)
+        if pool is not None:
+            pool_nodes.setdefault(pool, set()).add(name)
+    assert plan_interruptions(
+        notices, nodes, workloads_on_nodes(), pool_nodes=pool_nodes
+    ) == plan_interruptions(notices, nodes, workloads_on_nodes())

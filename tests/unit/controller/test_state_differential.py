@@ -18,7 +18,7 @@ import pytest
 from shipshape.controller.placement import GroupCounts, Pool
 from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
-from shipshape.controller.state import KINDS, ClusterState, GroupKey, workloads
+from shipshape.controller.state import KINDS, ClusterState, GroupKey, summarize_nodes, workloads
 from shipshape.controller.state.views import Fanout, Replica
 
 Obj = dict[str, Any]
@@ -68,6 +68,18 @@ class Cluster:
         event_type = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = self._stamp(obj)
         return {"type": event_type, "object": json.loads(json.dumps(obj)), "kind": kind}
+
+    def status_update(self) -> Obj | None:
+        """A status write of a workload or a PDB as an in-process store makes it: the new version
+        shares its spec and annotations with the one before (None when there is no such object)."""
+        keys = [key for key in self.objects if key[0] in ("Deployment", "StatefulSet", "PodDisruptionBudget")]
+        if not keys:
+            return None
+        key = self.rng.choice(keys)
+        current = self.objects[key]
+        new = {**current, "metadata": {**current["metadata"]}, "status": {"observed": self.rng.randint(0, 9)}}
+        self.objects[key] = self._stamp(new)
+        return {"type": "MODIFIED", "object": new, "kind": key[0]}
 
     def of_kind(self, kind: str) -> list[Obj]:
         return [json.loads(json.dumps(obj)) for key, obj in self.objects.items() if key[0] == kind]
@@ -324,6 +336,135 @@ def test_dirty_workloads_cover_every_workload_whose_state_changed(seed: int) -> 
         before = after
 
 
+def managed_now(state: ClusterState, config: ControllerConfig) -> list[tuple[str, str, str, Any]]:
+    """`managed`'s answer in its order, each workload's object checked to be the one the state holds."""
+    out = []
+    for m in state.managed(config):
+        assert m.ref.obj is state.get(m.ref.kind.value, m.ref.namespace, m.ref.name)
+        out.append((m.ref.kind.value, m.ref.namespace, m.ref.name, m.state))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_managed_kept_between_changes_equals_managed_worked_out_afresh_in_order(seed: int) -> None:
+    """`managed` brings its answer up to date from the dirty workloads only: asked now and then between
+    random changes (status writes sharing spec and annotations, relists, workloads deleted and created
+    again, PDBs and namespace labels changing), its answer, in order, equals the derivation with nothing
+    kept (`recompute_managed`, which lists the objects in the state's order)."""
+    rng = random.Random(400 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    other = ClusterState(config)  # the same events, with a reader taking marks too (as the loops do)
+    asked = 0
+    for step in range(1500):
+        roll = rng.random()
+        event: Obj | None
+        if roll < 0.75:
+            event = cluster.change()
+            if event["type"] != "DELETED":  # the cluster's own version, as an in-process store hands out
+                md = event["object"]["metadata"]
+                event["object"] = cluster.objects[(event["kind"], md.get("namespace", ""), md["name"])]
+        elif roll < 0.95:
+            event = cluster.status_update()
+        else:
+            event = None
+            kind = rng.choice(("Pod", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Namespace"))
+            state.replace(kind, cluster.of_kind(kind))
+            other.replace(kind, cluster.of_kind(kind))
+        if event is not None:
+            state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+            other.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        if rng.random() < 0.2:
+            other.take_dirty("loop")
+        if rng.random() < 0.3:
+            asked += 1
+            fresh = [
+                (ref.kind.value, ref.namespace, ref.name, ws)
+                for ref, ws in workloads.recompute_managed(state, config)
+            ]
+            assert managed_now(state, config) == fresh, f"seed {seed}, step {step}"
+            if rng.random() < 0.5:
+                assert managed_now(other, config) == fresh, f"seed {seed}, step {step} (with a reader)"
+    assert asked > 100
+
+
+def test_a_status_write_keeps_the_workload_state_and_policy() -> None:
+    """A workload's status write shares its spec and annotations: its state and policy are kept (the
+    same objects), while `managed` hands out the new version of the workload object."""
+    rng = random.Random(9)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    while not state.managed(config):
+        event = cluster.change()
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+    (first, *_) = state.managed(config)
+    current = first.ref.obj
+    new = {**current, "metadata": {**current["metadata"], "resourceVersion": "999999"}, "status": {"x": 1}}
+    state.apply({"type": "MODIFIED", "object": new}, first.ref.kind.value)
+    (again, *_) = state.managed(config)
+    assert again.ref.obj["status"] == {"x": 1}
+    assert again.state is first.state
+    assert state.policy_of(again.ref.kind, again.ref.obj, config) is state.policy_of(
+        first.ref.kind, first.ref.obj, config
+    )
+
+
+def test_a_workload_state_whose_group_another_workload_read_meanwhile_is_worked_out_afresh() -> None:
+    """A ReplicaSet goes to another Deployment and back while the first is unmanaged (its state kept,
+    not asked): the pod changes the other one took are not lost to the first."""
+    config = ControllerConfig()
+    state = ClusterState(config)
+    version = iter(range(1, 100))
+
+    def put(obj: Obj, kind: str, event: str = "MODIFIED") -> None:
+        obj["metadata"]["resourceVersion"] = str(next(version))
+        state.apply({"type": event, "object": obj}, kind)
+
+    def deployment(name: str, spec: Obj, notes: dict[str, str]) -> Obj:
+        return {
+            "metadata": {"name": name, "namespace": "shop", "uid": name, "annotations": notes},
+            "spec": spec,
+        }
+
+    def replicaset(owner: str) -> Obj:
+        ref = {"kind": "Deployment", "name": owner, "uid": owner, "controller": True}
+        return {"metadata": {"name": "rs", "namespace": "shop", "ownerReferences": [ref]}, "spec": {}}
+
+    def pod(name: str) -> Obj:
+        ref = {"kind": "ReplicaSet", "name": "rs", "controller": True}
+        return {
+            "metadata": {"name": name, "namespace": "shop", "ownerReferences": [ref]},
+            "spec": {"nodeName": "node-0", "containers": []},
+            "status": {"phase": "Running"},
+        }
+
+    def pods_of(name: str) -> list[str]:
+        assert managed_now(state, config) == [
+            (ref.kind.value, ref.namespace, ref.name, ws)
+            for ref, ws in workloads.recompute_managed(state, config)
+        ]
+        return [p.name for m in state.managed(config) if m.ref.name == name for p in m.state.pods]
+
+    on, off = {"spot.shipshape.dev/enabled": "true"}, {"spot.shipshape.dev/enabled": "false"}
+    spec_a, spec_b = {"replicas": 2}, {"replicas": 2}
+    put(deployment("a", spec_a, on), "Deployment", "ADDED")
+    put(deployment("b", spec_b, on), "Deployment", "ADDED")
+    put(replicaset("a"), "ReplicaSet", "ADDED")
+    put(pod("p1"), "Pod", "ADDED")
+    put(pod("p2"), "Pod", "ADDED")
+    assert pods_of("a") == ["p1", "p2"]
+    put(deployment("a", spec_a, off), "Deployment")  # the same spec: a's state stays kept
+    put(replicaset("b"), "ReplicaSet")
+    assert pods_of("b") == ["p1", "p2"]
+    put(pod("p1"), "Pod", "DELETED")
+    assert pods_of("b") == ["p2"]
+    put(replicaset("a"), "ReplicaSet")
+    put(deployment("a", spec_a, on), "Deployment")
+    assert pods_of("a") == ["p2"]
+
+
 def test_a_state_no_reader_asks_keeps_no_marks() -> None:
     rng = random.Random(5)
     config = ControllerConfig()
@@ -382,6 +523,43 @@ def test_a_nested_view_does_not_change_what_the_enclosing_view_reads() -> None:
     with replica.view() as state:
         assert replica.pending() == 0
         check(state, cluster, config, "nested")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_node_summary_kept_per_node_equals_the_summary_of_every_node(seed: int) -> None:
+    """The node summary is put together from each node's share, kept per node event: after every
+    event (a capacity-label key of another convention appearing, which reads every node again) it
+    equals `summarize_nodes` over the state's nodes (a pool's region aside, which the kept summary
+    takes from the first node it saw)."""
+    rng = random.Random(500 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    for step in range(800):
+        event = cluster.change()
+        if event["kind"] == "Node" and event["type"] != "DELETED" and rng.random() < 0.1:
+            # A node labelled the GKE way: spot nodes carry the label, on-demand nodes none (so a node
+            # without a capacity label reads as on-demand once a GKE spot node was seen).
+            labels = event["object"]["metadata"]["labels"]
+            if labels.pop("node.kubernetes.io/capacity") == "spot" and rng.random() < 0.3:
+                labels["cloud.google.com/gke-spot"] = "true"
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        if rng.random() < 0.05:
+            kind = rng.choice(("Node", "Pod"))
+            state.replace(kind, cluster.of_kind(kind))
+        kept = state._nodes()
+        fresh = summarize_nodes(list(state.objects("Node")), config, state._present, state.conventions)
+        where = f"seed {seed}, step {step}"
+        assert kept.spot_pools.keys() == fresh.spot_pools.keys(), where
+        assert (kept.noticed_pools, kept.avoided, kept.tolerations) == (
+            fresh.noticed_pools,
+            fresh.avoided,
+            fresh.tolerations,
+        ), where
+        assert (dict(kept.pool_nodes), kept.on_demand_nodes) == (
+            dict(fresh.pool_nodes),
+            fresh.on_demand_nodes,
+        ), where
 
 
 @pytest.mark.parametrize("seed", range(2))

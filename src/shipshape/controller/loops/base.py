@@ -180,7 +180,8 @@ class WorkloadQueue:
     For a loop whose decision for a workload depends only on that workload's state and on inputs the
     whole round shares (a placement view, the pool risks). The loop's workloads sit in a
     `kit.DirtyQueue`; a round (`due`) marks the ones the state says changed since the loop last asked
-    (`ClusterState.take_dirty`; every one when a node changed capacity type or pool, and at the
+    (`ClusterState.take_dirty`: those with a pod on a node that changed capacity type or pool too;
+    every one after a capacity-label key new to the cluster, and at the
     periodic resync) and hands out those whose state is not the one they were settled with (a pod's
     status report marks its workload without changing what the loops see of it). Every workload is
     handed out when the round's shared inputs differ from the last round's. The loop calls

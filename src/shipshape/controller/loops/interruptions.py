@@ -84,7 +84,9 @@ class InterruptionResponder(Reconciler):
             nodes = self.cache.nodes_by_name()
             notices = list(self.shared.notices.at_hand)
             managed = self.managed()
-            plan = plan_interruptions(notices, nodes, [m.state for m in managed], self.cache.conventions)
+            plan = plan_interruptions(
+                notices, nodes, [m.state for m in managed], self.cache.conventions, self.cache.pool_nodes()
+            )
         by_key = {m.state.key: m for m in managed}
         acted: set[str] = set()
         for action in plan.actions:

@@ -11,6 +11,8 @@ decision annotation) appears, or after a TTL (the pod was never created).
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -110,13 +112,22 @@ KINDS = (
 TOMBSTONES = 10_000
 # Pod shapes (affinity x tolerations x capacity/pool) whose eligible nodes are kept between node changes.
 MAX_ELIGIBLE_SHAPES = 256
+# The reader `managed` takes its own account of the dirty workloads as (`take_dirty`).
+_MANAGED_READER = "ClusterState.managed"
+_MANAGED_KINDS = {kind.value: kind for kind in workloads.managed_kinds()}
+
+WorkloadKey = tuple[str, str, str]  # (kind, namespace, name), as `DirtyWorkloads` names workloads
+# Pods of one group changed between two reads of its workload's state beyond which the state is worked
+# out afresh instead of pod by pod (and what a group keeps for a reader that stopped asking is bounded).
+MAX_GROUP_CHANGES = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class DirtyWorkloads:
     """What changed since a reader's last `ClusterState.take_dirty`: workloads (kind, namespace, name) whose
-    objects, ReplicaSets or pods changed, namespaces whose PDBs or labels changed, or `everything`
-    (a node changed capacity type or pool, so every placement may have)."""
+    objects, ReplicaSets or pods changed (a pod's placement too: its node came, went or changed capacity
+    type or pool), namespaces whose PDBs or labels changed, or `everything` (a capacity-label key new to
+    the cluster, so every node's capacity type may have changed)."""
 
     everything: bool = False
     workloads: frozenset[tuple[str, str, str]] = frozenset()
@@ -124,6 +135,78 @@ class DirtyWorkloads:
 
     def covers(self, kind: str, namespace: str, name: str) -> bool:
         return self.everything or namespace in self.namespaces or (kind, namespace, name) in self.workloads
+
+
+@dataclass(slots=True)
+class _ShareSums:
+    """The nodes' `NodeShare`s summed: each spot pool's nodes (and a region), the on-demand, avoided
+    nodes, the noticed nodes per pool, and the nodes carrying each spot taint."""
+
+    pool_nodes: dict[Pool, set[str]] = field(default_factory=dict)
+    regions: dict[Pool, str | None] = field(default_factory=dict)
+    on_demand: set[str] = field(default_factory=set)
+    avoided: set[str] = field(default_factory=set)
+    noticed: dict[Pool, int] = field(default_factory=dict)
+    taints: dict[tuple[str, Any, Any], int] = field(default_factory=dict)
+
+    def add(self, name: str, share: NodeShare, sign: int) -> None:
+        pool = share.pool
+        if pool is not None:
+            members = self.pool_nodes.setdefault(pool, set())
+            if sign > 0:
+                members.add(name)
+                self.regions.setdefault(pool, share.region)
+            else:
+                members.discard(name)
+                if not members:
+                    del self.pool_nodes[pool]
+                    self.regions.pop(pool, None)
+            if share.noticed:
+                count = self.noticed.get(pool, 0) + sign
+                if count > 0:
+                    self.noticed[pool] = count
+                else:
+                    self.noticed.pop(pool, None)
+        for names, flag in ((self.on_demand, share.on_demand), (self.avoided, share.avoided)):
+            if flag:
+                if sign > 0:
+                    names.add(name)
+                else:
+                    names.discard(name)
+        for ident in share.taints:
+            count = self.taints.get(ident, 0) + sign
+            if count > 0:
+                self.taints[ident] = count
+            else:
+                self.taints.pop(ident, None)
+
+
+@dataclass(slots=True)
+class _GroupChanges:
+    """The pods of a group that changed since the group's version `since` (None: too many to list)."""
+
+    since: int
+    keys: set[tuple[str, str]] | None = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _KeptWorkload:
+    """A workload's state and what it was derived from, so that a change of a few of its pods updates it
+    pod by pod (`ClusterState.workload_state`): the active pods' names in order, their states in the
+    same order, each one's group, and the active pods per group."""
+
+    spec: object
+    uid: object
+    policy: WorkloadPolicy
+    pdb_version: int
+    node_version: int
+    groups: tuple[GroupKey, ...]
+    versions: list[int]
+    names: list[str]
+    pods: list[PodState]
+    group_of: dict[str, GroupKey]
+    active: dict[GroupKey, int]
+    state: WorkloadState
 
 
 @dataclass(slots=True)
@@ -276,6 +359,70 @@ def _summary_facts(node: Mapping[str, Any], keys: frozenset[str] = _CAPACITY_KEY
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NodeShare:
+    """What one node adds to the `NodeSummary`: its spot pool (and region), whether it is on-demand,
+    avoided (a notice or rebalance taint), noticed (a spot notice taint on a spot pool's node), and
+    the spot taints a spot-bound pod must tolerate there, as (key, value, effect)."""
+
+    pool: Pool | None
+    region: str | None
+    on_demand: bool
+    avoided: bool
+    noticed: bool
+    taints: tuple[tuple[str, Any, Any], ...]
+
+
+def node_share(
+    node: Mapping[str, Any],
+    present: frozenset[str] | None = None,
+    conventions: capacity_labels.Conventions = capacity_labels.DEFAULT,
+) -> NodeShare:
+    """`NodeShare` of a node (what `summarize_nodes` reads of it)."""
+    metadata = node.get("metadata") or {}
+    pool = node_pool(node, conventions)
+    keys = taint_keys(node)
+    capacity = node_capacity(node, present, conventions)
+    taints: list[tuple[str, Any, Any]] = []
+    if capacity is CapacityType.SPOT:
+        for taint in (node.get("spec") or {}).get("taints") or []:
+            key = str(taint.get("key"))
+            if (key not in SPOT_TAINT_KEYS and key not in conventions.keys) or taint.get("effect") not in (
+                "NoSchedule",
+                "NoExecute",
+            ):
+                continue
+            taints.append((key, taint.get("value"), taint.get("effect")))
+    return NodeShare(
+        pool=pool,
+        region=(metadata.get("labels") or {}).get(REGION_LABEL) if pool is not None else None,
+        on_demand=capacity is CapacityType.ON_DEMAND,
+        avoided=bool(keys & (NOTICE_TAINTS | REBALANCE_TAINTS)),
+        noticed=pool is not None and bool(keys & SPOT_NOTICE_TAINTS),
+        taints=tuple(taints),
+    )
+
+
+def _toleration(ident: tuple[str, Any, Any]) -> Obj:
+    key, value, effect = ident
+    toleration: Obj = {"key": key, "operator": "Equal", "effect": effect}
+    if value is not None:
+        toleration["value"] = value
+    return toleration
+
+
+def _spot_tolerations(config: ControllerConfig, idents: Iterable[tuple[str, Any, Any]]) -> tuple[Obj, ...]:
+    """The configured spot tolerations, plus one per spot taint found on spot nodes, in ident order."""
+    found: dict[tuple[str, Any, Any], Obj] = {}
+    for spec in config.spot_tolerations:
+        found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+    for ident in idents:
+        if ident not in found:
+            found[ident] = _toleration(ident)
+    ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
+    return tuple(found[i] for i in ordered)
+
+
 def summarize_nodes(
     nodes: Iterable[Mapping[str, Any]],
     config: ControllerConfig,
@@ -288,44 +435,25 @@ def summarize_nodes(
     on_demand: set[str] = set()
     noticed: set[Pool] = set()
     avoided: set[str] = set()
-    found: dict[tuple[str, str | None, str | None], Obj] = {}
-    for spec in config.spot_tolerations:
-        found[(spec.key, spec.value, spec.effect)] = spec.to_toleration()
+    idents: dict[tuple[str, Any, Any], None] = {}
     for node in nodes:
-        metadata = node.get("metadata") or {}
-        pool = node_pool(node, conventions)
-        if pool is not None:
-            pools.setdefault(pool, (metadata.get("labels") or {}).get(REGION_LABEL))
-            pool_nodes.setdefault(pool, set()).add(str(metadata.get("name")))
-        keys = taint_keys(node)
-        if keys & (NOTICE_TAINTS | REBALANCE_TAINTS):
-            avoided.add(str(metadata.get("name")))
-        if pool is not None and keys & SPOT_NOTICE_TAINTS:
-            noticed.add(pool)
-        capacity = node_capacity(node, present, conventions)
-        if capacity is CapacityType.ON_DEMAND:
-            on_demand.add(str(metadata.get("name")))
-        if capacity is not CapacityType.SPOT:
-            continue
-        for taint in (node.get("spec") or {}).get("taints") or []:
-            key = str(taint.get("key"))
-            if (key not in SPOT_TAINT_KEYS and key not in conventions.keys) or taint.get("effect") not in (
-                "NoSchedule",
-                "NoExecute",
-            ):
-                continue
-            ident = (key, taint.get("value"), taint.get("effect"))
-            if ident not in found:
-                toleration: Obj = {"key": key, "operator": "Equal", "effect": taint["effect"]}
-                if taint.get("value") is not None:
-                    toleration["value"] = taint["value"]
-                found[ident] = toleration
-    ordered = sorted(found, key=lambda i: (i[0], i[1] or "", i[2] or ""))
+        name = str((node.get("metadata") or {}).get("name"))
+        share = node_share(node, present, conventions)
+        if share.pool is not None:
+            pools.setdefault(share.pool, share.region)
+            pool_nodes.setdefault(share.pool, set()).add(name)
+            if share.noticed:
+                noticed.add(share.pool)
+        if share.avoided:
+            avoided.add(name)
+        if share.on_demand:
+            on_demand.add(name)
+        idents.update(dict.fromkeys(share.taints))
     return NodeSummary(
         pools,
         frozenset(noticed),
         frozenset(avoided),
-        tuple(found[i] for i in ordered),
+        _spot_tolerations(config, idents),
         {pool: frozenset(names) for pool, names in pool_nodes.items()},
         frozenset(on_demand),
     )
@@ -358,19 +486,28 @@ class ClusterState:
         self._assumed_by_group: dict[GroupKey, dict[str, Assumption]] = {}
         self._assumed_totals: dict[GroupKey, GroupCounts] = {}
         self._node_summary: NodeSummary | None = None
+        # Each node's share of the summary, and their sums, kept per node event (`_share`) so that the
+        # summary is put together without reading every node again; None: every share is read again
+        # at the next `_nodes` (a capacity-label key new to the cluster changes how nodes classify).
+        self._shares: dict[str, NodeShare] | None = {}
+        self._share_sums = _ShareSums()
         # `packing_rooms`' node filter per (capacity, pool, affinity, tolerations): the nodes a pod of
         # that shape may land on, with their host and allocatable. Cleared whenever a node changes
         # anything the filter reads (`_nodes_changed`); pods of one workload share one entry.
         self._eligible: dict[Hashable, tuple[tuple[str, str, int, int, int], ...]] = {}
-        # Where each pod counts (capacity, pool); dropped when the pod changes, cleared when a node's
-        # placement (its capacity type or pool) does, or a node comes or goes.
+        # Where each pod counts (capacity, pool); dropped when the pod changes, or when its node's
+        # placement (its capacity type or pool) does, or its node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
+        # The pods bound to each node name (`spec.nodeName`, whether or not the node is known): the
+        # placements a node's move changes.
+        self._pods_on_node: dict[str, dict[tuple[str, str], None]] = {}
         # Per node name: the node object and its (capacity, pool), read once per node object (every
         # pod placement read again after a node move asks its node's).
         self._node_placements: dict[str, tuple[Obj, tuple[CapacityType | None, Pool | None]]] = {}
         # Versions of what a workload's state is derived from, so that the loops rebuild only the
-        # workloads whose inputs changed: pods per group (and the ReplicaSet itself), PDBs per
-        # namespace, node placements (`workload_inputs`).
+        # workloads whose inputs changed: pods per group (and the ReplicaSet itself; a node's move
+        # touches the groups of its pods), PDBs per namespace, every node's placement (`_node_version`,
+        # after a capacity-label key new to the cluster) (`workload_state`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
         # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
@@ -383,14 +520,24 @@ class ClusterState:
         # Changes of anything the loops' view of managed workloads reads (every kind but Node, and
         # node placements): equal versions give the same `Reconciler.managed` answer.
         self._workloads_version = 0
-        # `managed`'s answer: the workloads version and the config it was worked out for.
+        # `managed`'s answer: the workloads version and the config it was worked out for. It is brought
+        # up to date from its own account of the dirty workloads (`take_dirty`): each Deployment's and
+        # StatefulSet's entry (None: not managed), the position of the managed ones in the answer, and
+        # whether a workload object came or went since (the answer's order follows the objects').
         self._managed: tuple[int, ControllerConfig, tuple[Managed, ...]] | None = None
+        self._managed_entries: dict[WorkloadKey, Managed | None] = {}
+        self._managed_positions: dict[WorkloadKey, int] = {}
+        self._workloads_moved = True
         self._replicasets_of: dict[tuple[str, str], set[str]] = {}
-        # Each workload's state (`workload_state`), with the object and the inputs it was derived from.
-        self._workload_states: dict[tuple[str, str, str], tuple[Obj, Hashable, WorkloadState]] = {}
-        # Each workload's policy, with the object, namespace labels and config it was read from.
+        # Each workload's state (`workload_state`), with the workload's spec and uid (all it reads of the
+        # object: a status update shares the spec) and the inputs it was derived from; and, per group
+        # of a kept workload, the pods that changed since the version it was read at.
+        self._workload_states: dict[WorkloadKey, _KeptWorkload] = {}
+        self._group_changes: dict[GroupKey, _GroupChanges] = {}
+        # Each workload's policy, with the annotations (all it reads of the object), namespace labels and
+        # config it was read from.
         self._policies: dict[
-            tuple[str, str, str], tuple[Obj, Mapping[str, str], ControllerConfig, PolicyResult]
+            tuple[str, str, str], tuple[object, Mapping[str, str], ControllerConfig, PolicyResult]
         ] = {}
         # Pods not bound to a node yet (what the spot fallback scans).
         self._unbound: dict[tuple[str, str], Obj] = {}
@@ -554,8 +701,9 @@ class ClusterState:
                 obj, self._capacity_keys
             ):
                 self._node_summary = None
+                self._share(key[1], obj)
             if old is None or self.node_placement(old) != self.node_placement(obj):
-                self._nodes_moved()
+                self._node_moved(key[1])
             allocatable = node_allocatable(obj)
             amounts = (allocatable.get("cpu", 0), allocatable.get("memory", 0), allocatable.get("pods", 0))
             self._know_pool(obj)
@@ -575,14 +723,16 @@ class ClusterState:
             self._unindex_pod(key)
             decision = read_decision(obj)
             self._account(key, obj, decision)
-            if (obj.get("spec") or {}).get("nodeName"):
+            node_name = (obj.get("spec") or {}).get("nodeName")
+            if node_name:
+                self._pods_on_node.setdefault(str(node_name), {})[key] = None
                 self._unbound.pop(key, None)
             else:
                 self._unbound[key] = obj
             group = self._group_of_pod(obj)
             if group is not None:
                 self._pods_by_group.setdefault(group, {})[key] = obj
-                self._touch(group)
+                self._touch(group, key)
             if decision is not None:
                 self._forget(decision.id)
         elif kind == "ReplicaSet":
@@ -595,13 +745,16 @@ class ClusterState:
         elif kind == "PodDisruptionBudget":
             old = self._objects[kind].get(key)
             if old is None or not _same_pdb_facts(old, obj):
+                # A renewed guard's expiry or a status update changes no workload's state.
                 self._pdb_versions[key[0]] = next(self._versions)
+                self._dirty_namespaces.add(key[0])
             self._pdb_answers.clear()
-            self._dirty_namespaces.add(key[0])
         elif kind == "Namespace":
             self._dirty_namespaces.add(key[1])
         elif kind in ("Deployment", "StatefulSet"):
             self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
+            if key not in self._objects[kind]:
+                self._workloads_moved = True
         self._objects[kind][key] = obj
 
     def _remove(self, kind: str, key: tuple[str, str]) -> None:
@@ -614,6 +767,7 @@ class ClusterState:
         if kind == "Node":
             self._node_placements.pop(key[1], None)
             self._node_summary = None
+            self._share(key[1], None)
             self._eligible.clear()
             self._spare_rooms = None
             self._allocatable.pop(key[1], None)
@@ -621,7 +775,7 @@ class ClusterState:
             self._node_by_name.pop(key[1], None)
             self._noticed.discard(key[1])
             if key in self._objects["Node"]:
-                self._nodes_moved()
+                self._node_moved(key[1])
         elif kind == "Pod":
             self._placements.pop(key, None)
             self._pod_states.pop(key, None)
@@ -641,6 +795,8 @@ class ClusterState:
             self._dirty_groups.add(GroupKey(key[0], kind, key[1]))
             self._workload_states.pop((kind, key[0], key[1]), None)
             self._policies.pop((kind, key[0], key[1]), None)
+            if key in self._objects[kind]:
+                self._workloads_moved = True
         self._objects[kind].pop(key, None)
 
     def _account(
@@ -793,17 +949,39 @@ class ClusterState:
             out.append((name, str(labels.get(HOSTNAME_LABEL, name)), *allocatable))
         return tuple(out)
 
+    def _node_moved(self, name: str) -> None:
+        """A node came, went or changed capacity type or pool: the placements of the pods bound to it
+        are read again (no other pod's placement reads the node), and their groups changed."""
+        pods = self._objects["Pod"]
+        for key in self._pods_on_node.get(name, ()):
+            self._placements.pop(key, None)
+            pod = pods.get(key)
+            group = self._group_of_pod(pod) if pod is not None else None
+            if group is not None:
+                self._touch(group, key)
+        self._workloads_version = next(self._versions)
+        self._spare_rooms = None
+
     def _nodes_moved(self) -> None:
-        """A node came, went or changed capacity type or pool: every placement is read again."""
+        """Every node may have changed capacity type (a capacity-label key new to the cluster): every
+        placement is read again."""
         self._placements.clear()
         self._node_version = next(self._versions)
         self._workloads_version = self._node_version
         self._spare_rooms = None
         self._dirty_all = True
 
-    def _touch(self, group: GroupKey) -> None:
+    def _touch(self, group: GroupKey, pod: tuple[str, str] | None = None) -> None:
+        """A group changed: `pod` (its key) joined, changed or left it, or (None) its ReplicaSet did."""
         self._group_versions[group] = next(self._versions)
         self._dirty_groups.add(group)
+        if pod is None:
+            return
+        changes = self._group_changes.get(group)
+        if changes is not None and changes.keys is not None:
+            changes.keys.add(pod)
+            if len(changes.keys) > MAX_GROUP_CHANGES:
+                changes.keys = None
 
     def _unindex_replicaset(self, key: tuple[str, str]) -> None:
         old = self._objects["ReplicaSet"].get(key)
@@ -822,9 +1000,16 @@ class ClusterState:
         old = self._objects["Pod"].get(key)
         if old is None:
             return
+        node_name = (old.get("spec") or {}).get("nodeName")
+        if node_name:
+            on_node = self._pods_on_node.get(str(node_name))
+            if on_node is not None:
+                on_node.pop(key, None)
+                if not on_node:
+                    del self._pods_on_node[str(node_name)]
         group = self._group_of_pod(old)
         if group is not None:
-            self._touch(group)
+            self._touch(group, key)
             members = self._pods_by_group.get(group)
             if members is not None:
                 members.pop(key, None)
@@ -895,17 +1080,23 @@ class ClusterState:
 
     def keyed_pods_of_workload(self, workload: WorkloadRef) -> list[tuple[tuple[str, str], Obj]]:
         """`pods_of_workload` with each pod's (namespace, name): the key of the per-pod memos."""
+        by_group = self._pods_by_group
+        return [item for group in self._workload_groups(workload) for item in by_group.get(group, {}).items()]
+
+    def _workload_groups(self, workload: WorkloadRef) -> tuple[GroupKey, ...]:
+        """The groups whose pods are the workload's: a StatefulSet's own; a Deployment's ReplicaSets
+        (those of its uid), in name order."""
         if workload.kind is WorkloadKind.STATEFULSET:
-            return list(self._pods_by_group.get(workload.group, {}).items())
+            return (workload.group,)
         uid = workload.obj.get("metadata", {}).get("uid")
-        pods: list[tuple[tuple[str, str], Obj]] = []
+        groups: list[GroupKey] = []
         for name in self._replicaset_names(workload):
             rs = self._objects["ReplicaSet"][(workload.namespace, name)]
             owner = controller_ref(rs)
             if uid and owner is not None and owner.get("uid") not in (None, uid):
                 continue
-            pods.extend(self._pods_by_group.get(GroupKey(workload.namespace, "ReplicaSet", name), {}).items())
-        return pods
+            groups.append(GroupKey(workload.namespace, "ReplicaSet", name))
+        return tuple(groups)
 
     def _replicaset_names(self, workload: WorkloadRef) -> list[str]:
         """Names of the ReplicaSets a Deployment controls, in name order (from the owner index)."""
@@ -913,45 +1104,151 @@ class ClusterState:
 
     # --- state derived per workload ---------------------------------------------------------------
 
-    def workload_inputs(self, workload: WorkloadRef) -> Hashable:
-        """A stamp of everything a workload's derived state reads besides the workload object itself:
-        equal stamps mean its pods, ReplicaSets, PDBs and node placements did not change."""
-        if workload.kind is WorkloadKind.STATEFULSET:
-            groups: tuple[tuple[str, int], ...] = (
-                (workload.group.name, self._group_versions.get(workload.group, 0)),
-            )
-        else:
-            groups = tuple(
-                (name, self._group_versions.get(GroupKey(workload.namespace, "ReplicaSet", name), 0))
-                for name in self._replicaset_names(workload)
-            )
-        return (self._node_version, self._pdb_versions.get(workload.namespace, 0), groups)
-
     def workload_state(self, workload: WorkloadRef, policy: WorkloadPolicy) -> WorkloadState:
         """The workload as the loops see it: its active pods with placement, readiness and requests.
 
-        Derived once per change of its inputs (the workload object, its pods and ReplicaSets, the PDBs
-        of its namespace, node placements, the policy), so a round over every managed workload rebuilds
-        only the ones that changed; the same inputs give the same state object.
+        Kept between changes of its inputs: the workload's spec and uid (a status update of the
+        workload shares its spec with the version before, as an in-process store's versions do), its
+        groups (ReplicaSets) and their pods, the PDBs of its namespace, every node's placement (a
+        capacity-label key new to the cluster), the policy. When only some of its pods changed (a
+        pod came, went or changed, or its node moved), the kept state is updated for those pods alone,
+        and when the spec, the PDBs or the policy changed, its replicas, policy and floor are read
+        again (`state.workloads.workload_head`); another uid or set of groups, or every node's
+        placement, works it out afresh (`state.workloads.build_workload_state`). The same inputs give
+        the same state object.
         """
         key = (workload.kind.value, workload.namespace, workload.name)
-        inputs = (self.workload_inputs(workload), policy)
+        spec = workload.obj.get("spec")
+        uid = (workload.obj.get("metadata") or {}).get("uid")
+        groups = self._workload_groups(workload)
         kept = self._workload_states.get(key)
-        if kept is not None and kept[0] is workload.obj and kept[1] == inputs:
-            return kept[2]
-        all_pods = self.keyed_pods_of_workload(workload)
-        active = [(pod_key, pod) for pod_key, pod in all_pods if is_active(pod)]
-        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod in active]
+        if (
+            kept is not None
+            and kept.uid == uid
+            and kept.groups == groups
+            and kept.node_version == self._node_version
+        ):
+            changed = self._take_changes(kept)
+            if changed is not None:
+                if changed:
+                    self._update_pods(kept, changed, workload.kind)
+                pdb_version = self._pdb_versions.get(workload.namespace, 0)
+                if kept.spec is not spec or kept.pdb_version != pdb_version or kept.policy != policy:
+                    replicas, floor = workloads.workload_head(workload, self._pdbs_of(workload))
+                    kept.state = dataclasses.replace(
+                        kept.state, replicas=replicas, policy=policy, floor=floor
+                    )
+                    kept.spec, kept.pdb_version, kept.policy = spec, pdb_version, policy
+                return kept.state
+        return self._build_state(key, workload, policy, spec, uid, groups)
+
+    def _pdbs_of(self, workload: WorkloadRef) -> list[Obj]:
+        """The PDBs of the workload's namespace matching its selector's labels."""
         labels = ((workload.obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        state = workloads.build_workload_state(
-            workload,
-            policy,
-            [pod for _, pod in active],
-            len(all_pods),
-            states,
-            self.pdbs_matching(workload.namespace, labels),
+        return self.pdbs_matching(workload.namespace, labels)
+
+    def _take_changes(self, kept: _KeptWorkload) -> set[tuple[str, str]] | None:
+        """The pods of the kept workload's groups that changed since it was read (None: not all known, so
+        work it out afresh); the groups' changes are taken (reset to the groups' versions now)."""
+        versions = self._group_versions
+        moved: list[int] = []
+        changed: set[tuple[str, str]] = set()
+        for index, group in enumerate(kept.groups):
+            version = versions.get(group, 0)
+            if version == kept.versions[index]:
+                continue
+            changes = self._group_changes.get(group)
+            if changes is None or changes.since != kept.versions[index] or changes.keys is None:
+                return None
+            changed |= changes.keys
+            moved.append(index)
+        for index in moved:
+            group = kept.groups[index]
+            version = versions.get(group, 0)
+            kept.versions[index] = version
+            self._group_changes[group] = _GroupChanges(version)
+        return changed
+
+    def _update_pods(self, kept: _KeptWorkload, changed: set[tuple[str, str]], kind: WorkloadKind) -> None:
+        """Bring a kept workload state up to date for the pods that changed (each one now in one of its
+        groups, active or not, or gone)."""
+        members = [self._pods_by_group.get(group) or {} for group in kept.groups]
+        names, pods, group_of, active = kept.names, kept.pods, kept.group_of, kept.active
+        for pod_key in changed:
+            pod: Obj | None = None
+            group: GroupKey | None = None
+            for candidate, pods_of_group in zip(kept.groups, members, strict=True):
+                pod = pods_of_group.get(pod_key)
+                if pod is not None:
+                    group = candidate
+                    break
+            name = pod_key[1]
+            index = bisect.bisect_left(names, name)
+            present = index < len(names) and names[index] == name
+            if present:
+                before = group_of.pop(name)
+                active[before] -= 1
+            if pod is None or group is None or not is_active(pod):
+                if present:
+                    del names[index], pods[index]
+                continue
+            state = self._pod_state(pod_key, pod, kind)
+            if present:
+                pods[index] = state
+            else:
+                names.insert(index, name)
+                pods.insert(index, state)
+            group_of[name] = group
+            active[group] = active.get(group, 0) + 1
+        total = sum(len(pods_of_group) for pods_of_group in members)
+        groups_with_active = sum(1 for count in active.values() if count > 0)
+        kept.state = dataclasses.replace(
+            kept.state, pods=tuple(pods), settling=groups_with_active > 1 or len(names) != total
         )
-        self._workload_states[key] = (workload.obj, inputs, state)
+
+    def _build_state(
+        self,
+        key: WorkloadKey,
+        workload: WorkloadRef,
+        policy: WorkloadPolicy,
+        spec: object,
+        uid: object,
+        groups: tuple[GroupKey, ...],
+    ) -> WorkloadState:
+        """`workload_state` worked out from every pod of the workload; kept, with the changes of its
+        groups followed from now on."""
+        members = [(group, self._pods_by_group.get(group) or {}) for group in groups]
+        total = sum(len(pods_of_group) for _, pods_of_group in members)
+        active = [
+            (pod_key, pod, group)
+            for group, pods_of_group in members
+            for pod_key, pod in pods_of_group.items()
+            if is_active(pod)
+        ]
+        states = [self._pod_state(pod_key, pod, workload.kind) for pod_key, pod, _ in active]
+        state = workloads.build_workload_state(
+            workload, policy, [pod for _, pod, _ in active], total, states, self._pdbs_of(workload)
+        )
+        versions = [self._group_versions.get(group, 0) for group in groups]
+        for group, version in zip(groups, versions, strict=True):
+            self._group_changes[group] = _GroupChanges(version)
+        per_group: dict[GroupKey, int] = {}
+        for _, _, group in active:
+            per_group[group] = per_group.get(group, 0) + 1
+        self._workload_states[key] = _KeptWorkload(
+            spec=spec,
+            uid=uid,
+            policy=policy,
+            pdb_version=self._pdb_versions.get(workload.namespace, 0),
+            node_version=self._node_version,
+            groups=groups,
+            versions=versions,
+            names=[pod.name for pod in state.pods],
+            pods=list(state.pods),
+            group_of={pod_key[1]: group for pod_key, _, group in active},
+            active=per_group,
+            state=state,
+        )
         return state
 
     def _pod_state(self, key: tuple[str, str], pod: Mapping[str, Any], kind: WorkloadKind) -> PodState:
@@ -967,40 +1264,94 @@ class ClusterState:
         return state
 
     def policy_of(self, kind: WorkloadKind, obj: Obj, config: ControllerConfig) -> PolicyResult:
-        """A workload's policy, read again only when the workload object, its namespace's labels or
-        the config changed."""
+        """A workload's policy, read again only when the workload's annotations (another object: a
+        status update shares them with the version before), its namespace's labels or the config
+        changed."""
         metadata = obj.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         labels = self.namespace_labels(namespace)
+        annotations = metadata.get("annotations")
         key = (kind.value, namespace, str(metadata.get("name")))
         kept = self._policies.get(key)
-        if kept is not None and kept[0] is obj and kept[1] is labels and kept[2] is config:
+        if kept is not None and kept[0] is annotations and kept[1] is labels and kept[2] is config:
             return kept[3]
         result = workloads.resolve(kind, obj, labels, config)
-        self._policies[key] = (obj, labels, config, result)
+        self._policies[key] = (annotations, labels, config, result)
         return result
 
     def managed(self, config: ControllerConfig) -> tuple[Managed, ...]:
-        """Managed Deployments and StatefulSets with a valid policy, with their state.
+        """Managed Deployments and StatefulSets with a valid policy, with their state, in the order the
+        state holds the objects (Deployments first).
 
-        Every loop asks each round; the answer is worked out again only after something it reads
-        changed (workloads, pods, ReplicaSets, PDBs, namespaces, node placements) or for another config.
+        Every loop asks each round. The answer is kept until something it reads changed (workloads,
+        pods, ReplicaSets, PDBs, namespaces, node placements), and then only the workloads the state
+        marks dirty since the last answer (`take_dirty`, an account of its own) are worked out again:
+        every one at the first call, for another config, or after a capacity-label key new to the
+        cluster.
         """
         kept = self._managed
         if kept is not None and kept[0] == self._workloads_version and kept[1] is config:
             return kept[2]
+        dirty = self.take_dirty(_MANAGED_READER)
+        if kept is None or kept[1] is not config or dirty.everything:
+            self._managed_entries = {
+                (kind.value, *key): self._managed_entry(kind, obj, config)
+                for kind in workloads.managed_kinds()
+                for key, obj in self._objects[kind.value].items()
+            }
+            return self._order_managed(config)
+        keys = {key for key in dirty.workloads if key[0] in _MANAGED_KINDS}
+        entries = self._managed_entries
+        if dirty.namespaces:
+            keys.update(key for key in entries if key[1] in dirty.namespaces)
+        answer = list(kept[2])
+        positions = self._managed_positions
+        moved = self._workloads_moved
+        for key in keys:
+            kind, namespace, name = key
+            obj = self._objects[kind].get((namespace, name))
+            old = entries.pop(key, None)
+            if obj is None:
+                moved = moved or old is not None
+                continue
+            entry = entries[key] = self._managed_entry(_MANAGED_KINDS[kind], obj, config)
+            if (old is None) != (entry is None):
+                moved = True
+            elif entry is not None and not moved:
+                answer[positions[key]] = entry
+        if moved:
+            return self._order_managed(config)
+        result = tuple(answer)
+        self._managed = (self._workloads_version, config, result)
+        return result
+
+    def _managed_entry(self, kind: WorkloadKind, obj: Obj, config: ControllerConfig) -> Managed | None:
+        """One workload's entry in `managed`: None unless it is managed with a valid policy."""
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        result = self.policy_of(kind, obj, config)
+        if not result.valid or result.policy is None:
+            return None
+        ref = workloads.workload_ref(kind, obj)
+        return Managed(ref, self.workload_state(ref, result.policy))
+
+    def _order_managed(self, config: ControllerConfig) -> tuple[Managed, ...]:
+        """`managed`'s answer from the entries, in the objects' order (a workload came, went, or became
+        managed or unmanaged)."""
+        entries = self._managed_entries
         found: list[Managed] = []
+        positions: dict[WorkloadKey, int] = {}
         for kind in workloads.managed_kinds():
-            for obj in self._objects[kind.value].values():
-                if (obj.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                result = self.policy_of(kind, obj, config)
-                if not result.valid or result.policy is None:
-                    continue
-                ref = workloads.workload_ref(kind, obj)
-                found.append(Managed(ref, self.workload_state(ref, result.policy)))
+            for namespace, name in self._objects[kind.value]:
+                key = (kind.value, namespace, name)
+                entry = entries.get(key)
+                if entry is not None:
+                    positions[key] = len(found)
+                    found.append(entry)
         answer = tuple(found)
         self._managed = (self._workloads_version, config, answer)
+        self._managed_positions = positions
+        self._workloads_moved = False
         return answer
 
     def placement_of(
@@ -1150,6 +1501,7 @@ class ClusterState:
             return
         self._present = self._present | keys
         self._node_summary = None
+        self._shares = None
         self._eligible.clear()
         self._node_placements.clear()
         for (_, name), other in self._objects["Node"].items():
@@ -1196,13 +1548,36 @@ class ClusterState:
             return []
         return [node for name, node in self._node_by_name.items() if name in self._noticed]
 
+    def _share(self, name: str, node: Mapping[str, Any] | None) -> None:
+        """A node's share of the summary is `node`'s now (None: the node is gone)."""
+        shares = self._shares
+        if shares is None:
+            return  # every share is read again at the next `_nodes`
+        old = shares.pop(name, None)
+        if old is not None:
+            self._share_sums.add(name, old, -1)
+        if node is not None:
+            share = shares[name] = node_share(node, self._present, self.conventions)
+            self._share_sums.add(name, share, 1)
+
     def _nodes(self) -> NodeSummary:
-        """What the webhook needs from nodes, recomputed only after a Node event (the hot path reads it)."""
+        """What the webhook needs from nodes (`summarize_nodes`), put together again only after a Node
+        event that changed a node's share (the hot path reads it), from the shares' sums. A pool's
+        region in `spot_pools` is that of the first of its nodes the sums saw."""
         if self._node_summary is None:
-            summary = summarize_nodes(
-                self._objects["Node"].values(), self.config, self._present, self.conventions
+            if self._shares is None:
+                self._shares, self._share_sums = {}, _ShareSums()
+                for (_, name), node in self._objects["Node"].items():
+                    self._share(name, node)
+            sums = self._share_sums
+            self._node_summary = NodeSummary(
+                dict(sums.regions),
+                frozenset(sums.noticed),
+                frozenset(sums.avoided),
+                _spot_tolerations(self.config, sums.taints),
+                {pool: frozenset(names) for pool, names in sums.pool_nodes.items()},
+                frozenset(sums.on_demand),
             )
-            self._node_summary = summary
             self._growth = None
         return self._node_summary
 

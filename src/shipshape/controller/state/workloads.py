@@ -66,16 +66,22 @@ def build_workload_state(
     """The workload as the loops see it from its active pods (`active`, of `total` pods in all), their
     states (`pod_states`, in any order) and the PDBs matching it."""
     groups = {_controller_name(pod) for pod in active}
+    replicas, floor = workload_head(workload, pdbs)
     return WorkloadState(
         kind=workload.kind,
         namespace=workload.namespace,
         name=workload.name,
-        replicas=workload.replicas,
+        replicas=replicas,
         policy=policy,
         pods=tuple(sorted(pod_states, key=lambda p: p.name)),
-        floor=availability_floor(workload, pdbs),
+        floor=floor,
         settling=len(groups) > 1 or len(active) != total,
     )
+
+
+def workload_head(workload: WorkloadRef, pdbs: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """What a workload's state reads of its spec and PDBs: its replicas and its availability floor."""
+    return workload.replicas, availability_floor(workload, pdbs)
 
 
 def _controller_name(pod: Mapping[str, Any]) -> str:

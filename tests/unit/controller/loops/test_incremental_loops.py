@@ -9,13 +9,15 @@ import pytest
 
 from shipshape.controller.loops import LoopSettings, SharedState
 from shipshape.controller.loops.deletion_cost import DeletionCostKeeper
+from shipshape.controller.loops.policy_events import PolicyReporter
 from shipshape.controller.loops.rebalance import Rebalancer
-from shipshape.controller.ops import RecordingOps
+from shipshape.controller.ops import OpsError, RecordingOps
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import DELETION_COST
+from shipshape.controller.state import DirtyWorkloads
 
 from ..builders import deployment, namespace, node, pod_of, replicaset, with_room
-from .test_loops import World
+from .test_loops import ON, World
 
 
 def test_a_balanced_workload_is_looked_at_again_once_it_changes() -> None:
@@ -242,3 +244,60 @@ def test_the_dirty_driven_loops_decide_as_full_scans_do_over_random_changes(seed
         w.ops.calls.clear()
         full.ops.calls.clear()
     assert rebalancer.workloads.full_passes < scanning_rebalancer.workloads.full_passes
+
+
+class ScanningReporter(PolicyReporter):
+    """The reporter looking at every workload every round, as it did before it read the dirty marks."""
+
+    def _to_report(self, dirty: DirtyWorkloads) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_policy_reporter_posts_what_a_full_scan_posts_over_random_changes(seed: int) -> None:
+    """Reading only the workloads that changed (and scanning every one when one of them has a report to
+    make, a namespace changed or a post failed), the reporter posts the same Events in the same rounds
+    and order as a reporter scanning every workload every round."""
+    rng = random.Random(50 + seed)
+    w = World()
+    full = World.__new__(World)  # the same cache, other ops: a reporter that scans everything
+    full.h, full.ops, full.shared = w.h, RecordingOps(objects=w.h.objects), w.shared
+    reporter, scanning = w.loop(PolicyReporter), full.loop(ScanningReporter)
+    names = ["api", "web", "cart", "db", "jobs"]
+    values = ["50", "150", "x", "75"]
+    serial = itertools.count()
+    posted = 0
+    for _ in range(150):
+        roll = rng.random()
+        name = rng.choice(names)
+        notes = {"spot.shipshape.dev/spot-percentage": rng.choice(values)}
+        if roll < 0.3:  # in namespace jobs, a workload follows the namespace's label
+            ns = rng.choice(["shop", "jobs"])
+            w.h.add(deployment(name, 2, notes if ns == "jobs" else {**ON, **notes}, ns=ns))
+        elif roll < 0.5 and w.h.cache.get("Deployment", "shop", name) is not None:
+            w.patch_cached("Deployment", "shop", name, {"metadata": {"annotations": notes}})
+        elif roll < 0.6 and w.h.cache.get("Deployment", "shop", name) is not None:
+            w.patch_cached("Deployment", "shop", name, {"status": {"observedGeneration": next(serial)}})
+        elif roll < 0.65:
+            gone = w.h.cache.get("Deployment", "shop", name)
+            if gone is not None:
+                w.h.cache.apply({"type": "DELETED", "object": gone})
+        elif roll < 0.7:
+            w.h.add(namespace("jobs", {"spot.shipshape.dev/enabled": rng.choice(["true", "false"])}))
+        elif roll < 0.8:
+            w.h.add(pod_of(replicaset(deployment(name, 2)), f"{name}-{next(serial)}", node="a-1"))
+        failing = rng.random() < 0.15
+        for ops in (w.ops, full.ops):
+            if failing:
+                ops.fail["post_event"] = OpsError("cannot reach the API server")
+            else:
+                ops.fail.pop("post_event", None)
+        w.h.clock.advance(60)
+        now = w.h.clock.now()
+        reporter.reconcile(now)
+        scanning.reconcile(now)
+        assert w.ops.calls == full.ops.calls, f"seed {seed}"
+        posted += sum(1 for call in w.ops.calls if call.op == "post_event" and not failing)
+        w.ops.calls.clear()
+        full.ops.calls.clear()
+    assert posted > 3
