@@ -98,6 +98,10 @@ class OrphanIndex:
         else:
             bucket[name] = None
 
+    def any_in(self, namespace: str) -> bool:
+        """Whether the namespace may hold an orphan (a name here may since have gained a controller)."""
+        return bool(self._by_ns.get(namespace))
+
     def candidates(self, store: Store, owner: Mapping[str, Any]) -> list[Obj]:
         md = podutil.meta(owner)
         ns = md.get("namespace", "")

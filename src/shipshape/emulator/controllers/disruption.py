@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shipshape.emulator.controllers import podutil
 from shipshape.emulator.controllers.base import Controller
 from shipshape.emulator.resources import DEPLOYMENTS, PDBS, PODS, REPLICASETS, STATEFULSETS
-from shipshape.emulator.store import Obj, WatchEvent
+from shipshape.emulator.store import DELETED, Obj, WatchEvent
 from shipshape.kube.clock import parse_time, rfc3339
 from shipshape.kube.intstr import IntOrStringError, scaled_value
 from shipshape.kube.labels import Selector, SelectorError, from_label_selector
@@ -32,6 +32,8 @@ class ExpectedCountError(Exception):
 
 # What a sync asks of one pod version: (pod, terminating, ready, controller reference).
 PodFacts = tuple[Obj, bool, bool, Mapping[str, Any] | None]
+# A controller reference as a tally counts it: (uid, kind, name).
+RefKey = tuple[Any, Any, Any]
 
 
 def pod_facts(pod: Obj) -> PodFacts:
@@ -65,6 +67,68 @@ class PodFactsCache:
         return out
 
 
+class BudgetTally:
+    """A budget's selected pods, with the counts a sync needs, kept up to date from pod events.
+
+    Built from one `list` of the store when a sync finds none (or finds the budget's selector
+    changed), then changed by every pod event as it is delivered (store events are synchronous),
+    so it always holds what `list(PODS, namespace, selector)` would return. A sync then costs the
+    number of the pods' controllers, not of the pods.
+    """
+
+    def __init__(self, selector_spec: Any, pods: list[Obj]) -> None:
+        self.selector_spec = selector_spec  # the budget's spec.selector it was built for
+        # pod name -> (ready and not terminating, controller reference key or None)
+        self._pods: dict[str, tuple[bool, RefKey | None]] = {}
+        self.healthy = 0  # ready and not terminating
+        self.unmanaged = 0  # without a controller reference
+        # (uid, kind, name) of a controller reference -> (the reference, how many pods carry it)
+        self.refs: dict[RefKey, tuple[Mapping[str, Any], int]] = {}
+        for pod in pods:
+            self.put(pod)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def state(self) -> tuple[dict[str, tuple[bool, RefKey | None]], int, int, dict[RefKey, int]]:
+        """What the tally holds, to compare with one built anew."""
+        return dict(self._pods), self.healthy, self.unmanaged, {k: n for k, (_, n) in self.refs.items()}
+
+    def put(self, pod: Obj) -> None:
+        """The pod (new or a new version of one held) is selected by the budget."""
+        name = pod["metadata"]["name"]
+        self.discard(name)
+        healthy = podutil.is_ready(pod) and not podutil.is_terminating(pod)
+        ref = podutil.controller_ref(pod)
+        ref_key: RefKey | None = None
+        if ref is None:
+            self.unmanaged += 1
+        else:
+            ref_key = (ref.get("uid"), ref.get("kind"), ref.get("name"))
+            _, count = self.refs.get(ref_key, (ref, 0))
+            self.refs[ref_key] = (ref, count + 1)
+        if healthy:
+            self.healthy += 1
+        self._pods[name] = (healthy, ref_key)
+
+    def discard(self, name: str) -> None:
+        """The pod is gone, or no longer selected by the budget."""
+        held = self._pods.pop(name, None)
+        if held is None:
+            return
+        healthy, ref_key = held
+        if healthy:
+            self.healthy -= 1
+        if ref_key is None:
+            self.unmanaged -= 1
+            return
+        ref, count = self.refs[ref_key]
+        if count == 1:
+            del self.refs[ref_key]
+        else:
+            self.refs[ref_key] = (ref, count - 1)
+
+
 class DisruptionController(Controller):
     name = "disruption-controller"
     component = "controllermanager"
@@ -76,20 +140,38 @@ class DisruptionController(Controller):
         # every pod change asks every budget of its namespace whether it selects the pod.
         self._selectors: dict[tuple[str, str], tuple[Obj, Selector | None]] = {}
         self._facts = PodFactsCache()
+        self._tallies: dict[tuple[str, str], BudgetTally] = {}
 
     def keys_for(self, event: WatchEvent) -> list[Any]:
         obj = event.object
         ns, name = podutil.key_of(obj)
         if event.resource is PDBS:
             self._selectors.pop((ns, name), None)
+            if event.type == DELETED:
+                self._tallies.pop((ns, name), None)
             return [(ns, name)]
         if event.resource is PODS:
             labels = podutil.meta(obj).get("labels")
+            # The tallies follow the pod as the store holds it now (the same as the event's but
+            # where a listener before this one changed it again in between).
+            current = self.store.get(PODS, ns, name)
+            current_labels = podutil.meta(current).get("labels") if current is not None else None
             keys = []
             for pdb in self.store.list(PDBS, ns):
                 selector = self._selector_of(pdb)
-                if selector is not None and selector.matches(labels):
-                    keys.append(podutil.key_of(pdb))
+                matched = selector is not None and selector.matches(labels)
+                pdb_key = podutil.key_of(pdb)
+                if matched:
+                    keys.append(pdb_key)
+                tally = self._tallies.get(pdb_key)
+                if tally is None:
+                    continue
+                if not _same_selector(tally.selector_spec, _selector_spec(pdb)):
+                    del self._tallies[pdb_key]  # the next sync builds it for the new selector
+                elif current is not None and selector is not None and selector.matches(current_labels):
+                    tally.put(current)
+                else:
+                    tally.discard(name)
             return keys
         # A controller's scale changed: the expected count of the budgets in its namespace may change.
         return [podutil.key_of(pdb) for pdb in self.store.list(PDBS, ns)]
@@ -111,18 +193,65 @@ class DisruptionController(Controller):
         pdb = self.store.get(PDBS, ns, name)
         if pdb is None:
             self._facts.forget(key)
+            self._tallies.pop(key, None)
             return
+        spec_selector = _selector_spec(pdb)
         try:
-            selector = from_label_selector((pdb.get("spec") or {}).get("selector"))
+            selector = from_label_selector(spec_selector)
         except SelectorError as exc:
             self._fail_safe(pdb, str(exc))
             return
-        pods = self.store.list(PODS, ns, selector=selector)
+        tally = self._tallies.get(key)
+        if tally is not None and _same_selector(tally.selector_spec, spec_selector):
+            if not (pdb.get("status") or {}).get("disruptedPods") and self._sync_from_tally(
+                pdb, selector, tally
+            ):
+                return
+            pods = self.store.list(PODS, ns, selector=selector)
+        else:
+            pods = self.store.list(PODS, ns, selector=selector)
+            self._tallies[key] = BudgetTally(spec_selector, pods)
+        self._sync(key, pdb, selector, pods)
+
+    def _sync_from_tally(self, pdb: Obj, selector: Selector, tally: BudgetTally) -> bool:
+        """`_sync` from the budget's tally, for a budget without pending disruptions.
+
+        Returns False, having done nothing, where the pods' order matters to the outcome (a pod
+        whose controller is not found names the first such pod) or the count fails: `_sync` then
+        reads the pods.
+        """
+        try:
+            counted = self._expected_pod_count(pdb, len(tally), lambda: self._tally_scale(pdb, tally))
+        except IntOrStringError:
+            return False
+        if counted is None:
+            return False
+        expected, desired, unmanaged = counted
+        if not len(tally):
+            self.event(pdb, "NoPods", "No matching pods found")
+        if unmanaged:
+            self._unmanaged_event(pdb, selector)
+        self._update_status(pdb, tally.healthy, desired, expected, {})
+        return True
+
+    def _tally_scale(self, pdb: Obj, tally: BudgetTally) -> tuple[int, bool] | None:
+        """`_expected_scale` from the tally's controller references; None where one is not found."""
+        ns = pdb["metadata"].get("namespace", "")
+        scales: dict[str, int] = {}
+        for ref, _ in tally.refs.values():
+            found = self._controller_scale(ref, ns)
+            if found is None:
+                return None
+            uid, scale = found
+            scales[uid] = scale
+        return sum(scales.values()), tally.unmanaged > 0
+
+    def _sync(self, key: tuple[str, str], pdb: Obj, selector: Selector, pods: list[Obj]) -> None:
         if not pods:
             self.event(pdb, "NoPods", "No matching pods found")
         facts = self._facts.facts(key, pods)
         try:
-            expected, desired, unmanaged = self._expected_pod_count(pdb, facts)
+            counted = self._expected_pod_count(pdb, len(facts), lambda: self._expected_scale(facts))
         except (ExpectedCountError, IntOrStringError) as exc:
             self.event(
                 pdb,
@@ -132,13 +261,10 @@ class DisruptionController(Controller):
             )
             self._fail_safe(pdb, str(exc))
             return
+        assert counted is not None  # `_expected_scale` raises instead
+        expected, desired, unmanaged = counted
         if unmanaged:
-            self.event(
-                pdb,
-                "UnmanagedPods",
-                _UNMANAGED.format(selector=_selector_text(selector)),
-                type="Warning",
-            )
+            self._unmanaged_event(pdb, selector)
         now = self.now()
         disrupted, recheck = _disrupted_pods(pdb, pods, now)
         healthy = _count_healthy(facts, disrupted, now)
@@ -147,23 +273,35 @@ class DisruptionController(Controller):
             self.enqueue(key, after=max(0.0, recheck - now) + 1.0)
 
     # ---- expected count -------------------------------------------------------------------------
-    def _expected_pod_count(self, pdb: Obj, pods: list[PodFacts]) -> tuple[int, int, list[str]]:
-        """(expectedPods, desiredHealthy, unmanaged pod names) as upstream `getExpectedPodCount`."""
+    def _unmanaged_event(self, pdb: Obj, selector: Selector) -> None:
+        self.event(pdb, "UnmanagedPods", _UNMANAGED.format(selector=_selector_text(selector)), type="Warning")
+
+    def _expected_pod_count(
+        self, pdb: Obj, count: int, scale: Callable[[], tuple[int, bool] | None]
+    ) -> tuple[int, int, bool] | None:
+        """(expectedPods, desiredHealthy, whether some pod is unmanaged) as upstream
+        `getExpectedPodCount`, for `count` pods whose controllers' scale `scale` sums (None: not
+        known, and so neither is the answer)."""
         spec = pdb.get("spec") or {}
-        unmanaged: list[str] = []
         if spec.get("maxUnavailable") is not None:
-            expected, unmanaged = self._expected_scale(pods)
+            scaled = scale()
+            if scaled is None:
+                return None
+            expected, unmanaged = scaled
             unavailable = scaled_value(spec["maxUnavailable"], expected, round_up=True)
             return expected, max(0, expected - unavailable), unmanaged
         min_available = spec.get("minAvailable")
         if isinstance(min_available, int) and not isinstance(min_available, bool):
-            return len(pods), min_available, unmanaged
+            return count, min_available, False
         if isinstance(min_available, str):
-            expected, unmanaged = self._expected_scale(pods)
+            scaled = scale()
+            if scaled is None:
+                return None
+            expected, unmanaged = scaled
             return expected, scaled_value(min_available, expected, round_up=True), unmanaged
-        return 0, 0, unmanaged
+        return 0, 0, False
 
-    def _expected_scale(self, pods: list[PodFacts]) -> tuple[int, list[str]]:
+    def _expected_scale(self, pods: list[PodFacts]) -> tuple[int, bool]:
         scales: dict[str, int] = {}
         unmanaged: list[str] = []
         # The controller refs already resolved: a Deployment's pods point at its ReplicaSets, whose
@@ -182,7 +320,7 @@ class DisruptionController(Controller):
                 raise ExpectedCountError(f'found no controllers for pod "{pod["metadata"]["name"]}"')
             uid, scale = found
             scales[uid] = scale
-        return sum(scales.values()), unmanaged
+        return sum(scales.values()), bool(unmanaged)
 
     def _controller_scale(self, ref: Mapping[str, Any], ns: str) -> tuple[str, int] | None:
         """The scale of a pod's controller: a Deployment (through its ReplicaSet), ReplicaSet, StatefulSet."""
@@ -238,6 +376,15 @@ class DisruptionController(Controller):
         cond = _condition("False", "SyncFailed", message, int(status.get("observedGeneration") or 0))
         _set_condition(status, cond, rfc3339(self.now()))
         self.write_status(PDBS, pdb, status)
+
+
+def _selector_spec(pdb: Obj) -> Any:
+    return (pdb.get("spec") or {}).get("selector")
+
+
+def _same_selector(a: Any, b: Any) -> bool:
+    """Whether two spec.selector values are the same (the same object, as usual, or equal)."""
+    return a is b or a == b
 
 
 def _selector_text(selector: Selector) -> str:

@@ -113,6 +113,60 @@ def pod_facts(pod: Obj, owner_uid: str, selector: Selector, template_labels: dic
     )
 
 
+class SetTally:
+    """A ReplicaSet's dependent pods (any owner reference to it), with the counts its status needs,
+    kept up to date from pod events.
+
+    Built from the store's owner index for one spec object of the set (its selector and template
+    labels decide the facts), then changed by every pod event as the store delivers it, so a sync
+    where every active dependent is the set's own and no orphan may be adopted reads the counts
+    instead of walking the pods.
+    """
+
+    def __init__(self, rs: Obj, selector: Selector, pods: list[Obj]) -> None:
+        self.spec = rs["spec"]
+        self.uid = str(rs["metadata"]["uid"])
+        self.selector = selector
+        self.template_labels = template_labels_of(rs)
+        # pod key -> (active and claimed, active and not claimed, fully labeled, ready)
+        self._pods: dict[Key, tuple[bool, bool, bool, bool]] = {}
+        self.claimed = 0  # active pods the set controls and selects: its replicas
+        self.unclaimed = 0  # other active dependents: a sync would try to claim them
+        self.labeled = 0  # of the claimed
+        self.ready = 0  # of the claimed
+        for pod in pods:
+            self.put(pod)
+
+    def put(self, pod: Obj) -> None:
+        key = podutil.key_of(pod)
+        self.discard(key)
+        _, active, claimed, labeled, ready = pod_facts(pod, self.uid, self.selector, self.template_labels)
+        row = (
+            active and claimed,
+            active and not claimed,
+            active and claimed and labeled,
+            active and claimed and ready,
+        )
+        self._pods[key] = row
+        self._count(row, 1)
+
+    def discard(self, key: Key) -> None:
+        row = self._pods.pop(key, None)
+        if row is not None:
+            self._count(row, -1)
+
+    def _count(self, row: tuple[bool, bool, bool, bool], sign: int) -> None:
+        claimed, unclaimed, labeled, ready = row
+        self.claimed += sign * claimed
+        self.unclaimed += sign * unclaimed
+        self.labeled += sign * labeled
+        self.ready += sign * ready
+
+    def state(self) -> tuple[dict[Key, tuple[bool, bool, bool, bool]], int, int, int, int]:
+        """What the tally holds, to compare with one built anew."""
+        return dict(self._pods), self.claimed, self.unclaimed, self.labeled, self.ready
+
+
 class ReplicaSetController(PodOwnerController):
     name = "replicaset-controller"
     watches = (REPLICASETS, PODS)
@@ -122,6 +176,9 @@ class ReplicaSetController(PodOwnerController):
         # The last creation/deletion failure, shown as ReplicaFailure until a later one succeeds.
         self._failing: dict[Key, tuple[str, str]] = {}
         self._facts = PodFactsCache()
+        self._tallies: dict[str, SetTally] = {}  # by ReplicaSet uid
+        # pod key -> uids of the tallies that may hold it (some perhaps since dropped or rebuilt)
+        self._held_by: dict[Key, set[str]] = {}
 
     def forget(self, key: Any) -> None:
         super().forget(key)
@@ -135,8 +192,11 @@ class ReplicaSetController(PodOwnerController):
         if event.resource is REPLICASETS:
             if event.type == DELETED:
                 self.expectations.forget((ns, name))
-                self._facts.forget(str(podutil.meta(obj).get("uid", "")))
+                uid = str(podutil.meta(obj).get("uid", ""))
+                self._facts.forget(uid)
+                self._tallies.pop(uid, None)
             return [(ns, name)]
+        self._follow(obj)
         ref = podutil.controller_ref(obj)
         if ref is not None:
             if ref.get("kind") != "ReplicaSet":
@@ -158,6 +218,43 @@ class ReplicaSetController(PodOwnerController):
                 keys.append(podutil.key_of(rs))
         return keys
 
+    def _follow(self, pod: Obj) -> None:
+        """Bring the tallies holding the pod, or that should, in step with the store's version of it."""
+        if not self._tallies:
+            return
+        key = podutil.key_of(pod)
+        current = self.store.get(PODS, *key)
+        owners = (
+            {str(o.get("uid")) for o in podutil.meta(current).get("ownerReferences") or []}
+            if current is not None
+            else set()
+        )
+        holders = self._held_by.pop(key, set())
+        now_held: set[str] = set()
+        for uid in holders | owners:
+            tally = self._tallies.get(uid)
+            if tally is None:
+                continue
+            if uid in owners and current is not None:
+                tally.put(current)
+                now_held.add(uid)
+            else:
+                tally.discard(key)
+        if now_held:
+            self._held_by[key] = now_held
+
+    def _tally(self, rs: Obj, selector: Selector) -> tuple[SetTally, bool]:
+        """The set's tally for its current spec, and whether it was built just now."""
+        uid = str(rs["metadata"]["uid"])
+        tally = self._tallies.get(uid)
+        if tally is not None and tally.spec is rs["spec"]:
+            return tally, False
+        pods = self.store.dependents_of(uid, PODS)
+        tally = self._tallies[uid] = SetTally(rs, selector, pods)
+        for pod in pods:
+            self._held_by.setdefault(podutil.key_of(pod), set()).add(uid)
+        return tally, True
+
     # ---- sync -------------------------------------------------------------------------------
     def reconcile(self, key: Key) -> None:
         ns, name = key
@@ -170,6 +267,8 @@ class ReplicaSetController(PodOwnerController):
         selector = selector_of(rs)
         if selector is None or selector.empty:
             return  # validation rejects these; never select every pod in the namespace
+        if self._sync_from_tally(key, rs, selector, needs_sync):
+            return
         pods, facts = self._facts.claim(self.store, rs, selector, self._orphans.candidates(self.store, rs))
         if needs_sync and not podutil.is_terminating(rs):
             diff = len(pods) - int(rs["spec"].get("replicas", 1))
@@ -200,6 +299,28 @@ class ReplicaSetController(PodOwnerController):
             wait = podutil.available_in(pods, min_ready, self.now())
             if wait is not None:
                 self.enqueue(key, after=wait)
+
+    def _sync_from_tally(self, key: Key, rs: Obj, selector: Selector, needs_sync: bool) -> bool:
+        """`reconcile` from the set's tally where it would neither claim, create nor delete a pod,
+        and availability is readiness (no minReadySeconds). False, having done nothing, elsewhere."""
+        tally, built = self._tally(rs, selector)
+        if built or tally.unclaimed or self._orphans.any_in(key[0]):
+            return False
+        if int(rs["spec"].get("minReadySeconds") or 0) > 0:
+            return False
+        manage = needs_sync and not podutil.is_terminating(rs)
+        if manage and tally.claimed != int(rs["spec"].get("replicas", 1)):
+            return False
+        if manage:
+            self._failing.pop(key, None)  # nothing to create or delete
+        late = self.take_late_failure(key)
+        if late is not None:
+            self._failing[key] = ("FailedCreate", late.message)
+        status = self._status_of_counts(
+            rs, tally.claimed, tally.labeled, tally.ready, tally.ready, self._failing.get(key)
+        )
+        self.write_status(REPLICASETS, rs, status)
+        return True
 
     def _manage_replicas(self, rs: Obj, pods: list[Obj], key: Key) -> tuple[str, str] | None:
         """Create or delete pods toward spec.replicas. Returns (reason, message) of a failure, if any."""
@@ -281,6 +402,18 @@ class ReplicaSetController(PodOwnerController):
                 ready += 1
                 if min_ready <= 0 or podutil.is_available(pod, min_ready, now):
                     available += 1
+        return self._status_of_counts(rs, len(pods), labeled, ready, available, failure)
+
+    def _status_of_counts(
+        self,
+        rs: Obj,
+        replicas: int,
+        labeled: int,
+        ready: int,
+        available: int,
+        failure: tuple[str, str] | None,
+    ) -> Obj:
+        now = self.now()
         old = rs.get("status") or {}
         conditions = [dict(c) for c in old.get("conditions") or []]
         has_failure = any(c.get("type") == "ReplicaFailure" for c in conditions)
@@ -298,7 +431,7 @@ class ReplicaSetController(PodOwnerController):
         elif failure is None and has_failure:
             conditions = [c for c in conditions if c.get("type") != "ReplicaFailure"]
         status: Obj = {
-            "replicas": len(pods),
+            "replicas": replicas,
             "fullyLabeledReplicas": labeled,
             "readyReplicas": ready,
             "availableReplicas": available,
