@@ -22,14 +22,13 @@ from typing import Any
 
 import msgspec
 import orjson
-from pydantic import ValidationError
 
 from shipshape.contracts import compression
 from shipshape.contracts.push import (
-    MAX_OBJECTS_PER_PUSH,
     SNAPSHOT_SCHEMA,
     ClusterSnapshot,
     checked_key,
+    snapshot_head,
 )
 
 # (kind, namespace, name): a stored object's primary key within its cluster.
@@ -94,20 +93,8 @@ def read_snapshot(body: bytes) -> SnapshotObjects | None:
         return None
     if view.schema != SNAPSHOT_SCHEMA:
         return None
-    try:
-        # The fields less the objects, validated as the contract does.
-        ClusterSnapshot.model_validate(
-            {
-                "schema": view.schema,
-                "sequence": view.sequence,
-                "taken_at": view.taken_at,
-                "agent_version": view.agent_version,
-                "objects": {},
-            }
-        )
-    except ValidationError:
-        return None
-    if sum(len(items) for items in view.objects.values()) > MAX_OBJECTS_PER_PUSH:
+    count = sum(len(items) for items in view.objects.values())
+    if snapshot_head(view.schema, view.sequence, view.taken_at, view.agent_version, count) is None:
         return None
     objects: dict[Key, SnapshotObject] = {}
     for kind, items in view.objects.items():

@@ -64,17 +64,12 @@ class Verdict(Enum):
     RETRY = "retry"  # not now: deliver again after a delay
 
 
-Handler = Callable[[Job], Awaitable[Verdict]]
 # Takes the jobs waiting together and returns a verdict for each, in their order.
 BatchHandler = Callable[[list[Job]], Awaitable[list[Verdict]]]
 
 
 class WorkQueue(Protocol):
     async def publish(self, job: Job) -> None: ...
-
-    async def consume(self, handler: Handler) -> None:
-        """Hand each job to `handler` until cancelled."""
-        ...
 
     async def consume_batches(self, handler: BatchHandler) -> None:
         """Hand the jobs waiting together (up to the queue's batch size) to `handler` at once, until
@@ -100,23 +95,6 @@ class MemoryQueue:
 
     async def publish(self, job: Job) -> None:
         await self._queue.put(dataclasses.replace(job, queued_at=time.time()))
-
-    async def consume(self, handler: Handler) -> None:
-        while True:
-            job = await self._queue.get()
-            self._handling += 1
-            try:
-                await self._handle(job, handler)
-            finally:
-                self._handling -= 1
-
-    async def _handle(self, job: Job, handler: Handler) -> None:
-        try:
-            verdict = await handler(job)
-        except Exception:
-            LOG.exception("job %s failed; retrying", job.message_id)
-            verdict = Verdict.RETRY
-        self._settle(job, verdict)
 
     async def consume_batches(self, handler: BatchHandler) -> None:
         while True:
@@ -224,25 +202,6 @@ class NatsQueue:
             )
         except Exception as error:  # nats-py's timeouts, connection and JetStream errors
             raise QueueError(f"NATS did not take job {job.message_id}: {type(error).__name__}") from error
-
-    async def consume(self, handler: Handler) -> None:
-        subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
-        while True:
-            try:
-                messages = await subscription.fetch(self.batch, timeout=1.0)
-            except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
-                continue
-            # The jobs of a batch at once: each waits mostly for the database (its commit), and the
-            # workers apply one cluster's pushes one transaction at a time whatever the order.
-            await asyncio.gather(*(self._handle(message, handler) for message in messages))
-
-    async def _handle(self, message: Any, handler: Handler) -> None:
-        try:
-            verdict = await handler(self._job(message))
-        except Exception:
-            LOG.exception("job failed; NATS will deliver it again")
-            verdict = Verdict.RETRY
-        await self._settle(message, verdict)
 
     async def consume_batches(self, handler: BatchHandler) -> None:
         """The messages of a fetch at once; each is acknowledged after `handler` (its commit) returned,

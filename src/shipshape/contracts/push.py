@@ -390,21 +390,31 @@ def clean_snapshot(body: bytes) -> ClusterSnapshot | None:
     return head if isinstance(head, ClusterSnapshot) else None
 
 
-def _clean_snapshot(view: _SnapshotView) -> ClusterSnapshot | None:
+def snapshot_head(
+    schema: Any, sequence: Any, taken_at: Any, agent_version: Any, objects: int
+) -> ClusterSnapshot | None:
+    """A snapshot's fields less its objects, validated as the contract validates them, with the count
+    of its objects checked against the bound; None when they are not valid. For the readers that
+    check a snapshot without building its objects."""
     try:
-        # The fields less the objects, validated as the contract does.
         head = ClusterSnapshot.model_validate(
             {
-                "schema": view.schema,
-                "sequence": view.sequence,
-                "taken_at": view.taken_at,
-                "agent_version": view.agent_version,
+                "schema": schema,
+                "sequence": sequence,
+                "taken_at": taken_at,
+                "agent_version": agent_version,
                 "objects": {},
             }
         )
     except ValidationError:
         return None
-    if sum(len(items) for items in view.objects.values()) > MAX_OBJECTS_PER_PUSH:
+    return head if objects <= MAX_OBJECTS_PER_PUSH else None
+
+
+def _clean_snapshot(view: _SnapshotView) -> ClusterSnapshot | None:
+    count = sum(len(items) for items in view.objects.values())
+    head = snapshot_head(view.schema, view.sequence, view.taken_at, view.agent_version, count)
+    if head is None:
         return None
     for kind, items in view.objects.items():
         seen: set[tuple[str, str]] = set()

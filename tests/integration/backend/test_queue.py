@@ -52,13 +52,13 @@ async def test_a_worker_killed_mid_message_is_redelivered_and_applied_once() -> 
                     )
                 taken = asyncio.Event()
 
-                async def dies_holding_it(job: Job) -> Verdict:
+                async def dies_holding_it(jobs: list[Job]) -> list[Verdict]:
                     taken.set()
                     await asyncio.Event().wait()  # never acks: killed below
-                    return Verdict.DONE
+                    return [Verdict.DONE for _ in jobs]
 
                 await backend.queue.publish(Job(recorded.push_id, cluster.id, "m1"))
-                doomed = asyncio.create_task(backend.queue.consume(dies_holding_it))
+                doomed = asyncio.create_task(backend.queue.consume_batches(dies_holding_it))
                 await asyncio.wait_for(taken.wait(), 10)
                 doomed.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
