@@ -138,11 +138,11 @@ def _ready(process: subprocess.Popen[str]) -> Up:
     return Up(process, Path(first.removeprefix("ready ")), url)
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def _stop(process: subprocess.Popen[str], grace: float = 15) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(15)
+            process.wait(grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -396,28 +396,32 @@ def run_demo(world: World) -> None:
 
 
 def run_controller(world: World) -> None:
-    process = subprocess.Popen(
-        _shipshape(
-            "controller",
-            "--kubeconfig",
-            str(world.up.kubeconfig),
-            "--webhook-port",
-            str(_free_port()),
-            "--metrics-port",
-            str(_free_port()),
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("shipshape controller ") and "webhook on port" in line, line
-    finally:
-        _stop(process)
-    assert process.returncode == 0
+    # Its log to a file: a pipe nobody reads fills up, and a process blocked writing its log cannot
+    # stop. The grace is the controller's own stop budget (the loops' round, then the webhook drains).
+    log = world.scratch / "controller.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            _shipshape(
+                "controller",
+                "--kubeconfig",
+                str(world.up.kubeconfig),
+                "--webhook-port",
+                str(_free_port()),
+                "--metrics-port",
+                str(_free_port()),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=_env(),
+        )
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith("shipshape controller ") and "webhook on port" in line, line
+        finally:
+            _stop(process, grace=60)
+    assert process.returncode == 0, log.read_text()[-4000:]
 
 
 def run_controller_uninstall(world: World) -> None:
