@@ -3,6 +3,7 @@ verdict per answer."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ class Pusher:
             verify=verify,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "shipshape-agent"},
         )
+        # False once the backend (or a proxy before it) refused a zstd body with 415: a backend older
+        # than this agent takes gzip only. Pushes are then re-encoded as gzip before they are sent.
+        self.takes_zstd = True
 
     def send(
         self,
@@ -49,6 +53,9 @@ class Pusher:
         """POST one push (bytes compressed with `encoding`, or their pieces: then streamed, chunked);
         its idempotency key is `seq-<sequence>` unless `key` names another (a usage report's is its
         bucket's)."""
+        if encoding == compression.ZSTD and not self.takes_zstd:
+            body = b"".join([compressed] if isinstance(compressed, bytes) else compressed)
+            compressed, encoding = gzip.compress(compression.inflate(body), compresslevel=5), compression.GZIP
         try:
             response = self.client.post(
                 PUSH_PATH,
@@ -65,6 +72,11 @@ class Pusher:
         if status == 202:
             return Answer(Outcome.ACCEPTED, "duplicate" if response.json().get("duplicate") else "accepted")
         detail = _detail(response)
+        if status == 415 and encoding == compression.ZSTD:
+            # Not this push's fault: kept, and sent again in gzip.
+            self.takes_zstd = False
+            LOG.warning("the backend takes no zstd (%s): pushes go in gzip from now on", detail)
+            return Answer(Outcome.RETRY, f"{status} {detail}; sending gzip from now on")
         if status in (408, 429) or status >= 500 or status in (401, 403):
             # 401/403: a token being rotated or a backend misconfigured; keep the data and retry.
             return Answer(Outcome.RETRY, f"{status} {detail}")
