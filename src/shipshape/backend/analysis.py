@@ -46,6 +46,7 @@ from shipshape.analyzers.gpu.fleet import Workload as GpuWorkload
 from shipshape.backend import usage as usage_store
 from shipshape.backend.store import repository as repo
 from shipshape.backend.store.models import UsageWorkload
+from shipshape.backend.store.objects import ObjectsCache
 from shipshape.contracts.instructions import (
     ContainerResources,
     Precondition,
@@ -107,9 +108,12 @@ def node_prices(nodes: Sequence[Obj]) -> dict[str, float]:
     return out
 
 
-def analyze_cluster(session: Session, org_id: str, cluster_id: str, now: datetime) -> int:
-    """Run the analyzers on the stored state and store their findings; returns how many."""
-    objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in NEEDED}
+def analyze_cluster(
+    session: Session, org_id: str, cluster_id: str, now: datetime, kept: ObjectsCache | None = None
+) -> int:
+    """Run the analyzers on the stored state (read through `kept` when given) and store their
+    findings; returns how many."""
+    objects = read_objects(session, org_id, cluster_id, NEEDED, kept)
     findings = spot_adoption.recommend(objects, capacity_of, price_of)
     repo.upsert_recommendations(session, cluster_id, KINDS, findings, now)
     return len(findings)
@@ -138,10 +142,26 @@ class EfficiencyInputs:
     gpus: usage_store.GpuRows | None = None  # workloads' GPU activity (agents given --prometheus)
 
 
+def read_objects(
+    session: Session, org_id: str, cluster_id: str, kinds: Sequence[str], kept: ObjectsCache | None
+) -> dict[str, list[dict[str, Any]]]:
+    """The cluster's stored objects of `kinds`: through the worker's copy `kept` when there is one
+    (the cluster checked against the caller's organisation either way)."""
+    if kept is None:
+        return {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in kinds}
+    repo.get_cluster(session, org_id, cluster_id)
+    return kept.read(session, cluster_id, kinds)
+
+
 def read_efficiency(
-    session: Session, org_id: str, cluster_id: str, settings: EfficiencySettings
+    session: Session,
+    org_id: str,
+    cluster_id: str,
+    settings: EfficiencySettings,
+    kept: ObjectsCache | None = None,
 ) -> EfficiencyInputs | None:
-    """The stored objects and the usage window of a cluster; None while it has no usage."""
+    """The stored objects (through `kept` when given) and the usage window of a cluster; None while it
+    has no usage."""
     span = repo.usage_span(session, org_id, cluster_id)
     if span is None:
         return None
@@ -160,7 +180,7 @@ def read_efficiency(
         usage_store.SeriesKey(r.namespace, r.workload_kind, r.workload_name, r.container): r
         for r in repo.usage_summaries(session, org_id, cluster_id)
     }
-    objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in EFFICIENCY_NEEDED}
+    objects = read_objects(session, org_id, cluster_id, EFFICIENCY_NEEDED, kept)
     gpus = usage_store.lay_out_gpus(
         repo.gpu_usage_chunks(session, org_id, cluster_id, window.first, step), window
     )

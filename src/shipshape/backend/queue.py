@@ -83,13 +83,22 @@ class WorkQueue(Protocol):
     async def close(self) -> None: ...
 
 
+# How long a consumer that took fewer jobs than a batch waits for more before handing them over. A
+# cluster's pushes waiting together cost one transaction (`Workers.apply_cluster`): at hundreds of
+# pushes a second, taking each as it comes made batches of two or three pushes, and the transaction's
+# fixed cost (its locks, reads and marks) most of a worker's CPU. A quiet queue's push waits this much
+# longer, against a push -> recommendation budget of seconds.
+LINGER_SECONDS = 0.05
+
+
 class MemoryQueue:
     """In-process queue: jobs die with the process (the workers' sweep finds their pushes again)."""
 
-    def __init__(self, retry_delay: float = 0.5, batch: int = 32) -> None:
+    def __init__(self, retry_delay: float = 0.5, batch: int = 32, linger: float = LINGER_SECONDS) -> None:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self.retry_delay = retry_delay
         self.batch = batch
+        self.linger = linger
         self._later: set[asyncio.Task[None]] = set()
         self._handling = 0
 
@@ -99,8 +108,10 @@ class MemoryQueue:
     async def consume_batches(self, handler: BatchHandler) -> None:
         while True:
             jobs = [await self._queue.get()]
-            while len(jobs) < self.batch and not self._queue.empty():
-                jobs.append(self._queue.get_nowait())
+            self._take_waiting(jobs)
+            if len(jobs) < self.batch and self.linger > 0:
+                await asyncio.sleep(self.linger)
+                self._take_waiting(jobs)
             self._handling += len(jobs)
             try:
                 try:
@@ -112,6 +123,10 @@ class MemoryQueue:
                     self._settle(job, verdict)
             finally:
                 self._handling -= len(jobs)
+
+    def _take_waiting(self, jobs: list[Job]) -> None:
+        while len(jobs) < self.batch and not self._queue.empty():
+            jobs.append(self._queue.get_nowait())
 
     def _settle(self, job: Job, verdict: Verdict) -> None:
         if verdict is Verdict.RETRY:
@@ -143,7 +158,8 @@ class NatsQueue:
         stream: str = DEFAULT_STREAM,
         ack_wait: float = 30.0,
         retry_delay: float = 0.5,
-        batch: int = 32,
+        batch: int = 64,
+        linger: float = LINGER_SECONDS,
         replicas: int = 1,
     ) -> None:
         self.url = url
@@ -154,6 +170,7 @@ class NatsQueue:
         self.ack_wait = ack_wait
         self.retry_delay = retry_delay
         self.batch = batch
+        self.linger = linger
         self._nc: Any = None
         self._js: Any = None
 
@@ -212,6 +229,10 @@ class NatsQueue:
                 messages = await subscription.fetch(self.batch, timeout=1.0)
             except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
                 continue
+            if len(messages) < self.batch and self.linger > 0:
+                await asyncio.sleep(self.linger)
+                with contextlib.suppress(TimeoutError):
+                    messages += await subscription.fetch(self.batch - len(messages), timeout=0.01)
             jobs, taken = [], []
             for message in messages:
                 try:

@@ -27,11 +27,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from shipshape.backend import summary
+from shipshape.backend import analysis, summary
 from shipshape.backend import usage as usage_store
 from shipshape.backend.store import repository as repo
 from shipshape.backend.store import series as store
 from shipshape.backend.store.models import SeriesPoint
+from shipshape.backend.store.objects import ObjectsCache
 
 LOG = logging.getLogger("shipshape.backend.series")
 
@@ -148,6 +149,8 @@ class Recorder:
     # Usage counts as current while a usage report came in this recently (three of the backend's
     # usage steps by default: an agent reports once a bucket, at most a step).
     usage_fresh: timedelta = timedelta(minutes=15)
+    # The worker's copy of the clusters' objects (None: read the whole state each time).
+    kept: ObjectsCache | None = None
     written: int = 0
     # The minute each cluster's point was written for, by this process.
     _minute: dict[str, datetime] = field(default_factory=dict)
@@ -189,7 +192,7 @@ class Recorder:
         if not store.claim_point(session, cluster_id, at) or store.has_point(session, cluster_id, at, MINUTE):
             return False  # another process computes it now, or wrote it
         org_id = repo.cluster_org(session, cluster_id)
-        objects = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in summary.KINDS}
+        objects = analysis.read_objects(session, org_id, cluster_id, summary.KINDS, self.kept)
         used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)
         figures = figures_of(summary.summarize(objects, slowest=0, used=used))
         row = {"cluster_id": cluster_id, "at": at, "resolution_seconds": MINUTE, **figures}

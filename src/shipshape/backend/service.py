@@ -19,6 +19,7 @@ from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
 from shipshape.backend.queue import MemoryQueue, NatsQueue, open_queue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
+from shipshape.backend.store.objects import ObjectsCache
 from shipshape.backend.worker_health import WorkerMetrics
 from shipshape.backend.workers import Workers
 
@@ -54,6 +55,7 @@ async def build(settings: BackendSettings) -> Backend:
 def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Workers:
     """The workers over `backend`'s database and queue; their metrics on `metrics` (by default on the
     API's registry, which the in-process workers share with it)."""
+    kept = ObjectsCache(backend.settings.kept_objects)
     return Workers(
         backend.sessions,
         backend.queue,
@@ -67,6 +69,7 @@ def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Worke
             minute_window=timedelta(days=backend.settings.series_minute_days),
             retention=timedelta(days=backend.settings.series_retention_days),
             usage_fresh=backend.settings.usage_fresh,
+            kept=kept,
         ),
         efficiency=analysis.EfficiencySettings(
             step_seconds=backend.settings.usage_step_seconds,
@@ -77,6 +80,7 @@ def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Worke
         usage_retention=timedelta(hours=backend.settings.usage_retention_hours),
         usage_analysis_seconds=backend.settings.usage_analysis_seconds,
         metrics=metrics or WorkerMetrics(backend.metrics.registry),
+        kept=kept,
     )
 
 

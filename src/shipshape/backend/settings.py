@@ -44,6 +44,10 @@ class BackendSettings(BaseSettings):
     analysis_seconds: float = Field(default=10.0, ge=0)
     # How long an instruction handed to an agent is its own before it is offered again.
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
+    # Objects of the clusters a worker process analyses, kept between analyses so that each reads only
+    # the rows written since the one before (`store.objects.ObjectsCache`): at most this many in all
+    # (a parsed pod takes a few KiB).
+    kept_objects: int = Field(default=60_000, ge=0)
     # In-process workers with the memory queue (the API runs them itself).
     workers: int = Field(default=2, ge=1, le=64)
     # `shipshape worker`: serve /metrics, /healthz and /readyz on this port (on `host`); None: none.

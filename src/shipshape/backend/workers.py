@@ -31,6 +31,7 @@ from shipshape.backend import series as series_points
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
+from shipshape.backend.store.objects import ObjectsCache
 from shipshape.backend.worker_health import WorkerMetrics
 
 LOG = logging.getLogger("shipshape.backend.workers")
@@ -87,6 +88,9 @@ class Workers:
     # the row lock on PostgreSQL, and on SQLite (no row locks) apply the same pushes and be rolled back.
     _apply_locks: dict[str, threading.Lock] = field(default_factory=dict)
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    # The clusters' objects the analyses and series points read, kept between their reads (shared
+    # with `series` by `service.workers_for`; None: every read reads the whole state).
+    kept: ObjectsCache | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # The analyses' own thread while `running` (None: the default executor).
     _analysis_thread: ThreadPoolExecutor | None = None
@@ -196,7 +200,7 @@ class Workers:
                     # Analysed already, or by another process lately: that one's window holds.
                     self._analysis_skipped(cluster_id, moment, wait)
                     return False
-                found = analysis.analyze_cluster(session, state.org_id, cluster_id, now)
+                found = analysis.analyze_cluster(session, state.org_id, cluster_id, now, self.kept)
                 repo.mark_analyzed(session, cluster_id, now, state.applied_sequence)
         except IntegrityError:
             # Another process stored the same finding first; the next push analyzes again.
@@ -239,7 +243,7 @@ class Workers:
             with lock:
                 with self.sessions.begin() as session:
                     org_id = repo.cluster_org(session, cluster_id)
-                    inputs = analysis.read_efficiency(session, org_id, cluster_id, self.efficiency)
+                    inputs = analysis.read_efficiency(session, org_id, cluster_id, self.efficiency, self.kept)
                 if inputs is None:
                     return False
                 findings = analysis.efficiency_findings(inputs, self.efficiency)

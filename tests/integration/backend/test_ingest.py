@@ -291,16 +291,25 @@ def _obj(kind: str, name: str, version: int) -> dict[str, object]:
     return {"kind": kind, "metadata": metadata, "status": {"version": version}}
 
 
+KINDS = ("nodes", "pods", "deployments")
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", [1, 2])
 def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_url: str, seed: int) -> None:
     """Differential: pushes applied in batches of any size (deltas folded, snapshots written as a
     diff against the stored digests, node and pod counts kept by the writes) leave the state that
-    applying each push on its own to a model of the cluster gives, after every batch."""
+    applying each push on its own to a model of the cluster gives, after every batch. The workers'
+    copies of the objects (`ObjectsCache`), one read after every batch, one now and then, one too
+    small to keep the cluster, read what a full read reads, and the first reads only what changed."""
     import random
     from datetime import UTC, datetime
 
+    from sqlalchemy import func, select
+
     from shipshape.backend.store import engine as store_engine
+    from shipshape.backend.store.models import Cluster, ClusterObject
+    from shipshape.backend.store.objects import ObjectsCache
 
     rng = random.Random(seed)
     engine = store_engine.create(database_url)
@@ -309,13 +318,18 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
     now = datetime.now(UTC)
     model: dict[tuple[str, str, str], dict[str, object]] = {}
     version = 0
+    every, sometimes, tiny = ObjectsCache(), ObjectsCache(), ObjectsCache(max_objects=5)
+    seen_revision = -1
 
     def key(kind: str, name: str) -> tuple[str, str, str]:
         return (kind, "shop" if kind == "pods" else "", name)
 
+    touched: set[tuple[str, str, str]] = set()  # objects given a new body since the last read
+
     def changed(kind: str, name: str) -> dict[str, object]:
         nonlocal version
         version += 1
+        touched.add(key(kind, name))
         return _obj(kind, name, version)
 
     try:
@@ -390,6 +404,26 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
                 counts = (row.applied_sequence, row.node_count, row.pod_count)
                 unprocessed = repo.unprocessed_pushes(session, datetime.now(UTC))
             assert stored == model
+            with sessions.begin() as session:
+                full = {kind: repo.cluster_objects(session, org_id, cluster_id, kind) for kind in KINDS}
+                before = every.bodies_read
+                assert every.read(session, cluster_id, KINDS) == full
+                # Read: the rows the batch wrote (at least every object it gave a new body; a
+                # snapshot also rewrites what deltas wrote), not the others.
+                rewritten = session.scalar(
+                    select(func.count())
+                    .select_from(ClusterObject)
+                    .where(ClusterObject.cluster_id == cluster_id, ClusterObject.revision > seen_revision)
+                )
+                assert len(touched & set(model)) <= every.bodies_read - before == rewritten
+                touched.clear()
+                seen_revision = session.scalar(
+                    select(Cluster.objects_revision).where(Cluster.id == cluster_id)
+                )
+                if rng.random() < 0.3:
+                    assert sometimes.read(session, cluster_id, KINDS) == full
+                tiny.read(session, "another-cluster", KINDS)
+                assert tiny.read(session, cluster_id, KINDS) == full
             nodes = sum(1 for k in model if k[0] == "nodes")
             assert counts == (sequence, nodes, len(model) - nodes)
             assert unprocessed == []

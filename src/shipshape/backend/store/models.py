@@ -67,6 +67,10 @@ class Cluster(Base):
     # skips an analysis another one just did (`repository.claim_analysis`).
     analyzed_at: Mapped[datetime | None]
     analyzed_sequence: Mapped[int | None] = mapped_column(BigInteger)
+    # Counts the applies that wrote `cluster_objects` rows; each written row carries the count of its
+    # apply (`ClusterObject.revision`), so a reader that kept the objects of an earlier count reads
+    # again only the rows written since (`store.objects.ObjectsCache`).
+    objects_revision: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class AgentToken(Base):
@@ -116,6 +120,8 @@ class ClusterObject(Base):
     # The digest of the JSON a snapshot wrote `body` from (`pushbody.digest`); NULL after a delta wrote
     # it. A snapshot rewrites only the rows whose digest differs (`repository.apply_cluster`).
     digest: Mapped[bytes | None] = mapped_column(LargeBinary(16))
+    # The cluster's `objects_revision` of the apply that wrote this row.
+    revision: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class SeriesPoint(Base):
