@@ -804,13 +804,17 @@ class _Observe:
 
 # Probes and scrapes: logged at debug only (the kubelet and Prometheus call them every few seconds).
 _QUIET_ROUTES = frozenset(("/healthz", "/readyz", "/metrics"))
+# Accepted pushes too: a fleet's agents send hundreds a second, the line was a tenth of the API's CPU
+# per delta, and `shipshape_backend_pushes_total` counts them; a refused push is logged at info.
+_PUSHES_ROUTE = "/api/v1/pushes"
 ACCESS_LOG = logging.getLogger("shipshape.backend.access")
 
 
 def _log_request(request: Request, route: str, status: int, elapsed: float) -> None:
     """One line per request: method, path (no query), route, status, duration, and who asked (the
     credential's id, never its secret; the organisation and the cluster where known)."""
-    level = logging.DEBUG if route in _QUIET_ROUTES else logging.INFO
+    quiet = route in _QUIET_ROUTES or (route == _PUSHES_ROUTE and status == 202)
+    level = logging.DEBUG if quiet else logging.INFO
     if not ACCESS_LOG.isEnabledFor(level):
         return
     fields: dict[str, Any] = {

@@ -85,10 +85,13 @@ class WorkQueue(Protocol):
 
 # How long a consumer that took fewer jobs than a batch waits for more before handing them over. A
 # cluster's pushes waiting together cost one transaction (`Workers.apply_cluster`): at hundreds of
-# pushes a second, taking each as it comes made batches of two or three pushes, and the transaction's
-# fixed cost (its locks, reads and marks) most of a worker's CPU. A quiet queue's push waits this much
-# longer, against a push -> recommendation budget of seconds.
+# pushes a second, taking each as it came made batches of two or three pushes, and the transaction's
+# fixed cost (its locks, reads and marks) most of a worker's CPU. With NATS the consumers of several
+# worker processes split the stream, and each transaction is round trips to PostgreSQL: 0.2 s cut
+# the CPU per delta of the whole stack by a fifth against 0.05 s (`bench/ingest.py`, side by side).
+# A quiet queue's push waits this much longer, against a push -> recommendation budget of seconds.
 LINGER_SECONDS = 0.05
+NATS_LINGER_SECONDS = 0.2
 
 
 class MemoryQueue:
@@ -159,7 +162,7 @@ class NatsQueue:
         ack_wait: float = 30.0,
         retry_delay: float = 0.5,
         batch: int = 64,
-        linger: float = LINGER_SECONDS,
+        linger: float = NATS_LINGER_SECONDS,
         replicas: int = 1,
     ) -> None:
         self.url = url
