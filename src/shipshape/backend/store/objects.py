@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, select
+import orjson
+from sqlalchemy import Text, and_, bindparam, case, cast, select
 from sqlalchemy.orm import Session
 
 from shipshape.backend.store.models import Cluster, ClusterObject
@@ -37,7 +38,8 @@ _LISTING = (
         _OBJECTS.c.namespace,
         _OBJECTS.c.name,
         _OBJECTS.c.revision,
-        case((_OBJECTS.c.revision > bindparam("since"), _OBJECTS.c.body), else_=None),
+        # As text, parsed here: psycopg's loader for json took half again as long as orjson on the text.
+        case((_OBJECTS.c.revision > bindparam("since"), cast(_OBJECTS.c.body, Text)), else_=None),
     )
     .select_from(
         _CLUSTERS.outerjoin(
@@ -101,15 +103,14 @@ class ObjectsCache:
         rows: dict[tuple[str, str], tuple[int, Obj]] = {}
         revision: int | None = None
         missing = False
-        for cluster_revision, namespace, name, row_revision, body in session.execute(
-            _LISTING, {"cluster": cluster_id, "kind": kind, "since": since}
-        ):
+        listing = session.execute(_LISTING, {"cluster": cluster_id, "kind": kind, "since": since}).all()
+        for cluster_revision, namespace, name, row_revision, body in listing:
             revision = cluster_revision
             if name is None:
                 continue  # the kind has no object
             key = (namespace, name)
             if body is not None:
-                rows[key] = (row_revision, body)
+                rows[key] = (row_revision, orjson.loads(body))
                 self.bodies_read += 1
                 continue
             previous = None if known is None else known.rows.get(key)
