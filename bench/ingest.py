@@ -153,6 +153,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def database_backends(db: str) -> list[int]:
+    """The server processes of the connections to `db` but this one's (PostgreSQL; none readable in
+    /proc when the server runs elsewhere)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True, connect_timeout=5) as connection:
+        rows = connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [int(pid) for (pid,) in rows if Path(f"/proc/{pid}/stat").exists()]
+
+
+def local_processes(executable: str) -> list[int]:
+    """Processes of this machine running `executable` (by the name of their program)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if Path((entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()).name == executable:
+                    found.append(int(entry.name))
+    return found
+
+
 def memory_mib(pid: int) -> tuple[float, float]:
     """(resident now, peak resident) of process `pid` in MiB: VmRSS and VmHWM."""
     values = {}
@@ -541,9 +564,38 @@ class Stack:
     # The workers' `--metrics-port` URLs (scale only).
     worker_metrics: list[str] = field(default_factory=list)
 
+    # The last CPU seconds seen of each PostgreSQL backend serving the case's database and of the
+    # NATS server (`servers_cpu`).
+    _servers_seen: dict[str, dict[int, float]] = field(default_factory=dict)
+
     def cpu(self) -> dict[str, float]:
-        """CPU seconds of each backend process so far."""
-        return {name: cpu_seconds(p.pid) for name, p in self.processes.items()}
+        """CPU seconds of each backend process so far, of the database's and the queue's servers where
+        they run on this machine (`servers_cpu`), and of this client."""
+        out = {name: cpu_seconds(p.pid) for name, p in self.processes.items()}
+        out.update(self.servers_cpu())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        out["client"] = usage.ru_utime + usage.ru_stime
+        return out
+
+    def servers_cpu(self) -> dict[str, float]:
+        """CPU seconds of the PostgreSQL backends connected to the case's database and of the NATS
+        server, where they run on this machine: each process's last figure seen is kept, so one that
+        ends between two readings still counts (a new one counts from its start). NATS is the whole
+        server, whoever else uses it."""
+        pids: dict[str, list[int]] = {}
+        if self.db.startswith("postgresql"):
+            pids["postgres"] = database_backends(self.db)
+        if self.name == "scale":
+            pids["nats"] = local_processes("nats-server")
+        out = {}
+        for label, found in pids.items():
+            seen = self._servers_seen.setdefault(label, {})
+            for pid in found:
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    seen[pid] = cpu_seconds(pid)
+            if seen:
+                out[label] = sum(seen.values())
+        return out
 
     def user_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"}
@@ -794,7 +846,10 @@ def throughput(
     pushes: int,
 ) -> Json:
     api_cpu = cpu_accepted["api"] - cpu_before["api"]
-    total_cpu = {k: round(cpu_drained[k] - cpu_before[k], 2) for k in cpu_before}
+    total_cpu = {k: round(cpu_drained[k] - cpu_before[k], 2) for k in cpu_before if k in cpu_drained}
+    # The backend's side of the work, whatever process does it: the API, the workers, the database's
+    # backends and the queue's server (not the client, which stands for the agents).
+    stack_cpu = sum(v for k, v in total_cpu.items() if k != "client")
     return {
         "pushes": pushes,
         "accepted": accepted,
@@ -812,6 +867,8 @@ def throughput(
         # CPU per push hardly moves with the machine's load, unlike rates.
         "apiCpuMsPerPushWhileAccepting": round(api_cpu / max(1, accepted) * 1000, 2),
         "cpuSecondsUntilDrained": total_cpu,
+        # The figure to compare across runs on a shared machine: it moves little with the load.
+        "stackCpuMsPerPush": round(stack_cpu / max(1, pushes) * 1000, 2),
     }
 
 
@@ -1426,6 +1483,7 @@ RATIO_KEYS = (
     "deltasAcceptedPerSecond",
     "deltasAppliedPerSecond",
     "apiCpuMsPerPushWhileAccepting",
+    "stackCpuMsPerPush",
 )
 
 

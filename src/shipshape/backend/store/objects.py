@@ -15,8 +15,9 @@ callers read them and must not change them.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,12 +63,22 @@ class _Kind:
 
 class ObjectsCache:
     """Clusters' objects by kind as `repository.cluster_objects` returns them (ordered by namespace and
-    name), kept between reads; at most `max_objects` objects in all (the clusters read least lately
-    are dropped first)."""
+    name), kept between reads; at most `max_objects` objects in all. When a cluster does not fit,
+    clusters not read for `idle_seconds` make room; if that is not enough it is not kept. (Dropping the
+    least recently read instead would keep none: the analyses visit the clusters in turn, so with more
+    clusters than room each read would drop the very cluster read next.)"""
 
-    def __init__(self, max_objects: int = 60_000) -> None:
+    def __init__(
+        self,
+        max_objects: int = 60_000,
+        idle_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_objects = max_objects
+        self.idle_seconds = idle_seconds
+        self._clock = clock
         self._clusters: OrderedDict[str, dict[str, _Kind]] = OrderedDict()
+        self._read_at: dict[str, float] = {}
         self._lock = threading.Lock()
         # Bodies read from the database, and objects handed out from the copy (for tests and metrics).
         self.bodies_read = 0
@@ -93,9 +104,7 @@ class ObjectsCache:
             kept[kind] = fresh
             out[kind] = [body for _, body in fresh.rows.values()]
         with self._lock:
-            self._clusters[cluster_id] = kept
-            self._clusters.move_to_end(cluster_id)
-            self._evict()
+            self._keep(cluster_id, kept)
         return out
 
     def _read_kind(self, session: Session, cluster_id: str, kind: str, known: _Kind | None) -> _Kind | None:
@@ -128,9 +137,30 @@ class ObjectsCache:
     def forget(self, cluster_id: str) -> None:
         with self._lock:
             self._clusters.pop(cluster_id, None)
+            self._read_at.pop(cluster_id, None)
 
-    def _evict(self) -> None:
-        total = sum(len(k.rows) for kinds in self._clusters.values() for k in kinds.values())
-        while total > self.max_objects and len(self._clusters) > 1:
-            _, dropped = self._clusters.popitem(last=False)
-            total -= sum(len(k.rows) for k in dropped.values())
+    @property
+    def clusters(self) -> list[str]:
+        """The clusters kept, read least lately first."""
+        with self._lock:
+            return list(self._clusters)
+
+    def _keep(self, cluster_id: str, kept: dict[str, _Kind]) -> None:
+        now = self._clock()
+        size = _size(kept)
+        total = sum(_size(kinds) for kinds in self._clusters.values())
+        for other in list(self._clusters):
+            if total + size <= self.max_objects:
+                break
+            if now - self._read_at[other] >= self.idle_seconds:
+                total -= _size(self._clusters.pop(other))
+                del self._read_at[other]
+        if total + size > self.max_objects:
+            self._read_at.pop(cluster_id, None)
+            return
+        self._clusters[cluster_id] = kept
+        self._read_at[cluster_id] = now
+
+
+def _size(kinds: dict[str, _Kind]) -> int:
+    return sum(len(k.rows) for k in kinds.values())
