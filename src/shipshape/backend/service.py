@@ -15,7 +15,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from shipshape.backend import analysis, series, worker_health
-from shipshape.backend.app import Backend, Metrics, RateLimiter, create_app
+from shipshape.backend.app import ACCEPT_POOL, Backend, Metrics, RateLimiter, create_app
 from shipshape.backend.queue import MemoryQueue, NatsQueue, open_queue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -117,6 +117,7 @@ def tune_gc() -> None:
 async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = None) -> None:
     """The API under uvicorn; with the in-process queue, the workers run in this process too."""
     backend = await build(settings)
+    backend.accepting_async = store_engine.create_async_autocommit(settings.db, pool_size=ACCEPT_POOL)
     tune_gc()
     in_process = isinstance(backend.queue, MemoryQueue)
 
@@ -131,9 +132,7 @@ async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = Non
     try:
         await server.serve()
     finally:
-        await backend.published()
-        await backend.queue.close()
-        backend.engine.dispose()
+        await backend.close()
 
 
 async def run_workers(settings: BackendSettings, stop: asyncio.Event) -> None:

@@ -24,8 +24,9 @@ import psycopg
 import pytest
 
 from shipshape.backend import service
-from shipshape.backend.app import Backend, create_app
+from shipshape.backend.app import ACCEPT_POOL, Backend, create_app
 from shipshape.backend.settings import BackendSettings
+from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
 from shipshape.backend.workers import Workers
 from shipshape.contracts import compression
@@ -126,6 +127,8 @@ class Harness:
 @contextlib.asynccontextmanager
 async def harness(settings: BackendSettings, consumers: int = 2) -> AsyncIterator[Harness]:
     backend = await service.build(settings)
+    # As `shipshape backend` serves it: small pushes stored through the asyncio engine on PostgreSQL.
+    backend.accepting_async = store_engine.create_async_autocommit(settings.db, pool_size=ACCEPT_POOL)
     workers = service.workers_for(backend)
     app = create_app(backend)
     try:
@@ -135,9 +138,7 @@ async def harness(settings: BackendSettings, consumers: int = 2) -> AsyncIterato
         ):
             yield Harness(backend, workers, client)
     finally:
-        await backend.published()
-        await backend.queue.close()
-        backend.engine.dispose()
+        await backend.close()
 
 
 def node(name: str) -> dict[str, Any]:

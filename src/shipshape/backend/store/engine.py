@@ -14,6 +14,7 @@ from alembic.util import CommandError as AlembicError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -81,6 +82,24 @@ def create(
     )
     return create_engine(
         parsed, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=pre_ping, **options, **_JSON
+    )
+
+
+def create_async_autocommit(url: str, *, pool_size: int) -> AsyncEngine | None:
+    """An asyncio engine for `url` in autocommit, `pool_size` connections not pinged when taken (their
+    user retries on a dropped one); None unless `url` is PostgreSQL (SQLite has no asyncio driver
+    here: its callers use `create` in a thread)."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "postgresql":
+        return None
+    return create_async_engine(
+        parsed,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=False,
+        isolation_level="AUTOCOMMIT",
+        pool_reset_on_return=None,
+        **_JSON,
     )
 
 
