@@ -501,12 +501,14 @@ _INSERT_OBJECTS = insert(_OBJECTS)
 # and a delete of the objects gone. The row-value IN list of `_DELETE_OBJECTS` took PostgreSQL 5-18 ms
 # for 20 keys (a new plan for each length, filtering the cluster's rows), the inserts went one row per
 # statement, and arrays of bodies cost the driver more than the rest of the apply (each element
-# escaped in Python); one JSON document is written by orjson and read by PostgreSQL in C.
+# escaped in Python); one JSON document is written by orjson and read by PostgreSQL in C, as records
+# (a third less of PostgreSQL's time than taking each field of each element with `->`).
 _UPSERT_OBJECTS_PG = text(
     """
     INSERT INTO cluster_objects (cluster_id, kind, namespace, name, body, digest, revision)
-    SELECT :cluster, r->>0, r->>1, r->>2, r->3, decode(r->>4, 'hex'), :revision
-    FROM json_array_elements(CAST(:rows AS json)) AS r
+    SELECT :cluster, r.kind, r.namespace, r.name, r.body, decode(r.digest, 'hex'), :revision
+    FROM json_to_recordset(CAST(:rows AS json))
+        AS r(kind text, namespace text, name text, body json, digest text)
     ON CONFLICT (cluster_id, kind, namespace, name) DO UPDATE
     SET body = excluded.body, digest = excluded.digest, revision = excluded.revision
     RETURNING kind, (xmax = 0) AS inserted
@@ -515,8 +517,8 @@ _UPSERT_OBJECTS_PG = text(
 _DELETE_OBJECTS_PG = text(
     """
     DELETE FROM cluster_objects AS o
-    USING json_array_elements(CAST(:keys AS json)) AS k
-    WHERE o.cluster_id = :cluster AND o.kind = k->>0 AND o.namespace = k->>1 AND o.name = k->>2
+    USING json_to_recordset(CAST(:keys AS json)) AS k(kind text, namespace text, name text)
+    WHERE o.cluster_id = :cluster AND o.kind = k.kind AND o.namespace = k.namespace AND o.name = k.name
     RETURNING o.kind
     """
 )
@@ -707,8 +709,9 @@ def _delete_objects(cluster_id: str, state: _Applying, keys: list[pushbody.Key])
     if not keys:
         return
     if state.postgres:
+        document = orjson.dumps([{"kind": k, "namespace": ns, "name": n} for k, ns, n in keys])
         deleted = state.connection.scalars(
-            _DELETE_OBJECTS_PG, {"cluster": cluster_id, "keys": orjson.dumps(keys).decode()}
+            _DELETE_OBJECTS_PG, {"cluster": cluster_id, "keys": document.decode()}
         )
         for kind in deleted:
             state.count(kind, -1)
@@ -726,7 +729,16 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
         return
     if state.postgres:
         document = orjson.dumps(
-            [(row["kind"], row["namespace"], row["name"], row["body"], _hex(row["digest"])) for row in rows]
+            [
+                {
+                    "kind": row["kind"],
+                    "namespace": row["namespace"],
+                    "name": row["name"],
+                    "body": row["body"],
+                    "digest": _hex(row["digest"]),
+                }
+                for row in rows
+            ]
         )
         written = state.connection.execute(
             _UPSERT_OBJECTS_PG, {"cluster": cluster_id, "revision": state.revision, "rows": document.decode()}
