@@ -82,6 +82,13 @@ ACCEPT_POOL = 8
 # (`Backend.accepting_async`): the hop to the thread pool and back was a fifth of the API's CPU per
 # delta. Larger ones (a snapshot takes milliseconds to check) go to the thread pool.
 INLINE_PUSH_BYTES = 64 * 1024
+# ... and inflates to at most this much: a small body that inflates to more (up to
+# `max_inflated_bytes`) would hold the event loop, so it goes to the thread pool after all.
+INLINE_INFLATED_BYTES = 1024 * 1024
+
+
+class _NotInline(Exception):
+    """A push too large once inflated to be checked on the event loop."""
 
 
 # ---- wire schemas of the API (the push itself is a contract: shipshape.contracts.push) -------------
@@ -485,27 +492,32 @@ async def _accept_async(
 
 
 def _checked_push(
-    backend: Backend, raw: bytes, content_encoding: str | None, idempotency_key: str
+    backend: Backend, raw: bytes, content_encoding: str | None, idempotency_key: str, inline: bool = False
 ) -> tuple[str, int, bytes]:
     """`_validated_push` after the Idempotency-Key's form (400)."""
     if not _IDEMPOTENCY_KEY.match(idempotency_key):
         raise HTTPException(400, "Idempotency-Key must be 1-128 characters of [A-Za-z0-9._:-]")
-    return _validated_push(backend, raw, content_encoding, idempotency_key)
+    return _validated_push(backend, raw, content_encoding, idempotency_key, inline)
 
 
 def _validated_push(
-    backend: Backend, raw: bytes, content_encoding: str | None, idempotency_key: str
+    backend: Backend, raw: bytes, content_encoding: str | None, idempotency_key: str, inline: bool = False
 ) -> tuple[str, int, bytes]:
     """(schema, sequence, body to store) of a push as received: 415, 413, 400 or 422 when it cannot
     be accepted. A compressed push that needs no stripping is stored as received (`compression.inflate`
-    reads it back); anything else the backend re-encodes."""
+    reads it back); anything else the backend re-encodes. `inline` (on the event loop): _NotInline
+    when it inflates to more than `INLINE_INFLATED_BYTES`."""
     encoding = (content_encoding or compression.IDENTITY).lower()
     if encoding not in compression.ENCODINGS:
         raise HTTPException(415, f"unsupported Content-Encoding {content_encoding!r} (zstd, gzip or none)")
     limit = backend.settings.max_inflated_bytes
     try:
-        body = compression.inflate_received(raw, encoding, limit)
+        body = compression.inflate_received(
+            raw, encoding, min(limit, INLINE_INFLATED_BYTES) if inline else limit
+        )
     except compression.BodyTooLarge:
+        if inline and limit > INLINE_INFLATED_BYTES:
+            raise _NotInline from None
         raise HTTPException(413, f"push larger than {limit} bytes once inflated") from None
     except compression.BodyError as error:
         raise HTTPException(400, f"body is {error}") from None
@@ -664,10 +676,16 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
             else None
         )
         if known is not None and backend.accepting_async is not None:
-            # A small push of an agent verified lately: checked here, stored without a thread.
+            # A small push of an agent verified lately: checked here (in the thread pool when it
+            # inflates to more than `INLINE_INFLATED_BYTES`), stored without a thread.
             _limited(request, backend, presented, known)
-            agent = known
-            schema, sequence, stored = _checked_push(backend, raw, content_encoding, idempotency_key)
+            try:
+                checked = _checked_push(backend, raw, content_encoding, idempotency_key, inline=True)
+            except _NotInline:
+                checked = await run_in_threadpool(
+                    _checked_push, backend, raw, content_encoding, idempotency_key
+                )
+            agent, (schema, sequence, stored) = known, checked
             found = await _accept_async(
                 backend.accepting_async, backend, agent, idempotency_key, schema, sequence, stored
             )

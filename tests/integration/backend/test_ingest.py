@@ -505,3 +505,32 @@ async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connecti
             await h.settled(t.cluster_id, 2)
             with h.backend.transaction() as session:
                 assert session.query(repo.Push).filter(repo.Push.idempotency_key == "after").count() == 1
+
+
+@pytest.mark.integration
+async def test_a_small_push_that_inflates_large_is_checked_off_the_event_loop_or_refused(
+    database_url: str,
+) -> None:
+    """A push of a few KiB as sent from an agent the process knows is checked on the event loop only
+    while it inflates to at most `INLINE_INFLATED_BYTES`: one that inflates to more is still accepted
+    (checked in the thread pool) up to `max_inflated_bytes`, and refused with 413 past it."""
+    from shipshape.backend.app import INLINE_INFLATED_BYTES, INLINE_PUSH_BYTES
+
+    big = snapshot(2, 1, 5000)  # identical pods: megabytes of JSON, a few KiB in zstd
+    raw = orjson.dumps(big)
+    assert len(raw) > INLINE_INFLATED_BYTES and len(compression.compress(raw)) <= INLINE_PUSH_BYTES
+    for limit, expected in ((64 * 1024 * 1024, 202), (INLINE_INFLATED_BYTES // 2, 413)):
+        async with harness(BackendSettings(db=database_url, max_inflated_bytes=limit)) as h:
+            t = h.tenant(f"acme-{expected}")
+            assert (
+                await h.push(t.agent_token, snapshot(1, 1, 1), encoding=compression.ZSTD)
+            ).status_code == 202
+            answer = await h.push(t.agent_token, big, encoding=compression.ZSTD)
+            assert answer.status_code == expected, answer.text
+            if expected == 202:
+                await h.settled(t.cluster_id, 2)
+                with h.backend.transaction() as session:
+                    assert session.get(repo.Cluster, t.cluster_id).pod_count == 5000  # type: ignore[union-attr]
+            else:
+                with h.backend.transaction() as session:
+                    assert session.query(repo.Push).filter(repo.Push.cluster_id == t.cluster_id).count() == 1
