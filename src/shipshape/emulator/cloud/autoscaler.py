@@ -270,6 +270,7 @@ class ClusterAutoscaler:
         self._drains: dict[str, NodeDrain] = {}
         self.plans_made = 0
         self._status_written: dict[str, Any] | None = None
+        self._status_kept: tuple[Any, dict[str, Any]] | None = None
 
     def start(self) -> None:
         store = self.cloud.c.store
@@ -444,18 +445,35 @@ class ClusterAutoscaler:
     def status(self) -> dict[str, Any]:
         """cluster-autoscaler's status document (the YAML `status` of its ConfigMap, 1.30 and later):
         per node group (one per pool) its node counts, target and size bounds, and a scale-up
-        `Backoff` while a scale-up failed for lack of capacity (the shortage it reported)."""
+        `Backoff` while a scale-up failed for lack of capacity (the shortage it reported).
+
+        The document is kept while the cloud model's pools and instances have not changed
+        (`CloudModel.version`) and no pool's backoff began or ended: the scan asks every 10 seconds,
+        and counting every live instance each time was a tenth of a quiet day's run. Callers must
+        not change it."""
         cloud = self.cloud
         now = cloud.c.now()
+        backoffs = tuple(
+            state.shortage_until > now and self._failure_reported.get(state.name) == state.shortage_until
+            for state in cloud.pools.values()
+        )
+        key = (cloud.version, len(cloud.pools), backoffs)
+        kept = self._status_kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        doc = self._status(backoffs)
+        self._status_kept = (key, doc)
+        return doc
+
+    def _status(self, backoffs: tuple[bool, ...]) -> dict[str, Any]:
+        """The status document worked out from the pools and their live instances."""
+        cloud = self.cloud
         groups: list[dict[str, Any]] = []
         total = ready = 0
-        for state in cloud.pools.values():
+        for state, backoff in zip(cloud.pools.values(), backoffs, strict=True):
             active = cloud.active_instances(state.name)
             up = sum(1 for inst in active if inst.ready)
             total, ready = total + len(active), ready + up
-            backoff = (
-                state.shortage_until > now and self._failure_reported.get(state.name) == state.shortage_until
-            )
             scale_up: dict[str, Any] = {"status": "Backoff" if backoff else "NoActivity"}
             if backoff:
                 scale_up["backoffInfo"] = {
@@ -490,7 +508,7 @@ class ClusterAutoscaler:
         """Write the status into kube-system/cluster-autoscaler-status when it changed (with the time it
         changed; cluster-autoscaler rewrites it every loop, which a reader cannot tell apart)."""
         doc = self.status()
-        if doc == self._status_written:
+        if doc is self._status_written or doc == self._status_written:
             return
         self._status_written = doc
         text = yaml.dump({"time": rfc3339(self.cloud.c.now()), **doc}, Dumper=_DUMPER, sort_keys=False)
