@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +132,7 @@ def schedule_one(
     if known is not None:
         decision.statuses = dict(known)
         snapshot.next_start_index = start
-        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes), key)
     names = cycle.names_only
     unnamed_key = None if names is None else cycle.unnamed_key()
     if names is not None and unnamed_key is not None and len(names) < to_find and not snapshot.nominated:
@@ -189,6 +189,7 @@ def schedule_one(
         return decision
     if key is not None and key[1] is not None:
         snapshot.remember_unfeasible(key, dict(decision.statuses))
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes), key)
     return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
 
 
@@ -198,14 +199,33 @@ def _unfeasible(
     profile: Profile,
     budgets: Sequence[preemption.Budget],
     num_all_nodes: int,
+    key: Hashable | None = None,
 ) -> Decision:
-    """PostFilter and the message, for a pod no node fits."""
+    """PostFilter and the message, for a pod no node fits.
+
+    `key`: the pass's statuses are the snapshot's kept ones for this key (`remember_unfeasible`).
+    A pod like the last one that fit nowhere, which preemption could not help either, gets the same
+    message while the snapshot is the same and so are the pod's priority, its preemption policy and
+    its nomination: preemption reads nothing else to find that no node has victims (the nodes'
+    pods, their priorities and whether they terminate all move the snapshot's generation; nothing
+    is kept while any pod is nominated), and the message is made of the statuses and preemption's
+    own. The budgets only order the victims of a node that has some.
+    """
+    pod = cycle.pod
+    inputs = (profile.preemption, pod.priority, pod.preempt_never, pod.nominated_node)
+    if key is not None:
+        message = cycle.snapshot.unfeasible_message(key, inputs)
+        if message is not None:
+            decision.message = message
+            return decision
     post_filter = ""
     if profile.preemption:
         outcome = preemption.preempt(cycle, decision.statuses, budgets, num_all_nodes)
         decision.nominated_node, decision.victims = outcome.node, outcome.victims
         post_filter = outcome.message
     decision.message = msg.no_nodes_available(num_all_nodes, decision.statuses.values(), post_filter)
+    if key is not None and not decision.nominated_node:
+        cycle.snapshot.remember_unfeasible_message(key, inputs, decision.message)
     return decision
 
 
