@@ -8,6 +8,7 @@ fit on this node with these pods", e.g. for a cluster autoscaler's node template
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -261,17 +262,46 @@ def schedule_all(
     return out
 
 
+class PodInfos:
+    """`pod_info` of pod bodies that are never changed (stored versions, a scale-down plan's pods),
+    compiled once per object: the cluster-autoscaler asks `fits` for the same pods on many nodes.
+    Each object is kept with its answer, so its identity cannot be reused; at `limit` entries the
+    memory starts over."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._by_id: dict[int, tuple[Mapping[str, Any], PodInfo]] = {}
+
+    def __call__(self, pod: Mapping[str, Any]) -> PodInfo:
+        kept = self._by_id.get(id(pod))
+        if kept is not None and kept[0] is pod:
+            return kept[1]
+        if len(self._by_id) >= self.limit:
+            self._by_id.clear()
+        info = pod_info(dict(pod))
+        self._by_id[id(pod)] = (pod, info)
+        return info
+
+
+def _compiled(pod: Mapping[str, Any]) -> PodInfo:
+    return pod_info(dict(pod))
+
+
 def fits(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods_on_node: Iterable[Mapping[str, Any]] = (),
+    infos: Callable[[Mapping[str, Any]], PodInfo] = _compiled,
 ) -> list[str]:
-    """Whether `pod` would pass every filter on `node` holding `pods_on_node`: [] if so, else the reasons."""
+    """Whether `pod` would pass every filter on `node` holding `pods_on_node`: [] if so, else the reasons.
+
+    `infos` compiles a pod body (`PodInfos` to compile each unchanged body once). The pods on the
+    node are placed there by their compiled form's node name (all that binding changes of it)."""
     name = str((node.get("metadata") or {}).get("name") or "template")
     snapshot = ClusterSnapshot()
     snapshot.set_node({**node, "metadata": {**(node.get("metadata") or {}), "name": name}})
     for other in pods_on_node:
-        body = dict(other)
-        body["spec"] = {**(other.get("spec") or {}), "nodeName": name}
-        snapshot.add_pod(pod_info(body))
-    info = pod_info(dict(pod))
+        snapshot.add_pod(dataclasses.replace(infos(other), node_name=name))
+    info = infos(pod)
     status = Cycle(info, snapshot).filter(snapshot.nodes[name])
     return [] if status is None else list(status.reasons)
