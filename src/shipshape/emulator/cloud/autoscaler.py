@@ -217,14 +217,33 @@ class NodeFacts:
     disabled: bool
 
 
-def node_facts(node: Obj) -> NodeFacts:
+def node_facts(node: Obj, previous: NodeFacts | None = None) -> NodeFacts:
+    """The node's facts; `previous`, those of an older version of the node, lends what the new
+    version shares with it (stored objects are replaced, never changed: a status report keeps the
+    labels, the spec, the annotations and the allocatable objects), so only readiness is read again."""
     md, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
     raw = status.get("allocatable") or {}
+    if previous is not None:
+        old = previous.obj
+        old_md = old["metadata"]
+        if (
+            old_md.get("labels") is md.get("labels")
+            and old_md.get("annotations") is md.get("annotations")
+            and old.get("spec") is node.get("spec")
+            and (old.get("status") or {}).get("allocatable") is status.get("allocatable")
+        ):
+            return NodeFacts(
+                obj=node,
+                allocatable=previous.allocatable,
+                static_key=previous.static_key,
+                ready=_ready(status),
+                to_be_deleted=previous.to_be_deleted,
+                unschedulable=previous.unschedulable,
+                disabled=previous.disabled,
+            )
     allocatable = {name: resource_amount(name, value) for name, value in raw.items()}
     taints = spec.get("taints") or []
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    ready = _ready(status)
     annotations = md.get("annotations") or {}
     static = (md.get("labels"), taints, spec.get("unschedulable"), raw)
     return NodeFacts(
@@ -236,6 +255,10 @@ def node_facts(node: Obj) -> NodeFacts:
         unschedulable=bool(spec.get("unschedulable")),
         disabled=annotations.get(scaledown.SCALE_DOWN_DISABLED) == "true",
     )
+
+
+def _ready(status: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 _CONTROLLERS: dict[str, ResourceType] = {"ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS, "Job": JOBS}
@@ -309,7 +332,7 @@ class ClusterAutoscaler:
                 self._used.pop(name, None)
             self._dirty = True
             return
-        new = self._nodes[name] = node_facts(node)
+        new = self._nodes[name] = node_facts(node, old)
         if old is None or old.static_key != new.static_key:
             self._static.pop(name, None)
             self._dirty = True
