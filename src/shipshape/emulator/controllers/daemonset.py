@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from typing import Any
 
 import orjson
@@ -24,7 +24,7 @@ from shipshape.emulator.controllers.deploymentutil import compute_hash
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
-from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
+from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent, clone
 from shipshape.kube import errors
 from shipshape.kube.intstr import IntOrStringError, scaled_value
 from shipshape.kube.labels import Selector
@@ -165,6 +165,23 @@ class NodeFingerprints:
 
     def forget(self, name: str) -> None:
         self._by_node.pop(name, None)
+
+    def names(self) -> KeysView[str]:
+        """The nodes recorded and not forgotten: every node the store holds, as its watch said."""
+        return self._by_node.keys()
+
+
+class _NodeList:
+    """The store's nodes (by name), listed at the first call: a sync from its kept walks needs none."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._nodes: list[Obj] | None = None
+
+    def __call__(self) -> list[Obj]:
+        if self._nodes is None:
+            self._nodes = self._store.list(NODES)
+        return self._nodes
 
 
 # What scanning a DaemonSet's pods asks of one pod version: (pod, controlled by the set and matched
@@ -454,7 +471,7 @@ class DaemonSetController(PodOwnerController):
             return
         if podutil.is_terminating(ds):
             return
-        nodes = self.store.list(NODES)
+        nodes = _NodeList(self.store)
         current, old = self._construct_history(ds)
         if current is None:
             return
@@ -632,7 +649,7 @@ class DaemonSetController(PodOwnerController):
         return row
 
     # ---- manage -------------------------------------------------------------------------------
-    def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+    def _manage(self, ds: Obj, nodes: _NodeList, hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
         rows = self._rows.of(ds, hash_value) if self.reuse_rows else None
         if rows is not None:
@@ -645,7 +662,7 @@ class DaemonSetController(PodOwnerController):
         needing: list[str] = []
         to_delete: list[str] = []
         with_pods = 0  # nodes of `nodes` that node_to_pods has pods for
-        for node in nodes:
+        for node in nodes():
             name = node["metadata"]["name"]
             pods = node_to_pods.get(name)
             if pods is not None:
@@ -662,7 +679,7 @@ class DaemonSetController(PodOwnerController):
         if rows is not None:
             walk.manage_marked = set()
         if with_pods < len(node_to_pods):  # pods for nodes that are gone
-            known = {n["metadata"]["name"] for n in nodes}
+            known = {n["metadata"]["name"] for n in nodes()}
             for node_name, pods in node_to_pods.items():
                 if node_name not in known:
                     to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
@@ -713,9 +730,11 @@ class DaemonSetController(PodOwnerController):
             need, delete = walk.actions[name]
             needing += need
             to_delete += delete
-        for node_name, pods in node_to_pods.items():
-            if self.store.get(NODES, "", node_name) is None:  # pods for nodes that are gone
-                to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+        gone = node_to_pods.keys() - self._node_fingerprints.names()
+        if gone:  # pods for nodes that are gone
+            for node_name, pods in node_to_pods.items():
+                if node_name in gone:
+                    to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
         self._sync_nodes(ds, to_delete, needing, hash_value, key)
 
     def _pods_should_be_on_node(
@@ -869,10 +888,11 @@ class DaemonSetController(PodOwnerController):
                 return True
         return False
 
-    def _rolling_update(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+    def _rolling_update(self, ds: Obj, node_list: _NodeList, hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
         if self.reuse_rows and not self._has_old_pods(ds, node_to_pods, hash_value):
             return  # every choice below starts from an old pod
+        nodes = node_list()
         by_name = {n["metadata"]["name"]: n for n in nodes}
         desired = 0
         for node in nodes:
@@ -973,7 +993,7 @@ class DaemonSetController(PodOwnerController):
             row.status = self._status_counts(ds, row.run_keep[0], pods, hash_value, 0, self.now())
         return row.status
 
-    def _update_status(self, ds: Obj, nodes: list[Obj], hash_value: str, *, observe: bool) -> None:
+    def _update_status(self, ds: Obj, node_list: _NodeList, hash_value: str, *, observe: bool) -> None:
         ds = self.store.get(DAEMONSETS, *podutil.key_of(ds)) or ds
         node_to_pods = self._node_to_pods(ds)
         now = self.now()
@@ -1000,6 +1020,7 @@ class DaemonSetController(PodOwnerController):
             desired, current, misscheduled, ready, available, updated = totals
         else:
             per_node: list[StatusCounts] = []
+            nodes = node_list()
             for node in nodes:
                 pods = node_to_pods.get(node["metadata"]["name"])
                 if rows is None:
