@@ -20,6 +20,7 @@ from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import KINDS, ClusterState, GroupKey, summarize_nodes, workloads
 from shipshape.controller.state.views import Fanout, Replica
+from shipshape.kube.objects import is_active
 
 Obj = dict[str, Any]
 
@@ -606,3 +607,51 @@ def test_packing_rooms_kept_per_pod_shape_equal_rooms_worked_out_afresh(seed: in
         event = cluster.change()
         state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
         assert rooms(state) == rooms(rebuilt(cluster, config)), f"seed {seed}, step {step}"
+
+
+def _recounted(state: ClusterState, group: GroupKey) -> tuple[int, list[tuple[Pool, int]], int]:
+    """The group's counts worked out from its pods with nothing kept (placements read afresh)."""
+    counts = GroupCounts()
+    for pod in state.pods_of_group(group):
+        if is_active(pod):
+            capacity, pool = state._placement_of(pod)
+            if capacity is not None:
+                counts.add(capacity, pool)
+    return counted(counts)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_counts_kept_between_changes_equal_counts_worked_out_afresh(seed: int) -> None:
+    """The webhook's group counts, brought up to date per changed pod, checked after every event
+    (read now and then, so that changes pile up between reads), and against a rebuilt state."""
+    rng = random.Random(300 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    groups = sorted(
+        {GroupKey("shop", "ReplicaSet", name) for name in REPLICASETS}
+        | {GroupKey("shop", "StatefulSet", name) for name in STATEFULSETS}
+    )
+    delivered: list[Obj] = []
+    for step in range(3000):
+        roll = rng.random()
+        if roll < 0.85:
+            event = cluster.change()
+        elif delivered:
+            event = rng.choice(delivered)  # a duplicate, usually stale
+        else:
+            continue
+        state.apply({"type": event["type"], "object": json.loads(json.dumps(event["object"]))}, event["kind"])
+        delivered.append(event)
+        if rng.random() < 0.02:
+            kind = rng.choice(("Pod", "Node"))
+            state.replace(kind, cluster.of_kind(kind))
+        for group in rng.sample(groups, rng.choice((0, 0, 1, 2))):
+            got = counted(state.group_counts(group, 1000.0))
+            assert got == _recounted(state, group), f"seed {seed}, step {step}, {group}"
+        if step % 500 == 499:
+            scratch = rebuilt(cluster, config)
+            for group in groups:
+                assert counted(state.group_counts(group, 1000.0)) == counted(
+                    scratch.group_counts(group, 1000.0)
+                ), f"seed {seed}, step {step}, {group} against a rebuilt state"

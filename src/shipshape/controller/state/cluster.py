@@ -210,6 +210,19 @@ class _KeptWorkload:
 
 
 @dataclass(slots=True)
+class _PlacedCounts:
+    """A group's active pods by capacity and pool (`ClusterState._placed_counts`) as of a group
+    version and a node version, with what each counted pod adds, and the pods that joined, changed
+    or left the group since (`pending`), whose shares are worked out again at the next read."""
+
+    group_version: int
+    node_version: int
+    counts: GroupCounts
+    shares: dict[tuple[str, str], tuple[CapacityType, Pool | None]]
+    pending: set[tuple[str, str]]
+
+
+@dataclass(slots=True)
 class _DirtyAccount:
     """One reader's `DirtyWorkloads` in the making."""
 
@@ -510,8 +523,8 @@ class ClusterState:
         # after a capacity-label key new to the cluster) (`workload_state`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
-        # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
-        self._placed: dict[GroupKey, tuple[tuple[int, int], GroupCounts]] = {}
+        # Per group: its pods' counts, brought up to date for the pods changed since (`_placed_counts`).
+        self._placed: dict[GroupKey, _PlacedCounts] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         # Each pod's state as the loops see it, with the pod object and the inputs it was derived from.
@@ -973,7 +986,17 @@ class ClusterState:
 
     def _touch(self, group: GroupKey, pod: tuple[str, str] | None = None) -> None:
         """A group changed: `pod` (its key) joined, changed or left it, or (None) its ReplicaSet did."""
-        self._group_versions[group] = next(self._versions)
+        version = next(self._versions)
+        kept = self._placed.get(group)
+        if kept is not None and kept.group_version == self._group_versions.get(group, 0):
+            # The kept counts follow: the pod's share is worked out again at the next read (a
+            # ReplicaSet's own change moves no pod of it).
+            if pod is not None:
+                kept.pending.add(pod)
+            kept.group_version = version
+            if len(kept.pending) > MAX_GROUP_CHANGES:
+                del self._placed[group]
+        self._group_versions[group] = version
         self._dirty_groups.add(group)
         if pod is None:
             return
@@ -1402,18 +1425,43 @@ class ClusterState:
         return counts
 
     def _placed_counts(self, group: GroupKey) -> GroupCounts:
-        """The group's active pods by capacity and pool, kept until a pod of the group or a node's
-        placement changes (the group's version and the node version say so): the webhook asks for
-        every pod it admits, and a burst of admissions for one workload would count its pods each time."""
-        stamp = (self._group_versions.get(group, 0), self._node_version)
+        """The group's active pods by capacity and pool (the caller must not change them).
+
+        The webhook asks for every pod it admits, and a burst of admissions for one workload changes
+        its group with every pod: the counts are kept with each pod's share, and brought up to date
+        for the pods that changed since (`_touch`); a node's move touches its pods' groups, and every
+        placement read again (the node version) counts every group afresh. The pools' order in
+        `spot_by_pool` follows the changes (no reader depends on it)."""
+        group_version = self._group_versions.get(group, 0)
         kept = self._placed.get(group)
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
-        # `GroupCounts.add` of one pod at a time, unrolled: a burst of admissions for one workload
-        # changes its group's version with every pod, so this loop runs for each of them.
+        placements = self._placements
+        if (
+            kept is not None
+            and kept.group_version == group_version
+            and kept.node_version == self._node_version
+        ):
+            if kept.pending:
+                members = self._pods_by_group.get(group, {})
+                counts, shares = kept.counts, kept.shares
+                for key in kept.pending:
+                    share = shares.pop(key, None)
+                    if share is not None:
+                        counts.add(share[0], share[1], -1)
+                    pod = members.get(key)
+                    if pod is None or not is_active(pod):
+                        continue
+                    placement = placements.get(key)
+                    if placement is None:
+                        placement = placements[key] = self._placement_of(pod)
+                    capacity, pool = placement
+                    if capacity is not None:
+                        counts.add(capacity, pool)
+                        shares[key] = (capacity, pool)
+                kept.pending.clear()
+            return kept.counts
         on_demand = unplaced = 0
         by_pool: dict[Pool, int] = {}
-        placements = self._placements
+        counted: dict[tuple[str, str], tuple[CapacityType, Pool | None]] = {}
         for key, pod in self._pods_by_group.get(group, {}).items():
             if not is_active(pod):
                 continue
@@ -1423,6 +1471,7 @@ class ClusterState:
             capacity, pool = placement
             if capacity is None:
                 continue
+            counted[key] = (capacity, pool)
             if capacity is CapacityType.ON_DEMAND:
                 on_demand += 1
             elif pool is None:
@@ -1430,7 +1479,7 @@ class ClusterState:
             else:
                 by_pool[pool] = by_pool.get(pool, 0) + 1
         counts = GroupCounts(on_demand, by_pool, unplaced)
-        self._placed[group] = (stamp, counts)
+        self._placed[group] = _PlacedCounts(group_version, self._node_version, counts, counted, set())
         return counts
 
     def assume(

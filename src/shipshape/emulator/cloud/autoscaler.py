@@ -217,14 +217,33 @@ class NodeFacts:
     disabled: bool
 
 
-def node_facts(node: Obj) -> NodeFacts:
+def node_facts(node: Obj, previous: NodeFacts | None = None) -> NodeFacts:
+    """The node's facts; `previous`, those of an older version of the node, lends what the new
+    version shares with it (stored objects are replaced, never changed: a status report keeps the
+    labels, the spec, the annotations and the allocatable objects), so only readiness is read again."""
     md, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
     raw = status.get("allocatable") or {}
+    if previous is not None:
+        old = previous.obj
+        old_md = old["metadata"]
+        if (
+            old_md.get("labels") is md.get("labels")
+            and old_md.get("annotations") is md.get("annotations")
+            and old.get("spec") is node.get("spec")
+            and (old.get("status") or {}).get("allocatable") is status.get("allocatable")
+        ):
+            return NodeFacts(
+                obj=node,
+                allocatable=previous.allocatable,
+                static_key=previous.static_key,
+                ready=_ready(status),
+                to_be_deleted=previous.to_be_deleted,
+                unschedulable=previous.unschedulable,
+                disabled=previous.disabled,
+            )
     allocatable = {name: resource_amount(name, value) for name, value in raw.items()}
     taints = spec.get("taints") or []
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    ready = _ready(status)
     annotations = md.get("annotations") or {}
     static = (md.get("labels"), taints, spec.get("unschedulable"), raw)
     return NodeFacts(
@@ -236,6 +255,10 @@ def node_facts(node: Obj) -> NodeFacts:
         unschedulable=bool(spec.get("unschedulable")),
         disabled=annotations.get(scaledown.SCALE_DOWN_DISABLED) == "true",
     )
+
+
+def _ready(status: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 _CONTROLLERS: dict[str, ResourceType] = {"ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS, "Job": JOBS}
@@ -270,6 +293,7 @@ class ClusterAutoscaler:
         self._drains: dict[str, NodeDrain] = {}
         self.plans_made = 0
         self._status_written: dict[str, Any] | None = None
+        self._status_kept: tuple[Any, dict[str, Any]] | None = None
 
     def start(self) -> None:
         store = self.cloud.c.store
@@ -308,7 +332,7 @@ class ClusterAutoscaler:
                 self._used.pop(name, None)
             self._dirty = True
             return
-        new = self._nodes[name] = node_facts(node)
+        new = self._nodes[name] = node_facts(node, old)
         if old is None or old.static_key != new.static_key:
             self._static.pop(name, None)
             self._dirty = True
@@ -444,18 +468,35 @@ class ClusterAutoscaler:
     def status(self) -> dict[str, Any]:
         """cluster-autoscaler's status document (the YAML `status` of its ConfigMap, 1.30 and later):
         per node group (one per pool) its node counts, target and size bounds, and a scale-up
-        `Backoff` while a scale-up failed for lack of capacity (the shortage it reported)."""
+        `Backoff` while a scale-up failed for lack of capacity (the shortage it reported).
+
+        The document is kept while the cloud model's pools and instances have not changed
+        (`CloudModel.version`) and no pool's backoff began or ended: the scan asks every 10 seconds,
+        and counting every live instance each time was a tenth of a quiet day's run. Callers must
+        not change it."""
         cloud = self.cloud
         now = cloud.c.now()
+        backoffs = tuple(
+            state.shortage_until > now and self._failure_reported.get(state.name) == state.shortage_until
+            for state in cloud.pools.values()
+        )
+        key = (cloud.version, len(cloud.pools), backoffs)
+        kept = self._status_kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        doc = self._status(backoffs)
+        self._status_kept = (key, doc)
+        return doc
+
+    def _status(self, backoffs: tuple[bool, ...]) -> dict[str, Any]:
+        """The status document worked out from the pools and their live instances."""
+        cloud = self.cloud
         groups: list[dict[str, Any]] = []
         total = ready = 0
-        for state in cloud.pools.values():
+        for state, backoff in zip(cloud.pools.values(), backoffs, strict=True):
             active = cloud.active_instances(state.name)
             up = sum(1 for inst in active if inst.ready)
             total, ready = total + len(active), ready + up
-            backoff = (
-                state.shortage_until > now and self._failure_reported.get(state.name) == state.shortage_until
-            )
             scale_up: dict[str, Any] = {"status": "Backoff" if backoff else "NoActivity"}
             if backoff:
                 scale_up["backoffInfo"] = {
@@ -490,7 +531,7 @@ class ClusterAutoscaler:
         """Write the status into kube-system/cluster-autoscaler-status when it changed (with the time it
         changed; cluster-autoscaler rewrites it every loop, which a reader cannot tell apart)."""
         doc = self.status()
-        if doc == self._status_written:
+        if doc is self._status_written or doc == self._status_written:
             return
         self._status_written = doc
         text = yaml.dump({"time": rfc3339(self.cloud.c.now()), **doc}, Dumper=_DUMPER, sort_keys=False)

@@ -165,6 +165,9 @@ class CloudModel:
         # Nodes whose metadata endpoint has a notice or a rebalance recommendation to give.
         self._speaking: set[str] = set()
         self._ips: set[str] = set()  # addresses of running instances
+        # Moves with every change of a pool's live instances, their readiness, its desired size or
+        # its shortage: what the autoscaler's status document reads (`ClusterAutoscaler.status`).
+        self.version = 0
         self._retired_ips: set[str] = set()  # addresses of terminated ones
         self.started_at = 0.0
         self.seed = 1
@@ -574,6 +577,7 @@ class CloudModel:
         state = self.pools[pool]
         until = max(state.shortage_until, self.c.now() + seconds)
         state.shortage_until = until
+        self.version += 1
         log.info("pool %s: insufficient capacity until %s", pool, rfc3339(until))
         self.c.engine.call_at(until, lambda: self.reconcile_pool(pool))
         return until
@@ -582,6 +586,7 @@ class CloudModel:
         """Resize a pool (what an autoscaler does); launching honours shortages."""
         state = self.pools[pool]
         state.desired = max(state.spec.min_size, min(state.spec.max_size, desired))
+        self.version += 1
         self.reconcile_pool(pool)
 
     def remove_node(self, node: str, reason: str) -> None:
@@ -589,6 +594,7 @@ class CloudModel:
         inst = self._by_node[node]
         state = self.pools[inst.pool]
         state.desired = max(0, state.desired - 1)
+        self.version += 1
         self._terminate(inst, reason)
 
     def reconcile_pool(self, pool: str) -> None:
@@ -628,6 +634,7 @@ class CloudModel:
         self.instances[instance_id] = inst
         self._active.setdefault(state.name, {})[instance_id] = inst
         self._active_all[instance_id] = inst
+        self.version += 1
         self._by_node[node_name] = inst
         engine = self.c.engine
         if initial:
@@ -689,6 +696,7 @@ class CloudModel:
             log.warning("node %s already exists; instance %s registers with it", inst.node_name, inst.id)
         inst.registered = True
         inst.ready = ready
+        self.version += 1
         if ready:
             self._write_boot_logs(inst)
         if inst.notice is not None:
@@ -715,6 +723,7 @@ class CloudModel:
         store.mutate(NODES, "", inst.node_name, set_ready, subresource="status")
         store.mutate(NODES, "", inst.node_name, drop_taint)
         inst.ready = True
+        self.version += 1
         self._write_boot_logs(inst)
 
     def _schedule_reclaim(self, inst: Instance) -> None:
@@ -784,6 +793,7 @@ class CloudModel:
         inst.state = TERMINATED
         self._active.get(inst.pool, {}).pop(inst.id, None)
         self._active_all.pop(inst.id, None)
+        self.version += 1
         inst.terminated_at = self.c.now()
         inst.termination_reason = reason
         self._ips.discard(inst.ip)

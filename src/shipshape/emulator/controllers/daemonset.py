@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from typing import Any
 
 import orjson
@@ -24,7 +24,7 @@ from shipshape.emulator.controllers.deploymentutil import compute_hash
 from shipshape.emulator.controllers.history import POD_REVISION_LABEL, template_patch
 from shipshape.emulator.controllers.replicaset import selector_of
 from shipshape.emulator.resources import CONTROLLERREVISIONS, DAEMONSETS, NODES, PODS
-from shipshape.emulator.store import DELETED, Obj, WatchEvent, clone
+from shipshape.emulator.store import DELETED, Obj, Store, WatchEvent, clone
 from shipshape.kube import errors
 from shipshape.kube.intstr import IntOrStringError, scaled_value
 from shipshape.kube.labels import Selector
@@ -166,6 +166,23 @@ class NodeFingerprints:
     def forget(self, name: str) -> None:
         self._by_node.pop(name, None)
 
+    def names(self) -> KeysView[str]:
+        """The nodes recorded and not forgotten: every node the store holds, as its watch said."""
+        return self._by_node.keys()
+
+
+class _NodeList:
+    """The store's nodes (by name), listed at the first call: a sync from its kept walks needs none."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._nodes: list[Obj] | None = None
+
+    def __call__(self) -> list[Obj]:
+        if self._nodes is None:
+            self._nodes = self._store.list(NODES)
+        return self._nodes
+
 
 # What scanning a DaemonSet's pods asks of one pod version: (pod, controlled by the set and matched
 # by its selector, left out as finished and terminating, the node it is for).
@@ -286,6 +303,41 @@ class NodeRows:
             rows.pop(name, None)
 
 
+class NodeWalk:
+    """What the walks of one DaemonSet's `_manage` and `_update_status` over every node found, kept
+    with the set's rows (`NodeRows`: a new spec, hash or generation starts a new walk): the nodes
+    with pods to create or delete, the nodes whose answer is not kept (it recorded an Event or
+    read the clock), and each node's status counts with their sums.
+
+    Between walks the controller marks the nodes whose row may differ: a node event, an event of a
+    pod of the set for that node, and every node at an event of a pod no controller owns (the set
+    may claim or have released it). A walk works out again the marked nodes and the ones whose
+    answer is not kept, in node order, and takes every other node's answer as it was: their node
+    and their pods are the same objects, so their rows would give it again.
+    """
+
+    __slots__ = ("actions", "manage_marked", "rows", "status", "status_marked", "totals", "volatile")
+
+    def __init__(self, rows: dict[str, NodeRow]) -> None:
+        self.rows = rows
+        # None: every node (no walk yet, or a pod no controller owns changed).
+        self.manage_marked: set[str] | None = None
+        self.status_marked: set[str] | None = None
+        self.actions: dict[str, tuple[list[str], list[str]]] = {}
+        self.volatile: set[str] = set()
+        self.status: dict[str, StatusCounts] = {}
+        self.totals: list[int] = [0] * 6
+
+    def mark(self, node: str) -> None:
+        if self.manage_marked is not None:
+            self.manage_marked.add(node)
+        if self.status_marked is not None:
+            self.status_marked.add(node)
+
+    def mark_all(self) -> None:
+        self.manage_marked = self.status_marked = None
+
+
 def row_for(
     rows: dict[str, NodeRow], name: str, pods: list[Obj] | None, run_keep: tuple[bool, bool] | None
 ) -> NodeRow:
@@ -326,6 +378,7 @@ class DaemonSetController(PodOwnerController):
         self._kept_node_to_pods: tuple[tuple[str, int], dict[str, list[Obj]]] | None = None
         self._pod_facts = DaemonPodFactsCache()
         self._rows = NodeRows()
+        self._walks: dict[str, NodeWalk] = {}  # per DaemonSet uid
 
     # ---- events -> keys ---------------------------------------------------------------------
     def keys_for(self, event: WatchEvent) -> list[Any]:
@@ -338,8 +391,13 @@ class DaemonSetController(PodOwnerController):
                 self._answers.pop(str(podutil.meta(obj).get("uid", "")), None)
                 self._pod_facts.forget(str(podutil.meta(obj).get("uid", "")))
                 self._rows.forget(str(podutil.meta(obj).get("uid", "")))
+                self._walks.pop(str(podutil.meta(obj).get("uid", "")), None)
             return [(ns, name)]
+        if event.resource is PODS:
+            self._mark_walks(obj)
         if event.resource is NODES:
+            for walk in self._walks.values():
+                walk.mark(name)
             # Upstream ignores node updates that change nothing placement depends on (heartbeats).
             if event.type == DELETED:
                 self._node_fingerprints.forget(name)
@@ -369,6 +427,32 @@ class DaemonSetController(PodOwnerController):
             if (sel := selector_of(ds)) is not None and not sel.empty and sel.matches(labels)
         ]
 
+    def _mark_walks(self, pod: Obj) -> None:
+        """Mark the node a pod event may change a walk's answer for (`NodeWalk`)."""
+        if not self._walks:
+            return
+        ref = podutil.controller_ref(pod)
+        if ref is None:
+            for each in self._walks.values():
+                each.mark_all()
+            return
+        if ref.get("kind") != "DaemonSet":
+            return
+        walk = self._walks.get(str(ref.get("uid", "")))
+        if walk is not None:
+            node = target_node(pod)
+            if node:
+                walk.mark(node)
+            else:
+                walk.mark_all()
+
+    def _walk(self, ds: Obj, rows: dict[str, NodeRow]) -> NodeWalk:
+        uid = str(ds["metadata"]["uid"])
+        walk = self._walks.get(uid)
+        if walk is None or walk.rows is not rows:
+            walk = self._walks[uid] = NodeWalk(rows)
+        return walk
+
     # ---- sync -------------------------------------------------------------------------------
     def reconcile(self, key: Key) -> None:
         ns, name = key
@@ -387,7 +471,7 @@ class DaemonSetController(PodOwnerController):
             return
         if podutil.is_terminating(ds):
             return
-        nodes = self.store.list(NODES)
+        nodes = _NodeList(self.store)
         current, old = self._construct_history(ds)
         if current is None:
             return
@@ -565,13 +649,20 @@ class DaemonSetController(PodOwnerController):
         return row
 
     # ---- manage -------------------------------------------------------------------------------
-    def _manage(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+    def _manage(self, ds: Obj, nodes: _NodeList, hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
         rows = self._rows.of(ds, hash_value) if self.reuse_rows else None
+        if rows is not None:
+            walk = self._walk(ds, rows)
+            if walk.manage_marked is not None:
+                self._manage_marked(ds, walk, node_to_pods, hash_value, key)
+                return
+            walk.actions.clear()
+            walk.volatile.clear()
         needing: list[str] = []
         to_delete: list[str] = []
         with_pods = 0  # nodes of `nodes` that node_to_pods has pods for
-        for node in nodes:
+        for node in nodes():
             name = node["metadata"]["name"]
             pods = node_to_pods.get(name)
             if pods is not None:
@@ -580,24 +671,69 @@ class DaemonSetController(PodOwnerController):
                 run_keep = self._should_run(ds, node)
                 need, delete, _ = self._pods_should_be_on_node(ds, name, pods, run_keep, hash_value)
             else:
-                row = self._row(rows, ds, node, pods)
-                if row.manage is None:
-                    assert row.run_keep is not None
-                    need, delete, reusable = self._pods_should_be_on_node(
-                        ds, name, pods, row.run_keep, hash_value
-                    )
-                    if reusable:
-                        row.manage = (need, delete)
-                else:
-                    need, delete = row.manage
+                need, delete = self._row_manage(rows, walk, ds, node, pods, hash_value)
             if need:
                 needing += need
             if delete:
                 to_delete += delete
+        if rows is not None:
+            walk.manage_marked = set()
         if with_pods < len(node_to_pods):  # pods for nodes that are gone
-            known = {n["metadata"]["name"] for n in nodes}
+            known = {n["metadata"]["name"] for n in nodes()}
             for node_name, pods in node_to_pods.items():
                 if node_name not in known:
+                    to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+        self._sync_nodes(ds, to_delete, needing, hash_value, key)
+
+    def _row_manage(
+        self,
+        rows: dict[str, NodeRow],
+        walk: NodeWalk,
+        ds: Obj,
+        node: Obj,
+        pods: list[Obj] | None,
+        hash_value: str,
+    ) -> tuple[list[str], list[str]]:
+        """What `_manage` decides for one node from its row, recorded in the walk."""
+        name = node["metadata"]["name"]
+        row = self._row(rows, ds, node, pods)
+        if row.manage is None:
+            assert row.run_keep is not None
+            need, delete, reusable = self._pods_should_be_on_node(ds, name, pods, row.run_keep, hash_value)
+            if reusable:
+                row.manage = (need, delete)
+            else:
+                walk.volatile.add(name)
+        else:
+            need, delete = row.manage
+        if need or delete:
+            walk.actions[name] = (need, delete)
+        return need, delete
+
+    def _manage_marked(
+        self, ds: Obj, walk: NodeWalk, node_to_pods: dict[str, list[Obj]], hash_value: str, key: Key
+    ) -> None:
+        """`_manage` from the walk before: the marked nodes and those whose answer is not kept are
+        worked out again, in node order (the store lists nodes by name), the rest stand."""
+        assert walk.manage_marked is not None
+        again = sorted(walk.manage_marked | walk.volatile)
+        walk.manage_marked = set()
+        for name in again:
+            walk.actions.pop(name, None)
+            walk.volatile.discard(name)
+            node = self.store.get(NODES, "", name)
+            if node is not None:
+                self._row_manage(walk.rows, walk, ds, node, node_to_pods.get(name), hash_value)
+        needing: list[str] = []
+        to_delete: list[str] = []
+        for name in sorted(walk.actions):
+            need, delete = walk.actions[name]
+            needing += need
+            to_delete += delete
+        gone = node_to_pods.keys() - self._node_fingerprints.names()
+        if gone:  # pods for nodes that are gone
+            for node_name, pods in node_to_pods.items():
+                if node_name in gone:
                     to_delete += [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
         self._sync_nodes(ds, to_delete, needing, hash_value, key)
 
@@ -752,10 +888,11 @@ class DaemonSetController(PodOwnerController):
                 return True
         return False
 
-    def _rolling_update(self, ds: Obj, nodes: list[Obj], hash_value: str, key: Key) -> None:
+    def _rolling_update(self, ds: Obj, node_list: _NodeList, hash_value: str, key: Key) -> None:
         node_to_pods = self._node_to_pods(ds)
         if self.reuse_rows and not self._has_old_pods(ds, node_to_pods, hash_value):
             return  # every choice below starts from an old pod
+        nodes = node_list()
         by_name = {n["metadata"]["name"]: n for n in nodes}
         desired = 0
         for node in nodes:
@@ -846,32 +983,62 @@ class DaemonSetController(PodOwnerController):
         available = ready and podutil.is_available(pod, min_ready, now)
         return (1, 1, 0, int(ready), int(available), int(self._is_updated(ds, pod, hash_value)))
 
-    def _update_status(self, ds: Obj, nodes: list[Obj], hash_value: str, *, observe: bool) -> None:
+    def _row_status(
+        self, rows: dict[str, NodeRow], ds: Obj, node: Obj, pods: list[Obj] | None, hash_value: str
+    ) -> StatusCounts:
+        """One node's status counts from its row (without minReadySeconds: they do not read the clock)."""
+        row = self._row(rows, ds, node, pods)
+        if row.status is None:
+            assert row.run_keep is not None
+            row.status = self._status_counts(ds, row.run_keep[0], pods, hash_value, 0, self.now())
+        return row.status
+
+    def _update_status(self, ds: Obj, node_list: _NodeList, hash_value: str, *, observe: bool) -> None:
         ds = self.store.get(DAEMONSETS, *podutil.key_of(ds)) or ds
         node_to_pods = self._node_to_pods(ds)
         now = self.now()
         min_ready = int(ds["spec"].get("minReadySeconds") or 0)
         # With minReadySeconds, availability reads the clock: nothing is kept then.
         rows = self._rows.of(ds, hash_value) if self.reuse_rows and min_ready <= 0 else None
-        per_node: list[StatusCounts] = []
-        for node in nodes:
-            pods = node_to_pods.get(node["metadata"]["name"])
-            if rows is None:
-                run = self._should_run(ds, node)[0]
-                per_node.append(self._status_counts(ds, run, pods, hash_value, min_ready, now))
-                continue
-            row = self._row(rows, ds, node, pods)
-            if row.status is None:
-                assert row.run_keep is not None
-                row.status = self._status_counts(ds, row.run_keep[0], pods, hash_value, min_ready, now)
-            per_node.append(row.status)
-        if rows is not None and len(rows) > len(nodes) + len(node_to_pods):
-            live = {n["metadata"]["name"] for n in nodes} | node_to_pods.keys()
+        walk = self._walk(ds, rows) if rows is not None else None
+        if walk is not None and walk.status_marked is not None:
+            # From the walk before: the marked nodes' counts are worked out again, the rest stand.
+            marked, walk.status_marked = walk.status_marked, set()
+            totals = walk.totals
+            for name in marked:
+                old_counts = walk.status.pop(name, None)
+                if old_counts is not None:
+                    for i, n in enumerate(old_counts):
+                        totals[i] -= n
+                node = self.store.get(NODES, "", name)
+                if node is None:
+                    continue
+                counts = self._row_status(walk.rows, ds, node, node_to_pods.get(name), hash_value)
+                walk.status[name] = counts
+                for i, n in enumerate(counts):
+                    totals[i] += n
+            desired, current, misscheduled, ready, available, updated = totals
+        else:
+            per_node: list[StatusCounts] = []
+            nodes = node_list()
+            for node in nodes:
+                pods = node_to_pods.get(node["metadata"]["name"])
+                if rows is None:
+                    run = self._should_run(ds, node)[0]
+                    per_node.append(self._status_counts(ds, run, pods, hash_value, min_ready, now))
+                    continue
+                per_node.append(self._row_status(rows, ds, node, pods, hash_value))
+            desired, current, misscheduled, ready, available, updated = (
+                (sum(column) for column in zip(*per_node, strict=True)) if per_node else (0,) * 6
+            )
+            if walk is not None:
+                walk.status = {n["metadata"]["name"]: c for n, c in zip(nodes, per_node, strict=True)}
+                walk.totals = [desired, current, misscheduled, ready, available, updated]
+                walk.status_marked = set()
+        if rows is not None and len(rows) > self.store.count(NODES) + len(node_to_pods):
+            live = {n["metadata"]["name"] for n in self.store.list(NODES)} | node_to_pods.keys()
             for name in [name for name in rows if name not in live]:
                 del rows[name]
-        desired, current, misscheduled, ready, available, updated = (
-            (sum(column) for column in zip(*per_node, strict=True)) if per_node else (0,) * 6
-        )
         old = ds.get("status") or {}
         status: Obj = {
             "currentNumberScheduled": current,

@@ -8,9 +8,10 @@ fit on this node with these pods", e.g. for a cluster autoscaler's node template
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +133,7 @@ def schedule_one(
     if known is not None:
         decision.statuses = dict(known)
         snapshot.next_start_index = start
-        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes), key)
     names = cycle.names_only
     unnamed_key = None if names is None else cycle.unnamed_key()
     if names is not None and unnamed_key is not None and len(names) < to_find and not snapshot.nominated:
@@ -189,6 +190,7 @@ def schedule_one(
         return decision
     if key is not None and key[1] is not None:
         snapshot.remember_unfeasible(key, dict(decision.statuses))
+        return _unfeasible(decision, cycle, profile, budgets, len(all_nodes), key)
     return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
 
 
@@ -198,14 +200,33 @@ def _unfeasible(
     profile: Profile,
     budgets: Sequence[preemption.Budget],
     num_all_nodes: int,
+    key: Hashable | None = None,
 ) -> Decision:
-    """PostFilter and the message, for a pod no node fits."""
+    """PostFilter and the message, for a pod no node fits.
+
+    `key`: the pass's statuses are the snapshot's kept ones for this key (`remember_unfeasible`).
+    A pod like the last one that fit nowhere, which preemption could not help either, gets the same
+    message while the snapshot is the same and so are the pod's priority, its preemption policy and
+    its nomination: preemption reads nothing else to find that no node has victims (the nodes'
+    pods, their priorities and whether they terminate all move the snapshot's generation; nothing
+    is kept while any pod is nominated), and the message is made of the statuses and preemption's
+    own. The budgets only order the victims of a node that has some.
+    """
+    pod = cycle.pod
+    inputs = (profile.preemption, pod.priority, pod.preempt_never, pod.nominated_node)
+    if key is not None:
+        message = cycle.snapshot.unfeasible_message(key, inputs)
+        if message is not None:
+            decision.message = message
+            return decision
     post_filter = ""
     if profile.preemption:
         outcome = preemption.preempt(cycle, decision.statuses, budgets, num_all_nodes)
         decision.nominated_node, decision.victims = outcome.node, outcome.victims
         post_filter = outcome.message
     decision.message = msg.no_nodes_available(num_all_nodes, decision.statuses.values(), post_filter)
+    if key is not None and not decision.nominated_node:
+        cycle.snapshot.remember_unfeasible_message(key, inputs, decision.message)
     return decision
 
 
@@ -241,17 +262,46 @@ def schedule_all(
     return out
 
 
+class PodInfos:
+    """`pod_info` of pod bodies that are never changed (stored versions, a scale-down plan's pods),
+    compiled once per object: the cluster-autoscaler asks `fits` for the same pods on many nodes.
+    Each object is kept with its answer, so its identity cannot be reused; at `limit` entries the
+    memory starts over."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._by_id: dict[int, tuple[Mapping[str, Any], PodInfo]] = {}
+
+    def __call__(self, pod: Mapping[str, Any]) -> PodInfo:
+        kept = self._by_id.get(id(pod))
+        if kept is not None and kept[0] is pod:
+            return kept[1]
+        if len(self._by_id) >= self.limit:
+            self._by_id.clear()
+        info = pod_info(dict(pod))
+        self._by_id[id(pod)] = (pod, info)
+        return info
+
+
+def _compiled(pod: Mapping[str, Any]) -> PodInfo:
+    return pod_info(dict(pod))
+
+
 def fits(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods_on_node: Iterable[Mapping[str, Any]] = (),
+    infos: Callable[[Mapping[str, Any]], PodInfo] = _compiled,
 ) -> list[str]:
-    """Whether `pod` would pass every filter on `node` holding `pods_on_node`: [] if so, else the reasons."""
+    """Whether `pod` would pass every filter on `node` holding `pods_on_node`: [] if so, else the reasons.
+
+    `infos` compiles a pod body (`PodInfos` to compile each unchanged body once). The pods on the
+    node are placed there by their compiled form's node name (all that binding changes of it)."""
     name = str((node.get("metadata") or {}).get("name") or "template")
     snapshot = ClusterSnapshot()
     snapshot.set_node({**node, "metadata": {**(node.get("metadata") or {}), "name": name}})
     for other in pods_on_node:
-        body = dict(other)
-        body["spec"] = {**(other.get("spec") or {}), "nodeName": name}
-        snapshot.add_pod(pod_info(body))
-    info = pod_info(dict(pod))
+        snapshot.add_pod(dataclasses.replace(infos(other), node_name=name))
+    info = infos(pod)
     status = Cycle(info, snapshot).filter(snapshot.nodes[name])
     return [] if status is None else list(status.reasons)

@@ -124,6 +124,7 @@ class SchedulerModel:
         # The scheduler's client-side rate limit: each scheduling attempt ends in a request (the
         # binding, or the status of a pod that does not fit). None: no limit.
         self.client_limit: ratelimit.TokenBucket | None = None
+        self._fit_infos = framework.PodInfos()
 
     # ---- wiring ---------------------------------------------------------------------------
     @property
@@ -155,8 +156,11 @@ class SchedulerModel:
     def fits(
         self, pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]] = ()
     ) -> list[str]:
-        """The filters' verdict for a pod on a (template) node: [] when it fits, else the reasons."""
-        return framework.fits(pod, node, pods_on_node)
+        """The filters' verdict for a pod on a (template) node: [] when it fits, else the reasons.
+
+        The bodies are compiled once each (`framework.PodInfos`): callers pass stored pod versions
+        and bodies they never change."""
+        return framework.fits(pod, node, pods_on_node, self._fit_infos)
 
     # ---- watch ----------------------------------------------------------------------------
     def _on_event(self, event: WatchEvent) -> None:

@@ -372,6 +372,9 @@ class ClusterSnapshot:
         # The filter statuses of the last pass over all nodes that found none feasible: its
         # generation, the filter key of the pod (`Cycle.filter_key`), the statuses per node.
         self._unfeasible: tuple[int, Hashable, dict[str, Status]] | None = None
+        # The FailedScheduling message of the last pod that fit nowhere, with what it was worked out
+        # from besides the statuses (see `unfeasible_message`).
+        self._unfeasible_message: tuple[int, Hashable, Any, str] | None = None
 
     @classmethod
     def of(cls, nodes: Iterable[Obj], pods: Iterable[Obj] = ()) -> ClusterSnapshot:
@@ -461,6 +464,19 @@ class ClusterSnapshot:
     def remember_unfeasible(self, key: Hashable, statuses: dict[str, Status]) -> None:
         """Keep the statuses of a pass over all nodes that found none feasible (see `unfeasible`)."""
         self._unfeasible = (self.generation, key, statuses)
+
+    def unfeasible_message(self, key: Hashable, post_filter: Any) -> str | None:
+        """The message of the last pod with this filter key that fit nowhere and that preemption
+        could not help, if nothing the filters read has changed since and PostFilter's inputs
+        (`post_filter`: the pod's priority and preemption policy, the budgets) are equal."""
+        known = self._unfeasible_message
+        if known is None or known[0] != self.generation or known[1] != key or known[2] != post_filter:
+            return None
+        return known[3]
+
+    def remember_unfeasible_message(self, key: Hashable, post_filter: Any, message: str) -> None:
+        """Keep the message of a pod that fit nowhere and had no preemption candidate."""
+        self._unfeasible_message = (self.generation, key, post_filter, message)
 
     def unnamed_statuses(self, key: Hashable, compute: Callable[[], dict[str, Status]]) -> dict[str, Status]:
         """The statuses `compute` gives for nodes a pod's affinity does not name, remembered under

@@ -113,8 +113,21 @@ def step(c: Cluster, rng: random.Random) -> None:
                 new["metadata"]["deletionTimestamp"] = rfc3339(now)
 
             store.mutate(PODS, md["namespace"], md["name"], terminate)
-        else:
+        elif choice < 0.92:
             store.remove(PODS, md["namespace"], md["name"])
+        else:  # released: no controller owns it now (the set may claim it again)
+
+            def release(new: Obj) -> None:
+                new["metadata"].pop("ownerReferences", None)
+
+            store.mutate(PODS, md["namespace"], md["name"], release)
+    elif roll < 0.75 and existing is not None:  # a pod no controller owns, on a node
+        labels = {"app": rng.choice(SETS)}
+        body = {
+            "metadata": {"name": f"bare-{rng.randrange(10**6)}", "namespace": "default", "labels": labels}
+        }
+        body["spec"] = {**pod_template(labels)["spec"], "nodeName": node}
+        store.create(PODS, body)
     elif roll < 0.8:
         name = rng.choice(SETS)
 

@@ -8,9 +8,10 @@ import copy
 import random
 from typing import Any
 
-from shipshape.emulator.scheduler import framework
+from shipshape.emulator.scheduler import framework, preemption
 from shipshape.emulator.scheduler.plugins import Cycle, Profile
 from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, PodInfo, pod_info
+from shipshape.kube import labels as labelsel
 from tests.unit.emulator.scheduler.builders import node, pod, taint, toleration
 
 Obj = dict[str, Any]
@@ -274,3 +275,71 @@ def test_a_pod_like_one_that_fit_nowhere_sees_each_change() -> None:
     # A node gone.
     snapshot.remove_node("n2")
     assert attempt().message.startswith("0/1 nodes are available: 1 Insufficient cpu, 1 Too many pods.")
+
+
+def test_a_kept_failure_message_equals_preemption_worked_out_anew() -> None:
+    """Pods that fit nowhere, of several priorities and preemption policies, with budgets that change
+    beside the snapshot (they are not part of what the message is kept for): the message kept for a
+    pod like the last one equals preemption run afresh."""
+    rng = random.Random(14)
+    names = [f"n{i}" for i in range(5)]
+    nodes = {name: node(name, cpu=rng.choice(["2", "4"]), pods=110, zone=rng.choice(ZONES)) for name in names}
+    assigned: dict[tuple[str, str], Obj] = {}
+    warm = ClusterSnapshot.of(nodes.values())
+    budgets: list[preemption.Budget] = []
+    served_from_memory = 0
+
+    def bind(name: str, target: str) -> None:
+        body = pod(
+            name,
+            cpu=rng.choice(["500m", "1", "1500m"]),
+            labels={"app": rng.choice(["web", "batch"])},
+            priority=rng.choice([0, 10, 100]),
+            node_name=target,
+        )
+        info = pod_info(body)
+        assigned.pop(info.key, None)
+        assigned[info.key] = body
+        warm.add_pod(info)
+
+    for i in range(12):
+        bind(f"low-{i}", rng.choice(names))
+    for step in range(3000):
+        action = rng.random()
+        if action < 0.05 and assigned:
+            key = rng.choice(sorted(assigned))
+            del assigned[key]
+            warm.remove_pod(key)
+        elif action < 0.10:
+            bind(f"low-{rng.randrange(20)}", rng.choice(names))
+        elif action < 0.16:  # a budget's allowance moves: the snapshot does not see it
+            budgets = [
+                preemption.Budget(
+                    "default",
+                    labelsel.from_label_selector({"matchLabels": {"app": app}}),
+                    rng.randrange(3),
+                )
+                for app in rng.sample(["web", "batch"], rng.randrange(3))
+            ]
+        elif action < 0.18:
+            name = rng.choice(names)
+            nodes[name] = node(name, cpu=rng.choice(["2", "4"]), pods=110, zone=rng.choice(ZONES))
+            warm.set_node(nodes[name])
+        spec = {"preemptionPolicy": "Never"} if rng.random() < 0.2 else None
+        body = pod(f"p-{step}", cpu=rng.choice(["3", "5"]), priority=rng.choice([5, 50, 1000]), spec=spec)
+        info = pod_info(body)
+        fresh = ClusterSnapshot.of(nodes.values(), assigned.values())
+        start = rng.randrange(10) if rng.random() < 0.1 else warm.next_start_index
+        key = Cycle(info, warm).filter_key()
+        profile = Profile()
+        inputs = (profile.preemption, info.priority, info.preempt_never, info.nominated_node)
+        if warm.unfeasible_message((start, key), inputs) is not None:
+            served_from_memory += 1
+        seed = rng.random()
+        warm.next_start_index = fresh.next_start_index = start
+        got = framework.schedule_one(info, warm, profile=profile, rng=random.Random(seed), budgets=budgets)
+        want = framework.schedule_one(info, fresh, profile=profile, rng=random.Random(seed), budgets=budgets)
+        assert (got.node, got.message, got.nominated_node) == (want.node, want.message, want.nominated_node)
+        assert [v.key for v in got.victims] == [v.key for v in want.victims]
+        assert got.statuses == want.statuses
+    assert served_from_memory >= 50
