@@ -241,7 +241,7 @@ def serve(
     placer = ReplicaPlacer(own, config, risk, RealClock(), metrics)
     server = https_server(create_app(placer, metrics), cert, key)
     conn.send((sock.getsockname()[1], None))
-    uvloop.run(server.serve(sockets=[sock]))
+    uvloop.run(server.serve([sock]))
 
 
 def plan(loops: Replica, config: ControllerConfig, stats: Any) -> None:

@@ -49,7 +49,7 @@ from shipshape.controller.state import ClusterState
 from shipshape.controller.state.views import Relay, Replica
 from shipshape.controller.webhook import messages
 from shipshape.controller.webhook.admission import ReplicaPlacer
-from shipshape.controller.webhook.server import create_app, https_server, running
+from shipshape.controller.webhook.server import HttpsServer, create_app, https_server, running
 from shipshape.kube.clock import Clock
 
 LOG = logging.getLogger("shipshape.controller.webhook")
@@ -160,7 +160,7 @@ class _Webhook:
         )
         self._send_lock = threading.Lock()
         self._expositions: _Replies[bytes] = _Replies()
-        self.server: Any = None
+        self.server: HttpsServer | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop = asyncio.Event()
 
@@ -211,9 +211,8 @@ class _Webhook:
         elif isinstance(message, messages.Exposition):
             self._expositions.put(message.request, message.text)
         elif isinstance(message, messages.ServingCertificate):
-            ssl_context = getattr(getattr(self.server, "config", None), "ssl", None)
-            if ssl_context is not None:
-                ssl_context.load_cert_chain(message.cert_file, message.key_file)
+            if self.server is not None:
+                self.server.ssl.load_cert_chain(message.cert_file, message.key_file)
         elif isinstance(message, messages.Stop):
             self._stop_serving()
 
