@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shipshape.controller.packing import fullest_fitting
 from shipshape.controller.placement import GroupCounts, Pool
 from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
@@ -606,3 +607,41 @@ def test_packing_rooms_kept_per_pod_shape_equal_rooms_worked_out_afresh(seed: in
         event = cluster.change()
         state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
         assert rooms(state) == rooms(rebuilt(cluster, config)), f"seed {seed}, step {step}"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_fullest_rooms_equal_ranking_the_packing_rooms(seed: int) -> None:
+    """The webhook's packing answer in one pass (`fullest_rooms`) equals `packing.fullest_fitting`
+    over `packing_rooms`, of this state and of one rebuilt from scratch, after every single event:
+    pods that fit everywhere, on some nodes or nowhere, with and without avoided nodes."""
+    rng = random.Random(700 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    pod = {"metadata": {"name": "new", "namespace": "shop"}, "spec": {"containers": []}}
+    shapes = [(CapacityType.ON_DEMAND, None)]
+    shapes += [(CapacityType.SPOT, Pool(t, z)) for t in TYPES for z in ZONES]
+    extra = ({"key": "spot", "operator": "Exists"},)
+    gi = 1024**3
+    requests = ((100, 128 * 1024**2), (1500, gi), (3000, 6 * gi), (500, 8 * gi - 1))
+    for step in range(500):
+        event = cluster.change()
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        fresh = rebuilt(cluster, config) if step % 5 == 0 else None
+        for capacity, pool in shapes:
+            for tolerations in ((), extra):
+                for avoided in ((), ("node-1", "node-4")):
+                    for wanted in requests:
+                        for limit in (1, 3):
+                            kept = state.fullest_rooms(
+                                pod, wanted, capacity, pool, tolerations, avoided, limit
+                            )
+                            ranked = fullest_fitting(
+                                wanted, state.packing_rooms(pod, capacity, pool, tolerations, avoided), limit
+                            )
+                            assert kept == ranked, f"seed {seed}, step {step}"
+                            if fresh is not None:
+                                rooms = fresh.packing_rooms(pod, capacity, pool, tolerations, avoided)
+                                assert kept == fullest_fitting(wanted, rooms, limit), (
+                                    f"seed {seed}, step {step}"
+                                )

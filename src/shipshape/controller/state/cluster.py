@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from shipshape.contracts import notices as notice_contract
 from shipshape.contracts.annotations import EMULATOR_SPOT_INTERRUPTION_TAINT, DecisionRecord
 from shipshape.controller import growth
 from shipshape.controller.packing import (
+    PACKING_WEIGHTS,
     NodeRoom,
     Room,
     is_placeholder,
@@ -898,15 +900,7 @@ class ClusterState:
         pod (with the extra `tolerations`) tolerates and that pass its nodeSelector and required node
         affinity.
         """
-        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
-        affinity = RequiredNodeAffinity.of(pod)
-        # repr of JSON data is exact: equal text, equal tolerations
-        key = (capacity, pool, affinity, repr(own))
-        eligible = self._eligible.get(key)
-        if eligible is None:
-            if len(self._eligible) >= MAX_ELIGIBLE_SHAPES:
-                self._eligible.clear()
-            eligible = self._eligible[key] = self._eligible_nodes(capacity, pool, affinity, own)
+        eligible = self._eligible_for(pod, capacity, pool, tolerations)
         skipped = set(avoided)
         rooms: list[NodeRoom] = []
         for name, host, cpu_allocatable, memory_allocatable, pods_allocatable in eligible:
@@ -917,6 +911,71 @@ class ClusterState:
                 NodeRoom(name, host, cpu_allocatable, memory_allocatable, pods_allocatable, cpu, memory, pods)
             )
         return rooms
+
+    def fullest_rooms(
+        self,
+        pod: Mapping[str, Any],
+        requests: tuple[int, int],
+        capacity: CapacityType,
+        pool: Pool | None = None,
+        tolerations: Iterable[Mapping[str, Any]] = (),
+        avoided: Iterable[str] = (),
+        limit: int = len(PACKING_WEIGHTS),
+    ) -> tuple[NodeRoom, ...]:
+        """`packing.fullest_fitting(requests, self.packing_rooms(...))` in one pass over the eligible
+        nodes' numbers (the webhook asks for every pod it places; the same arithmetic, so the same
+        ranking): the `limit` nodes fullest once a pod requesting `requests` is on them, among those it
+        fits, fullest first, ties by name."""
+        eligible = self._eligible_for(pod, capacity, pool, tolerations)
+        cpu, memory = requests
+        skipped = avoided if isinstance(avoided, (set, frozenset)) else set(avoided)
+        usage = self._node_usage
+        ranked: list[tuple[float, str, tuple[str, int, int, int, int, int, int]]] = []
+        for name, host, cpu_allocatable, memory_allocatable, pods_allocatable in eligible:
+            if name in skipped:
+                continue
+            used = usage.get(name)
+            cpu_requested, memory_requested, pods = (used[0], used[1], used[2]) if used else (0, 0, 0)
+            cpu_after, memory_after = cpu_requested + cpu, memory_requested + memory
+            if (
+                cpu_after > cpu_allocatable
+                or memory_after > memory_allocatable
+                or pods + 1 > pods_allocatable
+                or cpu_allocatable <= 0
+                or memory_allocatable <= 0
+            ):
+                continue
+            fill = (cpu_after / cpu_allocatable + memory_after / memory_allocatable) / 2
+            room = (
+                host,
+                cpu_allocatable,
+                memory_allocatable,
+                pods_allocatable,
+                cpu_requested,
+                memory_requested,
+                pods,
+            )
+            ranked.append((-fill, name, room))  # names are unique: the rooms are never compared
+        return tuple(NodeRoom(name, *room) for _, name, room in heapq.nsmallest(limit, ranked))
+
+    def _eligible_for(
+        self,
+        pod: Mapping[str, Any],
+        capacity: CapacityType,
+        pool: Pool | None,
+        tolerations: Iterable[Mapping[str, Any]],
+    ) -> tuple[tuple[str, str, int, int, int], ...]:
+        """The nodes a pod of this shape may land on (`_eligible_nodes`), kept per shape."""
+        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
+        affinity = RequiredNodeAffinity.of(pod)
+        # repr of JSON data is exact: equal text, equal tolerations
+        key = (capacity, pool, affinity, repr(own))
+        eligible = self._eligible.get(key)
+        if eligible is None:
+            if len(self._eligible) >= MAX_ELIGIBLE_SHAPES:
+                self._eligible.clear()
+            eligible = self._eligible[key] = self._eligible_nodes(capacity, pool, affinity, own)
+        return eligible
 
     def _eligible_nodes(
         self,

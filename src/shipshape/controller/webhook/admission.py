@@ -17,7 +17,7 @@ import orjson
 
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.metrics import ControllerMetrics
-from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
+from shipshape.controller.packing import NodeRoom, pod_requests
 from shipshape.controller.placement import (
     Decision,
     PlacementView,
@@ -310,14 +310,14 @@ class PodPlacer:
             return ()
         if capacity is CapacityType.SPOT and decision.pool is None:
             return ()
-        rooms = self.cache.packing_rooms(
+        fullest = self.cache.fullest_rooms(
             pod,
+            pod_requests(pod),
             capacity,
             decision.pool,
             tolerations if capacity is CapacityType.SPOT else (),
             decision.avoided_nodes,
         )
-        fullest = fullest_fitting(pod_requests(pod), rooms)
         self.metrics.packed.labels(capacity_type=capacity.value, packed=str(bool(fullest)).lower()).inc()
         return fullest
 
