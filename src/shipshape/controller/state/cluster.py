@@ -192,6 +192,34 @@ class _GroupChanges:
 
 
 @dataclass(slots=True)
+class _PlacedCounts:
+    """A group's active pods by capacity type and spot pool (`ClusterState._placed_counts`): what each
+    counted pod counts as, their sums at `node_version`, the pods touched since (None: every pod is
+    counted again), and the answer until then."""
+
+    node_version: int
+    of_pod: dict[tuple[str, str], tuple[CapacityType, Pool | None]] = field(default_factory=dict)
+    on_demand: int = 0
+    unplaced: int = 0
+    by_pool: dict[Pool, int] = field(default_factory=dict)
+    touched: set[tuple[str, str]] | None = field(default_factory=set)
+    counts: GroupCounts | None = None
+
+    def add(self, placement: tuple[CapacityType, Pool | None], sign: int) -> None:
+        capacity, pool = placement
+        if capacity is CapacityType.ON_DEMAND:
+            self.on_demand += sign
+        elif pool is None:
+            self.unplaced += sign
+        else:
+            left = self.by_pool.get(pool, 0) + sign
+            if left:
+                self.by_pool[pool] = left
+            else:
+                del self.by_pool[pool]
+
+
+@dataclass(slots=True)
 class _KeptWorkload:
     """A workload's state and what it was derived from, so that a change of a few of its pods updates it
     pod by pod (`ClusterState.workload_state`): the active pods' names in order, their states in the
@@ -512,8 +540,8 @@ class ClusterState:
         # after a capacity-label key new to the cluster) (`workload_state`).
         self._versions = itertools.count(1)
         self._group_versions: dict[GroupKey, int] = {}
-        # Per group: (group version, node version) and its pods' counts then (`_placed_counts`).
-        self._placed: dict[GroupKey, tuple[tuple[int, int], GroupCounts]] = {}
+        # Per group the webhook asked about: its active pods' counts, kept pod by pod (`_placed_counts`).
+        self._placed: dict[GroupKey, _PlacedCounts] = {}
         self._pdb_versions: dict[str, int] = {}
         self._pdb_answers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Obj, ...]] = {}
         # Each pod's state as the loops see it, with the pod object and the inputs it was derived from.
@@ -1034,6 +1062,14 @@ class ClusterState:
         """A group changed: `pod` (its key) joined, changed or left it, or (None) its ReplicaSet did."""
         self._group_versions[group] = next(self._versions)
         self._dirty_groups.add(group)
+        placed = self._placed.get(group)
+        if placed is not None and placed.touched is not None:
+            if pod is None:
+                placed.touched = None
+            else:
+                placed.touched.add(pod)
+                if len(placed.touched) > MAX_GROUP_CHANGES:
+                    placed.touched = None
         if pod is None:
             return
         changes = self._group_changes.get(group)
@@ -1452,8 +1488,7 @@ class ClusterState:
         assumed = self._assumed_totals.get(group)
         counts = assumed.copy() if assumed is not None else GroupCounts()
         placed = self._placed_counts(group)
-        # Adding the pods' counts pool by pool (in the order the pods first name them) gives the
-        # same counts, pools in the same order, as adding the pods one by one.
+        # Adding the pods' counts pool by pool gives the same counts as adding the pods one by one.
         counts.on_demand += placed.on_demand
         counts.spot_unplaced += placed.spot_unplaced
         for pool, number in placed.spot_by_pool.items():
@@ -1461,20 +1496,32 @@ class ClusterState:
         return counts
 
     def _placed_counts(self, group: GroupKey) -> GroupCounts:
-        """The group's active pods by capacity and pool, kept until a pod of the group or a node's
-        placement changes (the group's version and the node version say so): the webhook asks for
-        every pod it admits, and a burst of admissions for one workload would count its pods each time."""
-        stamp = (self._group_versions.get(group, 0), self._node_version)
+        """The group's active pods by capacity and pool, kept pod by pod: the webhook asks for every pod
+        it admits, and informer events change one pod of a group at a time (only the pods touched
+        since are counted again; all of them after a node-version change)."""
         kept = self._placed.get(group)
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
-        # `GroupCounts.add` of one pod at a time, unrolled: a burst of admissions for one workload
-        # changes its group's version with every pod, so this loop runs for each of them.
-        on_demand = unplaced = 0
-        by_pool: dict[Pool, int] = {}
+        if kept is None or kept.node_version != self._node_version or kept.touched is None:
+            kept = self._placed[group] = _PlacedCounts(self._node_version)
+            self._count_placed(kept, self._pods_by_group.get(group, {}).items())
+        elif kept.touched:
+            members = self._pods_by_group.get(group, {})
+            touched, kept.touched = kept.touched, set()
+            self._count_placed(kept, ((key, members.get(key)) for key in touched))
+        if kept.counts is None:
+            kept.counts = GroupCounts(kept.on_demand, dict(kept.by_pool), kept.unplaced)
+        return kept.counts
+
+    def _count_placed(
+        self, kept: _PlacedCounts, pods: Iterable[tuple[tuple[str, str], Mapping[str, Any] | None]]
+    ) -> None:
+        """Count `pods` (None: gone from the group) in `kept` again, in place of what they counted."""
         placements = self._placements
-        for key, pod in self._pods_by_group.get(group, {}).items():
-            if not is_active(pod):
+        of_pod, by_pool = kept.of_pod, kept.by_pool
+        for key, pod in pods:
+            old = of_pod.pop(key, None)
+            if old is not None:
+                kept.add(old, -1)
+            if pod is None or not is_active(pod):
                 continue
             placement = placements.get(key)
             if placement is None:
@@ -1482,15 +1529,14 @@ class ClusterState:
             capacity, pool = placement
             if capacity is None:
                 continue
+            of_pod[key] = (capacity, pool)
             if capacity is CapacityType.ON_DEMAND:
-                on_demand += 1
+                kept.on_demand += 1
             elif pool is None:
-                unplaced += 1
+                kept.unplaced += 1
             else:
                 by_pool[pool] = by_pool.get(pool, 0) + 1
-        counts = GroupCounts(on_demand, by_pool, unplaced)
-        self._placed[group] = (stamp, counts)
-        return counts
+        kept.counts = None
 
     def assume(
         self, decision_id: str, group: GroupKey, capacity: CapacityType, pool: Pool | None, now: float
