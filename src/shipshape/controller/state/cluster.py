@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
@@ -983,8 +982,9 @@ class ClusterState:
                 memory_requested,
                 pods,
             )
-            ranked.append((-fill, name, room))  # names are unique: the rooms are never compared
-        return tuple(NodeRoom(name, *room) for _, name, room in heapq.nsmallest(limit, ranked))
+            ranked.append((-fill, name, room))
+        ranked.sort()  # by fill, then name (names are unique: the rooms are never compared)
+        return tuple(NodeRoom(name, *room) for _, name, room in ranked[:limit])
 
     def _eligible_for(
         self,
