@@ -277,3 +277,37 @@ async def test_pipelined_requests_are_answered_in_order_and_garbage_closes_the_c
     assert answers[3].startswith(b"HTTP/1.1 200 OK") and b"connection: close" in answers[3]
     garbage = await asyncio.to_thread(_raw_exchange, url, context, b"NOT HTTP AT ALL\r\n\r\n", 2)
     assert len(garbage) == 1 and garbage[0].startswith(b"HTTP/1.1 400 Bad Request")
+
+
+async def test_a_client_that_waits_for_100_continue_gets_it_then_its_answer(
+    served: tuple[Harness, str, ssl.SSLContext, dict[str, Any]],
+) -> None:
+    import asyncio
+    import json
+    import socket
+
+    _, url, context, rs = served
+    body = json.dumps(review(pod_of(rs), uid="continued")).encode()
+    port = int(url.rsplit(":", 1)[1])
+
+    def exchange() -> tuple[bytes, bytes]:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+        ):
+            conn.sendall(
+                b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n" % len(body)
+            )
+            interim = conn.recv(65536)  # before the body is sent
+            conn.sendall(body)
+            answer = b""
+            while b'"uid":"continued"' not in answer:
+                chunk = conn.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            return interim, answer
+
+    interim, answer = await asyncio.to_thread(exchange)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert answer.startswith(b"HTTP/1.1 200 OK")

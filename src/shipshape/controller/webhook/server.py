@@ -157,8 +157,9 @@ class _Connection(asyncio.Protocol):
         self.body: list[bytes] = []
         self.size = 0
         self.too_large = False
-        # A request begun and not complete yet.
+        # A request begun and not complete yet; whether its client waits for "100 Continue".
         self.reading = False
+        self.expects_continue = False
         # Complete requests not answered yet, while an earlier one waits (pipelining): method, path,
         # body, keep-alive.
         self.queued: deque[tuple[bytes, bytes, bytes, bool]] = deque()
@@ -195,6 +196,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.reading = True
+        self.expects_continue = False
         self.url = b""
         self.body = []
         self.size = 0
@@ -204,8 +206,16 @@ class _Connection(asyncio.Protocol):
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-length" and value.strip().isdigit() and int(value) > MAX_BODY_BYTES:
+        name = name.lower()
+        if name == b"content-length" and value.strip().isdigit() and int(value) > MAX_BODY_BYTES:
             self.too_large = True
+        elif name == b"expect" and value.strip().lower() == b"100-continue":
+            self.expects_continue = True
+
+    def on_headers_complete(self) -> None:
+        # A client that waits for it before sending the body (curl does for larger bodies).
+        if self.expects_continue and not self.too_large and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         # Read to its end, kept only up to the limit: answered once sent (a client still sending when the
