@@ -20,6 +20,7 @@ from shipshape.controller.placement import GroupCounts, Pool
 from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import KINDS, ClusterState, GroupKey, summarize_nodes, workloads
+from shipshape.controller.state import cluster as cluster_state
 from shipshape.controller.state.views import Fanout, Replica
 
 Obj = dict[str, Any]
@@ -609,11 +610,17 @@ def test_packing_rooms_kept_per_pod_shape_equal_rooms_worked_out_afresh(seed: in
         assert rooms(state) == rooms(rebuilt(cluster, config)), f"seed {seed}, step {step}"
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_fullest_rooms_equal_ranking_the_packing_rooms(seed: int) -> None:
-    """The webhook's packing answer in one pass (`fullest_rooms`) equals `packing.fullest_fitting`
-    over `packing_rooms`, of this state and of one rebuilt from scratch, after every single event:
-    pods that fit everywhere, on some nodes or nowhere, with and without avoided nodes."""
+@pytest.mark.parametrize(("seed", "bounds"), [(0, None), (1, None), (2, (3, 5))])
+def test_fullest_rooms_equal_ranking_the_packing_rooms(
+    seed: int, bounds: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The webhook's packing answer from its kept rankings (`fullest_rooms`) equals
+    `packing.fullest_fitting` over `packing_rooms`, of this state and of one rebuilt from scratch,
+    after every single event: pods that fit everywhere, on some nodes or nowhere, with and without
+    avoided nodes; `bounds`: so few rankings and usage changes kept that both run over."""
+    if bounds is not None:
+        monkeypatch.setattr(cluster_state, "MAX_RANKINGS", bounds[0])
+        monkeypatch.setattr(cluster_state, "MAX_USAGE_LOG", bounds[1])
     rng = random.Random(700 + seed)
     config = ControllerConfig()
     cluster = Cluster(rng)
