@@ -311,3 +311,61 @@ async def test_a_client_that_waits_for_100_continue_gets_it_then_its_answer(
     interim, answer = await asyncio.to_thread(exchange)
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert answer.startswith(b"HTTP/1.1 200 OK")
+
+
+async def test_a_rotated_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
+    """What the certificate rotation does (the controller's and the webhook process's): the new chain
+    loaded into the server's TLS context, without a restart."""
+    h = Harness()
+    old = generate_certificates(["localhost"], ["127.0.0.1"], now=h.clock.now())
+    new = generate_certificates(["localhost"], ["127.0.0.1"], now=h.clock.now())
+    old_ca, old_cert, old_key = write_bundle(old, tmp_path / "old")
+    new_ca, new_cert, new_key = write_bundle(new, tmp_path / "new")
+    server = https_server(create_app(h.placer, h.metrics), old_cert, old_key)
+    sock = bind("127.0.0.1", 0)
+    url = f"https://127.0.0.1:{sock.getsockname()[1]}/healthz"
+    trusts_old = ssl.create_default_context(cafile=str(old_ca))
+    trusts_new = ssl.create_default_context(cafile=str(new_ca))
+    try:
+        async with running(server, sock):
+            async with httpx.AsyncClient(verify=trusts_old) as client:
+                assert (await client.get(url)).text == "ok"
+            server.ssl.load_cert_chain(str(new_cert), str(new_key))
+            async with httpx.AsyncClient(verify=trusts_new) as client:
+                assert (await client.get(url)).text == "ok"
+            async with httpx.AsyncClient(verify=trusts_old) as client:
+                with pytest.raises(httpx.ConnectError):
+                    await client.get(url)
+    finally:
+        sock.close()
+
+
+async def test_a_stop_answers_the_review_in_flight_and_takes_no_new_connection(tmp_path: Path) -> None:
+    import asyncio
+
+    from shipshape.controller.webhook.server import OWNER_WAIT_SECONDS
+
+    h = Harness()
+    dep = deployment("web", 2, ENABLED)
+    rs = replicaset(dep)  # never added: its pod waits for it as long as the server lets it
+    h.add(namespace("shop"), dep, node("od", "on-demand"), node("s1", "spot"))
+    bundle = generate_certificates(["localhost"], ["127.0.0.1"], now=h.clock.now())
+    ca_file, cert_file, key_file = write_bundle(bundle, tmp_path / "certs")
+    server = https_server(create_app(h.placer, h.metrics), cert_file, key_file)
+    sock = bind("127.0.0.1", 0)
+    url = f"https://127.0.0.1:{sock.getsockname()[1]}"
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        async with running(server, sock), httpx.AsyncClient(verify=context) as client:
+            waiting = asyncio.create_task(client.post(f"{url}/mutate", json=review(pod_of(rs))))
+            await asyncio.sleep(OWNER_WAIT_SECONDS / 4)
+            server.exit()
+            await asyncio.sleep(0.3)  # uvicorn looks at its exit flag every 0.1 s
+            async with httpx.AsyncClient(verify=context) as late:
+                with pytest.raises(httpx.ConnectError):
+                    await late.get(f"{url}/healthz")
+            answer = await waiting
+            assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True
+            assert answer.headers["connection"] == "close"
+    finally:
+        sock.close()

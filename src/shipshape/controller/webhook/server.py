@@ -1,17 +1,19 @@
 """The webhook's HTTPS server: POST /mutate, GET /healthz, GET /metrics.
 
-HTTP/1.1 over TLS on asyncio (uvloop where the process runs one), requests parsed by httptools. The
-API server calls a webhook over a few keep-alive connections with small JSON bodies, and every
-admission waits for the answer, so the server does no more per request than that needs: a review is
-answered on the event loop as soon as its body is complete, and the response goes out in one write
-(one TLS record). A general ASGI stack (uvicorn and Starlette) cost about 0.1-0.25 ms of CPU a request
-more here, as much as the placement itself.
+uvicorn serves it over TLS (its httptools protocol; uvloop in the webhook process). The API server
+calls a webhook over a few keep-alive connections with small JSON bodies, and every admission waits
+for the answer, so the application is a plain ASGI callable (`WebhookApp`) rather than a framework's:
+three routes told apart by comparing the path, the body read in one `receive` when it came in one
+piece, and each answer sent as one `http.response.start` and one `http.response.body` with headers
+made once. Starlette's routing, request and response objects on the same uvicorn cost 10-30 µs more
+server CPU a request (bench/README.md).
 
-What it keeps of a general server: keep-alive (an idle connection closes after
-`KEEP_ALIVE_SECONDS`), pipelined requests answered in order, 400 for what is not HTTP or not a review,
-413 for a body over `MAX_BODY_BYTES`, 404/405, 500 for an error outside the placer (which admits the
-pod unmodified on its own errors: fail-open), and a graceful stop (no new connections, the requests in
-flight answered, then every connection closed).
+What uvicorn provides: keep-alive (an idle connection closes after `KEEP_ALIVE_SECONDS`), pipelined
+requests answered in order, "100 Continue" for a client that waits for it, 400 for what is not HTTP,
+HEAD, and a graceful stop (no new connections, the requests in flight answered for up to
+`STOP_GRACE_SECONDS`, then every connection closed). What the application adds: 400 for what is not
+a review, 413 for a body over `MAX_BODY_BYTES`, 404/405, and 500 for an error outside the placer
+(which admits the pod unmodified on its own errors: fail-open).
 """
 
 from __future__ import annotations
@@ -21,15 +23,14 @@ import logging
 import socket
 import ssl
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any
 
-import httptools
 import orjson
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shipshape.controller.metrics import ControllerMetrics
@@ -44,40 +45,80 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 # timeout the webhook is registered with, as a busy controller's feed can lag by more than a moment.
 OWNER_WAIT_SECONDS = 1.0
 OWNER_WAIT_STEP_SECONDS = 0.005
-# An idle keep-alive connection (or one that sends part of a request and stops) is closed after this.
-KEEP_ALIVE_SECONDS = 60.0
-# How often idle connections are looked for.
-SWEEP_SECONDS = 5.0
+# An idle keep-alive connection is closed after this.
+KEEP_ALIVE_SECONDS = 60
 # A graceful stop waits this long for the requests in flight.
-STOP_GRACE_SECONDS = 5.0
+STOP_GRACE_SECONDS = 5
 
-_REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    413: b"Payload Too Large",
-    500: b"Internal Server Error",
-}
-JSON = b"application/json"
-TEXT = b"text/plain; charset=utf-8"
+# ASGI's messages and callables (https://asgi.readthedocs.io/en/latest/specs/www.html).
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+Headers = list[tuple[bytes, bytes]]
+_JSON = (b"content-type", b"application/json")
+_TEXT = (b"content-type", b"text/plain; charset=utf-8")
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
     body: bytes
-    content_type: bytes = JSON
-    allow: bytes = b""
+    headers: Headers
 
 
-def _error(status: int, message: str) -> Answer:
-    return Answer(status, orjson.dumps({"error": message}))
+def _length(body: bytes) -> tuple[bytes, bytes]:
+    return (b"content-length", b"%d" % len(body))
+
+
+def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Answer:
+    return Answer(status, body, [_JSON, _length(body), *extra])
+
+
+def _text(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Answer:
+    return Answer(status, body, [_TEXT, _length(body), *extra])
+
+
+def _error(status: int, message: str, *extra: tuple[bytes, bytes]) -> Answer:
+    return _json(status, orjson.dumps({"error": message}), *extra)
+
+
+OK = _text(200, b"ok")
+NOT_FOUND = _text(404, b"Not Found")
+POST_ONLY = _text(405, b"Method Not Allowed", (b"allow", b"POST"))
+GET_ONLY = _text(405, b"Method Not Allowed", (b"allow", b"GET, HEAD"))
+INTERNAL_ERROR = _text(500, b"Internal Server Error")
+# The connection closes after it: a client that sends so much is not one to keep talking to.
+TOO_LARGE = _error(413, "request body too large", (b"connection", b"close"))
+
+
+class _Gone(Exception):
+    """The client closed the connection before its request's body was in."""
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """The request's body, or None when it is larger than `MAX_BODY_BYTES` (read to its end all the
+    same: a client still sending when the connection closes would see it reset, not the answer)."""
+    message = await receive()
+    if message["type"] != "http.request":
+        raise _Gone
+    if not message.get("more_body", False):
+        return bytes(message.get("body", b""))  # the usual review: all of it in one message
+    chunks = [message.get("body", b"")]
+    size = len(chunks[0])
+    while message.get("more_body", False):
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size <= MAX_BODY_BYTES:
+            chunks.append(chunk)
+    return b"".join(chunks) if size <= MAX_BODY_BYTES else None
 
 
 class WebhookApp:
-    """The routes: what each request is answered (`answer` on the event loop; `answer_later` for the
-    requests that must wait, in a task)."""
+    """The routes, as an ASGI application: what each request is answered."""
 
     def __init__(
         self, placer: PodPlacer, metrics: ControllerMetrics, exposition: Callable[[], bytes] | None = None
@@ -86,53 +127,53 @@ class WebhookApp:
         self.metrics = metrics
         self.exposition = exposition
 
-    def answer(self, method: bytes, path: bytes, body: bytes) -> Answer | None:
-        """The answer to one request, or None when it must wait (then `answer_later`)."""
-        if path == b"/mutate":
-            if method != b"POST":
-                return Answer(405, b"Method Not Allowed", TEXT, b"POST")
-            started = time.perf_counter()
-            try:
-                review = orjson.loads(body)
-                if self.placer.awaiting_owner(review):
-                    return None  # its time is counted where it is answered
-                answer = Answer(200, orjson.dumps(self.placer.review(review)))
-            except (orjson.JSONDecodeError, BadReview) as exc:
-                self.metrics.webhook_errors.labels(stage="request").inc()
-                answer = _error(400, str(exc))
-            self.metrics.webhook_latency.observe(time.perf_counter() - started)
-            return answer
-        if path == b"/healthz":
-            if method not in (b"GET", b"HEAD"):
-                return Answer(405, b"Method Not Allowed", TEXT, b"GET, HEAD")
-            return Answer(200, b"ok", TEXT)
-        if path == b"/metrics":
-            if method not in (b"GET", b"HEAD"):
-                return Answer(405, b"Method Not Allowed", TEXT, b"GET, HEAD")
-            if self.exposition is None:
-                return Answer(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST.encode())
-            return None  # asks the controller process: on a worker thread
-        return Answer(404, b"Not Found", TEXT)
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        try:
+            answer = await self.answer(method, path, receive)
+        except _Gone:
+            return
+        except Exception:
+            LOG.exception("the webhook server failed to answer %s %s", method, path)
+            answer = INTERNAL_ERROR
+        await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+        await send({"type": "http.response.body", "body": answer.body})
 
-    async def answer_later(self, method: bytes, path: bytes, body: bytes) -> Answer:
-        if path == b"/metrics":
-            assert self.exposition is not None
-            text = await asyncio.get_running_loop().run_in_executor(None, self.exposition)
-            return Answer(200, text, CONTENT_TYPE_LATEST.encode())
-        # A review whose pod's owner the state does not hold yet: wait for it a little, in steps.
+    async def answer(self, method: str, path: str, receive: Receive) -> Answer:
+        if path == MUTATE_PATH:
+            if method != "POST":
+                return POST_ONLY
+            body = await _body(receive)
+            if body is None:
+                return TOO_LARGE
+            return await self.mutate(body)
+        if path == "/healthz":
+            return OK if method in ("GET", "HEAD") else GET_ONLY
+        if path == "/metrics":
+            if method not in ("GET", "HEAD"):
+                return GET_ONLY
+            if self.exposition is None:
+                text = generate_latest(self.metrics.registry)
+            else:  # asks the controller process: on a worker thread
+                text = await asyncio.get_running_loop().run_in_executor(None, self.exposition)
+            return Answer(200, text, [(b"content-type", CONTENT_TYPE_LATEST.encode()), _length(text)])
+        return NOT_FOUND
+
+    async def mutate(self, body: bytes) -> Answer:
+        """One AdmissionReview's answer. A pod whose owner the state does not hold yet waits for it a
+        little, in steps, other reviews going on meanwhile."""
         started = time.perf_counter()
         try:
             review = orjson.loads(body)
-            waited = OWNER_WAIT_STEP_SECONDS
-            await asyncio.sleep(OWNER_WAIT_STEP_SECONDS)
+            waited = 0.0
             while waited < OWNER_WAIT_SECONDS and self.placer.awaiting_owner(review):
                 await asyncio.sleep(OWNER_WAIT_STEP_SECONDS)
                 waited += OWNER_WAIT_STEP_SECONDS
-            try:
-                return Answer(200, orjson.dumps(self.placer.review(review)))
-            except BadReview as exc:
-                self.metrics.webhook_errors.labels(stage="request").inc()
-                return _error(400, str(exc))
+            return _json(200, orjson.dumps(self.placer.review(review)))
+        except (orjson.JSONDecodeError, BadReview) as exc:
+            self.metrics.webhook_errors.labels(stage="request").inc()
+            return _error(400, str(exc))
         finally:
             self.metrics.webhook_latency.observe(time.perf_counter() - started)
 
@@ -145,238 +186,17 @@ def create_app(
     return WebhookApp(placer, metrics, exposition)
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: requests parsed as they arrive, answered in order."""
+class HttpsServer(uvicorn.Server):
+    """uvicorn's server, with the TLS context it serves (`load_cert_chain` on it after a certificate
+    rotation: new connections get the new certificate) and a stop that any thread may ask for."""
 
-    def __init__(self, server: HttpsServer) -> None:
-        self.server = server
-        self.app = server.app
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
-        self.url = b""
-        self.body: list[bytes] = []
-        self.size = 0
-        self.too_large = False
-        # A request begun and not complete yet; whether its client waits for "100 Continue".
-        self.reading = False
-        self.expects_continue = False
-        # Complete requests not answered yet, while an earlier one waits (pipelining): method, path,
-        # body, keep-alive.
-        self.queued: deque[tuple[bytes, bytes, bytes, bool]] = deque()
-        self.waiting: asyncio.Task[None] | None = None
-        self.closing = False
-        self.last_active = 0.0
-
-    # --- asyncio.Protocol --------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TLS transport has the methods of `asyncio.Transport` without deriving from it.
-        self.transport = cast(asyncio.Transport, transport)
-        self.last_active = self.server.now()
-        self.server.connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
-        self.closing = True
-        if self.waiting is not None:
-            self.waiting.cancel()
-        self.transport = None
-        self.queued.clear()
-
-    def data_received(self, data: bytes) -> None:
-        self.last_active = self.server.now()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(400, "upgrades are not served")
-        except httptools.HttpParserError:
-            self._fail(400, "malformed HTTP request")
-
-    # --- httptools callbacks -----------------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.reading = True
-        self.expects_continue = False
-        self.url = b""
-        self.body = []
-        self.size = 0
-        self.too_large = False
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        if name == b"content-length" and value.strip().isdigit() and int(value) > MAX_BODY_BYTES:
-            self.too_large = True
-        elif name == b"expect" and value.strip().lower() == b"100-continue":
-            self.expects_continue = True
-
-    def on_headers_complete(self) -> None:
-        # A client that waits for it before sending the body (curl does for larger bodies).
-        if self.expects_continue and not self.too_large and self.transport is not None:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-    def on_body(self, body: bytes) -> None:
-        # Read to its end, kept only up to the limit: answered once sent (a client still sending when the
-        # connection closes would see it reset, not the answer).
-        self.size += len(body)
-        if self.size > MAX_BODY_BYTES:
-            self.too_large = True
-        if not self.too_large:
-            self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.reading = False
-        method = self.parser.get_method()
-        keep_alive = self.parser.should_keep_alive()
-        if self.too_large:
-            self._fail(413, "request body too large")
-            return
-        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        self.body = []
-        request = (method, self.url.split(b"?", 1)[0], body, keep_alive)
-        if self.waiting is not None or self.queued:
-            self.queued.append(request)
-            return
-        self._handle(request)
-
-    # --- answering ---------------------------------------------------------------------------------
-
-    def _handle(self, request: tuple[bytes, bytes, bytes, bool]) -> None:
-        method, path, body, keep_alive = request
-        try:
-            answer = self.app.answer(method, path, body)
-        except Exception:
-            LOG.exception("the webhook server failed to answer %s %s", method.decode(), path.decode())
-            answer = Answer(500, b"Internal Server Error", TEXT)
-        if answer is None:
-            self.waiting = asyncio.get_running_loop().create_task(self._later(request))
-            if self.transport is not None:
-                self.transport.pause_reading()  # what is pipelined behind it waits in the socket
-            return
-        self._respond(answer, keep_alive and not self.server.stopping, method == b"HEAD")
-
-    async def _later(self, request: tuple[bytes, bytes, bytes, bool]) -> None:
-        method, path, body, keep_alive = request
-        try:
-            answer = await self.app.answer_later(method, path, body)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            LOG.exception("the webhook server failed to answer %s %s", method.decode(), path.decode())
-            answer = Answer(500, b"Internal Server Error", TEXT)
-        self.waiting = None
-        self._respond(answer, keep_alive and not self.server.stopping, method == b"HEAD")
-        while self.queued and self.waiting is None and not self.closing:
-            self._handle(self.queued.popleft())
-        if self.waiting is None and self.transport is not None and not self.closing:
-            self.transport.resume_reading()
-
-    def _respond(self, answer: Answer, keep_alive: bool, head: bool = False) -> None:
-        transport = self.transport
-        if transport is None or self.closing:
-            return
-        headers = [
-            b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n"
-            % (answer.status, _REASONS.get(answer.status, b""), answer.content_type, len(answer.body))
-        ]
-        if answer.allow:
-            headers.append(b"allow: %s\r\n" % answer.allow)
-        if not keep_alive:
-            headers.append(b"connection: close\r\n")
-        headers.append(b"\r\n")
-        if not head:
-            headers.append(answer.body)
-        transport.write(b"".join(headers))  # one write: one TLS record
-        self.last_active = self.server.now()
-        if not keep_alive:
-            self.close()
-
-    def _fail(self, status: int, message: str) -> None:
-        """Answer an unusable request and close the connection (what follows it cannot be read)."""
-        if status == 400:
-            self.app.metrics.webhook_errors.labels(stage="request").inc()
-        self._respond(_error(status, message), keep_alive=False)
-        self.close()
-
-    @property
-    def idle(self) -> bool:
-        return self.waiting is None and not self.queued and not self.reading
-
-    def close(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self.transport.close()
-
-
-class HttpsServer:
-    """Serves a `WebhookApp` over TLS on listening sockets, until `exit()` (from any thread)."""
-
-    def __init__(
-        self, app: WebhookApp, ssl_context: ssl.SSLContext, keep_alive_seconds: float = KEEP_ALIVE_SECONDS
-    ) -> None:
-        self.app = app
-        # New connections get what it holds: `load_cert_chain` on it after a certificate rotation.
-        self.ssl = ssl_context
-        self.keep_alive_seconds = keep_alive_seconds
-        self.connections: set[_Connection] = set()
-        self.started = False
-        self.stopping = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._exit: asyncio.Event | None = None
-        self._exit_requested = False
-
-    def now(self) -> float:
-        assert self._loop is not None
-        return self._loop.time()
+    def __init__(self, config: uvicorn.Config, context: ssl.SSLContext) -> None:
+        super().__init__(config)
+        self.ssl = context
 
     def exit(self) -> None:
-        """Stop gracefully (thread-safe): no new connections, the requests in flight answered."""
-        self._exit_requested = True
-        loop, event = self._loop, self._exit
-        if loop is not None and event is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(event.set)
-
-    async def serve(self, sockets: list[socket.socket]) -> None:
-        """Serve on `sockets` until `exit()`."""
-        self._loop = asyncio.get_running_loop()
-        self._exit = asyncio.Event()
-        if self._exit_requested:
-            return
-        servers = [
-            await self._loop.create_server(lambda: _Connection(self), sock=sock, ssl=self.ssl, backlog=2048)
-            for sock in sockets
-        ]
-        sweeper = self._loop.create_task(self._sweep())
-        self.started = True
-        try:
-            await self._exit.wait()
-        finally:
-            self.stopping = True
-            sweeper.cancel()
-            for server in servers:
-                server.close()
-            await self._drain()
-            self.started = False
-
-    async def _sweep(self) -> None:
-        """Close connections idle for longer than the keep-alive timeout."""
-        while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            oldest = self.now() - self.keep_alive_seconds
-            for connection in [c for c in self.connections if c.last_active < oldest and c.waiting is None]:
-                connection.close()
-
-    async def _drain(self) -> None:
-        """Close idle connections now, the others once answered (or when the grace is over)."""
-        deadline = self.now() + STOP_GRACE_SECONDS
-        while self.connections and self.now() < deadline:
-            for connection in [c for c in self.connections if c.idle]:
-                connection.close()
-            await asyncio.sleep(0.01)
-        for connection in list(self.connections):
-            connection.close()
+        """Stop gracefully: no new connections, the requests in flight answered."""
+        self.should_exit = True
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -392,19 +212,35 @@ def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def https_server(
-    app: WebhookApp, cert_file: Path, key_file: Path, *, keep_alive_seconds: float = KEEP_ALIVE_SECONDS
-) -> HttpsServer:
+def https_server(app: WebhookApp, cert_file: Path, key_file: Path) -> HttpsServer:
     """A server for `app` over TLS; run it with `await server.serve([bind(...)])`."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(cert_file), str(key_file))
-    return HttpsServer(app, context, keep_alive_seconds)
+    config = uvicorn.Config(
+        app,
+        http="httptools",
+        ws="none",
+        lifespan="off",
+        interface="asgi3",
+        ssl_context_factory=lambda config, default: context,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+        # The process's own logging shows uvicorn's warnings; no access log, no `server` header.
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        # No proxy stands between the API server and the webhook: the client's address is its own.
+        proxy_headers=False,
+    )
+    return HttpsServer(config, context)
 
 
 @asynccontextmanager
 async def running(server: HttpsServer, sock: socket.socket) -> AsyncIterator[None]:
     """Serve on `sock` in the background for the duration of the block, then stop gracefully."""
     task = asyncio.create_task(server.serve([sock]))
+    # uvicorn exposes no start-up event, only the `started` flag.
     while not server.started:
         if task.done():
             await task
