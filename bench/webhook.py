@@ -23,6 +23,7 @@ interpreter: `--webhook-in-process`), `--webhook shared` from a thread reading t
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import itertools
 import json
@@ -241,7 +242,7 @@ def serve(
     placer = ReplicaPlacer(own, config, risk, RealClock(), metrics)
     server = https_server(create_app(placer, metrics), cert, key)
     conn.send((sock.getsockname()[1], None))
-    uvloop.run(server.serve(sockets=[sock]))
+    uvloop.run(server.serve([sock]))
 
 
 def plan(loops: Replica, config: ControllerConfig, stats: Any) -> None:
@@ -327,15 +328,15 @@ def request(
     return response.status, response.read()
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc), 0 where unknown."""
+def cpu_seconds(pid: int | None, system_only: bool = False) -> float:
+    """User + system (or only system) CPU seconds of a process so far (Linux /proc), 0 where unknown."""
     if pid is None:
         return 0.0
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[12]) + (0 if system_only else int(fields[11]))) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -410,14 +411,26 @@ def run(
                 connection.close()
 
             senders = [threading.Thread(target=sender) for _ in range(connections)]
+            # The client's own garbage collector stays out of the latencies (the API server is not a
+            # Python process): nothing it holds is walked while it sends.
+            gc.collect()
+            gc.freeze()
+            gc.disable()
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            system_before = {name: cpu_seconds(pid, system_only=True) for name, pid in pids.items()}
             client_before = time.process_time()
             for thread in senders:
                 thread.start()
             for thread in senders:
                 thread.join()
+            gc.enable()
             duration = time.perf_counter() - start - warmup
             cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items() if pid}
+            system = {
+                name: round(cpu_seconds(pid, system_only=True) - system_before[name], 2)
+                for name, pid in pids.items()
+                if pid
+            }
             cpu["client"] = round(time.process_time() - client_before, 2)
             measured = [(latency, answer) for i, latency, answer in results if i >= warm]
             latencies = [latency for latency, _ in measured]
@@ -468,6 +481,8 @@ def run(
         # CPU seconds of each process over the run (warm-up included): the sending client, the
         # controller (planning, informer events, the feed) and the webhook process (when there is one).
         "cpu_seconds": cpu,
+        # The part of them spent in the kernel (sockets, pipes, scheduling).
+        "system_cpu_seconds": system,
         # The machine's 1-minute load average before and after: latency on a shared machine follows it.
         "load_average": {
             "before": round(load_before, 2),

@@ -58,7 +58,7 @@ from shipshape.controller.webhook.registration import (
     ServiceTarget,
     webhook_configuration,
 )
-from shipshape.controller.webhook.server import MUTATE_PATH, bind, create_app, https_server
+from shipshape.controller.webhook.server import MUTATE_PATH, HttpsServer, bind, create_app, https_server
 from shipshape.kube.certs import (
     CertificateBundle,
     certificate_expires,
@@ -256,7 +256,7 @@ class ControllerProcess:
         self.workdir = workdir or Path(self._tmp.name if self._tmp else ".")
         self.webhook_port = 0
         self.metrics_port: int | None = None
-        self._server: Any = None
+        self._server: HttpsServer | None = None
         self._server_thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._metrics_server: Any = None
@@ -340,7 +340,7 @@ class ControllerProcess:
         self._server = https_server(create_app(self.placer, self.metrics), cert, key)
         server, sock = self._server, self._socket
         self._server_thread = threading.Thread(
-            target=lambda: asyncio.run(server.serve(sockets=[sock])), name="webhook", daemon=True
+            target=lambda: asyncio.run(server.serve([sock])), name="webhook", daemon=True
         )
         self._server_thread.start()
         started = threading.Event()
@@ -466,9 +466,8 @@ class ControllerProcess:
         _, cert, key = write_bundle(bundle, self.workdir)
         if self.webhook_child is not None:
             self.webhook_child.serve_certificate(cert, key)
-        ssl_context = getattr(getattr(self._server, "config", None), "ssl", None)
-        if ssl_context is not None:
-            ssl_context.load_cert_chain(str(cert), str(key))  # new connections get the new certificate
+        if self._server is not None:
+            self._server.ssl.load_cert_chain(str(cert), str(key))  # new connections get the new certificate
         LOG.info("serving the webhook certificate from Secret %s", TLS_SECRET)
 
     def _desired_configuration(self) -> Obj:
@@ -530,7 +529,7 @@ class ControllerProcess:
         if self.webhook_child is not None:
             self.webhook_child.stop()
         if self._server is not None:
-            self._server.should_exit = True
+            self._server.exit()
         if self._server_thread is not None:
             self._server_thread.join(10)
         if self._socket is not None:

@@ -57,7 +57,7 @@ class ThreadedWebhook:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
+        self.server.exit()
         self.thread.join(10)
         self.sock.close()
 

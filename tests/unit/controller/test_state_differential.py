@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from shipshape.controller.packing import fullest_fitting
 from shipshape.controller.placement import GroupCounts, Pool
 from shipshape.controller.policy import DECISION, CapacityType, ControllerConfig
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import KINDS, ClusterState, GroupKey, summarize_nodes, workloads
+from shipshape.controller.state import cluster as cluster_state
 from shipshape.controller.state.views import Fanout, Replica
 from shipshape.kube.objects import is_active
 
@@ -655,3 +657,73 @@ def test_group_counts_kept_between_changes_equal_counts_worked_out_afresh(seed: 
                 assert counted(state.group_counts(group, 1000.0)) == counted(
                     scratch.group_counts(group, 1000.0)
                 ), f"seed {seed}, step {step}, {group} against a rebuilt state"
+
+
+@pytest.mark.parametrize(("seed", "bounds"), [(0, None), (1, None), (2, (3, 5))])
+def test_fullest_rooms_equal_ranking_the_packing_rooms(
+    seed: int, bounds: tuple[int, int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The webhook's packing answer from its kept rankings (`fullest_rooms`) equals
+    `packing.fullest_fitting` over `packing_rooms`, of this state and of one rebuilt from scratch,
+    after every single event: pods that fit everywhere, on some nodes or nowhere, with and without
+    avoided nodes; `bounds`: so few rankings and usage changes kept that both run over."""
+    if bounds is not None:
+        monkeypatch.setattr(cluster_state, "MAX_RANKINGS", bounds[0])
+        monkeypatch.setattr(cluster_state, "MAX_USAGE_LOG", bounds[1])
+    rng = random.Random(700 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    pod = {"metadata": {"name": "new", "namespace": "shop"}, "spec": {"containers": []}}
+    shapes = [(CapacityType.ON_DEMAND, None)]
+    shapes += [(CapacityType.SPOT, Pool(t, z)) for t in TYPES for z in ZONES]
+    extra = ({"key": "spot", "operator": "Exists"},)
+    gi = 1024**3
+    requests = ((100, 128 * 1024**2), (1500, gi), (3000, 6 * gi), (500, 8 * gi - 1))
+    for step in range(500):
+        event = cluster.change()
+        state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        fresh = rebuilt(cluster, config) if step % 5 == 0 else None
+        for capacity, pool in shapes:
+            for tolerations in ((), extra):
+                for avoided in ((), ("node-1", "node-4")):
+                    for wanted in requests:
+                        for limit in (1, 3):
+                            kept = state.fullest_rooms(
+                                pod, wanted, capacity, pool, tolerations, avoided, limit
+                            )
+                            ranked = fullest_fitting(
+                                wanted, state.packing_rooms(pod, capacity, pool, tolerations, avoided), limit
+                            )
+                            assert kept == ranked, f"seed {seed}, step {step}"
+                            if fresh is not None:
+                                rooms = fresh.packing_rooms(pod, capacity, pool, tolerations, avoided)
+                                assert kept == fullest_fitting(wanted, rooms, limit), (
+                                    f"seed {seed}, step {step}"
+                                )
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_group_counts_kept_pod_by_pod_equal_counts_worked_out_afresh(seed: int) -> None:
+    """Each group's counts are kept pod by pod between the webhook's questions: asked after every single
+    event (adds, moves between groups and nodes, node placement changes, deletes, relists), they equal
+    a state's rebuilt from scratch."""
+    rng = random.Random(900 + seed)
+    config = ControllerConfig()
+    cluster = Cluster(rng)
+    state = ClusterState(config)
+    groups = sorted(
+        {GroupKey("shop", "ReplicaSet", name) for name in REPLICASETS}
+        | {GroupKey("shop", "StatefulSet", name) for name in STATEFULSETS}
+    )
+    for step in range(800):
+        if rng.random() < 0.03:
+            kind = rng.choice(("Pod", "Node"))
+            state.replace(kind, cluster.of_kind(kind))
+        else:
+            event = cluster.change()
+            state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
+        asked = [group for group in groups if rng.random() < 0.7]  # a group not asked about keeps its marks
+        fresh = rebuilt(cluster, config)
+        for group in asked:
+            assert state.group_counts(group, 0.0) == fresh.group_counts(group, 0.0), f"seed {seed}, {step}"

@@ -24,6 +24,7 @@ from shipshape.contracts import notices as notice_contract
 from shipshape.contracts.annotations import EMULATOR_SPOT_INTERRUPTION_TAINT, DecisionRecord
 from shipshape.controller import growth
 from shipshape.controller.packing import (
+    PACKING_WEIGHTS,
     NodeRoom,
     Room,
     is_placeholder,
@@ -112,6 +113,10 @@ KINDS = (
 TOMBSTONES = 10_000
 # Pod shapes (affinity x tolerations x capacity/pool) whose eligible nodes are kept between node changes.
 MAX_ELIGIBLE_SHAPES = 256
+# Packing rankings kept (pod shape x requests), and node usage changes remembered for them: a ranking
+# further behind is worked out afresh.
+MAX_RANKINGS = 256
+MAX_USAGE_LOG = 8192
 # The reader `managed` takes its own account of the dirty workloads as (`take_dirty`).
 _MANAGED_READER = "ClusterState.managed"
 _MANAGED_KINDS = {kind.value: kind for kind in workloads.managed_kinds()}
@@ -187,6 +192,19 @@ class _GroupChanges:
 
     since: int
     keys: set[tuple[str, str]] | None = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Ranking:
+    """The nodes of one answer of the node filter (`eligible`) a pod with given requests fits on,
+    fullest first once it is on them ((-fill, name), sorted), each node's entry (None: it does not fit)
+    and position in `eligible`, and how far into the state's usage-change log it is caught up."""
+
+    eligible: tuple[tuple[str, str, int, int, int], ...]
+    seen: int
+    positions: dict[str, int]
+    keys: dict[str, tuple[float, str] | None] = field(default_factory=dict)
+    entries: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -508,6 +526,11 @@ class ClusterState:
         # that shape may land on, with their host and allocatable. Cleared whenever a node changes
         # anything the filter reads (`_nodes_changed`); pods of one workload share one entry.
         self._eligible: dict[Hashable, tuple[tuple[str, str, int, int, int], ...]] = {}
+        # `fullest_rooms`' rankings per (pod shape, requests), and the nodes whose requested sums changed
+        # (in order, numbered from `_usage_log_base`; kept only while there are rankings to catch up).
+        self._rankings: dict[tuple[Hashable, tuple[int, int]], _Ranking] = {}
+        self._usage_log: list[str] = []
+        self._usage_log_base = 0
         # Where each pod counts (capacity, pool); dropped when the pod changes, or when its node's
         # placement (its capacity type or pool) does, or its node comes or goes.
         self._placements: dict[tuple[str, str], tuple[CapacityType | None, Pool | None]] = {}
@@ -851,6 +874,11 @@ class ClusterState:
 
     def _count(self, usage: PodUsage, sign: int) -> None:
         if usage.packed:
+            if self._rankings:  # the packing rankings rank this node again (`fullest_rooms`)
+                self._usage_log.append(usage.packed)
+                if len(self._usage_log) > MAX_USAGE_LOG:
+                    self._usage_log_base += len(self._usage_log)
+                    self._usage_log.clear()
             used = self._node_usage.setdefault(usage.packed, [0, 0, 0])
             used[0] += sign * usage.cpu
             used[1] += sign * usage.memory
@@ -911,15 +939,7 @@ class ClusterState:
         pod (with the extra `tolerations`) tolerates and that pass its nodeSelector and required node
         affinity.
         """
-        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
-        affinity = RequiredNodeAffinity.of(pod)
-        # repr of JSON data is exact: equal text, equal tolerations
-        key = (capacity, pool, affinity, repr(own))
-        eligible = self._eligible.get(key)
-        if eligible is None:
-            if len(self._eligible) >= MAX_ELIGIBLE_SHAPES:
-                self._eligible.clear()
-            eligible = self._eligible[key] = self._eligible_nodes(capacity, pool, affinity, own)
+        _, eligible = self._eligible_for(pod, capacity, pool, tolerations)
         skipped = set(avoided)
         rooms: list[NodeRoom] = []
         for name, host, cpu_allocatable, memory_allocatable, pods_allocatable in eligible:
@@ -930,6 +950,110 @@ class ClusterState:
                 NodeRoom(name, host, cpu_allocatable, memory_allocatable, pods_allocatable, cpu, memory, pods)
             )
         return rooms
+
+    def fullest_rooms(
+        self,
+        pod: Mapping[str, Any],
+        requests: tuple[int, int],
+        capacity: CapacityType,
+        pool: Pool | None = None,
+        tolerations: Iterable[Mapping[str, Any]] = (),
+        avoided: Iterable[str] = (),
+        limit: int = len(PACKING_WEIGHTS),
+    ) -> tuple[NodeRoom, ...]:
+        """`packing.fullest_fitting(requests, self.packing_rooms(...))`, from a ranking kept per pod
+        shape and requests (the webhook asks for every pod it places; the same arithmetic, so the same
+        answer): the `limit` nodes fullest once a pod requesting `requests` is on them, among those it
+        fits and not `avoided`, fullest first, ties by name.
+
+        The ranking holds every eligible node the pod fits on, sorted; a node whose requested sums
+        changed since (a pod came, went or was packed onto it) is ranked again at the next question,
+        and a new answer of the node filter (a node changed) ranks them all again."""
+        shape, eligible = self._eligible_for(pod, capacity, pool, tolerations)
+        ranking = self._rankings.get((shape, requests))
+        log, base = self._usage_log, self._usage_log_base
+        if ranking is None or ranking.eligible is not eligible or ranking.seen < base:
+            if ranking is None and len(self._rankings) >= MAX_RANKINGS:
+                self._rankings.clear()
+            ranking = self._rankings[(shape, requests)] = self._rank(eligible, requests)
+        elif ranking.seen < base + len(log):
+            for name in set(log[ranking.seen - base :]):
+                if name in ranking.positions:
+                    self._rerank(ranking, name, requests)
+        ranking.seen = base + len(log)
+        skipped = avoided if isinstance(avoided, (set, frozenset)) else set(avoided)
+        usage = self._node_usage
+        rooms: list[NodeRoom] = []
+        for _, name in ranking.entries:
+            if len(rooms) == limit:
+                break
+            if name in skipped:
+                continue
+            _, host, cpu_allocatable, memory_allocatable, pods_allocatable = eligible[ranking.positions[name]]
+            used = usage.get(name)
+            cpu, memory, pods = (used[0], used[1], used[2]) if used else (0, 0, 0)
+            rooms.append(
+                NodeRoom(name, host, cpu_allocatable, memory_allocatable, pods_allocatable, cpu, memory, pods)
+            )
+        return tuple(rooms)
+
+    def _rank(
+        self, eligible: tuple[tuple[str, str, int, int, int], ...], requests: tuple[int, int]
+    ) -> _Ranking:
+        ranking = _Ranking(eligible, 0, {entry[0]: position for position, entry in enumerate(eligible)})
+        for name in ranking.positions:
+            entry = ranking.keys[name] = self._rank_entry(eligible[ranking.positions[name]], requests)
+            if entry is not None:
+                ranking.entries.append(entry)
+        ranking.entries.sort()
+        return ranking
+
+    def _rerank(self, ranking: _Ranking, name: str, requests: tuple[int, int]) -> None:
+        old = ranking.keys.get(name)
+        if old is not None:
+            del ranking.entries[bisect.bisect_left(ranking.entries, old)]
+        new = ranking.keys[name] = self._rank_entry(ranking.eligible[ranking.positions[name]], requests)
+        if new is not None:
+            bisect.insort(ranking.entries, new)
+
+    def _rank_entry(
+        self, node: tuple[str, str, int, int, int], requests: tuple[int, int]
+    ) -> tuple[float, str] | None:
+        """(-fill, name) of a node once a pod requesting `requests` is on it (`NodeRoom.fill_with`'s
+        arithmetic); None when the pod does not fit."""
+        name, _, cpu_allocatable, memory_allocatable, pods_allocatable = node
+        used = self._node_usage.get(name)
+        cpu_requested, memory_requested, pods = (used[0], used[1], used[2]) if used else (0, 0, 0)
+        cpu_after, memory_after = cpu_requested + requests[0], memory_requested + requests[1]
+        if (
+            cpu_after > cpu_allocatable
+            or memory_after > memory_allocatable
+            or pods + 1 > pods_allocatable
+            or cpu_allocatable <= 0
+            or memory_allocatable <= 0
+        ):
+            return None
+        return (-((cpu_after / cpu_allocatable + memory_after / memory_allocatable) / 2), name)
+
+    def _eligible_for(
+        self,
+        pod: Mapping[str, Any],
+        capacity: CapacityType,
+        pool: Pool | None,
+        tolerations: Iterable[Mapping[str, Any]],
+    ) -> tuple[Hashable, tuple[tuple[str, str, int, int, int], ...]]:
+        """The pod's shape and the nodes a pod of that shape may land on (`_eligible_nodes`), kept per
+        shape."""
+        own = [*((pod.get("spec") or {}).get("tolerations") or []), *tolerations]
+        affinity = RequiredNodeAffinity.of(pod)
+        # repr of JSON data is exact: equal text, equal tolerations
+        key = (capacity, pool, affinity, repr(own))
+        eligible = self._eligible.get(key)
+        if eligible is None:
+            if len(self._eligible) >= MAX_ELIGIBLE_SHAPES:
+                self._eligible.clear()
+            eligible = self._eligible[key] = self._eligible_nodes(capacity, pool, affinity, own)
+        return key, eligible
 
     def _eligible_nodes(
         self,

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from prometheus_client import Counter
 
 from shipshape.controller.availability import availability_floor, disruption_allowance
 from shipshape.controller.metrics import ControllerMetrics
-from shipshape.controller.packing import NodeRoom, fullest_fitting, pod_requests
+from shipshape.controller.packing import NodeRoom, pod_requests
 from shipshape.controller.placement import (
     Decision,
     PlacementView,
@@ -98,6 +99,7 @@ class PodPlacer:
         self.metrics = metrics
         self._shortages = shortages
         self._recommendations = recommendations
+        self._counters: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
 
     def awaiting_owner(self, body: object) -> bool:
         """Whether the review is a pod whose controller (ReplicaSet or StatefulSet), or the ReplicaSet's
@@ -172,9 +174,7 @@ class PodPlacer:
         workload = self.cache.workload_of(pod, namespace)
         if workload is None:
             return self._skip("no-workload")
-        policy_result = resolve_policy(
-            workload.kind, workload.annotations, self.cache.namespace_labels(namespace), self.config
-        )
+        policy_result = self.cache.policy_of(workload.kind, workload.obj, self.config)
         if not policy_result.managed:
             return self._skip("not-managed")
         if policy_result.problems or policy_result.policy is None:
@@ -194,14 +194,25 @@ class PodPlacer:
         shortages = self._shortages(now) if self._shortages is not None else ()
         view = self.cache.placement_view(now, self.risk, shortages)
         view = self._with_avoided(view)
+        requests = pod_requests(pod)
         pod_request = PodRequest(
-            policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance, pod_requests(pod)
+            policy_result.policy, workload.replicas, ordinal, allowance, loss_allowance, requests
         )
         decision = decide(pod_request, counts, view)
-        patch = self._mutate(pod, workload, decision, str(request["uid"]))
+        patch = self._mutate(pod, requests, workload, decision, str(request["uid"]))
         if patch is None:
             return Outcome(patch=[], decision=decision, skipped="error")
         metadata = pod.get("metadata") or {}
+        if LOG.isEnabledFor(logging.INFO):
+            self._log_decision(namespace, workload, metadata, decision)
+        if not request.get("dryRun"):
+            self.cache.assume(str(request["uid"]), workload.group, decision.capacity_type, decision.pool, now)
+        self._counter(self.metrics.decisions, decision.capacity_type.value, decision.reason.value).inc()
+        return Outcome(patch=patch, decision=decision)
+
+    def _log_decision(
+        self, namespace: str, workload: WorkloadRef, metadata: Mapping[str, Any], decision: Decision
+    ) -> None:
         LOG.info(
             "placement decision",
             extra={
@@ -214,12 +225,14 @@ class PodPlacer:
                 "dry_run": self.config.dry_run,
             },
         )
-        if not request.get("dryRun"):
-            self.cache.assume(str(request["uid"]), workload.group, decision.capacity_type, decision.pool, now)
-        self.metrics.decisions.labels(
-            capacity_type=decision.capacity_type.value, reason=decision.reason.value
-        ).inc()
-        return Outcome(patch=patch, decision=decision)
+
+    def _counter(self, metric: Counter, *labels: str) -> Counter:
+        """`metric.labels(*labels)`, kept (every admission counts one or two)."""
+        key = (metric, labels)
+        child = self._counters.get(key)
+        if child is None:
+            child = self._counters[key] = metric.labels(*labels)
+        return child
 
     def _workload_warnings(self, request: Mapping[str, Any]) -> Outcome:
         """A Deployment or StatefulSet written: admitted unchanged, with its policy's problems as
@@ -278,11 +291,11 @@ class PodPlacer:
         )
 
     def _mutate(
-        self, pod: Obj, workload: WorkloadRef, decision: Decision, decision_id: str
+        self, pod: Obj, requests: tuple[int, int], workload: WorkloadRef, decision: Decision, decision_id: str
     ) -> list[Obj] | None:
         tolerations = self.cache.spot_tolerations()
         dry_run = self.config.dry_run
-        packed = () if dry_run else self._packing(pod, decision, tolerations)
+        packed = () if dry_run else self._packing(pod, requests, decision, tolerations)
         data = MutationInput(
             decision=decision,
             decision_id=decision_id,
@@ -303,26 +316,28 @@ class PodPlacer:
                 return None
         return diff(pod, mutated)
 
-    def _packing(self, pod: Obj, decision: Decision, tolerations: Sequence[Obj]) -> tuple[NodeRoom, ...]:
+    def _packing(
+        self, pod: Obj, requests: tuple[int, int], decision: Decision, tolerations: Sequence[Obj]
+    ) -> tuple[NodeRoom, ...]:
         """The fullest nodes the pod fits on, for the capacity types `config.packing` covers."""
         capacity = decision.capacity_type
         if not self.config.packing.covers(capacity):
             return ()
         if capacity is CapacityType.SPOT and decision.pool is None:
             return ()
-        rooms = self.cache.packing_rooms(
+        fullest = self.cache.fullest_rooms(
             pod,
+            requests,
             capacity,
             decision.pool,
             tolerations if capacity is CapacityType.SPOT else (),
             decision.avoided_nodes,
         )
-        fullest = fullest_fitting(pod_requests(pod), rooms)
-        self.metrics.packed.labels(capacity_type=capacity.value, packed=str(bool(fullest)).lower()).inc()
+        self._counter(self.metrics.packed, capacity.value, "true" if fullest else "false").inc()
         return fullest
 
     def _skip(self, cause: str) -> Outcome:
-        self.metrics.skipped.labels(cause=cause).inc()
+        self._counter(self.metrics.skipped, cause).inc()
         return Outcome(patch=[], skipped=cause)
 
 

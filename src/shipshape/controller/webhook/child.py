@@ -22,6 +22,7 @@ A child whose controller is gone sees its pipes close and exits.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import multiprocessing
@@ -49,7 +50,7 @@ from shipshape.controller.state import ClusterState
 from shipshape.controller.state.views import Relay, Replica
 from shipshape.controller.webhook import messages
 from shipshape.controller.webhook.admission import ReplicaPlacer
-from shipshape.controller.webhook.server import create_app, https_server, running
+from shipshape.controller.webhook.server import HttpsServer, create_app, https_server, running
 from shipshape.kube.clock import Clock
 
 LOG = logging.getLogger("shipshape.controller.webhook")
@@ -62,6 +63,9 @@ REPLY_SECONDS = 2.0
 # Restarts of a child that died: the first after RESTART_START, doubling up to RESTART_MAX; a child
 # that served for RESTART_RESET seconds counts as healthy again.
 RESTART_START, RESTART_MAX, RESTART_RESET = 0.5, 30.0, 60.0
+# The webhook process's garbage collection (`collect_garbage`): what is alive is frozen this often
+# (real seconds), and everything is collected this often.
+GC_FREEZE_SECONDS, GC_FULL_SECONDS = 1.0, 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +164,7 @@ class _Webhook:
         )
         self._send_lock = threading.Lock()
         self._expositions: _Replies[bytes] = _Replies()
-        self.server: Any = None
+        self.server: HttpsServer | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop = asyncio.Event()
 
@@ -211,9 +215,8 @@ class _Webhook:
         elif isinstance(message, messages.Exposition):
             self._expositions.put(message.request, message.text)
         elif isinstance(message, messages.ServingCertificate):
-            ssl_context = getattr(getattr(self.server, "config", None), "ssl", None)
-            if ssl_context is not None:
-                ssl_context.load_cert_chain(message.cert_file, message.key_file)
+            if self.server is not None:
+                self.server.ssl.load_cert_chain(message.cert_file, message.key_file)
         elif isinstance(message, messages.Stop):
             self._stop_serving()
 
@@ -243,7 +246,31 @@ class _Webhook:
             threading.Thread(target=target, name=name, daemon=True).start()
         async with running(self.server, sock):
             self.send(messages.Serving(os.getpid()))
+            collector = asyncio.create_task(collect_garbage())
             await self.stop.wait()
+            collector.cancel()
+
+
+async def collect_garbage(
+    freeze_seconds: float = GC_FREEZE_SECONDS, full_seconds: float = GC_FULL_SECONDS
+) -> None:
+    """Keep the cyclic garbage collector's pauses short while the webhook serves.
+
+    The collector's full pass walks every object the process holds, the whole state included (about
+    100,000 objects for 300 nodes and 1,000 pods: 20-60 ms, longer at load), and informer events make
+    it run every few seconds (each new pod object outlives young collections). So every
+    `freeze_seconds` what is alive moves to the permanent generation (`gc.freeze`, a constant-time
+    splice), and automatic collections walk only what is younger. Cyclic garbage among frozen objects
+    (rare here: pods and decisions are trees, freed by reference counting) waits for the full
+    collection every `full_seconds` (the process froze the synced state before serving)."""
+    last_full = time.monotonic()
+    while True:
+        await asyncio.sleep(freeze_seconds)
+        if time.monotonic() - last_full >= full_seconds:
+            gc.unfreeze()
+            gc.collect()
+            last_full = time.monotonic()
+        gc.freeze()
 
 
 def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Connection) -> None:
@@ -262,6 +289,9 @@ def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Conn
         webhook.sync()
     except (EOFError, OSError):
         return  # the controller went away before this process served
+    # The sync's garbage collected, then the whole state frozen before the first review (`collect_garbage`).
+    gc.collect()
+    gc.freeze()
     server = threading.Thread(target=_run, args=(webhook, sock), name="webhook-server")
     server.start()
     server.join()

@@ -190,8 +190,9 @@ def inject_topology_spread(data: MutationInput, pod: Obj) -> None:
 def decision_annotation(decision: Decision, decision_id: str, node: str = "", dry_run: bool = False) -> str:
     """The decision as its record (`contracts.annotations.DecisionRecord`); `node`, when the pod was
     packed, names the node it should fill; `dry_run` marks a decision that was only recommended
-    (nothing else of the pod was changed)."""
-    return DecisionRecord(
+    (nothing else of the pod was changed). Built without validation: every field comes from the
+    decision's own types (every admission writes one)."""
+    return DecisionRecord.model_construct(
         capacity_type=decision.capacity_type.value,
         pool=str(decision.pool) if decision.pool is not None else "",
         reason=decision.reason.value,
