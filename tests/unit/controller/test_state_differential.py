@@ -701,29 +701,3 @@ def test_fullest_rooms_equal_ranking_the_packing_rooms(
                                 assert kept == fullest_fitting(wanted, rooms, limit), (
                                     f"seed {seed}, step {step}"
                                 )
-
-
-@pytest.mark.parametrize("seed", range(2))
-def test_group_counts_kept_pod_by_pod_equal_counts_worked_out_afresh(seed: int) -> None:
-    """Each group's counts are kept pod by pod between the webhook's questions: asked after every single
-    event (adds, moves between groups and nodes, node placement changes, deletes, relists), they equal
-    a state's rebuilt from scratch."""
-    rng = random.Random(900 + seed)
-    config = ControllerConfig()
-    cluster = Cluster(rng)
-    state = ClusterState(config)
-    groups = sorted(
-        {GroupKey("shop", "ReplicaSet", name) for name in REPLICASETS}
-        | {GroupKey("shop", "StatefulSet", name) for name in STATEFULSETS}
-    )
-    for step in range(800):
-        if rng.random() < 0.03:
-            kind = rng.choice(("Pod", "Node"))
-            state.replace(kind, cluster.of_kind(kind))
-        else:
-            event = cluster.change()
-            state.apply({"type": event["type"], "object": event["object"]}, event["kind"])
-        asked = [group for group in groups if rng.random() < 0.7]  # a group not asked about keeps its marks
-        fresh = rebuilt(cluster, config)
-        for group in asked:
-            assert state.group_counts(group, 0.0) == fresh.group_counts(group, 0.0), f"seed {seed}, {step}"
