@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -94,6 +95,17 @@ class Push(Base):
     __table_args__ = (
         UniqueConstraint("cluster_id", "idempotency_key"),
         Index("ix_pushes_cluster_received", "cluster_id", "received_at"),
+        # The pushes not processed yet, a few among the retention's thousands per cluster: what an
+        # apply looks for (`repository.apply_cluster`) and the sweep re-queues, without reading the
+        # processed ones (migration 0009).
+        Index(
+            "ix_pushes_pending",
+            "cluster_id",
+            "sequence",
+            "id",
+            postgresql_where=text("processed_at IS NULL"),
+            sqlite_where=text("processed_at IS NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
