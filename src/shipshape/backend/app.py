@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session, sessionmaker
@@ -423,6 +423,23 @@ def _pushing_agent(
     return principal
 
 
+def _store(
+    connection: Connection,
+    backend: Backend,
+    agent: repo.AgentPrincipal,
+    idempotency_key: str,
+    schema: str,
+    sequence: int,
+    stored: bytes,
+) -> repo.Recorded | None:
+    """`repo.accept_push` of the agent's push in `connection`, committed."""
+    recorded = repo.accept_push(
+        connection, agent.token_id, agent.cluster_id, idempotency_key, schema, sequence, stored, backend.now()
+    )
+    connection.commit()
+    return recorded
+
+
 def _accept(
     backend: Backend,
     agent: repo.AgentPrincipal,
@@ -431,25 +448,14 @@ def _accept(
     sequence: int,
     stored: bytes,
 ) -> repo.Recorded | None:
-    """`repo.accept_push` on `backend.accepting`, once more when the connection it took was found
-    dropped (the database restarted, or closed it idle): those connections are not pinged first. The
-    statement stores a key once, so a second try after a first that committed unseen answers
-    `duplicate` (that push is then queued by the workers' sweep, as one stored but not queued)."""
+    """`_store` on `backend.accepting`, once more when the connection it took was found dropped (the
+    database restarted, or closed it idle): those connections are not pinged first. The statement
+    stores a key once, so a second try after a first that committed unseen answers `duplicate` (that
+    push is then queued by the workers' sweep, as one stored but not queued)."""
 
     def once() -> repo.Recorded | None:
         with backend.accepting.connect() as connection:
-            recorded = repo.accept_push(
-                connection,
-                agent.token_id,
-                agent.cluster_id,
-                idempotency_key,
-                schema,
-                sequence,
-                stored,
-                backend.now(),
-            )
-            connection.commit()
-            return recorded
+            return _store(connection, backend, agent, idempotency_key, schema, sequence, stored)
 
     try:
         return once()
@@ -472,15 +478,8 @@ async def _accept_async(
 
     async def once() -> repo.Recorded | None:
         async with engine.connect() as connection:
-            return await repo.accept_push_async(
-                connection,
-                agent.token_id,
-                agent.cluster_id,
-                idempotency_key,
-                schema,
-                sequence,
-                stored,
-                backend.now(),
+            return await connection.run_sync(
+                _store, backend, agent, idempotency_key, schema, sequence, stored
             )
 
     try:

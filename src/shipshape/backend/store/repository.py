@@ -14,7 +14,6 @@ import orjson
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import Session
 
 from shipshape.backend import auth, pushbody
@@ -399,22 +398,6 @@ def accept_push(
         )
     assert existing is not None  # the conflicting row, committed
     return Recorded(existing, duplicate=True)
-
-
-async def accept_push_async(
-    connection: AsyncConnection,
-    token_id: str,
-    cluster_id: str,
-    idempotency_key: str,
-    schema_name: str,
-    sequence: int,
-    body: bytes,
-    now: datetime,
-) -> Recorded | None:
-    """`accept_push` on an asyncio connection (PostgreSQL, autocommit)."""
-    return await connection.run_sync(
-        accept_push, token_id, cluster_id, idempotency_key, schema_name, sequence, body, now
-    )
 
 
 def _seen(session: Session | Connection, cluster_id: str, now: datetime) -> None:
