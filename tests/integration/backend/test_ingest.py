@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +295,19 @@ def _obj(kind: str, name: str, version: int) -> dict[str, object]:
 KINDS = ("nodes", "pods", "deployments")
 
 
+def _record(session: Any, cluster_id: str, body: dict[str, Any], now: datetime) -> int:
+    """Store `body` as its agent would have pushed it (gzip, keyed by its sequence): the push's id."""
+    return repo.record_push(
+        session,
+        cluster_id,
+        f"k{body['sequence']}",
+        str(body["schema"]),
+        int(body["sequence"]),
+        gzip.compress(orjson.dumps(body)),
+        now,
+    ).push_id
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", [1, 2])
 def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_url: str, seed: int) -> None:
@@ -377,18 +391,7 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
                     body = delta(sequence, sequence - 1, changes)
                 bodies.append(body)
             with sessions.begin() as session:
-                ids = [
-                    repo.record_push(
-                        session,
-                        cluster_id,
-                        f"k{b['sequence']}",
-                        str(b["schema"]),
-                        int(b["sequence"]),  # type: ignore[call-overload]
-                        gzip.compress(orjson.dumps(b)),
-                        now,
-                    ).push_id
-                    for b in bodies
-                ]
+                ids = [_record(session, cluster_id, b, now) for b in bodies]
             named = rng.sample(ids, rng.randint(1, len(ids)))
             with sessions.begin() as session:
                 outcomes = repo.apply_cluster(session, cluster_id, named, now)
@@ -445,15 +448,7 @@ def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(
     now = datetime.now(UTC)
 
     def push(session: object, cluster_id: str, body: dict[str, object]) -> int:
-        return repo.record_push(
-            session,  # type: ignore[arg-type]
-            cluster_id,
-            f"k{body['sequence']}",
-            str(body["schema"]),
-            int(body["sequence"]),  # type: ignore[call-overload]
-            gzip.compress(orjson.dumps(body)),
-            now,
-        ).push_id
+        return _record(session, cluster_id, body, now)
 
     def analysis_state(cluster_id: str) -> tuple[int | None, int | None]:
         with sessions.begin() as session:
