@@ -262,7 +262,7 @@ async def test_pipelined_requests_are_answered_in_order_and_garbage_closes_the_c
     import asyncio
     import json
 
-    _, url, context, rs = served
+    h, url, context, rs = served
     bodies = [json.dumps(review(pod_of(rs), uid=f"pipelined-{i}")).encode() for i in range(3)]
     payload = b"".join(
         b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
@@ -275,8 +275,11 @@ async def test_pipelined_requests_are_answered_in_order_and_garbage_closes_the_c
     uids = [json.loads(answer.partition(b"\r\n\r\n")[2])["response"]["uid"] for answer in answers[:3]]
     assert uids == ["pipelined-0", "pipelined-1", "pipelined-2"]
     assert answers[3].startswith(b"HTTP/1.1 200 OK") and b"connection: close" in answers[3]
+    refused = h.metrics.webhook_errors.labels(stage="request")._value.get()
     garbage = await asyncio.to_thread(_raw_exchange, url, context, b"NOT HTTP AT ALL\r\n\r\n", 2)
     assert len(garbage) == 1 and garbage[0].startswith(b"HTTP/1.1 400 Bad Request")
+    # uvicorn answers what is not HTTP itself; the webhook's error counter still counts it.
+    assert h.metrics.webhook_errors.labels(stage="request")._value.get() == refused + 1
 
 
 async def test_a_client_that_waits_for_100_continue_gets_it_then_its_answer(

@@ -9,8 +9,8 @@ made once. Starlette's routing, request and response objects on the same uvicorn
 server CPU a request (bench/README.md).
 
 What uvicorn provides: keep-alive (an idle connection closes after `KEEP_ALIVE_SECONDS`), pipelined
-requests answered in order, "100 Continue" for a client that waits for it, 400 for what is not HTTP,
-HEAD, and a graceful stop (no new connections, the requests in flight answered for up to
+requests answered in order, "100 Continue" for a client that waits for it, 400 for what is not HTTP
+(counted with the refused reviews, `_counting_protocol`), HEAD, and a graceful stop (no new connections, the requests in flight answered for up to
 `STOP_GRACE_SECONDS`, then every connection closed). What the application adds: 400 for what is not
 a review, 413 for a body over `MAX_BODY_BYTES`, 404/405, and 500 for an error outside the placer
 (which admits the pod unmodified on its own errors: fail-open).
@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.webhook.admission import BadReview, PodPlacer
@@ -199,6 +200,19 @@ class HttpsServer(uvicorn.Server):
         self.should_exit = True
 
 
+def _counting_protocol(metrics: ControllerMetrics) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, counting what it refuses as not HTTP (its own 400, which never
+    reaches the application) in `shipshape_webhook_errors_total{stage="request"}` with the reviews the
+    application refuses. A class per server: each counts into its own metrics."""
+
+    class CountingHttpToolsProtocol(HttpToolsProtocol):
+        def send_400_response(self, msg: str) -> None:
+            metrics.webhook_errors.labels(stage="request").inc()
+            super().send_400_response(msg)
+
+    return CountingHttpToolsProtocol
+
+
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A listening socket (port 0: any free port; read it back with `sock.getsockname()[1]`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -218,7 +232,7 @@ def https_server(app: WebhookApp, cert_file: Path, key_file: Path) -> HttpsServe
     context.load_cert_chain(str(cert_file), str(key_file))
     config = uvicorn.Config(
         app,
-        http="httptools",
+        http=_counting_protocol(app.metrics),
         ws="none",
         lifespan="off",
         interface="asgi3",
