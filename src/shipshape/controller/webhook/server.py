@@ -10,8 +10,9 @@ server CPU a request (bench/README.md).
 
 What uvicorn provides: keep-alive (an idle connection closes after `KEEP_ALIVE_SECONDS`), pipelined
 requests answered in order, "100 Continue" for a client that waits for it, 400 for what is not HTTP
-(counted with the refused reviews, `_counting_protocol`), HEAD, and a graceful stop (no new connections, the requests in flight answered for up to
-`STOP_GRACE_SECONDS`, then every connection closed). What the application adds: 400 for what is not
+(counted with the refused reviews, `_counting_protocol`), HEAD, and a graceful stop (no new
+connections, the requests in flight answered for up to `STOP_GRACE_SECONDS`, then every connection
+closed). What the application adds: 400 for what is not
 a review, 413 for a body over `MAX_BODY_BYTES`, 404/405, and 500 for an error outside the placer
 (which admits the pod unmodified on its own errors: fail-open).
 """
