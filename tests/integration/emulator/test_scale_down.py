@@ -89,9 +89,11 @@ def _events(cluster: ServedCluster, reason: str) -> list[dict[str, object]]:
 
 def test_a_half_empty_node_is_drained_and_removed(tmp_path: Path) -> None:
     with serve_cluster(tmp_path, _scale_down_scenario()) as cluster:
-        before = _deploy_web(cluster)
+        # Watched from the start: the spot-a nodes are unneeded from the start, and on a loaded machine
+        # deploying web can take most of UNNEEDED, so the taint may come right after it.
         nodes = Watch(cluster, cluster.core.list_node)
         try:
+            before = _deploy_web(cluster)
             cluster.wait(
                 "one spot-a node removed", lambda: len(cluster.nodes_of(SPOT_A)) == 1, UNNEEDED + 180
             )
@@ -112,7 +114,11 @@ def test_a_half_empty_node_is_drained_and_removed(tmp_path: Path) -> None:
             and obj["metadata"]["name"] == gone
             and any(t["key"] == "ToBeDeletedByClusterAutoscaler" for t in obj["spec"].get("taints") or [])
         ]
-        assert tainted
+        seen = [
+            (kind, obj["metadata"]["name"], [t["key"] for t in obj["spec"].get("taints") or []], round(at))
+            for kind, obj, at in nodes.events
+        ]
+        assert tainted, f"no MODIFIED event showed {gone} tainted; the watch saw {seen}"
         assert cluster.get(NODES, "", gone) is None
         scale_downs = _events(cluster, "ScaleDown")
         messages = {(e["involvedObject"]["kind"], e["message"]) for e in scale_downs}  # type: ignore[index]
