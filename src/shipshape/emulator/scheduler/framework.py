@@ -15,6 +15,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from shipshape.emulator.scheduler import messages as msg
 from shipshape.emulator.scheduler import preemption
 from shipshape.emulator.scheduler.messages import Status
@@ -102,11 +104,14 @@ def schedule_one(
     profile: Profile | None = None,
     rng: random.Random | None = None,
     budgets: Sequence[preemption.Budget] = (),
+    statuses: bool = True,
 ) -> Decision:
     """Decide where one pending pod goes.
 
     The snapshot is left as it was but for its round-robin start index; `assume` accounts a
     successful decision. `budgets` are the PodDisruptionBudgets preemption should respect.
+    `statuses=False`: a decision that found a node need not say why the nodes it passed over were
+    rejected (`Decision.statuses` stays empty then; a failed one always has them).
     """
     info = pod if isinstance(pod, PodInfo) else pod_info(pod)
     profile = profile or Profile()
@@ -165,21 +170,33 @@ def schedule_one(
                 decision.node = select_host(feasible, cycle.scores(feasible), rng).name
             return decision
         return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
-    # Filtering leaves the snapshot's nominations as they are: without any, each node goes straight
-    # to the filters (one call fewer per node on the hottest loop of a scheduling decision).
-    filter_node: Callable[[NodeInfo], Status | None] = (
-        functools.partial(_with_nominated, cycle) if cycle.snapshot.nominated else cycle.filter
-    )
-    for i in range(len(all_nodes)):
-        node = all_nodes[(start + i) % len(all_nodes)]
-        processed += 1
-        status = filter_node(node)
-        if status is None:
-            feasible.append(node)
-            if len(feasible) >= to_find:
-                break
-        else:
-            decision.statuses[node.name] = status
+    at_once = None if snapshot.nominated else _feasible_at_once(cycle, all_nodes, start, to_find)
+    if at_once is not None:
+        feasible, processed = at_once
+        if statuses:
+            chosen = {node.name for node in feasible}
+            for i in range(processed):
+                node = all_nodes[(start + i) % len(all_nodes)]
+                if node.name not in chosen:
+                    status = cycle.filter(node)
+                    assert status is not None  # every feasible node of the window is chosen
+                    decision.statuses[node.name] = status
+    else:
+        # Filtering leaves the snapshot's nominations as they are: without any, each node goes
+        # straight to the filters (one call fewer per node on the hottest loop of a decision).
+        filter_node: Callable[[NodeInfo], Status | None] = (
+            functools.partial(_with_nominated, cycle) if cycle.snapshot.nominated else cycle.filter
+        )
+        for i in range(len(all_nodes)):
+            node = all_nodes[(start + i) % len(all_nodes)]
+            processed += 1
+            status = filter_node(node)
+            if status is None:
+                feasible.append(node)
+                if len(feasible) >= to_find:
+                    break
+            else:
+                decision.statuses[node.name] = status
     snapshot.next_start_index = (start + processed) % len(all_nodes)
     decision.feasible = len(feasible)
     if feasible:
@@ -192,6 +209,41 @@ def schedule_one(
         snapshot.remember_unfeasible(key, dict(decision.statuses))
         return _unfeasible(decision, cycle, profile, budgets, len(all_nodes), key)
     return _unfeasible(decision, cycle, profile, budgets, len(all_nodes))
+
+
+def _feasible_at_once(
+    cycle: Cycle, all_nodes: Sequence[NodeInfo], start: int, to_find: int
+) -> tuple[list[NodeInfo], int] | None:
+    """The pass of `schedule_one` over all nodes at once, for a pod that only the node-only filters
+    and NodeResourcesFit can reject (`Cycle.vector_shape`) and with no pod nominated anywhere: the
+    feasible nodes it finds from `start` on, in its order, and how many nodes it visits to find them
+    (the whole list when it finds fewer than `to_find`). The same nodes a pass filtering one node at a
+    time finds: the node-only verdicts are the cycle's (kept per shape and node), the resource fit
+    the same comparisons over the snapshot's `NodeTable`. None when the pod is not such a pod or no
+    node is feasible (the node-by-node pass then gives the statuses a failure needs)."""
+    shape = cycle.vector_shape()
+    if shape is None:
+        return None
+    snapshot = cycle.snapshot
+    table = snapshot.node_table()
+    fits = table.pods < table.allowed_pods
+    for name, want in cycle.checked_requests:
+        j = table.columns.get(name)
+        if j is None:
+            return None  # no node has it, or has it requested
+        fits &= table.allocatable[:, j] >= table.requested[:, j] + want
+    fits &= snapshot.static_mask(table, shape, cycle.passes_static)
+    rotated = np.concatenate((fits[start:], fits[:start])) if start else fits
+    positions = np.flatnonzero(rotated)
+    if not len(positions):
+        return None
+    if len(positions) >= to_find:
+        positions = positions[:to_find]
+        processed = int(positions[-1]) + 1
+    else:
+        processed = len(all_nodes)
+    size = len(all_nodes)
+    return [all_nodes[(start + k) % size] for k in positions.tolist()], processed
 
 
 def _unfeasible(

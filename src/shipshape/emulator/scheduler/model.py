@@ -365,7 +365,7 @@ class SchedulerModel:
         )
         budgets = self._budgets() if self.c.store.count(PDBS) else []
         decision = framework.schedule_one(
-            info, self.snapshot, profile=self.profile, rng=self.rng, budgets=budgets
+            info, self.snapshot, profile=self.profile, rng=self.rng, budgets=budgets, statuses=False
         )
         if decision.scheduled:
             if self._bind(pod, decision.node):

@@ -241,15 +241,7 @@ class Cycle:
         self, node: NodeInfo, removed: Sequence[PodInfo] = (), added: Sequence[PodInfo] = ()
     ) -> Status | None:
         """None when the pod fits the node; else the first rejecting plugin's status."""
-        if node.obj is None:
-            status = self._static_filter(node)
-        else:
-            seen = self._static_verdicts.get(node.name)
-            if seen is not None and seen[0] is node.static_key:
-                status = seen[1]
-            else:
-                status = self._static_filter(node)
-                self._static_verdicts[node.name] = (node.static_key, status)
+        status = self.static_status(node)
         if status is not None:
             return status
         status = self._fit(node, removed, added)
@@ -262,6 +254,35 @@ class Cycle:
         if self._check_interpod:
             return self._interpod_filter(node, removed, added)
         return None
+
+    def static_status(self, node: NodeInfo) -> Status | None:
+        """The node-only filters' verdict, remembered per node for pods of this shape while the node's
+        static key stays the same."""
+        if node.obj is None:
+            return self._static_filter(node)
+        seen = self._static_verdicts.get(node.name)
+        if seen is not None and seen[0] is node.static_key:
+            return seen[1]
+        status = self._static_filter(node)
+        self._static_verdicts[node.name] = (node.static_key, status)
+        return status
+
+    def passes_static(self, node: NodeInfo) -> bool:
+        return self.static_status(node) is None
+
+    def vector_shape(self) -> Hashable | None:
+        """The key of the pod's node-only verdicts when every filter but those and the resource fit is
+        a no-op for it, so that a pass can filter all nodes at once (`framework.schedule_one`); None
+        otherwise (topology spread that must hold, inter-pod affinity in play, a DaemonSet's pod, or
+        tolerations that cannot be keyed)."""
+        if self._hard_spread or self._check_interpod or self._tolerations is None or self._names_only:
+            return None
+        return (self._tolerations, self.pod.node_name, self.pod.node_affinity)
+
+    @property
+    def checked_requests(self) -> list[tuple[str, int]]:
+        """The non-zero requests NodeResourcesFit checks, in its order."""
+        return self._requests
 
     def _static_filter(self, node: NodeInfo) -> Status | None:
         """The filters that depend on the node object and the pod's shape only, in upstream order:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import numpy as np
+
 from shipshape.emulator.scheduler.messages import Status
 from shipshape.kube import labels as labelsel
 from shipshape.kube import scheduling
@@ -324,6 +326,55 @@ def affinity_matches(
     return ok
 
 
+class NodeTable:
+    """What the resource filter reads of every node of one `node_list()`, as arrays in its order, so a
+    pass can filter every node at once (`framework.schedule_one`): each node's allocatable and
+    requested amounts per resource (a column per resource any node has or has requested), its pods
+    and how many it may hold. The snapshot brings the rows of changed nodes up to date before each
+    read (`ClusterSnapshot.node_table`), and builds a new table when the node list changes."""
+
+    def __init__(self, order: list[NodeInfo]) -> None:
+        self.order = order
+        self.index = {node.name: i for i, node in enumerate(order)}
+        names = sorted({name for node in order for name in (*node.allocatable, *node.requested)})
+        self.columns = {name: j for j, name in enumerate(names)}
+        self.allocatable = np.zeros((len(order), len(names)), dtype=np.int64)
+        self.requested = np.zeros((len(order), len(names)), dtype=np.int64)
+        self.pods = np.zeros(len(order), dtype=np.int64)
+        self.allowed_pods = np.zeros(len(order), dtype=np.int64)
+        for i, node in enumerate(order):
+            self._fill(i, node)
+        # Node-only filter verdicts per pod shape as a mask over the rows (see `static_mask`): the
+        # position in the snapshot's log of static changes each mask is current at, and the mask.
+        self.static_masks: dict[Any, tuple[int, np.ndarray]] = {}
+
+    def _fill(self, i: int, node: NodeInfo) -> None:
+        row, used, columns = self.allocatable[i], self.requested[i], self.columns
+        row[:] = 0
+        used[:] = 0
+        for name, amount in node.allocatable.items():
+            row[columns[name]] = amount
+        for name, amount in node.requested.items():
+            used[columns[name]] = amount
+        self.pods[i] = len(node.pods)
+        self.allowed_pods[i] = node.allowed_pods
+
+    def refresh(self, name: str) -> bool:
+        """Read the named node's row again; False when the table cannot hold it (a resource without a
+        column): the caller builds a new table."""
+        i = self.index.get(name)
+        if i is None:
+            return True  # not a listed node (pods of a node not seen yet): not in the table
+        node = self.order[i]
+        columns = self.columns
+        if any(name not in columns for name in node.allocatable) or any(
+            name not in columns for name in node.requested
+        ):
+            return False
+        self._fill(i, node)
+        return True
+
+
 class ClusterSnapshot:
     """Nodes and the pods assigned to them, updated incrementally."""
 
@@ -359,6 +410,11 @@ class ClusterSnapshot:
         # labels they were computed for.
         self._preferred_answers: dict[Any, dict[str, tuple[Mapping[str, str], int]]] = {}
         self._order: list[NodeInfo] | None = None
+        # The node list's resource numbers as arrays, with the nodes whose rows changed since
+        # (`node_table`), and the names of the nodes whose static key changed, in order (`static_mask`).
+        self._table: NodeTable | None = None
+        self._table_stale: set[str] = set()
+        self._static_log: list[str] = []
         self.next_start_index = 0
         # Moves on with every change the filters can see (a node's labels, taints, allocatable or
         # presence; a pod assigned, changed or gone; a nomination): equal generations, equal verdicts.
@@ -402,6 +458,9 @@ class ClusterSnapshot:
             self.generation += 1
         if not was_known or info.static_key is not static_key:
             self.node_generation += 1
+            self._static_log.append(name)
+        if info.allocatable is not allocatable:
+            self._table_stale.add(name)
         if info.images is not counted:  # (the same dict: the same images, counted already)
             if counted is not None:
                 self._count_images(counted, -1)
@@ -409,6 +468,49 @@ class ClusterSnapshot:
         if not was_known or old_zone != _zone_of(info):
             self._order = None
         return info
+
+    def node_table(self) -> NodeTable:
+        """`node_list()`'s nodes as a `NodeTable`, up to date."""
+        order = self.node_list()
+        table = self._table
+        if table is not None and table.order is order and len(self._static_log) <= 10_000:
+            for name in self._table_stale:
+                if not table.refresh(name):
+                    table = None
+                    break
+        else:
+            table = None
+        if table is None:
+            table = self._table = NodeTable(order)
+            self._static_log.clear()
+        self._table_stale.clear()
+        return table
+
+    def static_mask(
+        self,
+        table: NodeTable,
+        shape: Any,
+        passes: Callable[[NodeInfo], bool],
+    ) -> np.ndarray:
+        """Which of the table's nodes pass the node-only filters for pods of `shape` (`passes` asks for
+        one node), kept per shape in the table and brought up to date for the nodes whose static key
+        changed since. The array is the table's own: read it, never change it."""
+        kept = table.static_masks.get(shape)
+        log = self._static_log
+        if kept is None:
+            if len(table.static_masks) > 256:
+                table.static_masks.clear()
+            mask = np.fromiter((passes(node) for node in table.order), dtype=np.bool_, count=len(table.order))
+        else:
+            position, mask = kept
+            if position == len(log):
+                return mask
+            for name in set(log[position:]):
+                i = table.index.get(name)
+                if i is not None:
+                    mask[i] = passes(table.order[i])
+        table.static_masks[shape] = (len(log), mask)
+        return mask
 
     def remove_node(self, name: str) -> None:
         info = self.nodes.get(name)
@@ -418,6 +520,7 @@ class ClusterSnapshot:
         self._order = None
         self.generation += 1
         self.node_generation += 1
+        self._static_log.append(name)
         if info.pods:
             info.obj = None  # keep the pods until they are deleted, as upstream's cache does
         else:
@@ -517,6 +620,7 @@ class ClusterSnapshot:
         if node is None:
             node = self.nodes[pod.node_name] = NodeInfo(pod.node_name, None)
         node.add(pod)
+        self._table_stale.add(pod.node_name)
         self._by_namespace.setdefault(pod.namespace, {})[pod.key] = pod
         for k, v in pod.labels.items():
             self._by_label.setdefault((pod.namespace, k, v), {})[pod.key] = pod
@@ -535,6 +639,7 @@ class ClusterSnapshot:
         node = self.nodes.get(pod.node_name)
         if node is not None:
             node.add(pod, -1)
+            self._table_stale.add(pod.node_name)
             if node.obj is None and not node.pods:
                 del self.nodes[pod.node_name]
         self._by_namespace.get(pod.namespace, {}).pop(key, None)
