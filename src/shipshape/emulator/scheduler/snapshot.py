@@ -344,9 +344,16 @@ class NodeTable:
         self.allowed_pods = np.zeros(len(order), dtype=np.int64)
         for i, node in enumerate(order):
             self._fill(i, node)
-        # Node-only filter verdicts per pod shape as a mask over the rows (see `static_mask`): the
-        # position in the snapshot's log of static changes each mask is current at, and the mask.
+        # Answers that read a node's labels, taints and unschedulable flag alone, per question, as a
+        # column over the rows (see `static_column`; node-only filter verdicts per pod shape among
+        # them): the position in the snapshot's log of static changes each column is current at, and
+        # the column.
         self.static_masks: dict[Any, tuple[int, np.ndarray]] = {}
+        # Codes of each label key's values, for `label_codes` columns (a code is never reused).
+        self.value_codes: dict[str, dict[str, int]] = {}
+        # Per (namespace, selector): the rows' `matching_per_node` counts, kept in step by the
+        # snapshot's pod changes (`ClusterSnapshot.match_vector`).
+        self.match_vectors: dict[tuple[str, Selector], np.ndarray] = {}
 
     def _fill(self, i: int, node: NodeInfo) -> None:
         row, used, columns = self.allocatable[i], self.requested[i], self.columns
@@ -493,24 +500,54 @@ class ClusterSnapshot:
         passes: Callable[[NodeInfo], bool],
     ) -> np.ndarray:
         """Which of the table's nodes pass the node-only filters for pods of `shape` (`passes` asks for
-        one node), kept per shape in the table and brought up to date for the nodes whose static key
-        changed since. The array is the table's own: read it, never change it."""
-        kept = table.static_masks.get(shape)
+        one node): a `static_column`."""
+        return self.static_column(table, ("filters", shape), passes, np.bool_)
+
+    def static_column(
+        self, table: NodeTable, question: Hashable, answer: Callable[[NodeInfo], Any], dtype: Any
+    ) -> np.ndarray:
+        """`answer` for each of the table's nodes, for a question whose answer reads only the node's
+        name, labels, taints and unschedulable flag: kept per question in the table and asked again
+        only of the nodes whose static key changed since. The array is the table's own: read it, never
+        change it."""
+        kept = table.static_masks.get(question)
         log = self._static_log
         if kept is None:
             if len(table.static_masks) > 256:
                 table.static_masks.clear()
-            mask = np.fromiter((passes(node) for node in table.order), dtype=np.bool_, count=len(table.order))
+            column = np.fromiter((answer(node) for node in table.order), dtype=dtype, count=len(table.order))
         else:
-            position, mask = kept
+            position, column = kept
             if position == len(log):
-                return mask
+                return column
             for name in set(log[position:]):
                 i = table.index.get(name)
                 if i is not None:
-                    mask[i] = passes(table.order[i])
-        table.static_masks[shape] = (len(log), mask)
-        return mask
+                    column[i] = answer(table.order[i])
+        table.static_masks[question] = (len(log), column)
+        return column
+
+    def label_codes(self, table: NodeTable, key: str) -> tuple[np.ndarray, dict[str, int]]:
+        """Each of the table's nodes' value of label `key` as a code (-1: no such label), and the codes."""
+        codes = table.value_codes.setdefault(key, {})
+
+        def code(node: NodeInfo) -> int:
+            value = node.labels.get(key)
+            return -1 if value is None else codes.setdefault(value, len(codes))
+
+        return self.static_column(table, ("label", key), code, np.int64), codes
+
+    def match_vector(self, table: NodeTable, namespace: str, selector: Selector) -> np.ndarray:
+        """`matching_per_node` over the table's rows (the snapshot's own: read it, never change it)."""
+        key = (namespace, selector)
+        vector = table.match_vectors.get(key)
+        if vector is None or self._match_counts.get(namespace, {}).get(selector) is None:
+            counts = self.matching_per_node(namespace, selector)
+            vector = np.fromiter(
+                (counts.get(node.name, 0) for node in table.order), dtype=np.int64, count=len(table.order)
+            )
+            table.match_vectors[key] = vector
+        return vector
 
     def remove_node(self, name: str) -> None:
         info = self.nodes.get(name)
@@ -657,6 +694,8 @@ class ClusterSnapshot:
     def _count_match(self, pod: PodInfo, sign: int) -> None:
         if pod.terminating:
             return
+        table = self._table
+        row = None if table is None else table.index.get(pod.node_name)
         for selector, counts in self._match_counts.get(pod.namespace, {}).items():
             if selector.matches(pod.labels):
                 number = counts.get(pod.node_name, 0) + sign
@@ -664,6 +703,11 @@ class ClusterSnapshot:
                     counts[pod.node_name] = number
                 else:
                     counts.pop(pod.node_name, None)
+                if row is not None:
+                    assert table is not None
+                    vector = table.match_vectors.get((pod.namespace, selector))
+                    if vector is not None:
+                        vector[row] += sign
 
     def matching_per_node(self, namespace: str, selector: Selector) -> Mapping[str, int]:
         """Node name -> assigned, non-terminating pods in `namespace` that the selector matches.
@@ -689,7 +733,10 @@ class ClusterSnapshot:
     def _forget_one_match_count(self) -> None:
         for namespace, by_selector in list(self._match_counts.items()):
             if by_selector:
-                del by_selector[next(iter(by_selector))]
+                selector = next(iter(by_selector))
+                del by_selector[selector]
+                if self._table is not None:
+                    self._table.match_vectors.pop((namespace, selector), None)
                 self._match_count_entries -= 1
                 if not by_selector:
                     del self._match_counts[namespace]

@@ -15,6 +15,7 @@ import pytest
 from shipshape.emulator.scheduler import framework
 from shipshape.emulator.scheduler.plugins import Cycle, Profile
 from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, NodeTable, PodInfo, pod_info
+from shipshape.kube import labels as labelsel
 from tests.unit.emulator.scheduler.builders import node, pod, taint, toleration
 
 Obj = dict[str, Any]
@@ -162,3 +163,88 @@ def test_without_statuses_a_found_node_is_all_a_decision_says() -> None:
     assert {s.plugin for s in with_statuses.statuses.values()} == {"NodeResourcesFit"}
     assert list(with_statuses.statuses) == [f"n{i:03d}" for i in range(1, 287, 2)]
     assert snapshot.next_start_index == 287
+
+
+def spread_pod(name: str, rng: random.Random) -> tuple[Obj, labelsel.Selector | None]:
+    """A pod with soft topology spread constraints of random keys and policies, or none (then the
+    system default's selector), and sometimes preferred and required node affinity."""
+    body = pod_body(name, rng)
+    constraints = [
+        {
+            "maxSkew": rng.choice([1, 2]),
+            "topologyKey": rng.choice(["topology.kubernetes.io/zone", "kubernetes.io/hostname", "pool"]),
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": rng.choice(["web", "api"])}},
+            **({"nodeAffinityPolicy": "Ignore"} if rng.random() < 0.3 else {}),
+        }
+        for _ in range(rng.choice([0, 1, 2]))
+    ]
+    if constraints:
+        body["spec"]["topologySpreadConstraints"] = constraints
+    if rng.random() < 0.4:
+        body["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": rng.choice([1, 10, 50]),
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": [rng.choice(["spot", "batch"])]}
+                            ]
+                        },
+                    }
+                    for _ in range(rng.choice([1, 2]))
+                ]
+            }
+        }
+    default = None if constraints else labelsel.from_label_selector({"matchLabels": {"app": "web"}})
+    return body, default
+
+
+def test_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
+    rng = random.Random(2030)
+    snapshot = ClusterSnapshot()
+    names = [f"n{i:03d}" for i in range(150)]
+    for name in names:
+        body = node_body(name, rng)
+        if rng.random() < 0.05:  # a node without a zone
+            del body["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        snapshot.set_node(body)
+    assigned: list[tuple[str, str]] = []
+    compared = 0
+    for step in range(300):
+        action = rng.random()
+        if action < 0.1:
+            snapshot.set_node(node_body(rng.choice(names), rng))
+        elif action < 0.15:
+            name = rng.choice(names)
+            if snapshot.nodes.get(name) is not None and snapshot.nodes[name].obj is not None:
+                snapshot.remove_node(name)
+            else:
+                snapshot.set_node(node_body(name, rng))
+        elif action < 0.35 and assigned:
+            snapshot.remove_pod(assigned.pop(rng.randrange(len(assigned))))
+        else:
+            for _ in range(rng.choice([1, 5])):
+                body = pod_body(f"bound-{rng.randrange(600)}", rng)
+                body["spec"]["nodeName"] = rng.choice(names)
+                if rng.random() < 0.1:
+                    body["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+                info = pod_info(body)
+                if info.key in assigned:
+                    assigned.remove(info.key)
+                assigned.append(info.key)
+                snapshot.add_pod(info)
+        listed = snapshot.node_list()
+        if len(listed) < 20:
+            continue
+        body, default = spread_pod(f"p{step}", rng)
+        info = pod_info(body, default_spread_selector=default)
+        cycle = Cycle(info, snapshot)
+        nodes = rng.sample(listed, rng.randrange(16, len(listed)))
+        rows = cycle._rows(nodes)
+        assert rows is not None
+        assert cycle._spread_scores(nodes, rows) == cycle._spread_scores(nodes)
+        assert cycle._node_affinity_scores(nodes, rows) == cycle._node_affinity_scores(nodes)
+        compared += 1
+    assert compared >= 250
