@@ -226,14 +226,16 @@ def _feasible_at_once(
         return None
     snapshot = cycle.snapshot
     table = snapshot.node_table()
-    fits = table.pods < table.allowed_pods
+    size = table.size
+    fits = table.pods[:size] < table.allowed_pods[:size]
     for name, want in cycle.checked_requests:
         j = table.columns.get(name)
         if j is None:
             return None  # no node has it, or has it requested
-        fits &= table.allocatable[:, j] >= table.requested[:, j] + want
-    fits &= snapshot.static_mask(table, shape, cycle.passes_static)
-    rotated = np.concatenate((fits[start:], fits[:start])) if start else fits
+        fits &= table.allocatable[:size, j] >= table.requested[:size, j] + want
+    fits &= snapshot.static_mask(table, shape, cycle.passes_static)[:size]
+    listed = fits[table.positions]  # in the node list's order
+    rotated = np.concatenate((listed[start:], listed[:start])) if start else listed
     positions = np.flatnonzero(rotated)
     if not len(positions):
         return None
@@ -242,8 +244,8 @@ def _feasible_at_once(
         processed = int(positions[-1]) + 1
     else:
         processed = len(all_nodes)
-    size = len(all_nodes)
-    return [all_nodes[(start + k) % size] for k in positions.tolist()], processed
+    count = len(all_nodes)
+    return [all_nodes[(start + k) % count] for k in positions.tolist()], processed
 
 
 def _unfeasible(

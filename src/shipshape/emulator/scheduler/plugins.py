@@ -481,9 +481,9 @@ class Cycle:
         if len(nodes) < _ROWS_AT_LEAST:
             return None
         table = self.snapshot.node_table()
-        index, order = table.index, table.order
-        rows = [index.get(n.name, -1) for n in nodes]
-        if any(i < 0 or order[i] is not n for i, n in zip(rows, nodes, strict=True)):
+        row_of, kept = table.row_of, table.rows
+        rows = [row_of.get(n.name, -1) for n in nodes]
+        if any(i < 0 or kept[i] is not n for i, n in zip(rows, nodes, strict=True)):
             return None
         return np.array(rows, dtype=np.intp)
 
@@ -719,7 +719,7 @@ class Cycle:
             else:
                 domains = np.unique(chosen_codes[present & kept])
                 size = len(domains)
-                eligible = codes >= 0
+                eligible = (codes >= 0) & table.live
                 if require_all:
                     eligible &= has_keys
                 if c.honor_node_affinity:

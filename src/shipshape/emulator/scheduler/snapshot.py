@@ -327,33 +327,68 @@ def affinity_matches(
 
 
 class NodeTable:
-    """What the resource filter reads of every node of one `node_list()`, as arrays in its order, so a
-    pass can filter every node at once (`framework.schedule_one`): each node's allocatable and
-    requested amounts per resource (a column per resource any node has or has requested), its pods
-    and how many it may hold. The snapshot brings the rows of changed nodes up to date before each
-    read (`ClusterSnapshot.node_table`), and builds a new table when the node list changes."""
+    """What the resource filter reads of the listed nodes (`node_list()`), as arrays, so a pass can
+    filter every node at once (`framework.schedule_one`): each node's allocatable and requested
+    amounts per resource (a column per resource any node has or has requested), its pods and how
+    many it may hold; and answers kept per node for the score plugins (`ClusterSnapshot.static_column`,
+    `match_vector`). A node keeps its row while it is listed (`row_of`; `positions` gives the rows in
+    the list's order), so a node that comes or goes costs one row, not a new table. The snapshot
+    brings the rows of changed nodes up to date before each read (`ClusterSnapshot.node_table`)."""
 
     def __init__(self, order: list[NodeInfo]) -> None:
         self.order = order
-        self.index = {node.name: i for i, node in enumerate(order)}
         names = sorted({name for node in order for name in (*node.allocatable, *node.requested)})
         self.columns = {name: j for j, name in enumerate(names)}
-        self.allocatable = np.zeros((len(order), len(names)), dtype=np.int64)
-        self.requested = np.zeros((len(order), len(names)), dtype=np.int64)
-        self.pods = np.zeros(len(order), dtype=np.int64)
-        self.allowed_pods = np.zeros(len(order), dtype=np.int64)
-        for i, node in enumerate(order):
-            self._fill(i, node)
-        # Answers that read a node's labels, taints and unschedulable flag alone, per question, as a
-        # column over the rows (see `static_column`; node-only filter verdicts per pod shape among
-        # them): the position in the snapshot's log of static changes each column is current at, and
-        # the column.
+        capacity = 2 * len(order) + 16
+        self.rows: list[NodeInfo | None] = []  # None: the row of a node no longer listed
+        self.row_of: dict[str, int] = {}
+        self.live = np.zeros(capacity, dtype=np.bool_)
+        self.allocatable = np.zeros((capacity, len(names)), dtype=np.int64)
+        self.requested = np.zeros((capacity, len(names)), dtype=np.int64)
+        self.pods = np.zeros(capacity, dtype=np.int64)
+        self.allowed_pods = np.zeros(capacity, dtype=np.int64)
+        # Answers that read a node's name, labels, taints and unschedulable flag alone, per question,
+        # as a column over the rows (see `ClusterSnapshot.static_column`; the node-only filter
+        # verdicts per pod shape among them): the position in the snapshot's log of static changes
+        # each column is current at, and the column.
         self.static_masks: dict[Any, tuple[int, np.ndarray]] = {}
         # Codes of each label key's values, for `label_codes` columns (a code is never reused).
         self.value_codes: dict[str, dict[str, int]] = {}
         # Per (namespace, selector): the rows' `matching_per_node` counts, kept in step by the
         # snapshot's pod changes (`ClusterSnapshot.match_vector`).
         self.match_vectors: dict[tuple[str, Selector], np.ndarray] = {}
+        for node in order:
+            self._add_row(node)
+        self.positions = np.arange(len(order), dtype=np.intp)
+
+    @property
+    def size(self) -> int:
+        """Rows in use (live or not): the arrays' rows past it are unused."""
+        return len(self.rows)
+
+    def _add_row(self, node: NodeInfo) -> int:
+        i = len(self.rows)
+        if i == len(self.live):
+            self._grow()
+        self.rows.append(node)
+        self.row_of[node.name] = i
+        self.live[i] = True
+        self._fill(i, node)
+        return i
+
+    def _grow(self) -> None:
+        """Twice the rows; the kept static columns go (asked again when next needed)."""
+        capacity = 2 * len(self.live)
+
+        def grown(array: np.ndarray) -> np.ndarray:
+            out = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+            out[: len(array)] = array
+            return out
+
+        self.live, self.pods, self.allowed_pods = grown(self.live), grown(self.pods), grown(self.allowed_pods)
+        self.allocatable, self.requested = grown(self.allocatable), grown(self.requested)
+        self.match_vectors = {key: grown(vector) for key, vector in self.match_vectors.items()}
+        self.static_masks.clear()
 
     def _fill(self, i: int, node: NodeInfo) -> None:
         row, used, columns = self.allocatable[i], self.requested[i], self.columns
@@ -366,20 +401,50 @@ class NodeTable:
         self.pods[i] = len(node.pods)
         self.allowed_pods[i] = node.allowed_pods
 
+    def _holds(self, node: NodeInfo) -> bool:
+        columns = self.columns
+        return all(name in columns for name in node.allocatable) and all(
+            name in columns for name in node.requested
+        )
+
     def refresh(self, name: str) -> bool:
         """Read the named node's row again; False when the table cannot hold it (a resource without a
         column): the caller builds a new table."""
-        i = self.index.get(name)
+        i = self.row_of.get(name)
         if i is None:
             return True  # not a listed node (pods of a node not seen yet): not in the table
-        node = self.order[i]
-        columns = self.columns
-        if any(name not in columns for name in node.allocatable) or any(
-            name not in columns for name in node.requested
-        ):
+        node = self.rows[i]
+        assert node is not None
+        if not self._holds(node):
             return False
         self._fill(i, node)
         return True
+
+    def follow(self, order: list[NodeInfo], counts_of: Callable[[str, Selector], Mapping[str, int]]) -> bool:
+        """Take `order` as the node list: a row for each node new to it (its matching pods counted
+        from `counts_of`), none for the nodes it no longer lists. False when a new table is due
+        instead: a node with a resource the table has no column for, or more rows gone than live."""
+        row_of: dict[str, int] = {}
+        for node in order:
+            i = self.row_of.get(node.name)
+            if i is None or self.rows[i] is not node:
+                if not self._holds(node):
+                    return False
+                if i is not None:  # gone and back since: a new NodeInfo, a row of its own
+                    self.rows[i] = None
+                    self.live[i] = False
+                i = self._add_row(node)
+                for (namespace, selector), vector in self.match_vectors.items():
+                    vector[i] = counts_of(namespace, selector).get(node.name, 0)
+            row_of[node.name] = i
+        for name, i in self.row_of.items():
+            if row_of.get(name) != i:
+                self.rows[i] = None
+                self.live[i] = False
+        self.row_of = row_of
+        self.order = order
+        self.positions = np.fromiter((row_of[n.name] for n in order), dtype=np.intp, count=len(order))
+        return len(self.rows) <= 2 * len(order) + 64
 
 
 class ClusterSnapshot:
@@ -480,18 +545,23 @@ class ClusterSnapshot:
         """`node_list()`'s nodes as a `NodeTable`, up to date."""
         order = self.node_list()
         table = self._table
-        if table is not None and table.order is order and len(self._static_log) <= 10_000:
+        if table is not None and len(self._static_log) > 10_000:
+            table = None
+        if table is not None and table.order is not order and not table.follow(order, self._match_counts_of):
+            table = None
+        if table is not None:
             for name in self._table_stale:
                 if not table.refresh(name):
                     table = None
                     break
-        else:
-            table = None
         if table is None:
             table = self._table = NodeTable(order)
             self._static_log.clear()
         self._table_stale.clear()
         return table
+
+    def _match_counts_of(self, namespace: str, selector: Selector) -> Mapping[str, int]:
+        return self._match_counts.get(namespace, {}).get(selector) or {}
 
     def static_mask(
         self,
@@ -504,26 +574,36 @@ class ClusterSnapshot:
         return self.static_column(table, ("filters", shape), passes, np.bool_)
 
     def static_column(
-        self, table: NodeTable, question: Hashable, answer: Callable[[NodeInfo], Any], dtype: Any
+        self,
+        table: NodeTable,
+        question: Hashable,
+        answer: Callable[[NodeInfo], Any],
+        dtype: Any,
+        default: Any = 0,
     ) -> np.ndarray:
-        """`answer` for each of the table's nodes, for a question whose answer reads only the node's
-        name, labels, taints and unschedulable flag: kept per question in the table and asked again
-        only of the nodes whose static key changed since. The array is the table's own: read it, never
-        change it."""
+        """`answer` for each of the table's nodes (`default` for rows no longer listed), for a question
+        whose answer reads only the node's name, labels, taints and unschedulable flag: kept per
+        question in the table and asked again only of the nodes whose static key changed since (a new
+        node's among them). The array is the table's own: read it, never change it."""
         kept = table.static_masks.get(question)
         log = self._static_log
         if kept is None:
             if len(table.static_masks) > 256:
                 table.static_masks.clear()
-            column = np.fromiter((answer(node) for node in table.order), dtype=dtype, count=len(table.order))
+            column = np.full(len(table.live), default, dtype=dtype)
+            for i, node in enumerate(table.rows):
+                if node is not None:
+                    column[i] = answer(node)
         else:
             position, column = kept
             if position == len(log):
                 return column
             for name in set(log[position:]):
-                i = table.index.get(name)
-                if i is not None:
-                    column[i] = answer(table.order[i])
+                row = table.row_of.get(name)
+                if row is not None:
+                    node = table.rows[row]
+                    assert node is not None
+                    column[row] = answer(node)
         table.static_masks[question] = (len(log), column)
         return column
 
@@ -535,7 +615,7 @@ class ClusterSnapshot:
             value = node.labels.get(key)
             return -1 if value is None else codes.setdefault(value, len(codes))
 
-        return self.static_column(table, ("label", key), code, np.int64), codes
+        return self.static_column(table, ("label", key), code, np.int64, -1), codes
 
     def match_vector(self, table: NodeTable, namespace: str, selector: Selector) -> np.ndarray:
         """`matching_per_node` over the table's rows (the snapshot's own: read it, never change it)."""
@@ -543,9 +623,9 @@ class ClusterSnapshot:
         vector = table.match_vectors.get(key)
         if vector is None or self._match_counts.get(namespace, {}).get(selector) is None:
             counts = self.matching_per_node(namespace, selector)
-            vector = np.fromiter(
-                (counts.get(node.name, 0) for node in table.order), dtype=np.int64, count=len(table.order)
-            )
+            vector = np.zeros(len(table.live), dtype=np.int64)
+            for name, i in table.row_of.items():
+                vector[i] = counts.get(name, 0)
             table.match_vectors[key] = vector
         return vector
 
@@ -695,7 +775,7 @@ class ClusterSnapshot:
         if pod.terminating:
             return
         table = self._table
-        row = None if table is None else table.index.get(pod.node_name)
+        row = None if table is None else table.row_of.get(pod.node_name)
         for selector, counts in self._match_counts.get(pod.namespace, {}).items():
             if selector.matches(pod.labels):
                 number = counts.get(pod.node_name, 0) + sign

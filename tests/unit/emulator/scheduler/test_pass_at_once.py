@@ -59,18 +59,28 @@ def fresh_mask(snapshot: ClusterSnapshot, info: PodInfo) -> np.ndarray:
 
 
 def assert_table_current(snapshot: ClusterSnapshot) -> None:
+    """The kept table, in the node list's order, equals one built afresh; so do its match vectors."""
     kept = snapshot.node_table()
     fresh = NodeTable(snapshot.node_list())
     assert kept.order is fresh.order
+    assert [kept.rows[i] for i in kept.positions] == snapshot.node_list()
+    assert int(kept.live.sum()) == len(snapshot.node_list())
+    rows = kept.positions
     for name, j in fresh.columns.items():
         k = kept.columns[name]
-        assert (kept.allocatable[:, k] == fresh.allocatable[:, j]).all()
-        assert (kept.requested[:, k] == fresh.requested[:, j]).all()
+        assert (kept.allocatable[rows, k] == fresh.allocatable[: fresh.size, j]).all()
+        assert (kept.requested[rows, k] == fresh.requested[: fresh.size, j]).all()
     for name, k in kept.columns.items():
         if name not in fresh.columns:  # a resource nothing has any more: nothing there
-            assert not kept.allocatable[:, k].any() and not kept.requested[:, k].any()
-    assert (kept.pods == fresh.pods).all()
-    assert (kept.allowed_pods == fresh.allowed_pods).all()
+            assert not kept.allocatable[rows, k].any() and not kept.requested[rows, k].any()
+    assert (kept.pods[rows] == fresh.pods[: fresh.size]).all()
+    assert (kept.allowed_pods[rows] == fresh.allowed_pods[: fresh.size]).all()
+    for (namespace, selector), vector in kept.match_vectors.items():
+        counts: dict[str, int] = {}
+        for other in snapshot.matching_pods(namespace, selector):
+            if not other.terminating:
+                counts[other.node_name] = counts.get(other.node_name, 0) + 1
+        assert vector[rows].tolist() == [counts.get(n.name, 0) for n in snapshot.node_list()]
 
 
 def test_the_pass_at_once_equals_the_node_by_node_pass(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,9 +153,10 @@ def test_the_pass_at_once_equals_the_node_by_node_pass(monkeypatch: pytest.Monke
         if step % 20 == 0:
             assert_table_current(snapshot)
             shape = Cycle(info, snapshot).vector_shape()
-            if shape is not None and shape in snapshot.node_table().static_masks:
-                _, mask = snapshot.node_table().static_masks[shape]
-                assert (mask == fresh_mask(snapshot, info)).all()
+            table = snapshot.node_table()
+            if shape is not None and ("filters", shape) in table.static_masks:
+                mask = snapshot.static_mask(table, shape, Cycle(info, snapshot).passes_static)
+                assert (mask[table.positions] == fresh_mask(snapshot, info)).all()
     assert used >= 150
 
 
@@ -216,12 +227,19 @@ def test_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
         action = rng.random()
         if action < 0.1:
             snapshot.set_node(node_body(rng.choice(names), rng))
-        elif action < 0.15:
+        elif action < 0.2:  # a node goes (its pods stay until deleted), or one that went comes back
+            gone = [n for n in names if snapshot.nodes.get(n) is None or snapshot.nodes[n].obj is None]
             name = rng.choice(names)
-            if snapshot.nodes.get(name) is not None and snapshot.nodes[name].obj is not None:
+            if gone and rng.random() < 0.5:
+                snapshot.set_node(node_body(rng.choice(gone), rng))
+            elif rng.random() < 0.3:  # gone and back between two reads of the table
+                for other in list(snapshot.nodes[name].pods) if name in snapshot.nodes else []:
+                    snapshot.remove_pod(other)
+                    assigned.remove(other)
                 snapshot.remove_node(name)
-            else:
                 snapshot.set_node(node_body(name, rng))
+            else:
+                snapshot.remove_node(name)
         elif action < 0.35 and assigned:
             snapshot.remove_pod(assigned.pop(rng.randrange(len(assigned))))
         else:
@@ -247,4 +265,6 @@ def test_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
         assert cycle._spread_scores(nodes, rows) == cycle._spread_scores(nodes)
         assert cycle._node_affinity_scores(nodes, rows) == cycle._node_affinity_scores(nodes)
         compared += 1
+        if step % 10 == 0:
+            assert_table_current(snapshot)
     assert compared >= 250
