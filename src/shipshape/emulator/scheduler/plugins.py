@@ -463,7 +463,7 @@ class Cycle:
             ("NodeResourcesFit", fit),
             ("NodeResourcesBalancedAllocation", balanced),
             ("TaintToleration", self._taint_scores(nodes)),
-            ("NodeAffinity", self._node_affinity_scores(nodes, rows)),
+            ("NodeAffinity", self._node_affinity_scores(nodes)),
             ("PodTopologySpread", self._spread_scores(nodes, rows)),
             ("InterPodAffinity", self._interpod_scores(nodes)),
             ("ImageLocality", self._image_scores(nodes)),
@@ -556,24 +556,10 @@ class Cycle:
         ]
         return _normalize(raw, reverse=True)
 
-    def _node_affinity_scores(self, nodes: Sequence[NodeInfo], rows: np.ndarray | None = None) -> list[int]:
+    def _node_affinity_scores(self, nodes: Sequence[NodeInfo]) -> list[int]:
         terms = self.pod.preferred_node_terms
         if not terms:
             return [0] * len(nodes)
-        if rows is not None:
-            snapshot = self.snapshot
-
-            def weight(n: NodeInfo) -> int:
-                return sum(w for w, t in terms if t.matches(n.labels, n.name))
-
-            column = snapshot.static_column(
-                snapshot.node_table(), ("preferred", tuple(terms)), weight, np.int64
-            )
-            chosen = column[rows]
-            top = int(chosen.max())
-            if top == 0:
-                return [0] * len(nodes)
-            return (MAX_NODE_SCORE * chosen // top).tolist()  # type: ignore[no-any-return]
         answers = self.snapshot.preferred_answers(tuple(terms))
         raw = []
         for n in nodes:

@@ -1,8 +1,8 @@
 """The filter pass over all nodes at once (`framework._feasible_at_once`, over the snapshot's kept
 `NodeTable` and node-only masks) finds what the node-by-node pass finds: the same node, feasible
 count, statuses, start index and random draws, through random changes to a cluster large enough
-that a pass stops before the end of the node list; and the kept table and masks equal ones built
-afresh."""
+that a pass stops before the end of the node list; the kept table, masks and matching pods equal
+ones built afresh; and PodTopologySpread's scores from the kept columns equal scores node by node."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def test_without_statuses_a_found_node_is_all_a_decision_says() -> None:
 
 def spread_pod(name: str, rng: random.Random) -> tuple[Obj, labelsel.Selector | None]:
     """A pod with soft topology spread constraints of random keys and policies, or none (then the
-    system default's selector), and sometimes preferred and required node affinity."""
+    system default's selector); `pod_body` gives some a nodeSelector, which spreading honours."""
     body = pod_body(name, rng)
     constraints = [
         {
@@ -192,27 +192,11 @@ def spread_pod(name: str, rng: random.Random) -> tuple[Obj, labelsel.Selector | 
     ]
     if constraints:
         body["spec"]["topologySpreadConstraints"] = constraints
-    if rng.random() < 0.4:
-        body["spec"]["affinity"] = {
-            "nodeAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": rng.choice([1, 10, 50]),
-                        "preference": {
-                            "matchExpressions": [
-                                {"key": "pool", "operator": "In", "values": [rng.choice(["spot", "batch"])]}
-                            ]
-                        },
-                    }
-                    for _ in range(rng.choice([1, 2]))
-                ]
-            }
-        }
     default = None if constraints else labelsel.from_label_selector({"matchLabels": {"app": "web"}})
     return body, default
 
 
-def test_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
+def test_spread_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
     rng = random.Random(2030)
     snapshot = ClusterSnapshot()
     names = [f"n{i:03d}" for i in range(150)]
@@ -263,7 +247,6 @@ def test_scores_from_the_kept_columns_equal_scores_node_by_node() -> None:
         rows = cycle._rows(nodes)
         assert rows is not None
         assert cycle._spread_scores(nodes, rows) == cycle._spread_scores(nodes)
-        assert cycle._node_affinity_scores(nodes, rows) == cycle._node_affinity_scores(nodes)
         compared += 1
         if step % 10 == 0:
             assert_table_current(snapshot)
