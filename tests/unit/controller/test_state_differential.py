@@ -533,7 +533,7 @@ def test_the_node_summary_kept_per_node_equals_the_summary_of_every_node(seed: i
     """The node summary is put together from each node's share, kept per node event: after every
     event (a capacity-label key of another convention appearing, which reads every node again) it
     equals `summarize_nodes` over the state's nodes (a pool's region aside, which the kept summary
-    takes from the first node it saw)."""
+    takes from the first node it saw); so do the nodes of each capacity type, kept in order."""
     rng = random.Random(500 + seed)
     config = ControllerConfig()
     cluster = Cluster(rng)
@@ -550,9 +550,23 @@ def test_the_node_summary_kept_per_node_equals_the_summary_of_every_node(seed: i
         if rng.random() < 0.05:
             kind = rng.choice(("Node", "Pod"))
             state.replace(kind, cluster.of_kind(kind))
+        held = sorted(state._node_by_name)
+        if held and rng.random() < 0.2:  # a heartbeat: a new status beside the same spec and labels
+            current = state._node_by_name[rng.choice(held)]
+            beat = cluster._stamp({**current, "metadata": dict(current["metadata"])})
+            beat["status"] = {**(current.get("status") or {}), "heartbeat": step}
+            state.apply({"type": "MODIFIED", "object": beat}, "Node")
         kept = state._nodes()
         fresh = summarize_nodes(list(state.objects("Node")), config, state._present, state.conventions)
         where = f"seed {seed}, step {step}"
+        # The nodes of each capacity type, kept between events, in the cache's order.
+        for capacity in (*CapacityType, None):
+            listed = state.nodes_of_capacity(capacity)  # type: ignore[arg-type]
+            assert [(n["metadata"]["name"], n["metadata"]["resourceVersion"]) for n in listed] == [
+                (n["metadata"]["name"], n["metadata"]["resourceVersion"])
+                for n in state.objects("Node")
+                if state.node_capacity(n) is capacity
+            ], where
         assert kept.spot_pools.keys() == fresh.spot_pools.keys(), where
         assert (kept.noticed_pools, kept.avoided, kept.tolerations) == (
             fresh.noticed_pools,

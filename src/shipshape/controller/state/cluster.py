@@ -585,6 +585,10 @@ class ClusterState:
         self._allocatable: dict[str, tuple[int, int, int]] = {}
         # Per node: its capacity type and whether it takes replacements (`packing.takes_replacements`).
         self._node_facts: dict[str, tuple[CapacityType | None, bool]] = {}
+        # The nodes of each capacity type by name, in the cache's node order (`nodes_of_capacity`: the
+        # metadata poll's list of spot nodes); None: to be read again from every node (after a node's
+        # capacity type changed).
+        self._capacity_nodes: dict[CapacityType | None, dict[str, Obj]] | None = None
         # What the bound pods other than placeholders request per node (cpu, memory, pods) and how
         # many of them are not DaemonSet pods: the room the headroom counts on (`spare_rooms`).
         self._bound_usage: dict[str, list[int]] = {}
@@ -727,6 +731,8 @@ class ClusterState:
             if old is not None and _same_node_facts(old, obj):
                 # A status report or heartbeat: nothing derived from the node changes.
                 self._node_by_name[key[1]] = obj
+                if self._capacity_nodes is not None:
+                    self._capacity_nodes[self._node_facts[key[1]][0]][key[1]] = obj
                 placement = self._node_placements.get(key[1])
                 if placement is not None:
                     self._node_placements[key[1]] = (obj, placement[1])
@@ -745,10 +751,16 @@ class ClusterState:
             self._know_pool(obj)
             capacity = self.node_capacity(obj)
             facts = (capacity, takes_replacements(obj, capacity))
-            if self._allocatable.get(key[1]) != amounts or self._node_facts.get(key[1]) != facts:
+            before = self._node_facts.get(key[1])
+            if self._allocatable.get(key[1]) != amounts or before != facts:
                 self._spare_rooms = None
             self._allocatable[key[1]] = amounts
             self._node_facts[key[1]] = facts
+            if self._capacity_nodes is not None:
+                if before is not None and before[0] is not capacity:
+                    self._capacity_nodes = None  # its place among the others of its new type: read again
+                else:  # the same place, or a new node: the last, as in `_objects`
+                    self._capacity_nodes.setdefault(capacity, {})[key[1]] = obj
             self._node_by_name[key[1]] = obj
             if taint_keys(obj) & NOTICE_TAINTS:
                 self._noticed.add(key[1])
@@ -807,7 +819,9 @@ class ClusterState:
             self._eligible.clear()
             self._spare_rooms = None
             self._allocatable.pop(key[1], None)
-            self._node_facts.pop(key[1], None)
+            facts = self._node_facts.pop(key[1], None)
+            if self._capacity_nodes is not None and facts is not None:
+                self._capacity_nodes.get(facts[0], {}).pop(key[1], None)
             self._node_by_name.pop(key[1], None)
             self._noticed.discard(key[1])
             if key in self._objects["Node"]:
@@ -1680,6 +1694,7 @@ class ClusterState:
         for (_, name), other in self._objects["Node"].items():
             capacity = self.node_capacity(other)
             self._node_facts[name] = (capacity, takes_replacements(other, capacity))
+        self._capacity_nodes = None
         self._nodes_moved()
 
     def _know_pool(self, node: Mapping[str, Any]) -> None:
@@ -1706,9 +1721,16 @@ class ClusterState:
         return self._nodes().pool_nodes
 
     def nodes_of_capacity(self, capacity: CapacityType) -> list[Obj]:
-        """The nodes of one capacity type, in the cache's node order."""
-        facts = self._node_facts
-        return [node for (_, name), node in self._objects["Node"].items() if facts[name][0] is capacity]
+        """The nodes of one capacity type, in the cache's node order (kept per capacity type between
+        node events)."""
+        kept = self._capacity_nodes
+        if kept is None:
+            kept = {}
+            facts = self._node_facts
+            for (_, name), node in self._objects["Node"].items():
+                kept.setdefault(facts[name][0], {})[name] = node
+            self._capacity_nodes = kept
+        return list(kept.get(capacity, {}).values())
 
     def nodes_by_name(self) -> dict[str, Obj]:
         """Every node by name, in the cache's node order (a copy: the loops read it outside the lock)."""
