@@ -289,7 +289,12 @@ def _obj(kind: str, name: str, version: int) -> dict[str, object]:
     metadata: dict[str, object] = {"name": name, "resourceVersion": str(version)}
     if kind == "pods":
         metadata["namespace"] = "shop"
-    return {"kind": kind, "metadata": metadata, "status": {"version": version}}
+    # Text beyond ASCII, an escape and a NUL: what the PostgreSQL upsert sends as UTF-8 bytes reads back.
+    return {
+        "kind": kind,
+        "metadata": metadata,
+        "status": {"version": version, "note": 'caf\u00e9 \U0001f680 "\x00'},
+    }
 
 
 KINDS = ("nodes", "pods", "deployments")
