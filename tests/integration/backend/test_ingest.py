@@ -485,6 +485,66 @@ def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(
         engine.dispose()
 
 
+@pytest.mark.integration
+def test_an_apply_sets_the_last_seen_an_accept_left_to_it(database_url: str) -> None:
+    """An accept that found the cluster's row locked leaves `last_seen` to the worker holding it
+    (`repository._seen`): the apply sets it to its newest push's arrival, never back to an older one,
+    and an apply that moves nothing on leaves the counts and the analysed sequence as they were."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import select, update
+
+    from shipshape.backend.store import engine as store_engine
+    from shipshape.backend.store.models import Cluster
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def row(cluster_id: str) -> tuple[Any, ...]:
+        with sessions.begin() as session:
+            found = session.execute(
+                select(
+                    Cluster.last_seen,
+                    Cluster.applied_sequence,
+                    Cluster.node_count,
+                    Cluster.pod_count,
+                    Cluster.analyzed_sequence,
+                ).where(Cluster.id == cluster_id)
+            ).one()
+        return (repo.as_utc(found[0]), *found[1:])
+
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster_id = repo.create_cluster(session, org.id, "prod", now)[0].id
+            first = _record(session, cluster_id, snapshot(1, nodes=2, pods=3), now)
+            # As if the accept had found the row locked: `last_seen` not set.
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=None))
+        with sessions.begin() as session:
+            applied = repo.apply_cluster(session, cluster_id, [first], now + timedelta(seconds=5))
+            assert applied == {first: "applied"}
+            repo.mark_analyzed(session, cluster_id, now, 1)
+        assert row(cluster_id) == (now, 1, 2, 3, 1)
+        later = now + timedelta(seconds=30)
+        with sessions.begin() as session:
+            stale = _record(session, cluster_id, {**snapshot(0, nodes=1, pods=1), "sequence": 0}, later)
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [stale], later) == {stale: "stale"}
+        assert row(cluster_id) == (later, 1, 2, 3, 1)
+        with sessions.begin() as session:
+            same = _record(session, cluster_id, snapshot(2, nodes=2, pods=3), now)
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=later))
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [same], later) == {same: "applied"}
+        # Nothing written (the same objects): the analysis stands; `last_seen` is not moved back.
+        assert row(cluster_id) == (later, 2, 2, 3, 2)
+    finally:
+        engine.dispose()
+
+
 async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connections() -> None:
     """The accept's connections are not pinged when taken: one found dropped (PostgreSQL restarted,
     or ended it) is replaced and the push accepted all the same, once."""

@@ -11,7 +11,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    any_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -470,6 +482,33 @@ _MARK = (
     .where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
     .values(processed_at=bindparam("at"), outcome=bindparam("result"))
 )
+# On PostgreSQL the same with the ids as one array parameter (`= ANY`): one statement text whatever
+# their number, which psycopg prepares once per connection. An expanding IN list is a statement of its
+# own for each count of ids (parsed and planned again by PostgreSQL, rewritten by SQLAlchemy on each
+# call).
+_IDS_ARRAY = bindparam("ids", type_=postgresql.ARRAY(BigInteger))
+_PRESENT_PG = select(_PUSHES.c.id).where(_PUSHES.c.id == any_(_IDS_ARRAY))
+_BODIES_PG = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id == any_(_IDS_ARRAY))
+_MARK_PG = (
+    update(_PUSHES)
+    .where(_PUSHES.c.id == any_(_IDS_ARRAY))
+    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
+)
+# The cluster's row after an apply, every column the apply may change in one statement built once (a
+# statement built for the columns that changed took the worker as long as executing it); the columns
+# an apply leaves alone are written as they were read under the row's lock.
+_UPDATE_CLUSTER = (
+    update(_CLUSTERS)
+    .where(_CLUSTERS.c.id == bindparam("cluster_id_"))
+    .values(
+        applied_sequence=bindparam("applied_sequence_"),
+        node_count=bindparam("node_count_"),
+        pod_count=bindparam("pod_count_"),
+        analyzed_sequence=bindparam("analyzed_sequence_"),
+        objects_revision=bindparam("objects_revision_"),
+        last_seen=bindparam("last_seen_", type_=_CLUSTERS.c.last_seen.type),
+    )
+)
 _DIGESTS = select(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name, _OBJECTS.c.digest).where(
     _OBJECTS.c.cluster_id == bindparam("cluster")
 )
@@ -596,7 +635,9 @@ def apply_cluster(
     missing = wanted - waiting
     if missing:
         # Processed before (by the worker that held the lock before us), or removed by retention.
-        present = set(connection.scalars(_PRESENT, {"ids": sorted(missing)}))
+        present = set(
+            connection.scalars(_PRESENT_PG if state.postgres else _PRESENT, {"ids": sorted(missing)})
+        )
         outcomes.update({i: "duplicate" if i in present else "gone" for i in missing})
     usage = [p for p in pending if p.schema_name == USAGE_SCHEMA and p.id in wanted]
     chain = [p for p in pending if p.schema_name != USAGE_SCHEMA]
@@ -612,7 +653,7 @@ def apply_cluster(
             marks[candidate.id] = "superseded"
         else:
             applying.append(candidate)
-    bodies = _bodies(connection, [p.id for p in applying] + [p.id for p in usage])
+    bodies = _bodies(state, [p.id for p in applying] + [p.id for p in usage])
     for candidate in applying:
         outcome = _apply_one(cluster_id, state, candidate, bodies[candidate.id])
         if outcome != NOT_YET:
@@ -626,28 +667,39 @@ def apply_cluster(
     for outcome, ids in by_outcome.items():
         for start in range(0, len(ids), _KEYS_PER_STATEMENT):
             chunk = ids[start : start + _KEYS_PER_STATEMENT]
-            connection.execute(_MARK, {"ids": chunk, "at": now, "result": outcome})
-    values: dict[str, Any] = {}
-    if state.applied_sequence != row.applied_sequence:
-        values.update(
-            applied_sequence=state.applied_sequence, node_count=state.node_count, pod_count=state.pod_count
-        )
-        if (
-            not state.written
-            and row.applied_sequence is not None
-            and row.analyzed_sequence == row.applied_sequence
-        ):
-            # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis
-            # of the state before stands for this one, and is not run again.
-            values["analyzed_sequence"] = state.applied_sequence
-    if state.written:
-        values["objects_revision"] = state.revision
+            connection.execute(
+                _MARK_PG if state.postgres else _MARK, {"ids": chunk, "at": now, "result": outcome}
+            )
+    moved = state.applied_sequence != row.applied_sequence
+    analyzed_sequence = row.analyzed_sequence
+    if (
+        moved
+        and not state.written
+        and row.applied_sequence is not None
+        and row.analyzed_sequence == row.applied_sequence
+    ):
+        # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis of
+        # the state before stands for this one, and is not run again.
+        analyzed_sequence = state.applied_sequence
     # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
+    last_seen = row.last_seen
     received = max((as_utc(p.received_at) for p in pending), default=None)
     if received is not None and (row.last_seen is None or as_utc(row.last_seen) < received):
-        values["last_seen"] = received
-    if values:
-        connection.execute(update(_CLUSTERS).where(_CLUSTERS.c.id == cluster_id).values(**values))
+        last_seen = received
+    if moved or state.written or last_seen is not row.last_seen:
+        connection.execute(
+            _UPDATE_CLUSTER,
+            {
+                "cluster_id_": cluster_id,
+                "applied_sequence_": state.applied_sequence,
+                # The counts follow the rows written when the sequence moves on (as they always did).
+                "node_count_": state.node_count if moved else row.node_count,
+                "pod_count_": state.pod_count if moved else row.pod_count,
+                "analyzed_sequence_": analyzed_sequence,
+                "objects_revision_": state.revision if state.written else row.objects_revision,
+                "last_seen_": last_seen,
+            },
+        )
     for push_id in wanted:
         if push_id not in outcomes:
             outcome = marks.get(push_id, NOT_YET)
@@ -655,11 +707,12 @@ def apply_cluster(
     return outcomes
 
 
-def _bodies(connection: Connection, push_ids: list[int]) -> dict[int, bytes]:
+def _bodies(state: _Applying, push_ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
+    statement = _BODIES_PG if state.postgres else _BODIES
     for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
         chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
-        for push_id, body in connection.execute(_BODIES, {"ids": chunk}):
+        for push_id, body in state.connection.execute(statement, {"ids": chunk}):
             out[push_id] = body
     return out
 
