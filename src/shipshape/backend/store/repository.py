@@ -4,6 +4,7 @@ reaches another tenant's rows."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg
 from sqlalchemy import (
     BigInteger,
     Connection,
@@ -320,8 +322,7 @@ _PUSHES = Push.metadata.tables[Push.__tablename__]
 # token still live (it may have been revoked since the caller verified its secret), the push stored
 # once per key, the cluster's `last_seen` set unless a worker holds its row (as `_seen` says), and the
 # id of a push stored before under this key (the statement's snapshot does not see its own insert).
-_ACCEPT_POSTGRESQL = text(
-    """
+_ACCEPT_SQL = """
     WITH token AS (
         SELECT cluster_id FROM agent_tokens
         WHERE id = :token_id AND cluster_id = :cluster_id AND revoked_at IS NULL
@@ -339,10 +340,13 @@ _ACCEPT_POSTGRESQL = text(
         (SELECT id FROM inserted),
         EXISTS (SELECT FROM token),
         (SELECT id FROM pushes WHERE cluster_id = :cluster_id AND idempotency_key = :key)
-    """
-).bindparams(
+"""
+_ACCEPT_POSTGRESQL = text(_ACCEPT_SQL).bindparams(
     bindparam("now", type_=_PUSHES.c.received_at.type), bindparam("body", type_=_PUSHES.c.body_gzip.type)
 )
+# The same for psycopg's own asyncio connection (`accept_push_async`), its parameters in psycopg's form.
+_ACCEPT_PSYCOPG = re.sub(r"(?<!:):(\w+)", r"%(\1)s", _ACCEPT_SQL)
+_EXISTING_PSYCOPG = "SELECT id FROM pushes WHERE cluster_id = %(cluster_id)s AND idempotency_key = %(key)s"
 # SQLite has no data-modifying CTE: the insert (when the token is live), then what `_seen` does, in
 # the caller's transaction (SQLite takes one writer at a time anyway).
 _ACCEPT_SQLITE = text(
@@ -409,6 +413,44 @@ def accept_push(
             select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
         )
     assert existing is not None  # the conflicting row, committed
+    return Recorded(existing, duplicate=True)
+
+
+async def accept_push_async(
+    connection: psycopg.AsyncConnection[Any],
+    token_id: str,
+    cluster_id: str,
+    idempotency_key: str,
+    schema_name: str,
+    sequence: int,
+    body: bytes,
+    now: datetime,
+) -> Recorded | None:
+    """`accept_push` on PostgreSQL through psycopg's asyncio connection in autocommit (the API's
+    accept of a small push on the event loop): the same statement, prepared once per connection."""
+    params = {
+        "token_id": token_id,
+        "cluster_id": cluster_id,
+        "key": idempotency_key,
+        "schema_name": schema_name,
+        "sequence": sequence,
+        "now": now,
+        "body": body,
+    }
+    cursor = await connection.execute(_ACCEPT_PSYCOPG, params, prepare=True)
+    row = await cursor.fetchone()
+    assert row is not None  # the statement answers one row
+    push_id, live, existing = row
+    if not live:
+        return None
+    if push_id is not None:
+        return Recorded(push_id, duplicate=False)
+    if existing is None:
+        # Stored by another API process while this statement ran (it waited for that one's commit).
+        cursor = await connection.execute(_EXISTING_PSYCOPG, params)
+        found = await cursor.fetchone()
+        assert found is not None  # the conflicting row, committed
+        existing = found[0]
     return Recorded(existing, duplicate=True)
 
 
