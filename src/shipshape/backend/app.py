@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import orjson
+import psycopg
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -29,7 +30,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -227,9 +227,9 @@ class Backend:
     verified: auth.Verified[repo.AgentPrincipal] = field(default_factory=auth.Verified)
     # Jobs of accepted pushes being published after their 202 (`publish_later`).
     publishing: set[asyncio.Task[None]] = field(default_factory=set)
-    # The asyncio engine small pushes are stored through (PostgreSQL, set by the server that runs the
-    # API: `service.serve_api`; None: every push is stored from the thread pool).
-    accepting_async: AsyncEngine | None = None
+    # The asyncio connections small pushes are stored through (PostgreSQL, set by the server that runs
+    # the API: `service.serve_api`; None: every push is stored from the thread pool).
+    accepting_async: store_engine.AcceptConnections | None = None
 
     async def publish_later(self, job: Job) -> None:
         """Queue the job of a committed push without holding its answer: a push is accepted once it
@@ -248,7 +248,7 @@ class Backend:
         await self.published()
         await self.queue.close()
         if self.accepting_async is not None:
-            await self.accepting_async.dispose()
+            await self.accepting_async.close()
         self.engine.dispose()
 
     async def published(self) -> None:
@@ -466,7 +466,7 @@ def _accept(
 
 
 async def _accept_async(
-    engine: AsyncEngine,
+    connections: store_engine.AcceptConnections,
     backend: Backend,
     agent: repo.AgentPrincipal,
     idempotency_key: str,
@@ -474,20 +474,26 @@ async def _accept_async(
     sequence: int,
     stored: bytes,
 ) -> repo.Recorded | None:
-    """`_accept` on the asyncio engine: the same statement, once more on a dropped connection."""
-
-    async def once() -> repo.Recorded | None:
-        async with engine.connect() as connection:
-            return await connection.run_sync(
-                _store, backend, agent, idempotency_key, schema, sequence, stored
-            )
-
-    try:
-        return await once()
-    except sa_exc.DBAPIError as error:
-        if not error.connection_invalidated:
-            raise
-    return await once()
+    """`_accept` on the asyncio connections: the same statement, once more on a connection found
+    broken (those connections are not pinged when taken); psycopg's OperationalError (503) when the
+    second fails too, or the first for another reason."""
+    for last in (False, True):
+        async with connections.connection() as connection:
+            try:
+                return await repo.accept_push_async(
+                    connection,
+                    agent.token_id,
+                    agent.cluster_id,
+                    idempotency_key,
+                    schema,
+                    sequence,
+                    stored,
+                    backend.now(),
+                )
+            except psycopg.OperationalError:
+                if last or not connection.broken:
+                    raise
+    raise AssertionError("unreachable")
 
 
 def _checked_push(
@@ -588,7 +594,15 @@ def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:
             {"detail": "database unavailable, retry later"}, status_code=503, headers={"Retry-After": "5"}
         )
 
-    for unavailable in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+    unavailable: type[Exception]
+    for unavailable in (
+        sa_exc.OperationalError,
+        sa_exc.InterfaceError,
+        sa_exc.TimeoutError,
+        # The asyncio accept's own connections (`store_engine.AcceptConnections`).
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    ):
         app.add_exception_handler(unavailable, _database_unavailable)
 
     app.add_middleware(_Observe, metrics=backend.metrics)

@@ -117,7 +117,7 @@ def tune_gc() -> None:
 async def serve_api(settings: BackendSettings, ready: asyncio.Event | None = None) -> None:
     """The API under uvicorn; with the in-process queue, the workers run in this process too."""
     backend = await build(settings)
-    backend.accepting_async = store_engine.create_async_autocommit(settings.db, pool_size=ACCEPT_POOL)
+    backend.accepting_async = store_engine.accept_connections(settings.db, size=ACCEPT_POOL)
     tune_gc()
     in_process = isinstance(backend.queue, MemoryQueue)
 

@@ -128,7 +128,7 @@ class Harness:
 async def harness(settings: BackendSettings, consumers: int = 2) -> AsyncIterator[Harness]:
     backend = await service.build(settings)
     # As `shipshape backend` serves it: small pushes stored through the asyncio engine on PostgreSQL.
-    backend.accepting_async = store_engine.create_async_autocommit(settings.db, pool_size=ACCEPT_POOL)
+    backend.accepting_async = store_engine.accept_connections(settings.db, size=ACCEPT_POOL)
     workers = service.workers_for(backend)
     app = create_app(backend)
     try:

@@ -289,7 +289,12 @@ def _obj(kind: str, name: str, version: int) -> dict[str, object]:
     metadata: dict[str, object] = {"name": name, "resourceVersion": str(version)}
     if kind == "pods":
         metadata["namespace"] = "shop"
-    return {"kind": kind, "metadata": metadata, "status": {"version": version}}
+    # Text beyond ASCII, an escape and a NUL: what the PostgreSQL upsert sends as UTF-8 bytes reads back.
+    return {
+        "kind": kind,
+        "metadata": metadata,
+        "status": {"version": version, "note": 'caf\u00e9 \U0001f680 "\x00'},
+    }
 
 
 KINDS = ("nodes", "pods", "deployments")
@@ -480,6 +485,66 @@ def test_a_snapshot_that_changes_nothing_keeps_the_analysis_of_the_state_before(
         engine.dispose()
 
 
+@pytest.mark.integration
+def test_an_apply_sets_the_last_seen_an_accept_left_to_it(database_url: str) -> None:
+    """An accept that found the cluster's row locked leaves `last_seen` to the worker holding it
+    (`repository._seen`): the apply sets it to its newest push's arrival, never back to an older one,
+    and an apply that moves nothing on leaves the counts and the analysed sequence as they were."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import select, update
+
+    from shipshape.backend.store import engine as store_engine
+    from shipshape.backend.store.models import Cluster
+
+    engine = store_engine.create(database_url)
+    store_engine.migrate(engine)
+    sessions = store_engine.sessions(engine)
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def row(cluster_id: str) -> tuple[Any, ...]:
+        with sessions.begin() as session:
+            found = session.execute(
+                select(
+                    Cluster.last_seen,
+                    Cluster.applied_sequence,
+                    Cluster.node_count,
+                    Cluster.pod_count,
+                    Cluster.analyzed_sequence,
+                ).where(Cluster.id == cluster_id)
+            ).one()
+        return (repo.as_utc(found[0]), *found[1:])
+
+    try:
+        with sessions.begin() as session:
+            org, _ = repo.create_organization(session, "acme", now)
+            cluster_id = repo.create_cluster(session, org.id, "prod", now)[0].id
+            first = _record(session, cluster_id, snapshot(1, nodes=2, pods=3), now)
+            # As if the accept had found the row locked: `last_seen` not set.
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=None))
+        with sessions.begin() as session:
+            applied = repo.apply_cluster(session, cluster_id, [first], now + timedelta(seconds=5))
+            assert applied == {first: "applied"}
+            repo.mark_analyzed(session, cluster_id, now, 1)
+        assert row(cluster_id) == (now, 1, 2, 3, 1)
+        later = now + timedelta(seconds=30)
+        with sessions.begin() as session:
+            stale = _record(session, cluster_id, {**snapshot(0, nodes=1, pods=1), "sequence": 0}, later)
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=now))
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [stale], later) == {stale: "stale"}
+        assert row(cluster_id) == (later, 1, 2, 3, 1)
+        with sessions.begin() as session:
+            same = _record(session, cluster_id, snapshot(2, nodes=2, pods=3), now)
+            session.execute(update(Cluster).where(Cluster.id == cluster_id).values(last_seen=later))
+        with sessions.begin() as session:
+            assert repo.apply_cluster(session, cluster_id, [same], later) == {same: "applied"}
+        # Nothing written (the same objects): the analysis stands; `last_seen` is not moved back.
+        assert row(cluster_id) == (later, 2, 2, 3, 2)
+    finally:
+        engine.dispose()
+
+
 async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connections() -> None:
     """The accept's connections are not pinged when taken: one found dropped (PostgreSQL restarted,
     or ended it) is replaced and the push accepted all the same, once."""
@@ -489,15 +554,18 @@ async def test_a_push_is_accepted_after_the_database_dropped_the_pooled_connecti
         async with harness(BackendSettings(db=url)) as h:
             t = h.tenant("acme")
             assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
-            await h.settled(t.cluster_id, 1)
+            # The second push of a token the process knows goes through the asyncio connections.
+            assert (await h.push(t.agent_token, snapshot(2, 1, 1))).status_code == 202
+            assert h.backend.accepting_async is not None and h.backend.accepting_async.idle == 1
+            await h.settled(t.cluster_id, 2)
             with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
                 ended = admin.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
                     (url.rsplit("/", 1)[1],),
                 ).fetchone()
-            assert ended is not None and ended[0] >= 1
-            assert (await h.push(t.agent_token, snapshot(2, 1, 2), key="after")).status_code == 202
-            await h.settled(t.cluster_id, 2)
+            assert ended is not None and ended[0] >= 2
+            assert (await h.push(t.agent_token, snapshot(3, 1, 2), key="after")).status_code == 202
+            await h.settled(t.cluster_id, 3)
             with h.backend.transaction() as session:
                 assert session.query(repo.Push).filter(repo.Push.idempotency_key == "after").count() == 1
 

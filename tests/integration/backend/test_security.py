@@ -90,9 +90,9 @@ async def test_an_agent_token_that_pushed_before_gets_401_at_once_when_revoked(d
         assert (await h.push(b.agent_token, snapshot(2, 1, 1))).status_code == 401
         assert (await h.push(b.agent_token, snapshot(3, 1, 1))).status_code == 401
         if database_url.startswith("postgresql"):
-            # Those small pushes of verified tokens went through the asyncio engine, not a thread.
+            # Those small pushes of verified tokens went through the asyncio connections, not a thread.
             assert h.backend.accepting_async is not None
-            assert h.backend.accepting_async.sync_engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
+            assert h.backend.accepting_async.idle >= 1
 
         with h.backend.transaction() as session:
             sequences = {

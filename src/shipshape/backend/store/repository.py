@@ -4,6 +4,7 @@ reaches another tenant's rows."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -11,7 +12,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, text, tuple_, update
+import psycopg
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    any_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -308,8 +322,7 @@ _PUSHES = Push.metadata.tables[Push.__tablename__]
 # token still live (it may have been revoked since the caller verified its secret), the push stored
 # once per key, the cluster's `last_seen` set unless a worker holds its row (as `_seen` says), and the
 # id of a push stored before under this key (the statement's snapshot does not see its own insert).
-_ACCEPT_POSTGRESQL = text(
-    """
+_ACCEPT_SQL = """
     WITH token AS (
         SELECT cluster_id FROM agent_tokens
         WHERE id = :token_id AND cluster_id = :cluster_id AND revoked_at IS NULL
@@ -327,10 +340,13 @@ _ACCEPT_POSTGRESQL = text(
         (SELECT id FROM inserted),
         EXISTS (SELECT FROM token),
         (SELECT id FROM pushes WHERE cluster_id = :cluster_id AND idempotency_key = :key)
-    """
-).bindparams(
+"""
+_ACCEPT_POSTGRESQL = text(_ACCEPT_SQL).bindparams(
     bindparam("now", type_=_PUSHES.c.received_at.type), bindparam("body", type_=_PUSHES.c.body_gzip.type)
 )
+# The same for psycopg's own asyncio connection (`accept_push_async`), its parameters in psycopg's form.
+_ACCEPT_PSYCOPG = re.sub(r"(?<!:):(\w+)", r"%(\1)s", _ACCEPT_SQL)
+_EXISTING_PSYCOPG = "SELECT id FROM pushes WHERE cluster_id = %(cluster_id)s AND idempotency_key = %(key)s"
 # SQLite has no data-modifying CTE: the insert (when the token is live), then what `_seen` does, in
 # the caller's transaction (SQLite takes one writer at a time anyway).
 _ACCEPT_SQLITE = text(
@@ -397,6 +413,44 @@ def accept_push(
             select(Push.id).where(Push.cluster_id == cluster_id, Push.idempotency_key == idempotency_key)
         )
     assert existing is not None  # the conflicting row, committed
+    return Recorded(existing, duplicate=True)
+
+
+async def accept_push_async(
+    connection: psycopg.AsyncConnection[Any],
+    token_id: str,
+    cluster_id: str,
+    idempotency_key: str,
+    schema_name: str,
+    sequence: int,
+    body: bytes,
+    now: datetime,
+) -> Recorded | None:
+    """`accept_push` on PostgreSQL through psycopg's asyncio connection in autocommit (the API's
+    accept of a small push on the event loop): the same statement, prepared once per connection."""
+    params = {
+        "token_id": token_id,
+        "cluster_id": cluster_id,
+        "key": idempotency_key,
+        "schema_name": schema_name,
+        "sequence": sequence,
+        "now": now,
+        "body": body,
+    }
+    cursor = await connection.execute(_ACCEPT_PSYCOPG, params, prepare=True)
+    row = await cursor.fetchone()
+    assert row is not None  # the statement answers one row
+    push_id, live, existing = row
+    if not live:
+        return None
+    if push_id is not None:
+        return Recorded(push_id, duplicate=False)
+    if existing is None:
+        # Stored by another API process while this statement ran (it waited for that one's commit).
+        cursor = await connection.execute(_EXISTING_PSYCOPG, params)
+        found = await cursor.fetchone()
+        assert found is not None  # the conflicting row, committed
+        existing = found[0]
     return Recorded(existing, duplicate=True)
 
 
@@ -470,6 +524,33 @@ _MARK = (
     .where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
     .values(processed_at=bindparam("at"), outcome=bindparam("result"))
 )
+# On PostgreSQL the same with the ids as one array parameter (`= ANY`): one statement text whatever
+# their number, which psycopg prepares once per connection. An expanding IN list is a statement of its
+# own for each count of ids (parsed and planned again by PostgreSQL, rewritten by SQLAlchemy on each
+# call).
+_IDS_ARRAY = bindparam("ids", type_=postgresql.ARRAY(BigInteger))
+_PRESENT_PG = select(_PUSHES.c.id).where(_PUSHES.c.id == any_(_IDS_ARRAY))
+_BODIES_PG = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id == any_(_IDS_ARRAY))
+_MARK_PG = (
+    update(_PUSHES)
+    .where(_PUSHES.c.id == any_(_IDS_ARRAY))
+    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
+)
+# The cluster's row after an apply, every column the apply may change in one statement built once (a
+# statement built for the columns that changed took the worker as long as executing it); the columns
+# an apply leaves alone are written as they were read under the row's lock.
+_UPDATE_CLUSTER = (
+    update(_CLUSTERS)
+    .where(_CLUSTERS.c.id == bindparam("cluster_id_"))
+    .values(
+        applied_sequence=bindparam("applied_sequence_"),
+        node_count=bindparam("node_count_"),
+        pod_count=bindparam("pod_count_"),
+        analyzed_sequence=bindparam("analyzed_sequence_"),
+        objects_revision=bindparam("objects_revision_"),
+        last_seen=bindparam("last_seen_", type_=_CLUSTERS.c.last_seen.type),
+    )
+)
 _DIGESTS = select(_OBJECTS.c.kind, _OBJECTS.c.namespace, _OBJECTS.c.name, _OBJECTS.c.digest).where(
     _OBJECTS.c.cluster_id == bindparam("cluster")
 )
@@ -479,30 +560,44 @@ _DELETE_OBJECTS = (
     .returning(_OBJECTS.c.kind)
 )
 _INSERT_OBJECTS = insert(_OBJECTS)
-# On PostgreSQL the rows of a batch go in one statement whatever their number, as one JSON array
-# parameter: an upsert (a changed object's row is updated in place, not deleted and inserted again)
-# and a delete of the objects gone. The row-value IN list of `_DELETE_OBJECTS` took PostgreSQL 5-18 ms
-# for 20 keys (a new plan for each length, filtering the cluster's rows), the inserts went one row per
-# statement, and arrays of bodies cost the driver more than the rest of the apply (each element
-# escaped in Python); one JSON document is written by orjson and read by PostgreSQL in C, as records
-# (a third less of PostgreSQL's time than taking each field of each element with `->`).
-_UPSERT_OBJECTS_PG = text(
-    """
-    INSERT INTO cluster_objects (cluster_id, kind, namespace, name, body, digest, revision)
-    SELECT :cluster, r.kind, r.namespace, r.name, r.body, decode(r.digest, 'hex'), :revision
-    FROM json_to_recordset(CAST(:rows AS json))
-        AS r(kind text, namespace text, name text, body json, digest text)
-    ON CONFLICT (cluster_id, kind, namespace, name) DO UPDATE
-    SET body = excluded.body, digest = excluded.digest, revision = excluded.revision
-    RETURNING kind, (xmax = 0) AS inserted
-    """
-)
+# On PostgreSQL the rows of a batch go in one statement whatever their number: an upsert (a changed
+# object's row is updated in place, not deleted and inserted again) and a delete of the objects gone.
+# The row-value IN list of `_DELETE_OBJECTS` took PostgreSQL 5-18 ms for 20 keys (a new plan for each
+# length, filtering the cluster's rows), and the inserts went one row per statement. The keys go as
+# one JSON document (written by orjson, read by PostgreSQL in C as records: a third less of its time
+# than taking each field of each element with `->`), the bodies beside it as an array of bytea, which
+# psycopg sends in binary (length and bytes: nothing escaped in Python, as a text array's elements
+# were, at more than the rest of the apply's cost; `%(bodies)b` asks for binary, which psycopg does not
+# choose for a list by itself, hence a driver-level statement) and `ROWS FROM` pairs with the keys in
+# order.
+# Bodies inside the document were parsed twice by PostgreSQL (the document, then each body as json):
+# a quarter of its CPU per 10-pod upsert. Each statement answers a row per kind written (rows
+# inserted, rows written) rather than one per row: fetching a row per object through psycopg and
+# SQLAlchemy cost the worker more than the rest of the statement.
+_UPSERT_OBJECTS_PG = """
+    WITH written AS (
+        INSERT INTO cluster_objects (cluster_id, kind, namespace, name, body, digest, revision)
+        SELECT %(cluster)s, r.kind, r.namespace, r.name, convert_from(r.body, 'UTF8')::json,
+            decode(r.digest, 'hex'), %(revision)s
+        FROM ROWS FROM (
+            json_to_recordset(CAST(%(keys)s AS json)) AS (kind text, namespace text, name text, digest text),
+            unnest(CAST(%(bodies)b AS bytea[]))
+        ) AS r(kind, namespace, name, digest, body)
+        ON CONFLICT (cluster_id, kind, namespace, name) DO UPDATE
+        SET body = excluded.body, digest = excluded.digest, revision = excluded.revision
+        RETURNING kind, (xmax = 0) AS inserted
+    )
+    SELECT kind, count(*) FILTER (WHERE inserted), count(*) FROM written GROUP BY kind
+"""
 _DELETE_OBJECTS_PG = text(
     """
-    DELETE FROM cluster_objects AS o
-    USING json_to_recordset(CAST(:keys AS json)) AS k(kind text, namespace text, name text)
-    WHERE o.cluster_id = :cluster AND o.kind = k.kind AND o.namespace = k.namespace AND o.name = k.name
-    RETURNING o.kind
+    WITH deleted AS (
+        DELETE FROM cluster_objects AS o
+        USING json_to_recordset(CAST(:keys AS json)) AS k(kind text, namespace text, name text)
+        WHERE o.cluster_id = :cluster AND o.kind = k.kind AND o.namespace = k.namespace AND o.name = k.name
+        RETURNING o.kind
+    )
+    SELECT kind, count(*) FROM deleted GROUP BY kind
     """
 )
 
@@ -534,9 +629,10 @@ class _Applying:
     def postgres(self) -> bool:
         return self.connection.dialect.name == "postgresql"
 
-    def count(self, kind: str, by: int) -> None:
-        """A row of `kind` written: `by` is +1 (inserted), -1 (deleted) or 0 (updated)."""
-        self.written += 1
+    def count(self, kind: str, by: int, rows: int = 1) -> None:
+        """`rows` rows of `kind` written, which changed the number of objects of `kind` by `by`: +1 a
+        row inserted, -1 deleted, 0 updated."""
+        self.written += rows
         if kind == "nodes":
             self.node_count += by
         elif kind == "pods":
@@ -581,7 +677,9 @@ def apply_cluster(
     missing = wanted - waiting
     if missing:
         # Processed before (by the worker that held the lock before us), or removed by retention.
-        present = set(connection.scalars(_PRESENT, {"ids": sorted(missing)}))
+        present = set(
+            connection.scalars(_PRESENT_PG if state.postgres else _PRESENT, {"ids": sorted(missing)})
+        )
         outcomes.update({i: "duplicate" if i in present else "gone" for i in missing})
     usage = [p for p in pending if p.schema_name == USAGE_SCHEMA and p.id in wanted]
     chain = [p for p in pending if p.schema_name != USAGE_SCHEMA]
@@ -597,7 +695,7 @@ def apply_cluster(
             marks[candidate.id] = "superseded"
         else:
             applying.append(candidate)
-    bodies = _bodies(connection, [p.id for p in applying] + [p.id for p in usage])
+    bodies = _bodies(state, [p.id for p in applying] + [p.id for p in usage])
     for candidate in applying:
         outcome = _apply_one(cluster_id, state, candidate, bodies[candidate.id])
         if outcome != NOT_YET:
@@ -611,28 +709,39 @@ def apply_cluster(
     for outcome, ids in by_outcome.items():
         for start in range(0, len(ids), _KEYS_PER_STATEMENT):
             chunk = ids[start : start + _KEYS_PER_STATEMENT]
-            connection.execute(_MARK, {"ids": chunk, "at": now, "result": outcome})
-    values: dict[str, Any] = {}
-    if state.applied_sequence != row.applied_sequence:
-        values.update(
-            applied_sequence=state.applied_sequence, node_count=state.node_count, pod_count=state.pod_count
-        )
-        if (
-            not state.written
-            and row.applied_sequence is not None
-            and row.analyzed_sequence == row.applied_sequence
-        ):
-            # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis
-            # of the state before stands for this one, and is not run again.
-            values["analyzed_sequence"] = state.applied_sequence
-    if state.written:
-        values["objects_revision"] = state.revision
+            connection.execute(
+                _MARK_PG if state.postgres else _MARK, {"ids": chunk, "at": now, "result": outcome}
+            )
+    moved = state.applied_sequence != row.applied_sequence
+    analyzed_sequence = row.analyzed_sequence
+    if (
+        moved
+        and not state.written
+        and row.applied_sequence is not None
+        and row.analyzed_sequence == row.applied_sequence
+    ):
+        # Nothing changed (a periodic snapshot of a cluster the deltas kept current): the analysis of
+        # the state before stands for this one, and is not run again.
+        analyzed_sequence = state.applied_sequence
     # An accept that found the row locked left `last_seen` to whoever held the lock (`_seen`).
+    last_seen = row.last_seen
     received = max((as_utc(p.received_at) for p in pending), default=None)
     if received is not None and (row.last_seen is None or as_utc(row.last_seen) < received):
-        values["last_seen"] = received
-    if values:
-        connection.execute(update(_CLUSTERS).where(_CLUSTERS.c.id == cluster_id).values(**values))
+        last_seen = received
+    if moved or state.written or last_seen is not row.last_seen:
+        connection.execute(
+            _UPDATE_CLUSTER,
+            {
+                "cluster_id_": cluster_id,
+                "applied_sequence_": state.applied_sequence,
+                # The counts follow the rows written when the sequence moves on (as they always did).
+                "node_count_": state.node_count if moved else row.node_count,
+                "pod_count_": state.pod_count if moved else row.pod_count,
+                "analyzed_sequence_": analyzed_sequence,
+                "objects_revision_": state.revision if state.written else row.objects_revision,
+                "last_seen_": last_seen,
+            },
+        )
     for push_id in wanted:
         if push_id not in outcomes:
             outcome = marks.get(push_id, NOT_YET)
@@ -640,11 +749,12 @@ def apply_cluster(
     return outcomes
 
 
-def _bodies(connection: Connection, push_ids: list[int]) -> dict[int, bytes]:
+def _bodies(state: _Applying, push_ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
+    statement = _BODIES_PG if state.postgres else _BODIES
     for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
         chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
-        for push_id, body in connection.execute(_BODIES, {"ids": chunk}):
+        for push_id, body in state.connection.execute(statement, {"ids": chunk}):
             out[push_id] = body
     return out
 
@@ -679,10 +789,7 @@ def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes)
     if message.base_sequence < applied:
         return "stale"  # a snapshot newer than its base replaced the state already
     for change in message.changes:
-        key = change.key()
-        state.changes[(key.kind, key.namespace, key.name)] = (
-            None if change.type == "DELETED" else change.object
-        )
+        state.changes[change.key_tuple()] = None if change.type == "DELETED" else change.object
     state.applied_sequence = message.sequence
     return "applied"
 
@@ -693,11 +800,11 @@ def _delete_objects(cluster_id: str, state: _Applying, keys: list[pushbody.Key])
         return
     if state.postgres:
         document = orjson.dumps([{"kind": k, "namespace": ns, "name": n} for k, ns, n in keys])
-        deleted = state.connection.scalars(
+        deleted = state.connection.execute(
             _DELETE_OBJECTS_PG, {"cluster": cluster_id, "keys": document.decode()}
         )
-        for kind in deleted:
-            state.count(kind, -1)
+        for kind, total in deleted:
+            state.count(kind, -total, total)
         return
     for start in range(0, len(keys), _KEYS_PER_STATEMENT):
         chunk = keys[start : start + _KEYS_PER_STATEMENT]
@@ -711,23 +818,25 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
     if not rows:
         return
     if state.postgres:
-        document = orjson.dumps(
+        keys = orjson.dumps(
             [
                 {
                     "kind": row["kind"],
                     "namespace": row["namespace"],
                     "name": row["name"],
-                    "body": row["body"],
                     "digest": _hex(row["digest"]),
                 }
                 for row in rows
             ]
         )
-        written = state.connection.execute(
-            _UPSERT_OBJECTS_PG, {"cluster": cluster_id, "revision": state.revision, "rows": document.decode()}
+        # The bodies in the keys' order (`ROWS FROM` pairs them by position).
+        bodies = [orjson.dumps(row["body"]) for row in rows]
+        written = state.connection.exec_driver_sql(
+            _UPSERT_OBJECTS_PG,
+            {"cluster": cluster_id, "revision": state.revision, "keys": keys.decode(), "bodies": bodies},
         )
-        for kind, inserted in written:
-            state.count(kind, 1 if inserted else 0)
+        for kind, inserted, total in written:
+            state.count(kind, inserted, total)
         return
     _delete_objects(cluster_id, state, [(row["kind"], row["namespace"], row["name"]) for row in rows])
     state.connection.execute(_INSERT_OBJECTS, [{**row, "revision": state.revision} for row in rows])
