@@ -545,12 +545,12 @@ def _validated_push(
             return _usage_push(data, idempotency_key, backend.settings.usage_step_seconds)
         parsed = push_contract.parse_push(data)
         message = push_contract.stripped(parsed)
+        if message is parsed:  # valid, and nothing in it needed stripping
+            return message.schema_, message.sequence, as_received()
+        return message.schema_, message.sequence, compression.compress(push_contract.dump(message))
     except (ValidationError, ValueError) as error:
         backend.metrics.pushes.labels("unknown", "invalid").inc()
         raise HTTPException(422, _validation_message(error)) from None
-    if message is parsed:  # valid, and nothing in it needed stripping
-        return message.schema_, message.sequence, as_received()
-    return message.schema_, message.sequence, compression.compress(push_contract.dump(message))
 
 
 def create_app(backend: Backend, *, run_workers: Any = None) -> FastAPI:

@@ -282,7 +282,8 @@ def stripped(push: Push) -> Push:
 def dump(push: Push) -> bytes:
     """The push as JSON bytes, in its wire form (`schema`, not `schema_`). The objects are JSON
     values already: orjson writes them as they are (pydantic's JSON mode inspected every value, a
-    third of a second for a 3,000-pod snapshot)."""
+    third of a second for a 3,000-pod snapshot). ValueError when an object is nested deeper than the
+    encoder goes (255 levels)."""
     if isinstance(push, ClusterSnapshot):
         document = push.model_dump(mode="json", by_alias=True, exclude={"objects"})
         document["objects"] = push.objects
@@ -292,7 +293,10 @@ def dump(push: Push) -> bytes:
             {**change.model_dump(mode="json", exclude={"object"}), "object": change.object}
             for change in push.changes
         ]
-    return orjson.dumps(document)
+    try:
+        return orjson.dumps(document)
+    except orjson.JSONEncodeError as error:
+        raise ValueError(f"an object cannot be stored: {error}") from error
 
 
 # ---- a push checked without building its objects (the receiver's fast path) -----------------------

@@ -104,8 +104,9 @@ class Harness:
     async def push(
         self, token: str, body: Any, key: str | None = None, *, encoding: str = compression.GZIP
     ) -> httpx.Response:
-        """POST `body` as JSON compressed with `encoding` (zstd as the agent sends, gzip, identity)."""
-        raw = orjson.dumps(body, default=str)
+        """POST `body` as JSON (bytes: JSON already) compressed with `encoding` (zstd as the agent
+        sends, gzip, identity)."""
+        raw = body if isinstance(body, bytes) else orjson.dumps(body, default=str)
         headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key or uuid.uuid4().hex}
         if encoding != compression.IDENTITY:
             raw = compression.compress(raw) if encoding == compression.ZSTD else gzip.compress(raw)

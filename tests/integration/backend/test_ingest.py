@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,54 @@ async def test_a_delta_before_its_base_waits_for_it(sqlite_url: str) -> None:
         assert (await h.push(t.agent_token, snapshot(1, 1, 1))).status_code == 202
         await h.settled(t.cluster_id, 2)
         assert ("pods", "shop", "late") in _stored(h, t.org_id, t.cluster_id)
+
+
+@pytest.mark.integration
+async def test_an_object_too_deep_to_store_sets_its_push_aside_and_the_cluster_goes_on(
+    database_url: str,
+) -> None:
+    """An object nested deeper than the store's encoder goes (255 levels; the API's parse takes 1,024):
+    a push the API re-encodes (to strip a secret) gets 422; one it stores as received is set aside as
+    invalid by the workers, not an apply that fails for ever: the cluster's next pushes are applied."""
+    deep: dict[str, Any] = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    # As JSON the standard library's encoder writes: it goes deeper than the store's.
+    clean = {"kind": "Pod", "metadata": {"name": "deep", "namespace": "shop"}, "status": {"deep": deep}}
+    secret = {**pod("deep", "n0"), "status": {"deep": deep}}
+    async with harness(BackendSettings(db=database_url)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, snapshot(1, nodes=1, pods=1))).status_code == 202
+        await h.settled(t.cluster_id, 1)
+        refused = await h.push(
+            t.agent_token, json.dumps(delta(2, 1, [("ADDED", "pods", secret)]), default=str).encode()
+        )
+        assert refused.status_code == 422 and "cannot be stored" in refused.json()["detail"]
+
+        async def outcome(sequence: int) -> str:
+            """The push's outcome once the workers processed it."""
+            for _ in range(1000):
+                with h.backend.transaction() as session:
+                    done = session.query(repo.Push).filter_by(sequence=sequence).one().outcome
+                if done is not None:
+                    return str(done)
+                await asyncio.sleep(0.02)
+            raise AssertionError(f"push {sequence} not processed")
+
+        deep_delta = json.dumps(delta(2, 1, [("ADDED", "pods", clean)]), default=str).encode()
+        assert (await h.push(t.agent_token, deep_delta)).status_code == 202
+        assert (await outcome(2)).startswith("invalid: an object cannot be stored")
+        deep_snapshot = snapshot(3, nodes=1, pods=1)
+        deep_snapshot["objects"]["pods"] = [clean]
+        deep_snapshot["objects"]["nodes"][0].pop("status", None)
+        deep_body = json.dumps(deep_snapshot, default=str).encode()
+        assert (await h.push(t.agent_token, deep_body)).status_code == 202
+        assert (await outcome(3)).startswith("invalid: an object cannot be stored")
+        assert (await h.push(t.agent_token, snapshot(4, nodes=2, pods=2))).status_code == 202
+        assert await outcome(4) == "applied"
+        assert set(_stored(h, t.org_id, t.cluster_id)) == {
+            ("nodes", "", "n0"), ("nodes", "", "n1"), ("pods", "shop", "p0"), ("pods", "shop", "p1")
+        }  # fmt: skip
 
 
 @pytest.mark.integration

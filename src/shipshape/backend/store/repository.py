@@ -621,7 +621,7 @@ class _Applying:
     # The revision the rows written by this apply carry (the cluster's `objects_revision` + 1).
     revision: int
     # Delta changes not written yet, the last one per object (None: deleted).
-    changes: dict[pushbody.Key, dict[str, Any] | None]
+    changes: dict[pushbody.Key, tuple[dict[str, Any], bytes] | None]
     # Rows deleted, inserted or updated so far: none means the stored objects are as they were.
     written: int = 0
 
@@ -788,10 +788,27 @@ def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes)
         return NOT_YET
     if message.base_sequence < applied:
         return "stale"  # a snapshot newer than its base replaced the state already
-    for change in message.changes:
-        state.changes[change.key_tuple()] = None if change.type == "DELETED" else change.object
+    try:
+        written = [
+            (change.key_tuple(), None if change.type == "DELETED" else (change.object, _json(change.object)))
+            for change in message.changes
+        ]
+    except ValueError as error:
+        return f"invalid: {error}"[:256]
+    state.changes.update(written)
     state.applied_sequence = message.sequence
     return "applied"
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    """An object's body as stored, or ValueError when it cannot be written: nested deeper than the
+    encoder goes (255 levels), which the API's parse (1,024 levels) lets through. Such a push is set
+    aside as invalid; otherwise its write would fail its cluster's apply for ever, and the pushes
+    after it with it."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as error:
+        raise ValueError(f"an object cannot be stored: {error}") from error
 
 
 def _delete_objects(cluster_id: str, state: _Applying, keys: list[pushbody.Key]) -> None:
@@ -829,8 +846,8 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
                 for row in rows
             ]
         )
-        # The bodies in the keys' order (`ROWS FROM` pairs them by position).
-        bodies = [orjson.dumps(row["body"]) for row in rows]
+        # The bodies in the keys' order (`ROWS FROM` pairs them by position), as `_json` wrote them.
+        bodies = [row["json"] for row in rows]
         written = state.connection.exec_driver_sql(
             _UPSERT_OBJECTS_PG,
             {"cluster": cluster_id, "revision": state.revision, "keys": keys.decode(), "bodies": bodies},
@@ -839,7 +856,13 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
             state.count(kind, inserted, total)
         return
     _delete_objects(cluster_id, state, [(row["kind"], row["namespace"], row["name"]) for row in rows])
-    state.connection.execute(_INSERT_OBJECTS, [{**row, "revision": state.revision} for row in rows])
+    state.connection.execute(
+        _INSERT_OBJECTS,
+        [
+            {key: value for key, value in row.items() if key != "json"} | {"revision": state.revision}
+            for row in rows
+        ],
+    )
     for row in rows:
         state.count(row["kind"], 1)
 
@@ -855,7 +878,15 @@ def _write_changes(cluster_id: str, state: _Applying) -> None:
         return
     _delete_objects(cluster_id, state, [key for key, body in state.changes.items() if body is None])
     rows = [
-        {"cluster_id": cluster_id, "kind": k, "namespace": ns, "name": n, "body": body, "digest": None}
+        {
+            "cluster_id": cluster_id,
+            "kind": k,
+            "namespace": ns,
+            "name": n,
+            "body": body[0],
+            "json": body[1],
+            "digest": None,
+        }
         for (k, ns, n), body in state.changes.items()
         if body is not None
     ]
@@ -875,18 +906,22 @@ def _replace_objects(cluster_id: str, state: _Applying, snapshot: pushbody.Snaps
         for key, obj in snapshot.objects.items()
         if key not in stored or stored[key] is None or stored[key] != obj.digest
     ]
-    # Parsed before anything is written: an object that does not read back makes the push invalid.
-    rows = [
-        {
-            "cluster_id": cluster_id,
-            "kind": key[0],
-            "namespace": key[1],
-            "name": key[2],
-            "body": snapshot.objects[key].body(),
-            "digest": snapshot.objects[key].digest,
-        }
-        for key in changed
-    ]
+    # Parsed and written out before anything is stored: an object that does not read back, or cannot
+    # be written, makes the push invalid.
+    rows = []
+    for key in changed:
+        body = snapshot.objects[key].body()
+        rows.append(
+            {
+                "cluster_id": cluster_id,
+                "kind": key[0],
+                "namespace": key[1],
+                "name": key[2],
+                "body": body,
+                "json": _json(body),
+                "digest": snapshot.objects[key].digest,
+            }
+        )
     _delete_objects(cluster_id, state, [key for key in stored if key not in snapshot.objects])
     _write_objects(cluster_id, state, rows)
 
