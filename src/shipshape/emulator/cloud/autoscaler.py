@@ -277,11 +277,12 @@ class ClusterAutoscaler:
         self._pods: dict[tuple[str, str], PodFacts] = {}
         self._pending: dict[tuple[str, str], PodFacts] = {}
         self._on_node: dict[str, dict[tuple[str, str], PodFacts]] = {}
-        self._used: dict[str, Counter[str]] = {}
+        self._used: dict[str, scaledown.Used] = {}
         self._workload_pods: Counter[str] = Counter()  # pods that keep a node in empty-only mode
         self._nodes: dict[str, NodeFacts] = {}
         self._static: dict[str, dict[bytes, bool]] = {}  # node -> pod shape -> passes the filters
         self._view_cache: dict[str, tuple[NodeFacts, scaledown.NodeView]] = {}
+        self._table = scaledown.NodeTable()  # what the last plan read of every node
         self._pdb_allowed: dict[tuple[str, str], int] = {}
         # Scale-down state.
         self._dirty = True
@@ -376,9 +377,10 @@ class ClusterAutoscaler:
     def _place(self, facts: PodFacts) -> None:
         self._on_node.setdefault(facts.node, {})[facts.key] = facts
         if facts.counted:
-            used = self._used.setdefault(facts.node, Counter())
-            used.update(facts.requests)
-            used["pods"] += 1
+            used = self._used.get(facts.node)
+            if used is None:
+                used = self._used[facts.node] = scaledown.Used()
+            used.add(facts.requests)
         if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
             self._workload_pods[facts.node] += 1
 
@@ -393,8 +395,7 @@ class ClusterAutoscaler:
         if facts.counted:
             used = self._used.get(facts.node)
             if used is not None:
-                used.subtract(facts.requests)
-                used["pods"] -= 1
+                used.remove(facts.requests)
                 if used["pods"] <= 0 and not known:
                     del self._used[facts.node]
         if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
@@ -720,7 +721,7 @@ class ClusterAutoscaler:
                 pool=inst.pool,
                 obj=facts.obj,
                 allocatable=facts.allocatable,
-                used=self._used.setdefault(name, Counter()),
+                used=self._used.setdefault(name, scaledown.Used()),
                 pods=self._on_node.setdefault(name, {}).values(),
                 gpu_resource=spec.gpu_resource if spec.gpus else None,
                 disabled=facts.disabled,
@@ -773,6 +774,7 @@ class ClusterAutoscaler:
             controller_exists=self._controller_exists,
             previously_unneeded=self._unneeded_since,
             pool_room=self._pool_room(),
+            table=self._table,
         )
         since = {name: self._unneeded_since.get(name, now) for name in self.plan.unneeded}
         self._unneeded_since = since
