@@ -283,6 +283,10 @@ class ClusterAutoscaler:
         self._static: dict[str, dict[bytes, bool]] = {}  # node -> pod shape -> passes the filters
         self._view_cache: dict[str, tuple[NodeFacts, scaledown.NodeView]] = {}
         self._table = scaledown.NodeTable()  # what the last plan read of every node
+        # The views of the last walk, kept while the cloud's version and `_views_changes` (node
+        # events, notices, drains begun or ended) stay the same.
+        self._views_changes = 0
+        self._views_kept: tuple[tuple[int, int], list[scaledown.NodeView]] | None = None
         self._pdb_allowed: dict[tuple[str, str], int] = {}
         # Scale-down state.
         self._dirty = True
@@ -303,6 +307,7 @@ class ClusterAutoscaler:
         for pod in store.iter(PODS):
             self._index(pod, deleted=False)
         store.subscribe(self._on_change, kinds=(PODS, NODES, PDBS))
+        self.cloud.on_notice.append(self._on_notice)
         self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
 
     # ---- indexes kept from the watch, so a scan does not walk every pod -------------------------
@@ -322,7 +327,11 @@ class ClusterAutoscaler:
                 self._pdb_allowed[key] = allowed
                 self._dirty = True
 
+    def _on_notice(self, inst: Instance) -> None:
+        self._views_changes += 1  # (a registered node is also tainted: a node event follows)
+
     def _index_node(self, node: Obj, *, deleted: bool) -> None:
+        self._views_changes += 1
         name = node["metadata"]["name"]
         old = self._nodes.pop(name, None)
         if deleted:
@@ -701,7 +710,21 @@ class ClusterAutoscaler:
 
     # ---- scale-down -------------------------------------------------------------------------
     def _views(self) -> list[scaledown.NodeView]:
-        """Nodes scale-down may remove or move pods to: Ready, not being deleted, no notice, not cordoned."""
+        """Nodes scale-down may remove or move pods to: Ready, not being deleted, no notice, not cordoned.
+
+        The list is kept while nothing it reads changed: the cloud model's instances (its `version`:
+        launches, readiness, terminations), notices, node events and drains. Callers must not
+        change it."""
+        key = (self.cloud.version, self._views_changes)
+        kept = self._views_kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        views = self._walk_views()
+        self._views_kept = (key, views)
+        return views
+
+    def _walk_views(self) -> list[scaledown.NodeView]:
+        """The views worked out from every live instance."""
         cloud = self.cloud
         out = []
         for inst in cloud.active_instances():
@@ -883,12 +906,14 @@ class ClusterAutoscaler:
         )
         drain = NodeDrain(self.cloud, inst, self._drained)
         self._drains[name] = drain
+        self._views_changes += 1
         drain.start()
 
     def _drained(self, drain: NodeDrain, ok: bool, why: str) -> None:
         cloud = self.cloud
         name = drain.node
         self._drains.pop(name, None)
+        self._views_changes += 1
         self._dirty = True
         if not drain.inst.active:  # reclaimed meanwhile: nothing left to remove, nothing failed
             return

@@ -19,7 +19,7 @@ import numpy as np
 from shipshape.emulator.cloud import scaledown
 from shipshape.emulator.cloud.autoscaler import ClusterAutoscaler
 from shipshape.emulator.cloud.scaledown import NodeTable, NodeView, PodFacts, Rules, Used
-from shipshape.emulator.resources import PDBS, PODS
+from shipshape.emulator.resources import NODES, PDBS, PODS
 from shipshape.kube import scheduling
 
 from .builders import ON_DEMAND_B, SPOT_A, add_running, pod_body, scenario, start
@@ -255,3 +255,60 @@ def test_the_autoscalers_sums_and_utilization_follow_every_pod_event() -> None:
                 n: u.to_move for n, u in fresh_plan.unneeded.items()
             }, step
     assert np.all(scaler._table.versions >= 0)
+
+
+def test_the_kept_node_views_are_those_of_a_walk_over_every_instance() -> None:
+    rng = random.Random(37)
+    env = start(
+        scenario(
+            [{**SPOT_A, "initialSize": 3, "minSize": 0}, {**ON_DEMAND_B, "initialSize": 2, "minSize": 0}],
+            interruptions={"enabled": False},
+            autoscaler={"enabled": False},
+        )
+    )
+    scaler = ClusterAutoscaler(env.cloud)
+    scaler.start()
+    cloud, store = env.cloud, env.cluster.store
+    names = list(cloud.pools)
+    hits = changes = 0
+    for step in range(1500):
+        roll = rng.random()
+        pool = rng.choice(names)
+        live = cloud.active_instances()
+        if roll < 0.15:
+            cloud.set_desired(pool, rng.randrange(0, 6))
+        elif roll < 0.22 and live:
+            cloud.remove_node(rng.choice(live).node_name, "test")
+        elif roll < 0.3 and live:  # notices, before and after the node registers
+            spot = [i.node_name for i in live if cloud.pools[i.pool].spot]
+            if spot:
+                cloud.interrupt(node=rng.choice(spot), notice=rng.choice([5.0, 120.0]))
+        elif roll < 0.38:  # a drain begins (it ends, one way or the other, as time runs)
+            ready = [v.name for v in scaler._walk_views()]
+            if ready:
+                inst = cloud.instance_for(rng.choice(ready))
+                assert inst is not None
+                util = scaledown.utilization({}, {}, None)
+                scaler._start_drain(inst, scaledown.Unneeded(inst.node_name, inst.pool, util, [], []))
+        elif roll < 0.48 and live:  # the node object changes: cordoned, or a label
+            node = rng.choice(live).node_name
+
+            def edit(obj: Obj) -> None:
+                if rng.random() < 0.5:
+                    obj["spec"] = {**obj["spec"], "unschedulable": rng.random() < 0.5}
+                else:
+                    obj["metadata"]["labels"] = {**obj["metadata"]["labels"], "x": str(rng.randrange(3))}
+
+            store.mutate(NODES, "", node, edit)
+        elif roll < 0.6 and live:
+            add_running(env, f"p{step}", rng.choice(live).node_name, owner_kind="ReplicaSet")
+        else:
+            env.run(rng.choice([1.0, 5.0, 20.0, 60.0]))
+        before = scaler._views_kept
+        kept = scaler._views()
+        walked = scaler._walk_views()
+        assert [v.name for v in kept] == [v.name for v in walked], step
+        assert all(a is b for a, b in zip(kept, walked, strict=True)), step
+        hits += before is not None and scaler._views_kept is before
+        changes += scaler._views_kept is not before
+    assert hits > 100 and changes > 300
