@@ -675,10 +675,10 @@ class ClusterAutoscaler:
     def _upcoming(self) -> list[SimNode]:
         """Nodes still booting (or just Ready) with the pods already on them."""
         cloud = self.cloud
-        now = cloud.c.now()
+        settled = cloud.c.now() - RECENTLY_READY
         out = []
         for inst in cloud.active_instances():
-            if inst.notice is not None or (inst.ready and inst.timeline.ready < now - RECENTLY_READY):
+            if inst.notice is not None or (inst.ready and inst.timeline.ready < settled):
                 continue
             node = cloud.c.store.get(NODES, "", inst.node_name) if inst.registered else None
             template = node is None or not inst.ready
