@@ -277,11 +277,16 @@ class ClusterAutoscaler:
         self._pods: dict[tuple[str, str], PodFacts] = {}
         self._pending: dict[tuple[str, str], PodFacts] = {}
         self._on_node: dict[str, dict[tuple[str, str], PodFacts]] = {}
-        self._used: dict[str, Counter[str]] = {}
+        self._used: dict[str, scaledown.Used] = {}
         self._workload_pods: Counter[str] = Counter()  # pods that keep a node in empty-only mode
         self._nodes: dict[str, NodeFacts] = {}
         self._static: dict[str, dict[bytes, bool]] = {}  # node -> pod shape -> passes the filters
         self._view_cache: dict[str, tuple[NodeFacts, scaledown.NodeView]] = {}
+        self._table = scaledown.NodeTable()  # what the last plan read of every node
+        # The views of the last walk, kept while the cloud's version and `_views_changes` (node
+        # events, notices, drains begun or ended) stay the same.
+        self._views_changes = 0
+        self._views_kept: tuple[tuple[int, int], list[scaledown.NodeView]] | None = None
         self._pdb_allowed: dict[tuple[str, str], int] = {}
         # Scale-down state.
         self._dirty = True
@@ -302,6 +307,7 @@ class ClusterAutoscaler:
         for pod in store.iter(PODS):
             self._index(pod, deleted=False)
         store.subscribe(self._on_change, kinds=(PODS, NODES, PDBS))
+        self.cloud.on_notice.append(self._on_notice)
         self.cloud.c.engine.call_later(SCAN_INTERVAL, self._scan)
 
     # ---- indexes kept from the watch, so a scan does not walk every pod -------------------------
@@ -321,7 +327,11 @@ class ClusterAutoscaler:
                 self._pdb_allowed[key] = allowed
                 self._dirty = True
 
+    def _on_notice(self, inst: Instance) -> None:
+        self._views_changes += 1  # (a registered node is also tainted: a node event follows)
+
     def _index_node(self, node: Obj, *, deleted: bool) -> None:
+        self._views_changes += 1
         name = node["metadata"]["name"]
         old = self._nodes.pop(name, None)
         if deleted:
@@ -376,9 +386,10 @@ class ClusterAutoscaler:
     def _place(self, facts: PodFacts) -> None:
         self._on_node.setdefault(facts.node, {})[facts.key] = facts
         if facts.counted:
-            used = self._used.setdefault(facts.node, Counter())
-            used.update(facts.requests)
-            used["pods"] += 1
+            used = self._used.get(facts.node)
+            if used is None:
+                used = self._used[facts.node] = scaledown.Used()
+            used.add(facts.requests)
         if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
             self._workload_pods[facts.node] += 1
 
@@ -393,8 +404,7 @@ class ClusterAutoscaler:
         if facts.counted:
             used = self._used.get(facts.node)
             if used is not None:
-                used.subtract(facts.requests)
-                used["pods"] -= 1
+                used.remove(facts.requests)
                 if used["pods"] <= 0 and not known:
                     del self._used[facts.node]
         if not (facts.mirror or facts.daemon or facts.finished or facts.terminating):
@@ -665,10 +675,10 @@ class ClusterAutoscaler:
     def _upcoming(self) -> list[SimNode]:
         """Nodes still booting (or just Ready) with the pods already on them."""
         cloud = self.cloud
-        now = cloud.c.now()
+        settled = cloud.c.now() - RECENTLY_READY
         out = []
         for inst in cloud.active_instances():
-            if inst.notice is not None or (inst.ready and inst.timeline.ready < now - RECENTLY_READY):
+            if inst.notice is not None or (inst.ready and inst.timeline.ready < settled):
                 continue
             node = cloud.c.store.get(NODES, "", inst.node_name) if inst.registered else None
             template = node is None or not inst.ready
@@ -700,7 +710,21 @@ class ClusterAutoscaler:
 
     # ---- scale-down -------------------------------------------------------------------------
     def _views(self) -> list[scaledown.NodeView]:
-        """Nodes scale-down may remove or move pods to: Ready, not being deleted, no notice, not cordoned."""
+        """Nodes scale-down may remove or move pods to: Ready, not being deleted, no notice, not cordoned.
+
+        The list is kept while nothing it reads changed: the cloud model's instances (its `version`:
+        launches, readiness, terminations), notices, node events and drains. Callers must not
+        change it."""
+        key = (self.cloud.version, self._views_changes)
+        kept = self._views_kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        views = self._walk_views()
+        self._views_kept = (key, views)
+        return views
+
+    def _walk_views(self) -> list[scaledown.NodeView]:
+        """The views worked out from every live instance."""
         cloud = self.cloud
         out = []
         for inst in cloud.active_instances():
@@ -720,7 +744,7 @@ class ClusterAutoscaler:
                 pool=inst.pool,
                 obj=facts.obj,
                 allocatable=facts.allocatable,
-                used=self._used.setdefault(name, Counter()),
+                used=self._used.setdefault(name, scaledown.Used()),
                 pods=self._on_node.setdefault(name, {}).values(),
                 gpu_resource=spec.gpu_resource if spec.gpus else None,
                 disabled=facts.disabled,
@@ -773,6 +797,7 @@ class ClusterAutoscaler:
             controller_exists=self._controller_exists,
             previously_unneeded=self._unneeded_since,
             pool_room=self._pool_room(),
+            table=self._table,
         )
         since = {name: self._unneeded_since.get(name, now) for name in self.plan.unneeded}
         self._unneeded_since = since
@@ -881,12 +906,14 @@ class ClusterAutoscaler:
         )
         drain = NodeDrain(self.cloud, inst, self._drained)
         self._drains[name] = drain
+        self._views_changes += 1
         drain.start()
 
     def _drained(self, drain: NodeDrain, ok: bool, why: str) -> None:
         cloud = self.cloud
         name = drain.node
         self._drains.pop(name, None)
+        self._views_changes += 1
         self._dirty = True
         if not drain.inst.active:  # reclaimed meanwhile: nothing left to remove, nothing failed
             return

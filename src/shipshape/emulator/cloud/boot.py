@@ -38,6 +38,8 @@ _FIELDS = {
     "ready": "ready",
 }
 
+_INDEX = {milestone: i for i, milestone in enumerate(MILESTONES)}
+
 
 @dataclass(frozen=True, slots=True)
 class BootTimeline:
@@ -47,7 +49,7 @@ class BootTimeline:
     times: tuple[float, ...]  # in MILESTONES order
 
     def at(self, milestone: str) -> float:
-        return self.times[MILESTONES.index(milestone)]
+        return self.times[_INDEX[milestone]]
 
     @property
     def registered(self) -> float:

@@ -21,6 +21,8 @@ the previous one fitted, since within one plan the free room of a node only shri
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 REPLICATING_KINDS = frozenset({"ReplicaSet", "ReplicationController", "StatefulSet", "Job"})
 
 LEAVE, DROP, MOVE, BLOCK = "leave", "drop", "move", "block"
+DISABLED, NOT_UNDERUTILIZED = "scale-down disabled by annotation", "not underutilized"
 
 
 def needs_other_pods(pod: Mapping[str, Any]) -> bool:
@@ -298,21 +301,136 @@ def classify(
 
 
 # ---- the placement simulation ------------------------------------------------------------------------
+class Used(Counter[str]):
+    """A node's summed requests of its counted pods (and their number, `pods`).
+
+    `version` moves with every `add` and `remove`, so what a node view works out from the sums (its
+    utilization, its row of free room) is kept until they change: a plan reads every node, and
+    between two plans few nodes gain or lose a pod. Change the sums only through `add` and `remove`.
+    """
+
+    def __init__(self, counts: Mapping[str, int] | None = None) -> None:
+        super().__init__(counts or {})
+        self.version = 0
+
+    def add(self, requests: Mapping[str, int]) -> None:
+        self.update(requests)
+        self["pods"] += 1
+        self.version += 1
+
+    def remove(self, requests: Mapping[str, int]) -> None:
+        self.subtract(requests)
+        self["pods"] -= 1
+        self.version += 1
+
+
 @dataclass(slots=True)
 class NodeView:
-    """A Ready node scale-down may remove or move pods to."""
+    """A Ready node scale-down may remove or move pods to.
+
+    Its `allocatable` and `gpu_resource` stay the same for the view's life (the autoscaler makes a
+    new view when the node's facts change); its utilization is kept while `used.version` does.
+    """
 
     name: str
     pool: str
     obj: Obj
     allocatable: Mapping[str, int]
-    used: Mapping[str, int]
+    used: Used
     pods: Collection[PodFacts]
     gpu_resource: str | None = None
     disabled: bool = False  # annotated scale-down-disabled
+    _util: Utilization | None = field(default=None, repr=False, compare=False)
+    _util_at: int = field(default=-1, repr=False, compare=False)  # the `used.version` it was read at
+    _names: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def utilization(self) -> Utilization:
-        return utilization(self.allocatable, self.used, self.gpu_resource)
+        if self._util is None or self._util_at != self.used.version:
+            self._util = utilization(self.allocatable, self.used, self.gpu_resource)
+            self._util_at = self.used.version
+        return self._util
+
+    def resource_names(self) -> frozenset[str]:
+        """The resources its allocatable names, pods aside."""
+        if self._names is None:
+            self._names = frozenset(self.allocatable) - {"pods"}
+        return self._names
+
+    def free_row(self, columns: Sequence[str]) -> list[int]:
+        """Its free room per column (0 for a resource its allocatable does not name), then pods."""
+        allocatable, used = self.allocatable, self.used
+        row = [allocatable[name] - used.get(name, 0) if name in allocatable else 0 for name in columns]
+        row.append(allocatable.get("pods", 110) - used.get("pods", 0))
+        return row
+
+
+def _resource_columns(views: Iterable[NodeView]) -> list[str]:
+    """The free-room matrix's resource columns: every resource an allocatable names, pods aside."""
+    return sorted(frozenset().union(*{v.resource_names() for v in views}))
+
+
+class NodeTable:
+    """What a plan reads of every node, kept between plans: utilization, threshold kind,
+    annotation, free room, name order.
+
+    Between two plans few nodes gain or lose a pod, and the node list is mostly the same objects:
+    `refresh` reads again only the nodes whose `used.version` moved or that are new to the list, so
+    a plan finds its candidates, orders its destinations and fills the placer's matrix with numpy
+    instead of a pass in Python over every node. `plan` without a table works it all out anew.
+    """
+
+    def __init__(self) -> None:
+        self.views: list[NodeView] = []
+        self.names: list[str] = []
+        self.columns: list[str] = []
+        self.versions = np.zeros(0, dtype=np.int64)  # used.version per node when read; -1: not read
+        self.values = np.zeros(0, dtype=np.float64)  # utilization value
+        self.gpu_bound = np.zeros(0, dtype=np.bool_)  # utilization by the node's GPUs
+        self.disabled = np.zeros(0, dtype=np.bool_)
+        self.free = np.zeros((0, 1), dtype=np.int64)
+        self.rank = np.zeros(0, dtype=np.intp)  # position in name order
+
+    def refresh(self, views: Sequence[NodeView]) -> None:
+        """Bring the table up to date for `views` (in their order)."""
+        if len(views) != len(self.views) or not all(map(operator.is_, views, self.views)):
+            self._rebuild(views)
+        versions = np.array([v.used.version for v in views], dtype=np.int64)
+        stale = np.flatnonzero(versions != self.versions).tolist()
+        for i in stale:
+            view = views[i]
+            util = view.utilization()
+            self.values[i] = util.value
+            self.gpu_bound[i] = util.resource == view.gpu_resource
+            self.free[i] = view.free_row(self.columns)
+        self.versions = versions
+
+    def _rebuild(self, views: Sequence[NodeView]) -> None:
+        """A new node list: rows of nodes already in the table are moved, the others marked unread."""
+        n = len(views)
+        where = {id(v): i for i, v in enumerate(self.views)}  # (the old views are alive: ids are theirs)
+        old = np.array([where.get(id(v), -1) for v in views], dtype=np.intp)
+        columns = _resource_columns(views)
+        versions = np.full(n, -1, dtype=np.int64)
+        values = np.zeros(n, dtype=np.float64)
+        gpu_bound = np.zeros(n, dtype=np.bool_)
+        free = np.zeros((n, len(columns) + 1), dtype=np.int64)
+        if columns == self.columns:  # else every row is read again (a resource came or went)
+            known = np.flatnonzero(old >= 0)
+            versions[known] = self.versions[old[known]]
+            values[known] = self.values[old[known]]
+            gpu_bound[known] = self.gpu_bound[old[known]]
+            free[known] = self.free[old[known]]
+        self.views = list(views)
+        self.names = [v.name for v in views]
+        self.columns = columns
+        self.versions, self.values, self.gpu_bound, self.free = versions, values, gpu_bound, free
+        self.disabled = np.array([v.disabled for v in views], dtype=np.bool_).reshape(n)
+        self.rank = np.empty(n, dtype=np.intp)
+        self.rank[sorted(range(n), key=self.names.__getitem__)] = np.arange(n)
+
+    def destination_order(self) -> np.ndarray:
+        """Positions of the nodes, the fullest first, then by name (as `plan` orders destinations)."""
+        return np.lexsort((self.rank, -self.values))
 
 
 StaticOk = Callable[[PodFacts, NodeView], bool]
@@ -328,22 +446,30 @@ class Placer:
     every pod of up to 30 candidates, and one that fits nowhere looked at every node. The filters'
     verdict (`static_ok`, per pod shape and node) is asked of the destinations with room in order,
     as before, and kept for the plan. A resource no allocatable names has no room anywhere.
+
+    `free` and `columns`, when given, are that matrix (the placer's own, it changes it) and its
+    resource columns, as a `NodeTable` keeps them; else they are worked out from the destinations.
     """
 
-    def __init__(self, dests: Sequence[NodeView], static_ok: StaticOk, fits_with_pods: FitsWithPods) -> None:
+    def __init__(
+        self,
+        dests: Sequence[NodeView],
+        static_ok: StaticOk,
+        fits_with_pods: FitsWithPods,
+        *,
+        free: np.ndarray | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
         self.dests = list(dests)
         self.index = {d.name: i for i, d in enumerate(self.dests)}
         self.static_ok = static_ok
         self.fits_with_pods = fits_with_pods
-        names = sorted({name for d in self.dests for name in d.allocatable} - {"pods"})
+        names = list(columns) if columns is not None else _resource_columns(self.dests)
         self.columns = {name: j for j, name in enumerate(names)}
         self._pods_column = len(names)
-        free = np.zeros((len(self.dests), len(names) + 1), dtype=np.int64)
-        for i, d in enumerate(self.dests):
-            for name, amount in d.allocatable.items():
-                if name != "pods":
-                    free[i, self.columns[name]] = amount - d.used.get(name, 0)
-            free[i, self._pods_column] = d.allocatable.get("pods", 110) - d.used.get("pods", 0)
+        if free is None:
+            rows = [d.free_row(names) for d in self.dests]
+            free = np.array(rows, dtype=np.int64).reshape(len(self.dests), len(names) + 1)
         self.free = free
         self.columns["pods"] = self._pods_column
         self.excluded: set[int] = set()
@@ -506,6 +632,7 @@ def plan(
     controller_exists: Callable[[PodFacts], bool] = lambda _: True,
     previously_unneeded: Iterable[str] = (),
     pool_room: Mapping[str, int] | None = None,
+    table: NodeTable | None = None,
 ) -> Plan:
     """Which of `nodes` are unneeded now, and why the other candidates are not.
 
@@ -515,24 +642,31 @@ def plan(
     Pods of a removable node stay placed for the next candidates, as cluster-autoscaler's simulation
     does, and a node that took moved pods is no longer a candidate. `pool_room` caps how many
     nodes of each pool may be unneeded (its size above minSize); the others stay destinations.
+    `table`, kept by the caller between plans, spares reading again the nodes that did not change.
     """
     out = Plan()
-    util = {n.name: n.utilization() for n in nodes}
-
-    def below(n: NodeView) -> bool:
-        threshold = rules.gpu_threshold if util[n.name].resource == n.gpu_resource else rules.threshold
-        return util[n.name].value < threshold
-
-    candidates = []
-    for n in nodes:
-        if n.disabled:
-            out.unremovable[n.name] = "scale-down disabled by annotation"
-        elif not below(n):
-            out.unremovable[n.name] = "not underutilized"
-        else:
-            candidates.append(n)
+    unremovable = out.unremovable
+    candidates: list[NodeView] = []
+    if table is None:
+        for n in nodes:
+            if n.disabled:
+                unremovable[n.name] = DISABLED
+                continue
+            u = n.utilization()
+            if u.value >= (rules.gpu_threshold if u.resource == n.gpu_resource else rules.threshold):
+                unremovable[n.name] = NOT_UNDERUTILIZED
+            else:
+                candidates.append(n)
+    else:
+        table.refresh(nodes)
+        below = table.values < np.where(table.gpu_bound, rules.gpu_threshold, rules.threshold)
+        # 0: disabled, 1: not underutilized, 2: a candidate
+        codes = np.where(table.disabled, 0, np.where(below, 2, 1))
+        reasons, names, kinds = (DISABLED, NOT_UNDERUTILIZED), table.names, codes.tolist()
+        unremovable.update({names[i]: reasons[kinds[i]] for i in np.flatnonzero(codes < 2).tolist()})
+        candidates = [nodes[i] for i in np.flatnonzero(codes == 2).tolist()]
     before = set(previously_unneeded)
-    candidates.sort(key=lambda n: (n.name not in before, util[n.name].value, n.name))
+    candidates.sort(key=lambda n: (n.name not in before, n.utilization().value, n.name))
     room = dict(pool_room) if pool_room is not None else None
     if room is not None:
         for n in [n for n in candidates if room.get(n.pool, 0) <= 0]:
@@ -549,8 +683,14 @@ def plan(
         nonlocal placer
         if placer is None:
             # Destinations: the fullest first, so moved pods fill busy nodes, not other candidates.
-            dests = sorted(nodes, key=lambda n: (-util[n.name].value, n.name))
-            placer = Placer(dests, static_ok, fits_with_pods)
+            if table is None:
+                dests = sorted(nodes, key=lambda n: (-n.utilization().value, n.name))
+                placer = Placer(dests, static_ok, fits_with_pods)
+            else:
+                order = table.destination_order()
+                dests = [nodes[i] for i in order.tolist()]
+                free = table.free[order]
+                placer = Placer(dests, static_ok, fits_with_pods, free=free, columns=table.columns)
             for pod in waiting:
                 placer.place(pod)
             for name in excluded:
@@ -571,6 +711,8 @@ def plan(
         dropped: list[PodFacts] = []
         blocked = ""
         for pod in node.pods:
+            if pod.mirror or pod.terminating or pod.daemon or pod.finished:
+                continue  # classify leaves it (DaemonSet pods are on every node): asking is not needed
             action, why = classify(
                 pod,
                 priority=priority_of(pod),
@@ -614,7 +756,7 @@ def plan(
             placer.exclude(node.name)
         else:
             excluded.append(node.name)
-        out.unneeded[node.name] = Unneeded(node.name, node.pool, util[node.name], to_move, dropped)
+        out.unneeded[node.name] = Unneeded(node.name, node.pool, node.utilization(), to_move, dropped)
         if room is not None:
             room[node.pool] = room.get(node.pool, 0) - 1
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,12 +40,11 @@ def facts(name: str, *, node: str = "", owner: str | None = "ReplicaSet", **kwar
 def view(name: str, pods: list[PodFacts], pool: Any = POOL, **annotations: str) -> NodeView:
     obj = node_obj(name, pool, **annotations)
     allocatable = {k: resource_amount(k, v) for k, v in obj["status"]["allocatable"].items()}
-    used: Counter[str] = Counter()
+    used = scaledown.Used()
     for pod in pods:
         pod.node = name
         if pod.counted:
-            used.update(pod.requests)
-            used["pods"] += 1
+            used.add(pod.requests)
     gpu = pool.gpu_resource if pool.gpus else None
     return NodeView(
         name,
@@ -74,15 +72,24 @@ def plan(
     pdbs: Sequence[dict[str, Any]] = (),
     **rules: Any,
 ) -> scaledown.Plan:
-    return scaledown.plan(
-        nodes_,
-        list(pending),
-        rules=Rules(**rules),
-        budgets=Budgets(pdbs),
-        static_ok=static_ok,
-        fits_with_pods=fits_with_pods,
-        priority_of=lambda p: p.priority or 0,
-    )
+    """The plan worked out anew; with a `NodeTable` it must be the same, in the same order."""
+    plans = [
+        scaledown.plan(
+            nodes_,
+            list(pending),
+            rules=Rules(**rules),
+            budgets=Budgets(pdbs),
+            static_ok=static_ok,
+            fits_with_pods=fits_with_pods,
+            priority_of=lambda p: p.priority or 0,
+            table=table,
+        )
+        for table in (None, scaledown.NodeTable())
+    ]
+    fresh, kept = plans
+    assert list(kept.unremovable.items()) == list(fresh.unremovable.items())
+    assert list(kept.unneeded.items()) == list(fresh.unneeded.items())
+    return fresh
 
 
 def pdb(name: str, app: str, allowed: int, namespace: str = "default") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shipshape.emulator.cloud import scaledown
-from shipshape.emulator.cloud.scaledown import FitsWithPods, NodeView, Placer, PodFacts, StaticOk
+from shipshape.emulator.cloud.scaledown import FitsWithPods, NodeView, Placer, PodFacts, StaticOk, Used
 
 Obj = dict[str, Any]
 
@@ -141,7 +141,7 @@ def dest(rng: random.Random, n: int) -> NodeView:
     used = {k: rng.randrange(0, v + 1) for k, v in allocatable.items() if rng.random() < 0.8}
     if rng.random() < 0.05:
         used["cpu"] = allocatable["cpu"] + 10  # overcommitted
-    return NodeView(f"n{n}", "pool", {"metadata": {"name": f"n{n}"}}, allocatable, used, [])
+    return NodeView(f"n{n}", "pool", {"metadata": {"name": f"n{n}"}}, allocatable, Used(used), [])
 
 
 def static_ok(pod: PodFacts, node: NodeView) -> bool:
