@@ -219,7 +219,7 @@ def _feasible_at_once(
     feasible nodes it finds from `start` on, in its order, and how many nodes it visits to find them
     (the whole list when it finds fewer than `to_find`). The same nodes a pass filtering one node at a
     time finds: the node-only verdicts are the cycle's (kept per shape and node), the resource fit
-    the same comparisons over the snapshot's `NodeTable`. None when the pod is not such a pod or no
+    the same comparisons over the snapshot's `NodeArrays`. None when the pod is not such a pod or no
     node is feasible (the node-by-node pass then gives the statuses a failure needs)."""
     shape = cycle.vector_shape()
     if shape is None:

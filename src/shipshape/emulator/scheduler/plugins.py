@@ -26,7 +26,7 @@ from shipshape.emulator.scheduler.snapshot import (
     AffinityTerm,
     ClusterSnapshot,
     NodeInfo,
-    NodeTable,
+    NodeArrays,
     PodInfo,
     SpreadConstraint,
     TaintVerdict,
@@ -476,7 +476,7 @@ class Cycle:
         return totals
 
     def _rows(self, nodes: Sequence[NodeInfo]) -> np.ndarray | None:
-        """The nodes' rows in the snapshot's `NodeTable` (the score plugins that read kept columns
+        """The nodes' rows in the snapshot's `NodeArrays` (the score plugins that read kept columns
         score them all at once); None when a node is not in it (not a listed node)."""
         if len(nodes) < _ROWS_AT_LEAST:
             return None
@@ -667,7 +667,7 @@ class Cycle:
                 out.append(MAX_NODE_SCORE * (hi + lo - s) // hi)
         return out
 
-    def _affinity_column(self, table: NodeTable) -> np.ndarray:
+    def _affinity_column(self, table: NodeArrays) -> np.ndarray:
         """Which of the table's nodes the pod's required node affinity admits (kept per affinity)."""
         affinity, answers = self.pod.node_affinity, self._affinity_answers
         return self.snapshot.static_column(
@@ -677,7 +677,7 @@ class Cycle:
     def _spread_scores_at_once(
         self, rows: np.ndarray, constraints: tuple[SpreadConstraint, ...], require_all: bool
     ) -> list[int]:
-        """`_spread_scores` of the nodes at `rows` of the snapshot's `NodeTable`, from its kept columns
+        """`_spread_scores` of the nodes at `rows` of the snapshot's `NodeArrays`, from its kept columns
         (each node's matching pods, the codes of its topology values, which nodes carry every key and
         pass the pod's node affinity) instead of a walk over every node with matching pods; for
         constraints that ignore the nodes' taints (the default). The same arithmetic, in the same

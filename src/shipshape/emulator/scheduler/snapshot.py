@@ -326,7 +326,7 @@ def affinity_matches(
     return ok
 
 
-class NodeTable:
+class NodeArrays:
     """What the resource filter reads of the listed nodes (`node_list()`), as arrays, so a pass can
     filter every node at once (`framework.schedule_one`): each node's allocatable and requested
     amounts per resource (a column per resource any node has or has requested), its pods and how
@@ -484,7 +484,7 @@ class ClusterSnapshot:
         self._order: list[NodeInfo] | None = None
         # The node list's resource numbers as arrays, with the nodes whose rows changed since
         # (`node_table`), and the names of the nodes whose static key changed, in order (`static_mask`).
-        self._table: NodeTable | None = None
+        self._table: NodeArrays | None = None
         self._table_stale: set[str] = set()
         self._static_log: list[str] = []
         self.next_start_index = 0
@@ -541,8 +541,8 @@ class ClusterSnapshot:
             self._order = None
         return info
 
-    def node_table(self) -> NodeTable:
-        """`node_list()`'s nodes as a `NodeTable`, up to date."""
+    def node_table(self) -> NodeArrays:
+        """`node_list()`'s nodes as a `NodeArrays`, up to date."""
         order = self.node_list()
         table = self._table
         if table is not None and len(self._static_log) > 10_000:
@@ -555,7 +555,7 @@ class ClusterSnapshot:
                     table = None
                     break
         if table is None:
-            table = self._table = NodeTable(order)
+            table = self._table = NodeArrays(order)
             self._static_log.clear()
         self._table_stale.clear()
         return table
@@ -565,7 +565,7 @@ class ClusterSnapshot:
 
     def static_mask(
         self,
-        table: NodeTable,
+        table: NodeArrays,
         shape: Any,
         passes: Callable[[NodeInfo], bool],
     ) -> np.ndarray:
@@ -575,7 +575,7 @@ class ClusterSnapshot:
 
     def static_column(
         self,
-        table: NodeTable,
+        table: NodeArrays,
         question: Hashable,
         answer: Callable[[NodeInfo], Any],
         dtype: Any,
@@ -607,7 +607,7 @@ class ClusterSnapshot:
         table.static_masks[question] = (len(log), column)
         return column
 
-    def label_codes(self, table: NodeTable, key: str) -> tuple[np.ndarray, dict[str, int]]:
+    def label_codes(self, table: NodeArrays, key: str) -> tuple[np.ndarray, dict[str, int]]:
         """Each of the table's nodes' value of label `key` as a code (-1: no such label), and the codes."""
         codes = table.value_codes.setdefault(key, {})
 
@@ -617,7 +617,7 @@ class ClusterSnapshot:
 
         return self.static_column(table, ("label", key), code, np.int64, -1), codes
 
-    def match_vector(self, table: NodeTable, namespace: str, selector: Selector) -> np.ndarray:
+    def match_vector(self, table: NodeArrays, namespace: str, selector: Selector) -> np.ndarray:
         """`matching_per_node` over the table's rows (the snapshot's own: read it, never change it)."""
         key = (namespace, selector)
         vector = table.match_vectors.get(key)

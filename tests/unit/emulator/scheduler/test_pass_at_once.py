@@ -1,5 +1,5 @@
 """The filter pass over all nodes at once (`framework._feasible_at_once`, over the snapshot's kept
-`NodeTable` and node-only masks) finds what the node-by-node pass finds: the same node, feasible
+`NodeArrays` and node-only masks) finds what the node-by-node pass finds: the same node, feasible
 count, statuses, start index and random draws, through random changes to a cluster large enough
 that a pass stops before the end of the node list; the kept table, masks and matching pods equal
 ones built afresh; and PodTopologySpread's scores from the kept columns equal scores node by node."""
@@ -14,7 +14,7 @@ import pytest
 
 from shipshape.emulator.scheduler import framework
 from shipshape.emulator.scheduler.plugins import Cycle, Profile
-from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, NodeTable, PodInfo, pod_info
+from shipshape.emulator.scheduler.snapshot import ClusterSnapshot, NodeArrays, PodInfo, pod_info
 from shipshape.kube import labels as labelsel
 from tests.unit.emulator.scheduler.builders import node, pod, taint, toleration
 
@@ -61,7 +61,7 @@ def fresh_mask(snapshot: ClusterSnapshot, info: PodInfo) -> np.ndarray:
 def assert_table_current(snapshot: ClusterSnapshot) -> None:
     """The kept table, in the node list's order, equals one built afresh; so do its match vectors."""
     kept = snapshot.node_table()
-    fresh = NodeTable(snapshot.node_list())
+    fresh = NodeArrays(snapshot.node_list())
     assert kept.order is fresh.order
     assert [kept.rows[i] for i in kept.positions] == snapshot.node_list()
     assert int(kept.live.sum()) == len(snapshot.node_list())
