@@ -25,8 +25,8 @@ from shipshape.emulator.scheduler.messages import Status
 from shipshape.emulator.scheduler.snapshot import (
     AffinityTerm,
     ClusterSnapshot,
-    NodeInfo,
     NodeArrays,
+    NodeInfo,
     PodInfo,
     SpreadConstraint,
     TaintVerdict,
