@@ -929,7 +929,7 @@ class ClusterState:
                 continue
             cpu, memory, pods = (allocatable[0] - held[0], allocatable[1] - held[1], allocatable[2] - held[2])
             if cpu > 0 and memory > 0 and pods > 0:
-                rooms.append(Room(self.pool_of(node), cpu, memory, pods))
+                rooms.append(Room(self._kept_node_placement(name, node)[1], cpu, memory, pods))
         self._spare_rooms = tuple(rooms)
         return self._spare_rooms
 
@@ -1528,17 +1528,21 @@ class ClusterState:
             return placement
         return self._placement_of(pod)
 
+    def _kept_node_placement(self, name: str, node: Obj) -> tuple[CapacityType | None, Pool | None]:
+        """`node_placement` of the node, read once per node object."""
+        kept = self._node_placements.get(name)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        placement = self.node_placement(node)
+        self._node_placements[name] = (node, placement)
+        return placement
+
     def _placement_of(self, pod: Mapping[str, Any]) -> tuple[CapacityType | None, Pool | None]:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             node = self._objects["Node"].get(("", node_name))
             if node is not None:
-                kept = self._node_placements.get(node_name)
-                if kept is not None and kept[0] is node:
-                    return kept[1]
-                placement = self.node_placement(node)
-                self._node_placements[node_name] = (node, placement)
-                return placement
+                return self._kept_node_placement(node_name, node)
         decision = read_decision(pod)
         if decision is None:
             return None, None
