@@ -172,9 +172,12 @@ def _pod_specs(rt: ResourceType, obj: Obj) -> list[tuple[str, Obj]]:
     return []
 
 
-def check_decodable(rt: ResourceType, obj: Any) -> None:
+def check_decodable(rt: ResourceType, obj: Any, *, pod_spec_decodable: bool = False) -> None:
     """Raise 400 BadRequest for what upstream fails to decode: not an object, fields of the wrong
-    JSON type, malformed quantities."""
+    JSON type, malformed quantities.
+
+    `pod_spec_decodable`: `obj` is a pod whose `spec` is known to pass (`pod_spec_decodes` said so of
+    that very object, which nobody changes): only the rest is checked, in the same order."""
     if not isinstance(obj, dict):
         raise errors.BadRequest(
             f"couldn't get version/kind; json parse error: json: cannot unmarshal {_json_type(obj)} "
@@ -183,6 +186,8 @@ def check_decodable(rt: ResourceType, obj: Any) -> None:
     _check_shape(rt, "metadata", obj.get("metadata"), ("object", _META_SHAPE))
     for field in ("spec", "status"):
         _check_shape(rt, field, obj.get(field), "object")
+    if pod_spec_decodable and rt is r.PODS:
+        return  # the spec's own checks (its shape, its quantities) are all that is left
     spec = obj.get("spec") or {}
     if rt is r.PODS:
         _check_shape(rt, "spec", spec, ("object", _POD_SPEC_SHAPE))
@@ -200,6 +205,18 @@ def check_decodable(rt: ResourceType, obj: Any) -> None:
                             raise errors.BadRequest(
                                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {exc}'
                             ) from exc
+
+
+def pod_spec_decodes(spec: Any) -> bool:
+    """Whether a pod with this `spec` passes `check_decodable` as far as the spec goes (a dict, of the
+    right shape, with quantities that parse)."""
+    if not isinstance(spec, dict):
+        return False
+    try:
+        check_decodable(r.PODS, {"spec": spec})
+    except errors.BadRequest:
+        return False
+    return True
 
 
 # ---- names, labels, selectors --------------------------------------------------------------------
@@ -1138,18 +1155,40 @@ _WORKLOADS = (r.DEPLOYMENTS, r.REPLICASETS, r.STATEFULSETS, r.DAEMONSETS)
 
 def validate(rt: ResourceType, obj: Obj, old: Obj | None = None) -> list[Cause]:
     """Field errors of a create (`old` None) or an update of the main resource."""
-    errs = FieldErrors()
-    _metadata(errs, rt, obj)
-    if old is not None:
-        md, old_md = obj.get("metadata") or {}, old.get("metadata") or {}
-        if md.get("name") != old_md.get("name"):
-            errs.invalid("metadata.name", md.get("name"), "field is immutable")
+    errs = _metadata_errors(rt, obj, old)
     if rt in _WORKLOADS:
         _workload(errs, rt, obj, old)
     else:
         validator = _VALIDATORS.get(rt.key)
         if validator is not None:
             validator(errs, obj, old)
+    return errs.causes
+
+
+def _metadata_errors(rt: ResourceType, obj: Obj, old: Obj | None) -> FieldErrors:
+    """The metadata's field errors, the first part of `validate`'s."""
+    errs = FieldErrors()
+    _metadata(errs, rt, obj)
+    if old is not None:
+        md, old_md = obj.get("metadata") or {}, old.get("metadata") or {}
+        if md.get("name") != old_md.get("name"):
+            errs.invalid("metadata.name", md.get("name"), "field is immutable")
+    return errs
+
+
+def validate_pod_update_same_spec(obj: Obj, old: Obj, spec_causes: Iterable[Cause]) -> list[Cause]:
+    """`validate(PODS, obj, old)` for a pod update whose `spec` is the very object of `old`'s, given
+    `pod_update_spec_causes` of that spec: the metadata is checked, the spec's causes are taken as
+    they are (what the pod validator finds depends on the two specs alone)."""
+    causes = _metadata_errors(r.PODS, obj, old).causes
+    causes.extend(spec_causes)
+    return causes
+
+
+def pod_update_spec_causes(spec: Any) -> list[Cause]:
+    """The pod validator's causes for an update that keeps `spec` (the same object before and after)."""
+    errs = FieldErrors()
+    _pod(errs, {"spec": spec}, {"spec": spec})
     return errs.causes
 
 
