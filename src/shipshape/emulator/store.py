@@ -467,7 +467,9 @@ class Store:
                 f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
                 f"ResourceVersion in object meta: {cur_md['resourceVersion']}"
             )
-        new = clone(current)
+        # Only the metadata changes: the new version shares the rest with the current one (stored
+        # objects are plain JSON, never changed in place, so a deep copy would be equal to it).
+        new = {**current, "metadata": {**cur_md}}
         md = new["metadata"]
         finalizers: list[str] = list(md.get("finalizers") or [])
         if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
@@ -515,8 +517,8 @@ class Store:
         current = self._objects[rt.key].pop(key)
         self._sorted_keys.pop(rt.key, None)
         self._index(rt, current, None)
-        gone = clone(obj)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
+        # The last version with the deletion's resourceVersion, sharing all but its metadata with it.
+        gone = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}}
         self._emit(DELETED, rt, gone)
         return gone
 
