@@ -240,7 +240,8 @@ class Store:
         return [ev for ev in self._history if ev.resource_version > resource_version]
 
     def _emit(self, event_type: str, rt: ResourceType, obj: Obj) -> None:
-        event = WatchEvent(event_type, rt, obj, int(obj["metadata"]["resourceVersion"]))
+        # Every write emits right after taking its resourceVersion (`_next_rv`): `obj` carries `_rv`.
+        event = WatchEvent(event_type, rt, obj, self._rv)
         self._history.append(event)
         for listener in self._listeners_of(rt.key):
             listener(event)
@@ -257,7 +258,7 @@ class Store:
         key = (md.get("namespace", ""), md["name"])
         old_labels = _labels(old)
         new_labels = _labels(new)
-        if old_labels != new_labels:
+        if old_labels is not new_labels and old_labels != new_labels:
             self._index_labels(rt.key, key, old_labels, new_labels)
         if rt is PODS:
             old_node = (old or {}).get("spec", {}).get("nodeName")
@@ -266,8 +267,13 @@ class Store:
                 _forget(self._pods_by_node, old_node, key)
             if new_node:
                 self._pods_by_node.setdefault(new_node, {})[key] = new  # type: ignore[assignment]
-        old_owners = {o.get("uid") for o in ((old or {}).get("metadata", {}).get("ownerReferences") or [])}
-        new_owners = {o.get("uid") for o in ((new or {}).get("metadata", {}).get("ownerReferences") or [])}
+        old_refs = (old or {}).get("metadata", {}).get("ownerReferences") or []
+        new_refs = (new or {}).get("metadata", {}).get("ownerReferences") or []
+        if not old_refs and not new_refs:
+            return  # no owners before or after (nodes, events, most objects but pods)
+        new_owners = {o.get("uid") for o in new_refs}
+        # The same list (a status write, a metadata patch that left the owners alone): none leaves.
+        old_owners = new_owners if old_refs is new_refs else {o.get("uid") for o in old_refs}
         okey = (rt.key, *key)
         for uid in old_owners - new_owners:
             if uid:

@@ -209,4 +209,3 @@ def test_a_deletion_that_copies_nothing_is_caught() -> None:
             return gone
 
     assert not all(_run(Broken, seed)[2] for seed in range(40))
-
