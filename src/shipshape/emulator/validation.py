@@ -7,6 +7,7 @@ server answers for a body it cannot even decode (a malformed quantity). Pure fun
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -255,15 +256,25 @@ def _qualified_name(errs: FieldErrors, path: str, key: Any) -> None:
     if not isinstance(key, str) or not key:
         errs.invalid(path, key, "name part must be non-empty")
         return
+    for detail in _qualified_name_problems(key):
+        errs.invalid(path, key, detail)
+
+
+@functools.lru_cache(maxsize=8192)
+def _qualified_name_problems(key: str) -> tuple[str, ...]:
+    """What is wrong with a non-empty qualified name (a label or annotation key, a topology key),
+    in `_qualified_name`'s order; kept per key: every write of a pod checks the same few keys."""
+    problems: list[str] = []
     prefix, _, name = key.rpartition("/")
     if "/" in key and not prefix:
-        errs.invalid(path, key, "prefix part must be non-empty")
+        problems.append("prefix part must be non-empty")
     elif prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        errs.invalid(path, key, "prefix part " + MSG_DNS1123_SUBDOMAIN)
+        problems.append("prefix part " + MSG_DNS1123_SUBDOMAIN)
     if len(name) > 63:
-        errs.invalid(path, key, "name part must be no more than 63 characters")
+        problems.append("name part must be no more than 63 characters")
     elif not _QUALIFIED_NAME.match(name):
-        errs.invalid(path, key, MSG_QUALIFIED_NAME)
+        problems.append(MSG_QUALIFIED_NAME)
+    return tuple(problems)
 
 
 def _labels(errs: FieldErrors, path: str, labels: Any) -> None:
