@@ -1,8 +1,9 @@
 """The emulator's object store: what etcd plus the API server's generic registry do.
 
 Objects are plain JSON dicts. **Stored objects are never mutated in place**: every write stores
-a fresh copy, so a dict returned by `get`/`list` (or carried by a `WatchEvent`) stays valid and
-must be treated as read-only. Use `clone()` before changing one, then `update()` it.
+a new version (which may share the parts that did not change with the version before), so a dict
+returned by `get`/`list` (or carried by a `WatchEvent`), and everything in it, stays valid and must
+be treated as read-only. Use `clone()` before changing one, then `update()` it.
 
 Semantics kept from Kubernetes: a global resourceVersion, uid, creationTimestamp, generateName,
 generation (bumped on spec changes), optimistic concurrency (409), finalizers with
