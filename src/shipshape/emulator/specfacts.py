@@ -57,16 +57,21 @@ class PodSpecFacts:
 
 
 _SCALARS = (str, int, bool, type(None))
+# Nesting below which orjson writes a document (it refuses 255 levels; a spec is a few levels deep).
+_MAX_DEPTH = 200
 
 
-def plain_json(value: Any) -> bool:
+def plain_json(value: Any, depth: int = 0) -> bool:
     """Whether `value` is made of JSON's own types only, so that a copy through JSON (`store.clone`)
-    is equal to it and of the very same types (no tuples, subclasses, non-str keys, NaN)."""
+    is equal to it and of the very same types (no tuples, subclasses, non-str keys, NaN), and nested
+    less deeply than orjson refuses to write (a copy of it would fail)."""
     kind = type(value)
     if kind is dict:
-        return all(type(key) is str and plain_json(item) for key, item in value.items())
+        return depth < _MAX_DEPTH and all(
+            type(key) is str and plain_json(item, depth + 1) for key, item in value.items()
+        )
     if kind is list:
-        return all(plain_json(item) for item in value)
+        return depth < _MAX_DEPTH and all(plain_json(item, depth + 1) for item in value)
     if kind is float:
         return bool(math.isfinite(value))
     if kind is int:

@@ -343,5 +343,8 @@ def _json_copy(value: Any) -> Any:
 
 def test_plain_json() -> None:
     assert plain_json({"a": [1, 2.5, "x", None, True, {"b": []}]})
-    for value in ({"a": (1,)}, {1: "a"}, {"a": float("inf")}, {"a": 2**64}, {"a": {"b": set()}}):
+    deep: Obj = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    for value in ({"a": (1,)}, {1: "a"}, {"a": float("inf")}, {"a": 2**64}, {"a": {"b": set()}}, deep):
         assert not plain_json(value)
