@@ -37,6 +37,7 @@ from shipshape.emulator.admission import SYSTEM as SYSTEM
 from shipshape.emulator.admission import webhooks as hooks
 from shipshape.emulator.resources import ResourceType
 from shipshape.emulator.runtime import Cluster
+from shipshape.emulator.specfacts import PodSpecMemo
 from shipshape.emulator.store import Obj, clone, meta, new_uid
 from shipshape.kube import errors, labels
 from shipshape.kube import patch as kpatch
@@ -52,6 +53,8 @@ EVICTION_KIND = GroupVersionKind("policy", "v1", "Eviction")
 MAX_DISRUPTED_PODS = 2000
 MSG_PDB_VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
 _PATCH_RETRIES = 5
+# A pod's top-level fields: a metadata-only patch shares the others with the stored version.
+_POD_FIELDS = frozenset(("apiVersion", "kind", "metadata", "spec", "status"))
 # An in-process mutating admission plugin: may replace `attrs.object`; returns whether it changed it.
 AdmissionPlugin = Callable[[Attributes], bool]
 
@@ -175,6 +178,9 @@ class Api:
         self.webhooks = hooks.Dispatcher(cluster.store)
         self.allocator = defaults.ServiceAllocator()
         self._admission_plugins: list[AdmissionPlugin] = []
+        # What decoding, defaulting and validation make of stored pod specs, by the spec object: a
+        # metadata-only patch of a pod keeps the stored spec instead of copying it (`patch`).
+        self.pod_specs = PodSpecMemo()
         cluster.services["api"] = self
 
     def add_admission_plugin(self, plugin: AdmissionPlugin) -> None:
@@ -310,10 +316,16 @@ class Api:
         dry_run: bool = False,
         user: UserInfo = SYSTEM,
         owned: bool = False,
+        kept_spec: Obj | None = None,
     ) -> Obj:
         """PUT an object (or its status). `owned`: `body` is a copy nobody else holds (a patch's result),
-        handed over to be stored without copying it again."""
-        validation.check_decodable(rt, body)
+        handed over to be stored without copying it again. `kept_spec`: a pod's `body` has, as its
+        spec, this stored spec object, shared rather than copied (see `patch`): its decoding,
+        defaults and validation come from `pod_specs`, and nothing here changes it."""
+        facts = None
+        if kept_spec is not None and rt is r.PODS and body.get("spec") is kept_spec:
+            facts = self.pod_specs.facts(kept_spec)
+        validation.check_decodable(rt, body, pod_spec_decodable=facts is not None and facts.decodable)
         if subresource == "scale":
             return await self._update_scale(rt, namespace, name, body, dry_run=dry_run, user=user)
         if subresource == "finalize":
@@ -345,7 +357,13 @@ class Api:
             if md.get("resourceVersion"):
                 new["metadata"]["resourceVersion"] = md["resourceVersion"]
         else:
-            defaults.apply_defaults(rt, obj)
+            if facts is not None and obj.get("spec") is kept_spec:
+                if not facts.defaulted:
+                    obj["spec"] = kpatch.copy_json(kept_spec)  # never default a stored spec in place
+                    defaults.apply_defaults(rt, obj)
+                # else: defaulting would change nothing (a pod's defaults are all in its spec)
+            else:
+                defaults.apply_defaults(rt, obj)
             if rt is r.SERVICES:
                 self.allocator.keep_allocated(obj, current)
             if rt is r.NAMESPACES:
@@ -430,6 +448,15 @@ class Api:
                 effective["metadata"][field] = current["metadata"][field]
         if rt.status_subresource and "status" in current:
             effective["status"] = current["status"]
+        spec = new.get("spec")
+        if rt is r.PODS and spec is not None and spec is current.get("spec"):
+            # The stored spec itself (a metadata-only patch): what the pod validator finds in it
+            # depends on that object alone, and is kept.
+            spec_causes = self.pod_specs.facts(spec).update_causes
+            if spec_causes is not None:
+                causes = validation.validate_pod_update_same_spec(effective, current, spec_causes)
+                validation.raise_if_invalid(rt, name, causes)
+                return
         validation.raise_if_invalid(rt, name, validation.validate(rt, effective, current))
 
     async def _update_scale(
@@ -517,7 +544,14 @@ class Api:
             )
         for _ in range(_PATCH_RETRIES):
             current = self.store.must_get(rt, namespace, name)
-            base = self.scale_of(rt, current) if subresource == "scale" else clone(current)
+            kept_spec = self._kept_spec(rt, patch_type, patch, current) if subresource is None else None
+            if kept_spec is not None:
+                # A merge patch of a pod's metadata alone: only the top level and the metadata are
+                # this request's own; the spec (plain JSON, decodable, defaulted: `pod_specs`), the
+                # status and the kind are the stored version's, which nothing changes.
+                base = {**current, "metadata": clone(current["metadata"])}
+            else:
+                base = self.scale_of(rt, current) if subresource == "scale" else clone(current)
             base_version = base["metadata"].get("resourceVersion")
             if patch_type == kpatch.MERGE_PATCH and subresource != "scale":
                 # `base` is a fresh copy: the merge needs no copy of its own.
@@ -542,6 +576,7 @@ class Api:
                     dry_run=dry_run,
                     user=user,
                     owned=True,  # patched from this request's own copy of the stored object
+                    kept_spec=kept_spec,
                 )
             except errors.Conflict:
                 if precondition:
@@ -550,6 +585,19 @@ class Api:
                     "patch of %s %s/%s conflicted; retrying on the newer object", rt.kind, namespace, name
                 )
         raise errors.Conflict.of(rt.plural, name, rt.group)
+
+    def _kept_spec(self, rt: ResourceType, patch_type: str, patch: Any, current: Obj) -> Obj | None:
+        """The stored spec a patch of `current` may share instead of copying: for a JSON merge patch
+        of a pod that names `metadata` alone (as an object), when the spec is one `pod_specs` says
+        may be shared and the pod has no other fields than the five a pod has."""
+        if rt is not r.PODS or patch_type != kpatch.MERGE_PATCH or not isinstance(patch, dict):
+            return None
+        if len(patch) != 1 or not isinstance(patch.get("metadata"), dict):
+            return None
+        spec = current.get("spec")
+        if not isinstance(spec, dict) or not _POD_FIELDS.issuperset(current):
+            return None
+        return spec if self.pod_specs.facts(spec).shareable else None
 
     async def _apply(
         self,

@@ -14,6 +14,7 @@ from typing import Any
 from shipshape.emulator import resources as r
 from shipshape.emulator.resources import ResourceType
 from shipshape.kube import quantity
+from shipshape.kube.patch import copy_json
 
 Obj = dict[str, Any]
 
@@ -116,6 +117,16 @@ def pod_spec(spec: Obj) -> None:
             for port in ports:
                 if isinstance(port, dict) and "containerPort" in port:
                     _setdefault(port, "hostPort", port["containerPort"])
+
+
+def pod_spec_defaulted(spec: Obj) -> bool:
+    """Whether `pod_spec` would leave `spec` as it is (worked out on a copy: `spec` is not changed).
+
+    Every default fills a field that is missing or null, so an unchanged copy means that defaulting
+    `spec` itself would write nothing."""
+    filled = copy_json(spec)
+    pod_spec(filled)
+    return bool(filled == spec)
 
 
 def qos_class(spec: Obj) -> str:

@@ -19,6 +19,12 @@ class ResourceType:
     subresources: tuple[str, ...] = ()  # "status", "scale", "binding", "eviction", ...
     verbs: tuple[str, ...] = ALL_VERBS
     status_subresource: bool = field(default=False)
+    # Stable identifier: "pods", "deployments.apps", "leases.coordination.k8s.io". Worked out once:
+    # the store looks every object up by it.
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.plural}.{self.group}" if self.group else self.plural)
 
     @property
     def api_version(self) -> str:
@@ -27,11 +33,6 @@ class ResourceType:
     @property
     def singular(self) -> str:
         return self.kind.lower()
-
-    @property
-    def key(self) -> str:
-        """Stable identifier: "pods", "deployments.apps", "leases.coordination.k8s.io"."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
     def qualified_plural(self) -> str:

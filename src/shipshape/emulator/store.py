@@ -1,8 +1,9 @@
 """The emulator's object store: what etcd plus the API server's generic registry do.
 
 Objects are plain JSON dicts. **Stored objects are never mutated in place**: every write stores
-a fresh copy, so a dict returned by `get`/`list` (or carried by a `WatchEvent`) stays valid and
-must be treated as read-only. Use `clone()` before changing one, then `update()` it.
+a new version (which may share the parts that did not change with the version before), so a dict
+returned by `get`/`list` (or carried by a `WatchEvent`), and everything in it, stays valid and must
+be treated as read-only. Use `clone()` before changing one, then `update()` it.
 
 Semantics kept from Kubernetes: a global resourceVersion, uid, creationTimestamp, generateName,
 generation (bumped on spec changes), optimistic concurrency (409), finalizers with
@@ -240,7 +241,8 @@ class Store:
         return [ev for ev in self._history if ev.resource_version > resource_version]
 
     def _emit(self, event_type: str, rt: ResourceType, obj: Obj) -> None:
-        event = WatchEvent(event_type, rt, obj, int(obj["metadata"]["resourceVersion"]))
+        # Every write emits right after taking its resourceVersion (`_next_rv`): `obj` carries `_rv`.
+        event = WatchEvent(event_type, rt, obj, self._rv)
         self._history.append(event)
         for listener in self._listeners_of(rt.key):
             listener(event)
@@ -257,7 +259,7 @@ class Store:
         key = (md.get("namespace", ""), md["name"])
         old_labels = _labels(old)
         new_labels = _labels(new)
-        if old_labels != new_labels:
+        if old_labels is not new_labels and old_labels != new_labels:
             self._index_labels(rt.key, key, old_labels, new_labels)
         if rt is PODS:
             old_node = (old or {}).get("spec", {}).get("nodeName")
@@ -266,8 +268,13 @@ class Store:
                 _forget(self._pods_by_node, old_node, key)
             if new_node:
                 self._pods_by_node.setdefault(new_node, {})[key] = new  # type: ignore[assignment]
-        old_owners = {o.get("uid") for o in ((old or {}).get("metadata", {}).get("ownerReferences") or [])}
-        new_owners = {o.get("uid") for o in ((new or {}).get("metadata", {}).get("ownerReferences") or [])}
+        old_refs = (old or {}).get("metadata", {}).get("ownerReferences") or []
+        new_refs = (new or {}).get("metadata", {}).get("ownerReferences") or []
+        if not old_refs and not new_refs:
+            return  # no owners before or after (nodes, events, most objects but pods)
+        new_owners = {o.get("uid") for o in new_refs}
+        # The same list (a status write, a metadata patch that left the owners alone): none leaves.
+        old_owners = new_owners if old_refs is new_refs else {o.get("uid") for o in old_refs}
         okey = (rt.key, *key)
         for uid in old_owners - new_owners:
             if uid:
@@ -467,7 +474,9 @@ class Store:
                 f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
                 f"ResourceVersion in object meta: {cur_md['resourceVersion']}"
             )
-        new = clone(current)
+        # Only the metadata changes: the new version shares the rest with the current one (stored
+        # objects are plain JSON, never changed in place, so a deep copy would be equal to it).
+        new = {**current, "metadata": {**cur_md}}
         md = new["metadata"]
         finalizers: list[str] = list(md.get("finalizers") or [])
         if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
@@ -515,8 +524,8 @@ class Store:
         current = self._objects[rt.key].pop(key)
         self._sorted_keys.pop(rt.key, None)
         self._index(rt, current, None)
-        gone = clone(obj)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
+        # The last version with the deletion's resourceVersion, sharing all but its metadata with it.
+        gone = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}}
         self._emit(DELETED, rt, gone)
         return gone
 

@@ -7,6 +7,7 @@ server answers for a body it cannot even decode (a malformed quantity). Pure fun
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -172,9 +173,12 @@ def _pod_specs(rt: ResourceType, obj: Obj) -> list[tuple[str, Obj]]:
     return []
 
 
-def check_decodable(rt: ResourceType, obj: Any) -> None:
+def check_decodable(rt: ResourceType, obj: Any, *, pod_spec_decodable: bool = False) -> None:
     """Raise 400 BadRequest for what upstream fails to decode: not an object, fields of the wrong
-    JSON type, malformed quantities."""
+    JSON type, malformed quantities.
+
+    `pod_spec_decodable`: `obj` is a pod whose `spec` is known to pass (`pod_spec_decodes` said so of
+    that very object, which nobody changes): only the rest is checked, in the same order."""
     if not isinstance(obj, dict):
         raise errors.BadRequest(
             f"couldn't get version/kind; json parse error: json: cannot unmarshal {_json_type(obj)} "
@@ -183,6 +187,8 @@ def check_decodable(rt: ResourceType, obj: Any) -> None:
     _check_shape(rt, "metadata", obj.get("metadata"), ("object", _META_SHAPE))
     for field in ("spec", "status"):
         _check_shape(rt, field, obj.get(field), "object")
+    if pod_spec_decodable and rt is r.PODS:
+        return  # the spec's own checks (its shape, its quantities) are all that is left
     spec = obj.get("spec") or {}
     if rt is r.PODS:
         _check_shape(rt, "spec", spec, ("object", _POD_SPEC_SHAPE))
@@ -200,6 +206,18 @@ def check_decodable(rt: ResourceType, obj: Any) -> None:
                             raise errors.BadRequest(
                                 f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {exc}'
                             ) from exc
+
+
+def pod_spec_decodes(spec: Any) -> bool:
+    """Whether a pod with this `spec` passes `check_decodable` as far as the spec goes (a dict, of the
+    right shape, with quantities that parse)."""
+    if not isinstance(spec, dict):
+        return False
+    try:
+        check_decodable(r.PODS, {"spec": spec})
+    except Exception:  # a 400, or whatever else the full check raises (it then raises it again)
+        return False
+    return True
 
 
 # ---- names, labels, selectors --------------------------------------------------------------------
@@ -238,15 +256,25 @@ def _qualified_name(errs: FieldErrors, path: str, key: Any) -> None:
     if not isinstance(key, str) or not key:
         errs.invalid(path, key, "name part must be non-empty")
         return
+    for detail in _qualified_name_problems(key):
+        errs.invalid(path, key, detail)
+
+
+@functools.lru_cache(maxsize=8192)
+def _qualified_name_problems(key: str) -> tuple[str, ...]:
+    """What is wrong with a non-empty qualified name (a label or annotation key, a topology key),
+    in `_qualified_name`'s order; kept per key: every write of a pod checks the same few keys."""
+    problems: list[str] = []
     prefix, _, name = key.rpartition("/")
     if "/" in key and not prefix:
-        errs.invalid(path, key, "prefix part must be non-empty")
+        problems.append("prefix part must be non-empty")
     elif prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        errs.invalid(path, key, "prefix part " + MSG_DNS1123_SUBDOMAIN)
+        problems.append("prefix part " + MSG_DNS1123_SUBDOMAIN)
     if len(name) > 63:
-        errs.invalid(path, key, "name part must be no more than 63 characters")
+        problems.append("name part must be no more than 63 characters")
     elif not _QUALIFIED_NAME.match(name):
-        errs.invalid(path, key, MSG_QUALIFIED_NAME)
+        problems.append(MSG_QUALIFIED_NAME)
+    return tuple(problems)
 
 
 def _labels(errs: FieldErrors, path: str, labels: Any) -> None:
@@ -1138,18 +1166,40 @@ _WORKLOADS = (r.DEPLOYMENTS, r.REPLICASETS, r.STATEFULSETS, r.DAEMONSETS)
 
 def validate(rt: ResourceType, obj: Obj, old: Obj | None = None) -> list[Cause]:
     """Field errors of a create (`old` None) or an update of the main resource."""
-    errs = FieldErrors()
-    _metadata(errs, rt, obj)
-    if old is not None:
-        md, old_md = obj.get("metadata") or {}, old.get("metadata") or {}
-        if md.get("name") != old_md.get("name"):
-            errs.invalid("metadata.name", md.get("name"), "field is immutable")
+    errs = _metadata_errors(rt, obj, old)
     if rt in _WORKLOADS:
         _workload(errs, rt, obj, old)
     else:
         validator = _VALIDATORS.get(rt.key)
         if validator is not None:
             validator(errs, obj, old)
+    return errs.causes
+
+
+def _metadata_errors(rt: ResourceType, obj: Obj, old: Obj | None) -> FieldErrors:
+    """The metadata's field errors, the first part of `validate`'s."""
+    errs = FieldErrors()
+    _metadata(errs, rt, obj)
+    if old is not None:
+        md, old_md = obj.get("metadata") or {}, old.get("metadata") or {}
+        if md.get("name") != old_md.get("name"):
+            errs.invalid("metadata.name", md.get("name"), "field is immutable")
+    return errs
+
+
+def validate_pod_update_same_spec(obj: Obj, old: Obj, spec_causes: Iterable[Cause]) -> list[Cause]:
+    """`validate(PODS, obj, old)` for a pod update whose `spec` is the very object of `old`'s, given
+    `pod_update_spec_causes` of that spec: the metadata is checked, the spec's causes are taken as
+    they are (what the pod validator finds depends on the two specs alone)."""
+    causes = _metadata_errors(r.PODS, obj, old).causes
+    causes.extend(spec_causes)
+    return causes
+
+
+def pod_update_spec_causes(spec: Any) -> list[Cause]:
+    """The pod validator's causes for an update that keeps `spec` (the same object before and after)."""
+    errs = FieldErrors()
+    _pod(errs, {"spec": spec}, {"spec": spec})
     return errs.causes
 
 

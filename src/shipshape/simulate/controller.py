@@ -125,16 +125,15 @@ class InProcessController:
         store = self.cluster.store
         for rt in self._cached:
             self.state.offer(Change("replace", rt.kind, items=tuple(store.iter(rt))))
-        store.subscribe(self._on_event)
+        # Only the cached kinds' changes reach it (not the Leases' renewals, nor Events).
+        store.subscribe(self._on_event, kinds=self._cached)
         self.cluster.services["api"].add_admission_plugin(self.admit)
         self.scheduler.start(self.cluster.clock.now(), lambda lane: lane.interval)
         for lane in self.scheduler.lanes:
             self._schedule(lane, lane.interval)
 
     def _on_event(self, event: WatchEvent) -> None:
-        if event.resource not in self._cached:
-            return
-        kind = event.resource.kind
+        kind = event.resource.kind  # one of `_cached`: the subscription's kinds
         self.state.offer(Change("apply", kind, event={"type": event.type, "object": event.object}))
         for lane in self.scheduler.changed(kind, event.type, event.object):
             if self.scheduler.wake(lane, self.cluster.clock.now()):

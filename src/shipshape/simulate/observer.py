@@ -127,12 +127,12 @@ class Observer:
         for rt in (r.NODES, r.DEPLOYMENTS, r.STATEFULSETS, r.REPLICASETS, r.PDBS, r.PODS):
             for obj in store.iter(rt):
                 self._apply(WatchEvent("ADDED", rt, obj, 0), initial=True)
-        store.subscribe(self.on_event)
+        # Only the watched kinds' changes reach it (not the Leases' renewals, nor Events).
+        store.subscribe(self.on_event, kinds=self.WATCHED)
 
     # ---- events ---------------------------------------------------------------------------------
     def on_event(self, event: WatchEvent) -> None:
-        if event.resource in self.WATCHED:
-            self._apply(event)
+        self._apply(event)  # one of `WATCHED`: the subscription's kinds
 
     def _apply(self, event: WatchEvent, *, initial: bool = False) -> None:
         rt, obj = event.resource, event.object

@@ -88,6 +88,13 @@ def test_random_writes_keep_the_owner_index_consistent() -> None:
             store.mutate(
                 rt, ns, name, lambda o, step=step: o["metadata"].__setitem__("labels", {"n": str(step)})
             )
+        elif rng.random() < 0.3:
+            # A new version that shares the owners list with the stored one (as status writes and
+            # metadata patches do): the index must hold the new version.
+            md = {**current["metadata"], "labels": {"n": str(step)}}
+            store.update(rt, {**current, "metadata": md}, copy=False)
+        elif rng.random() < 0.3:
+            store.write_status(rt, ns, name, {"step": step})
         else:
             store.delete(rt, ns, name)
         if step % 50 == 0:
