@@ -78,11 +78,15 @@ def test_without_dates_in_the_syslog_the_cni_log_dates_it(tmp_path: Path) -> Non
 @needs_fixtures
 def test_a_year_that_cannot_be_known_is_refused(tmp_path: Path) -> None:
     root = _copy("normal", tmp_path, keep_containerd_dates=False, cni=False)
+    # Copied in June (a copy made on Nov 28 or 29, just after the last line, would date it).
+    messages = root / "var" / "log" / "messages"
+    copied = datetime(2026, 6, 15, 12, tzinfo=UTC).timestamp()
+    os.utime(messages, (copied, copied))
     code, out, err = _collect(root)
     assert code == 2 and out == ""
     assert err.strip() == (
-        f"error: cannot tell the year of {root / 'var' / 'log' / 'messages'}: its lines carry no year, no "
-        f"other log dates them, and the file was modified on {datetime.now(UTC):%Y-%m-%d}, not just after "
+        f"error: cannot tell the year of {messages}: its lines carry no year, no "
+        "other log dates them, and the file was modified on 2026-06-15, not just after "
         "its last line (Nov 28): a copy; pass --year"
     )
     code, out, _ = _collect(root, "--year", "2022")
