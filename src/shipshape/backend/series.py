@@ -73,7 +73,8 @@ def floor(moment: datetime, step: int) -> datetime:
 
 
 def figures_of(figures: Mapping[str, Any]) -> dict[str, float | None]:
-    """The series' figures out of `summary.summarize`'s answer (with its start-up part)."""
+    """The series' figures out of `summary.summarize`'s answer (with at least its overall start-up
+    stats)."""
     cost = figures.get("cost") or {}
     utilisation = figures.get("utilisation") or {}
     end_to_end = ((figures.get("pod_startup") or {}).get("overall") or {}).get("endToEnd") or {}
@@ -194,7 +195,7 @@ class Recorder:
         org_id = repo.cluster_org(session, cluster_id)
         objects = analysis.read_objects(session, org_id, cluster_id, summary.KINDS, self.kept)
         used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)
-        figures = figures_of(summary.summarize(objects, slowest=0, used=used))
+        figures = figures_of(summary.summarize(objects, slowest=0, startup="overall", used=used))
         row = {"cluster_id": cluster_id, "at": at, "resolution_seconds": MINUTE, **figures}
         return store.add_points(session, [row]) == 1
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from shipshape.analyzers.startup.analysis import analyze_node_startup, analyze_pod_startup
+from shipshape.analyzers.startup.analysis import (
+    analyze_node_startup,
+    analyze_pod_startup,
+    pod_startup_overall,
+)
 from shipshape.backend.analysis import capacity_of, price_of
 from shipshape.backend.usage import NodeUsed
 from shipshape.kube import objects as kube_objects
@@ -100,12 +104,13 @@ def summarize(
     objects: Mapping[str, Sequence[Obj]],
     slowest: int = 20,
     *,
-    startup: bool = True,
+    startup: bool | Literal["overall"] = True,
     used: Mapping[str, NodeUsed] | None = None,
 ) -> dict[str, Any]:
     """The cluster's figures; `startup=False` leaves out the start-up analyses (the clusters overview
-    shows cost and spot share only); `used`: the nodes' usage in the newest usage slot, when fresh
-    (`series.node_usage_now`), for the used ratios."""
+    shows cost and spot share only), `startup="overall"` keeps only the pods' overall start-up stats
+    (`pod_startup.overall`, what the time series takes); `used`: the nodes' usage in the newest usage
+    slot, when fresh (`series.node_usage_now`), for the used ratios."""
     nodes = list(objects.get("nodes", ()))
     pods = list(objects.get("pods", ()))
     events = list(objects.get("events", ()))
@@ -161,7 +166,9 @@ def summarize(
             for name, c in sorted(per_workload.items())
         ],
     }
-    if startup:
+    if startup == "overall":
+        figures["pod_startup"] = {"overall": pod_startup_overall(pods, events, nodes).to_json()}
+    elif startup:
         report = analyze_pod_startup(pods, events, nodes)
         node_report = analyze_node_startup(nodes, pods, events).to_json()
         latencies = [t.end_to_end for t in report.timelines if t.end_to_end is not None]

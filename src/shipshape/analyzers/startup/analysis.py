@@ -120,18 +120,7 @@ def analyze_pod_startup(
     (Mutating/ValidatingWebhookConfiguration objects, each with its `kind`) let the diagnosis name
     the webhooks that intercept pod creation; None when they were not read."""
     with paused_gc():
-        index = EventIndex.of(events)
-        infos = node_infos(nodes_list, index.time)
-        builder = PodTimelineBuilder(index, infos)
-        timelines: list[PodTimeline] = []
-        for pod in pods:
-            if namespace and (pod.get("metadata") or {}).get("namespace") != namespace:
-                continue
-            timeline = builder.build(pod)
-            if timeline is None or (workload and not matches_workload(timeline, workload)):
-                continue
-            timelines.append(timeline)
-        del index, builder  # the events' compact form is no longer needed
+        timelines, infos = _pod_timelines(pods, events, nodes_list, namespace, workload)
         table = aggregate.MetricTable.of(timelines)
         groups = {d: aggregate.aggregate(timelines, d, infos, table=table) for d in dimensions}
         data = diagnose.DiagnosisInput(
@@ -149,6 +138,38 @@ def analyze_pod_startup(
             slo=aggregate.slo_check(timelines),
             findings=diagnose.diagnose(data),
         )
+
+
+def _pod_timelines(
+    pods: Iterable[Obj],
+    events: Iterable[Obj],
+    nodes_list: Iterable[Obj],
+    namespace: str | None = None,
+    workload: str | None = None,
+) -> tuple[list[PodTimeline], dict[str, NodeInfo]]:
+    """The pods' timelines (of `namespace` and `workload` when given) and the nodes' facts."""
+    index = EventIndex.of(events)
+    infos = node_infos(nodes_list, index.time)
+    builder = PodTimelineBuilder(index, infos)
+    timelines: list[PodTimeline] = []
+    for pod in pods:
+        if namespace and (pod.get("metadata") or {}).get("namespace") != namespace:
+            continue
+        timeline = builder.build(pod)
+        if timeline is None or (workload and not matches_workload(timeline, workload)):
+            continue
+        timelines.append(timeline)
+    return timelines, infos
+
+
+def pod_startup_overall(
+    pods: Iterable[Obj], events: Iterable[Obj], nodes_list: Iterable[Obj]
+) -> aggregate.GroupStats:
+    """`analyze_pod_startup(...).overall` alone: the stats over every pod, without the groups, the SLO
+    check and the diagnosis (the backend's time series takes only these, every minute per cluster)."""
+    with paused_gc():
+        timelines, _ = _pod_timelines(pods, events, nodes_list)
+        return aggregate.overall_stats(timelines)
 
 
 @dataclass(slots=True)
