@@ -187,6 +187,10 @@ def test_two_agents_push_once_and_hand_over_on_stop_and_on_kill(tmp_path: Path) 
         after = [p for p in pushes(db) if p[0] > before]
         assert after and after[0][1] == "shipshape.dev/snapshot/v1", after
         assert third.sent > 0
+        # No more pushes; what was stored is processed before the backend stops (the state caught up
+        # says nothing of a last push that changed nothing it compares).
+        agents.stop("agent-c")
+        cluster.wait("every stored push processed", lambda: all(o is not None for _, _, o in pushes(db)), 60)
 
     # Every push stored once, under its own sequence, and processed (applied, or stale when a newer
     # snapshot had replaced what it followed).
