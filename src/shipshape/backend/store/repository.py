@@ -362,6 +362,27 @@ _ACCEPT_SQLITE = text(
 )
 
 
+def _accept_params(
+    token_id: str,
+    cluster_id: str,
+    idempotency_key: str,
+    schema_name: str,
+    sequence: int,
+    body: bytes,
+    now: datetime,
+) -> dict[str, Any]:
+    """The accept statement's parameters (`accept_push`, `accept_push_async`)."""
+    return {
+        "token_id": token_id,
+        "cluster_id": cluster_id,
+        "key": idempotency_key,
+        "schema_name": schema_name,
+        "sequence": sequence,
+        "now": now,
+        "body": body,
+    }
+
+
 def accept_push(
     connection: Connection,
     token_id: str,
@@ -377,15 +398,7 @@ def accept_push(
     is revoked by now. On PostgreSQL one statement in `connection`, which should be in autocommit (a
     transaction of its own, and no round trips to begin and commit it); on SQLite the caller commits.
     """
-    params = {
-        "token_id": token_id,
-        "cluster_id": cluster_id,
-        "key": idempotency_key,
-        "schema_name": schema_name,
-        "sequence": sequence,
-        "now": now,
-        "body": body,
-    }
+    params = _accept_params(token_id, cluster_id, idempotency_key, schema_name, sequence, body, now)
     if connection.dialect.name == "postgresql":
         push_id, live, existing = connection.execute(_ACCEPT_POSTGRESQL, params).one()
         if not live:
@@ -428,15 +441,7 @@ async def accept_push_async(
 ) -> Recorded | None:
     """`accept_push` on PostgreSQL through psycopg's asyncio connection in autocommit (the API's
     accept of a small push on the event loop): the same statement, prepared once per connection."""
-    params = {
-        "token_id": token_id,
-        "cluster_id": cluster_id,
-        "key": idempotency_key,
-        "schema_name": schema_name,
-        "sequence": sequence,
-        "now": now,
-        "body": body,
-    }
+    params = _accept_params(token_id, cluster_id, idempotency_key, schema_name, sequence, body, now)
     cursor = await connection.execute(_ACCEPT_PSYCOPG, params, prepare=True)
     row = await cursor.fetchone()
     assert row is not None  # the statement answers one row
