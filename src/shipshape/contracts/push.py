@@ -184,11 +184,9 @@ class Change(BaseModel):
         object_key_tuple(self.kind, self.object)
         return self
 
-    def key(self) -> ObjectKey:
-        return object_key(self.kind, self.object)
-
     def key_tuple(self) -> tuple[str, str, str]:
-        """`(kind, namespace, name)` of `key()`, without building an `ObjectKey`."""
+        """`(kind, namespace, name)`, checked as `object_key` checks it, without building an
+        `ObjectKey`."""
         namespace, name = object_key_tuple(self.kind, self.object)
         return self.kind, namespace, name
 

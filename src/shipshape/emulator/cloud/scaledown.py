@@ -260,6 +260,20 @@ class Budgets:
 
 
 # ---- drainability ----------------------------------------------------------------------------------
+def leave_reason(pod: PodFacts) -> str | None:
+    """Why scale-down leaves the pod where it is whatever else is true of it (it neither moves nor
+    blocks): a mirror pod, a terminating or finished one, a DaemonSet's; None otherwise."""
+    if pod.mirror:
+        return "mirror pod"
+    if pod.terminating:
+        return "terminating"
+    if pod.daemon:
+        return "DaemonSet pod"
+    if pod.finished:
+        return "finished"
+    return None
+
+
 def classify(
     pod: PodFacts,
     *,
@@ -272,14 +286,9 @@ def classify(
 
     The reasons of BLOCK are cluster-autoscaler's drain messages.
     """
-    if pod.mirror:
-        return LEAVE, "mirror pod"
-    if pod.terminating:
-        return LEAVE, "terminating"
-    if pod.daemon:
-        return LEAVE, "DaemonSet pod"
-    if pod.finished:
-        return LEAVE, "finished"
+    left = leave_reason(pod)
+    if left is not None:
+        return LEAVE, left
     if priority < cutoff:
         return DROP, "expendable"
     if pod.safe_to_evict == "true":
@@ -711,8 +720,8 @@ def plan(
         dropped: list[PodFacts] = []
         blocked = ""
         for pod in node.pods:
-            if pod.mirror or pod.terminating or pod.daemon or pod.finished:
-                continue  # classify leaves it (DaemonSet pods are on every node): asking is not needed
+            if leave_reason(pod) is not None:
+                continue  # left (DaemonSet pods are on every node): its priority and budgets not asked
             action, why = classify(
                 pod,
                 priority=priority_of(pod),

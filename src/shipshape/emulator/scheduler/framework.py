@@ -225,7 +225,7 @@ def _feasible_at_once(
     if shape is None:
         return None
     snapshot = cycle.snapshot
-    table = snapshot.node_table()
+    table = snapshot.node_arrays()
     size = table.size
     fits = table.pods[:size] < table.allowed_pods[:size]
     for name, want in cycle.checked_requests:

@@ -480,7 +480,7 @@ class Cycle:
         score them all at once); None when a node is not in it (not a listed node)."""
         if len(nodes) < _ROWS_AT_LEAST:
             return None
-        table = self.snapshot.node_table()
+        table = self.snapshot.node_arrays()
         row_of, kept = table.row_of, table.rows
         rows = [row_of.get(n.name, -1) for n in nodes]
         if any(i < 0 or kept[i] is not n for i, n in zip(rows, nodes, strict=True)):
@@ -683,7 +683,7 @@ class Cycle:
         constraints that ignore the nodes' taints (the default). The same arithmetic, in the same
         order, as the walk."""
         snapshot, pod = self.snapshot, self.pod
-        table = snapshot.node_table()
+        table = snapshot.node_arrays()
         keys = frozenset(c.topology_key for c in constraints)
         if require_all:
             has_keys = snapshot.static_column(

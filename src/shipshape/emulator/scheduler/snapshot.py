@@ -351,7 +351,7 @@ class NodeArrays:
         # as a column over the rows (see `ClusterSnapshot.static_column`; the node-only filter
         # verdicts per pod shape among them): the position in the snapshot's log of static changes
         # each column is current at, and the column.
-        self.static_masks: dict[Any, tuple[int, np.ndarray]] = {}
+        self.static_columns: dict[Any, tuple[int, np.ndarray]] = {}
         # Codes of each label key's values, for `label_codes` columns (a code is never reused).
         self.value_codes: dict[str, dict[str, int]] = {}
         # Per (namespace, selector): the rows' `matching_per_node` counts, kept in step by the
@@ -388,7 +388,7 @@ class NodeArrays:
         self.live, self.pods, self.allowed_pods = grown(self.live), grown(self.pods), grown(self.allowed_pods)
         self.allocatable, self.requested = grown(self.allocatable), grown(self.requested)
         self.match_vectors = {key: grown(vector) for key, vector in self.match_vectors.items()}
-        self.static_masks.clear()
+        self.static_columns.clear()
 
     def _fill(self, i: int, node: NodeInfo) -> None:
         row, used, columns = self.allocatable[i], self.requested[i], self.columns
@@ -541,7 +541,7 @@ class ClusterSnapshot:
             self._order = None
         return info
 
-    def node_table(self) -> NodeArrays:
+    def node_arrays(self) -> NodeArrays:
         """`node_list()`'s nodes as a `NodeArrays`, up to date."""
         order = self.node_list()
         table = self._table
@@ -585,11 +585,11 @@ class ClusterSnapshot:
         whose answer reads only the node's name, labels, taints and unschedulable flag: kept per
         question in the table and asked again only of the nodes whose static key changed since (a new
         node's among them). The array is the table's own: read it, never change it."""
-        kept = table.static_masks.get(question)
+        kept = table.static_columns.get(question)
         log = self._static_log
         if kept is None:
-            if len(table.static_masks) > 256:
-                table.static_masks.clear()
+            if len(table.static_columns) > 256:
+                table.static_columns.clear()
             column = np.full(len(table.live), default, dtype=dtype)
             for i, node in enumerate(table.rows):
                 if node is not None:
@@ -604,7 +604,7 @@ class ClusterSnapshot:
                     node = table.rows[row]
                     assert node is not None
                     column[row] = answer(node)
-        table.static_masks[question] = (len(log), column)
+        table.static_columns[question] = (len(log), column)
         return column
 
     def label_codes(self, table: NodeArrays, key: str) -> tuple[np.ndarray, dict[str, int]]:

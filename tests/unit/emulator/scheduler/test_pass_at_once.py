@@ -60,7 +60,7 @@ def fresh_mask(snapshot: ClusterSnapshot, info: PodInfo) -> np.ndarray:
 
 def assert_table_current(snapshot: ClusterSnapshot) -> None:
     """The kept table, in the node list's order, equals one built afresh; so do its match vectors."""
-    kept = snapshot.node_table()
+    kept = snapshot.node_arrays()
     fresh = NodeArrays(snapshot.node_list())
     assert kept.order is fresh.order
     assert [kept.rows[i] for i in kept.positions] == snapshot.node_list()
@@ -153,8 +153,8 @@ def test_the_pass_at_once_equals_the_node_by_node_pass(monkeypatch: pytest.Monke
         if step % 20 == 0:
             assert_table_current(snapshot)
             shape = Cycle(info, snapshot).vector_shape()
-            table = snapshot.node_table()
-            if shape is not None and ("filters", shape) in table.static_masks:
+            table = snapshot.node_arrays()
+            if shape is not None and ("filters", shape) in table.static_columns:
                 mask = snapshot.static_mask(table, shape, Cycle(info, snapshot).passes_static)
                 assert (mask[table.positions] == fresh_mask(snapshot, info)).all()
     assert used >= 150
