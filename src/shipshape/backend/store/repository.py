@@ -20,7 +20,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    insert,
     select,
     text,
     tuple_,
@@ -564,7 +563,12 @@ _DELETE_OBJECTS = (
     .where(_OBJECTS.c.cluster_id == bindparam("cluster"), _OBJECT_KEY.in_(bindparam("keys", expanding=True)))
     .returning(_OBJECTS.c.kind)
 )
-_INSERT_OBJECTS = insert(_OBJECTS)
+# Elsewhere (SQLite) the rows go in as `_json` wrote their bodies (what the JSON column's own
+# serializer, orjson too, would write again).
+_INSERT_OBJECTS = text(
+    "INSERT INTO cluster_objects (cluster_id, kind, namespace, name, body, digest, revision) "
+    "VALUES (:cluster_id, :kind, :namespace, :name, :json, :digest, :revision)"
+).bindparams(bindparam("digest", type_=_OBJECTS.c.digest.type))
 # On PostgreSQL the rows of a batch go in one statement whatever their number: an upsert (a changed
 # object's row is updated in place, not deleted and inserted again) and a delete of the objects gone.
 # The row-value IN list of `_DELETE_OBJECTS` took PostgreSQL 5-18 ms for 20 keys (a new plan for each
@@ -625,8 +629,8 @@ class _Applying:
     pod_count: int
     # The revision the rows written by this apply carry (the cluster's `objects_revision` + 1).
     revision: int
-    # Delta changes not written yet, the last one per object (None: deleted).
-    changes: dict[pushbody.Key, tuple[dict[str, Any], bytes] | None]
+    # Delta changes not written yet, the last one per object as `_json` wrote it (None: deleted).
+    changes: dict[pushbody.Key, bytes | None]
     # Rows deleted, inserted or updated so far: none means the stored objects are as they were.
     written: int = 0
 
@@ -795,7 +799,7 @@ def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes)
         return "stale"  # a snapshot newer than its base replaced the state already
     try:
         written = [
-            (change.key_tuple(), None if change.type == "DELETED" else (change.object, _json(change.object)))
+            (change.key_tuple(), None if change.type == "DELETED" else _json(change.object))
             for change in message.changes
         ]
     except ValueError as error:
@@ -862,11 +866,7 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
         return
     _delete_objects(cluster_id, state, [(row["kind"], row["namespace"], row["name"]) for row in rows])
     state.connection.execute(
-        _INSERT_OBJECTS,
-        [
-            {key: value for key, value in row.items() if key != "json"} | {"revision": state.revision}
-            for row in rows
-        ],
+        _INSERT_OBJECTS, [{**row, "json": row["json"].decode(), "revision": state.revision} for row in rows]
     )
     for row in rows:
         state.count(row["kind"], 1)
@@ -883,15 +883,7 @@ def _write_changes(cluster_id: str, state: _Applying) -> None:
         return
     _delete_objects(cluster_id, state, [key for key, body in state.changes.items() if body is None])
     rows = [
-        {
-            "cluster_id": cluster_id,
-            "kind": k,
-            "namespace": ns,
-            "name": n,
-            "body": body[0],
-            "json": body[1],
-            "digest": None,
-        }
+        {"cluster_id": cluster_id, "kind": k, "namespace": ns, "name": n, "json": body, "digest": None}
         for (k, ns, n), body in state.changes.items()
         if body is not None
     ]
@@ -913,20 +905,17 @@ def _replace_objects(cluster_id: str, state: _Applying, snapshot: pushbody.Snaps
     ]
     # Parsed and written out before anything is stored: an object that does not read back, or cannot
     # be written, makes the push invalid.
-    rows = []
-    for key in changed:
-        body = snapshot.objects[key].body()
-        rows.append(
-            {
-                "cluster_id": cluster_id,
-                "kind": key[0],
-                "namespace": key[1],
-                "name": key[2],
-                "body": body,
-                "json": _json(body),
-                "digest": snapshot.objects[key].digest,
-            }
-        )
+    rows = [
+        {
+            "cluster_id": cluster_id,
+            "kind": key[0],
+            "namespace": key[1],
+            "name": key[2],
+            "json": _json(snapshot.objects[key].body()),
+            "digest": snapshot.objects[key].digest,
+        }
+        for key in changed
+    ]
     _delete_objects(cluster_id, state, [key for key in stored if key not in snapshot.objects])
     _write_objects(cluster_id, state, rows)
 
