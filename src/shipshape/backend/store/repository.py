@@ -4,7 +4,6 @@ reaches another tenant's rows."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -15,7 +14,10 @@ import orjson
 import psycopg
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Connection,
+    Select,
+    Update,
     any_,
     bindparam,
     delete,
@@ -321,31 +323,28 @@ _PUSHES = Push.metadata.tables[Push.__tablename__]
 # token still live (it may have been revoked since the caller verified its secret), the push stored
 # once per key, the cluster's `last_seen` set unless a worker holds its row (as `_seen` says), and the
 # id of a push stored before under this key (the statement's snapshot does not see its own insert).
-_ACCEPT_SQL = """
+# In psycopg's form, run as it is by the thread pool's connections (`accept_push`, through
+# SQLAlchemy's `exec_driver_sql`) and by the API's asyncio ones (`accept_push_async`, prepared).
+_ACCEPT_POSTGRESQL = """
     WITH token AS (
         SELECT cluster_id FROM agent_tokens
-        WHERE id = :token_id AND cluster_id = :cluster_id AND revoked_at IS NULL
+        WHERE id = %(token_id)s AND cluster_id = %(cluster_id)s AND revoked_at IS NULL
     ), inserted AS (
         INSERT INTO pushes (cluster_id, idempotency_key, schema_name, sequence, received_at, body_gzip)
-        SELECT cluster_id, :key, :schema_name, :sequence, :now, :body FROM token
+        SELECT cluster_id, %(key)s, %(schema_name)s, %(sequence)s, %(now)s, %(body)s FROM token
         ON CONFLICT (cluster_id, idempotency_key) DO NOTHING
         RETURNING id
     ), seen AS (
-        UPDATE clusters SET last_seen = :now
-        WHERE id = (SELECT id FROM clusters WHERE id = :cluster_id FOR NO KEY UPDATE SKIP LOCKED)
+        UPDATE clusters SET last_seen = %(now)s
+        WHERE id = (SELECT id FROM clusters WHERE id = %(cluster_id)s FOR NO KEY UPDATE SKIP LOCKED)
         AND EXISTS (SELECT FROM inserted)
     )
     SELECT
         (SELECT id FROM inserted),
         EXISTS (SELECT FROM token),
-        (SELECT id FROM pushes WHERE cluster_id = :cluster_id AND idempotency_key = :key)
+        (SELECT id FROM pushes WHERE cluster_id = %(cluster_id)s AND idempotency_key = %(key)s)
 """
-_ACCEPT_POSTGRESQL = text(_ACCEPT_SQL).bindparams(
-    bindparam("now", type_=_PUSHES.c.received_at.type), bindparam("body", type_=_PUSHES.c.body_gzip.type)
-)
-# The same for psycopg's own asyncio connection (`accept_push_async`), its parameters in psycopg's form.
-_ACCEPT_PSYCOPG = re.sub(r"(?<!:):(\w+)", r"%(\1)s", _ACCEPT_SQL)
-_EXISTING_PSYCOPG = "SELECT id FROM pushes WHERE cluster_id = %(cluster_id)s AND idempotency_key = %(key)s"
+_EXISTING_POSTGRESQL = "SELECT id FROM pushes WHERE cluster_id = %(cluster_id)s AND idempotency_key = %(key)s"
 # SQLite has no data-modifying CTE: the insert (when the token is live), then what `_seen` does, in
 # the caller's transaction (SQLite takes one writer at a time anyway).
 _ACCEPT_SQLITE = text(
@@ -399,7 +398,7 @@ def accept_push(
     """
     params = _accept_params(token_id, cluster_id, idempotency_key, schema_name, sequence, body, now)
     if connection.dialect.name == "postgresql":
-        push_id, live, existing = connection.execute(_ACCEPT_POSTGRESQL, params).one()
+        push_id, live, existing = connection.exec_driver_sql(_ACCEPT_POSTGRESQL, params).one()
         if not live:
             return None
         if push_id is not None:
@@ -441,7 +440,7 @@ async def accept_push_async(
     """`accept_push` on PostgreSQL through psycopg's asyncio connection in autocommit (the API's
     accept of a small push on the event loop): the same statement, prepared once per connection."""
     params = _accept_params(token_id, cluster_id, idempotency_key, schema_name, sequence, body, now)
-    cursor = await connection.execute(_ACCEPT_PSYCOPG, params, prepare=True)
+    cursor = await connection.execute(_ACCEPT_POSTGRESQL, params, prepare=True)
     row = await cursor.fetchone()
     assert row is not None  # the statement answers one row
     push_id, live, existing = row
@@ -451,7 +450,7 @@ async def accept_push_async(
         return Recorded(push_id, duplicate=False)
     if existing is None:
         # Stored by another API process while this statement ran (it waited for that one's commit).
-        cursor = await connection.execute(_EXISTING_PSYCOPG, params)
+        cursor = await connection.execute(_EXISTING_POSTGRESQL, params)
         found = await cursor.fetchone()
         assert found is not None  # the conflicting row, committed
         existing = found[0]
@@ -521,25 +520,33 @@ _PENDING = (
     .where(_PUSHES.c.cluster_id == bindparam("cluster"), _PUSHES.c.processed_at.is_(None))
     .order_by(_PUSHES.c.sequence, _PUSHES.c.id)
 )
-_PRESENT = select(_PUSHES.c.id).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
-_BODIES = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
-_MARK = (
-    update(_PUSHES)
-    .where(_PUSHES.c.id.in_(bindparam("ids", expanding=True)))
-    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
-)
-# On PostgreSQL the same with the ids as one array parameter (`= ANY`): one statement text whatever
-# their number, which psycopg prepares once per connection. An expanding IN list is a statement of its
-# own for each count of ids (parsed and planned again by PostgreSQL, rewritten by SQLAlchemy on each
-# call).
-_IDS_ARRAY = bindparam("ids", type_=postgresql.ARRAY(BigInteger))
-_PRESENT_PG = select(_PUSHES.c.id).where(_PUSHES.c.id == any_(_IDS_ARRAY))
-_BODIES_PG = select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(_PUSHES.c.id == any_(_IDS_ARRAY))
-_MARK_PG = (
-    update(_PUSHES)
-    .where(_PUSHES.c.id == any_(_IDS_ARRAY))
-    .values(processed_at=bindparam("at"), outcome=bindparam("result"))
-)
+
+
+@dataclass(frozen=True, slots=True)
+class _ByIds:
+    """The statements of an apply that name pushes by id (the `ids` parameter)."""
+
+    present: Select[Any]
+    bodies: Select[Any]
+    mark: Update
+
+    @classmethod
+    def of(cls, named: ColumnElement[bool]) -> _ByIds:
+        return cls(
+            select(_PUSHES.c.id).where(named),
+            select(_PUSHES.c.id, _PUSHES.c.body_gzip).where(named),
+            update(_PUSHES).where(named).values(processed_at=bindparam("at"), outcome=bindparam("result")),
+        )
+
+
+# By PostgreSQL or not: on PostgreSQL the ids go as one array parameter (`= ANY`), one statement text
+# whatever their number, which psycopg prepares once per connection; an expanding IN list (SQLite) is
+# a statement of its own for each count of ids (parsed and planned again by PostgreSQL, rewritten by
+# SQLAlchemy on each call).
+_BY_IDS = {
+    False: _ByIds.of(_PUSHES.c.id.in_(bindparam("ids", expanding=True))),
+    True: _ByIds.of(_PUSHES.c.id == any_(bindparam("ids", type_=postgresql.ARRAY(BigInteger)))),
+}
 # The cluster's row after an apply, every column the apply may change in one statement built once (a
 # statement built for the columns that changed took the worker as long as executing it); the columns
 # an apply leaves alone are written as they were read under the row's lock.
@@ -686,9 +693,7 @@ def apply_cluster(
     missing = wanted - waiting
     if missing:
         # Processed before (by the worker that held the lock before us), or removed by retention.
-        present = set(
-            connection.scalars(_PRESENT_PG if state.postgres else _PRESENT, {"ids": sorted(missing)})
-        )
+        present = set(connection.scalars(_BY_IDS[state.postgres].present, {"ids": sorted(missing)}))
         outcomes.update({i: "duplicate" if i in present else "gone" for i in missing})
     usage = [p for p in pending if p.schema_name == USAGE_SCHEMA and p.id in wanted]
     chain = [p for p in pending if p.schema_name != USAGE_SCHEMA]
@@ -718,9 +723,7 @@ def apply_cluster(
     for outcome, ids in by_outcome.items():
         for start in range(0, len(ids), _KEYS_PER_STATEMENT):
             chunk = ids[start : start + _KEYS_PER_STATEMENT]
-            connection.execute(
-                _MARK_PG if state.postgres else _MARK, {"ids": chunk, "at": now, "result": outcome}
-            )
+            connection.execute(_BY_IDS[state.postgres].mark, {"ids": chunk, "at": now, "result": outcome})
     moved = state.applied_sequence != row.applied_sequence
     analyzed_sequence = row.analyzed_sequence
     if (
@@ -760,7 +763,7 @@ def apply_cluster(
 
 def _bodies(state: _Applying, push_ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
-    statement = _BODIES_PG if state.postgres else _BODIES
+    statement = _BY_IDS[state.postgres].bodies
     for start in range(0, len(push_ids), _KEYS_PER_STATEMENT):
         chunk = push_ids[start : start + _KEYS_PER_STATEMENT]
         for push_id, body in state.connection.execute(statement, {"ids": chunk}):
