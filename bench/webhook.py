@@ -43,7 +43,7 @@ from typing import Any
 
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.policy import ControllerConfig
-from shipshape.controller.process import ProcessSettings, lower_priority
+from shipshape.controller.process import ProcessSettings
 from shipshape.controller.risk import RiskModel
 from shipshape.controller.state import ClusterState, workloads
 from shipshape.controller.state.views import Fanout, Relay, Replica
@@ -52,6 +52,7 @@ from shipshape.controller.webhook.child import ChildSpec, SharedReads, WebhookCh
 from shipshape.controller.webhook.server import bind, create_app, https_server
 from shipshape.kube.certs import generate_certificates, write_bundle
 from shipshape.kube.clock import RealClock
+from shipshape.threads import lower_priority
 
 P50_TARGET_MS = 3.0
 P99_TARGET_MS = 10.0

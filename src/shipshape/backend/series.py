@@ -73,11 +73,14 @@ def floor(moment: datetime, step: int) -> datetime:
 
 
 def figures_of(figures: Mapping[str, Any]) -> dict[str, float | None]:
-    """The series' figures out of `summary.summarize`'s answer (with at least its overall start-up
-    stats)."""
+    """The series' figures out of `summary.summarize`'s answer, the full one or the time series' own
+    (`startup="end-to-end"`)."""
     cost = figures.get("cost") or {}
     utilisation = figures.get("utilisation") or {}
-    end_to_end = ((figures.get("pod_startup") or {}).get("overall") or {}).get("endToEnd") or {}
+    startup = figures.get("pod_startup") or {}
+    if "endToEnd" not in startup:
+        startup = startup.get("overall") or {}  # the full summary's
+    end_to_end = startup.get("endToEnd") or {}
     return {
         "nodes": float(figures.get("nodes", 0)),
         "pods": float(figures.get("pods", 0)),
@@ -193,9 +196,9 @@ class Recorder:
         if not store.claim_point(session, cluster_id, at) or store.has_point(session, cluster_id, at, MINUTE):
             return False  # another process computes it now, or wrote it
         org_id = repo.cluster_org(session, cluster_id)
-        objects = analysis.read_objects(session, org_id, cluster_id, summary.KINDS, self.kept)
+        objects = analysis.read_objects(session, org_id, cluster_id, summary.COST_KINDS, self.kept)
         used = node_usage_now(session, org_id, cluster_id, self.now(), self.usage_fresh)
-        figures = figures_of(summary.summarize(objects, slowest=0, startup="overall", used=used))
+        figures = figures_of(summary.summarize(objects, slowest=0, startup="end-to-end", used=used))
         row = {"cluster_id": cluster_id, "at": at, "resolution_seconds": MINUTE, **figures}
         return store.add_points(session, [row]) == 1
 

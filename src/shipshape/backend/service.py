@@ -63,6 +63,7 @@ def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Worke
         sweep_seconds=backend.settings.sweep_seconds,
         retention=timedelta(hours=backend.settings.retention_hours),
         analysis_seconds=backend.settings.analysis_seconds,
+        analysis_nice=backend.settings.analysis_nice,
         series=series.Recorder(
             backend.sessions,
             backend.now,

@@ -42,6 +42,9 @@ class BackendSettings(BaseSettings):
     sweep_seconds: float = Field(default=10.0, gt=0)
     # A cluster's analyzers run at most this often (seconds), after a push changed its state.
     analysis_seconds: float = Field(default=10.0, ge=0)
+    # The nice value of the workers' analyses thread (Linux: that thread's alone), so that analyses give
+    # way to applying pushes and to the API when the CPUs are busy; None: the process's own.
+    analysis_nice: int | None = Field(default=10, ge=0, le=19)
     # How long an instruction handed to an agent is its own before it is offered again.
     instruction_lease_seconds: float = Field(default=120.0, gt=0)
     # Objects of the clusters a worker process analyses, kept between analyses so that each reads only

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from shipshape.analyzers.startup.analysis import (
     analyze_node_startup,
     analyze_pod_startup,
-    pod_startup_overall,
+    pod_end_to_end,
 )
 from shipshape.backend.analysis import capacity_of, price_of
 from shipshape.backend.usage import NodeUsed
@@ -96,7 +96,8 @@ def histogram(values: Sequence[float]) -> list[dict[str, Any]]:
     return [{"bucket": label, "pods": count} for label, count in zip(labels, counts, strict=True)]
 
 
-# What the cost figures need; start-up also reads events (the largest kind by far).
+# What the cost figures and the pods' end-to-end start-up need (the time series' kinds); the start-up
+# analyses also read events (the largest kind by far).
 COST_KINDS = ("nodes", "pods", "replicasets")
 
 
@@ -104,13 +105,14 @@ def summarize(
     objects: Mapping[str, Sequence[Obj]],
     slowest: int = 20,
     *,
-    startup: bool | Literal["overall"] = True,
+    startup: bool | Literal["end-to-end"] = True,
     used: Mapping[str, NodeUsed] | None = None,
 ) -> dict[str, Any]:
     """The cluster's figures; `startup=False` leaves out the start-up analyses (the clusters overview
-    shows cost and spot share only), `startup="overall"` keeps only the pods' overall start-up stats
-    (`pod_startup.overall`, what the time series takes); `used`: the nodes' usage in the newest usage
-    slot, when fresh (`series.node_usage_now`), for the used ratios."""
+    shows cost and spot share only), `startup="end-to-end"` keeps only the pods' end-to-end start-up
+    stats (`pod_startup.endToEnd`, the full analysis' `pod_startup.overall.endToEnd`: what the time
+    series takes, from the pods alone); `used`: the nodes' usage in the newest usage slot, when fresh
+    (`series.node_usage_now`), for the used ratios."""
     nodes = list(objects.get("nodes", ()))
     pods = list(objects.get("pods", ()))
     events = list(objects.get("events", ()))
@@ -166,8 +168,9 @@ def summarize(
             for name, c in sorted(per_workload.items())
         ],
     }
-    if startup == "overall":
-        figures["pod_startup"] = {"overall": pod_startup_overall(pods, events, nodes).to_json()}
+    if startup == "end-to-end":
+        stats = pod_end_to_end(pods)
+        figures["pod_startup"] = {"endToEnd": None if stats is None else stats.to_json()}
     elif startup:
         report = analyze_pod_startup(pods, events, nodes)
         node_report = analyze_node_startup(nodes, pods, events).to_json()

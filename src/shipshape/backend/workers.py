@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from shipshape import heap
 from shipshape.backend import analysis
 from shipshape.backend import series as series_points
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
@@ -33,6 +34,7 @@ from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
 from shipshape.backend.store.objects import ObjectsCache
 from shipshape.backend.worker_health import WorkerMetrics
+from shipshape.threads import lower_priority
 
 LOG = logging.getLogger("shipshape.backend.workers")
 
@@ -92,7 +94,11 @@ class Workers:
     # with `series` by `service.workers_for`; None: every read reads the whole state).
     kept: ObjectsCache | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    # The analyses' own thread while `running` (None: the default executor).
+    # The analyses' own thread while `running` (None: the default executor), at this nice value
+    # (None: the process's): an analysis of a cluster reads and summarises its whole state, and when
+    # the CPUs are busy it gives way to the applies and to the API processes beside the worker. The
+    # analyses then fall due faster than they run, and each cluster's are further apart.
+    analysis_nice: int | None = 10
     _analysis_thread: ThreadPoolExecutor | None = None
     # The applies' threads while `running`: a consumer hands a fetched batch over at once, and a job
     # waiting for its cluster's apply lock holds a thread, so other clusters need threads of their own
@@ -320,6 +326,10 @@ class Workers:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._analysis_thread, self._counted, analyze, *args)
 
+    def _analysis_thread_started(self) -> None:
+        if self.analysis_nice is not None:
+            lower_priority(threading.current_thread(), self.analysis_nice)
+
     def _counted(self, analyze: Callable[..., bool], *args: Any) -> bool:
         """`analyze(*args)` counted in flight: a stop waits for its transaction (a cancelled task
         does not stop its thread) before the database is closed."""
@@ -423,8 +433,8 @@ class Workers:
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep, the deferred analyses and the queue lag
-        gauge, until the context ends."""
+        """`consumers` tasks taking jobs, plus the sweep, the deferred analyses, the queue lag gauge and
+        the garbage collector's aging (`heap.age`), until the context ends."""
         tasks = [
             asyncio.create_task(self.queue.consume_batches(self.handle_batch), name=f"consumer-{n}")
             for n in range(consumers)
@@ -432,8 +442,12 @@ class Workers:
         tasks.append(asyncio.create_task(self.sweep(), name="sweep"))
         tasks.append(asyncio.create_task(self.deferred(), name="analyses"))
         tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
+        # The copy of the clusters' objects (`kept`) is frozen as it is read (`heap.long_lived`).
+        tasks.append(asyncio.create_task(heap.age(), name="heap"))
         self._tasks = tasks
-        self._analysis_thread = ThreadPoolExecutor(1, thread_name_prefix="analysis")
+        self._analysis_thread = ThreadPoolExecutor(
+            1, thread_name_prefix="analysis", initializer=self._analysis_thread_started
+        )
         self._apply_threads = ThreadPoolExecutor(self.apply_threads, thread_name_prefix="apply")
         try:
             yield self

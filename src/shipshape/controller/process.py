@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import os
 import socket
 import sys
 import tempfile
@@ -68,6 +67,7 @@ from shipshape.kube.certs import (
     write_bundle,
 )
 from shipshape.kube.clock import Clock
+from shipshape.threads import lower_priority
 
 Obj = dict[str, Any]
 LOG = logging.getLogger("shipshape.controller")
@@ -117,16 +117,6 @@ def _node_resources(api_client: k8s.ApiClient) -> NodeResources:
     from shipshape.controller.batch_resources import KubeNodeResources
 
     return KubeNodeResources(api_client)
-
-
-def lower_priority(thread: threading.Thread, nice: int) -> None:
-    """Give `thread` the nice value `nice` (Linux schedules threads alone: this one only)."""
-    if thread.native_id is None or not hasattr(os, "setpriority"):
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread.native_id, nice)
-    except OSError as error:  # raising a priority needs a capability; lowering one never fails
-        LOG.warning("cannot set the loops' nice value to %d: %s", nice, error)
 
 
 class ControllerProcess:

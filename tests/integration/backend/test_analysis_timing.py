@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shipshape.backend import service
+from shipshape.backend import analysis, service
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
 from shipshape.backend.worker_health import WorkerMetrics
@@ -103,6 +104,33 @@ async def test_a_change_inside_the_analysis_window_is_analysed_when_it_ends(sqli
         await h.settled(t.cluster_id, 2)
         await _until_recommended(h, t, "api", 8.0)
         assert h.workers.analyses == 2
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread nice values here")
+async def test_analyses_run_at_their_own_nice_value_and_applies_at_the_processs(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analysis gives way to the applies when the CPUs are busy: its thread alone is niced."""
+    process_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    wanted = min(19, process_nice + 5)
+    seen: dict[str, set[int]] = {"analysis": set(), "apply": set()}
+
+    def watched(what: str, original: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen[what].add(os.getpriority(os.PRIO_PROCESS, 0))  # on Linux: the calling thread's
+            return original(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(analysis, "analyze_cluster", watched("analysis", analysis.analyze_cluster))
+    monkeypatch.setattr(repo, "apply_cluster", watched("apply", repo.apply_cluster))
+    async with harness(BackendSettings(db=sqlite_url, analysis_nice=wanted)) as h:
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, _snapshot_with("web"))).status_code == 202
+        await _until_recommended(h, t, "web", 10.0)
+    assert seen == {"analysis": {wanted}, "apply": {process_nice}}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == process_nice
 
 
 @pytest.mark.integration

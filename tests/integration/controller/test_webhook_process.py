@@ -219,36 +219,3 @@ def test_the_controller_admits_pods_from_either_arrangement(tmp_path: Path, webh
         if webhook_process:
             assert process.registry.get_sample_value("shipshape_webhook_process_restarts_total") == 0.0
     assert not process.webhook_serving
-
-
-def test_the_webhook_process_freezes_what_lives_and_collects_everything_now_and_then() -> None:
-    """Automatic collections walk only what is younger than the last freeze; cyclic garbage among
-    frozen objects goes at the next full collection."""
-    import asyncio
-    import gc
-    import weakref
-
-    from shipshape.controller.webhook.child import collect_garbage
-
-    class Cycle:
-        def __init__(self) -> None:
-            self.me = self
-
-    async def scenario() -> tuple[int, bool, bool]:
-        cycle = Cycle()
-        gone = weakref.ref(cycle)
-        collector = asyncio.create_task(collect_garbage(freeze_seconds=0.02, full_seconds=0.3))
-        await asyncio.sleep(0.1)
-        frozen = gc.get_freeze_count()
-        del cycle
-        gc.collect()  # no collection reaches a frozen cycle
-        kept = gone() is not None
-        await asyncio.sleep(0.4)  # a full collection came
-        collector.cancel()
-        return frozen, kept, gone() is None
-
-    try:
-        frozen, kept, collected = asyncio.run(scenario())
-    finally:
-        gc.unfreeze()
-    assert frozen > 0 and kept and collected

@@ -6,34 +6,16 @@ nodes, as in a snapshot) and return reports that render to JSON.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shipshape import heap
 from shipshape.analyzers.startup import aggregate, diagnose, model, nodes
-from shipshape.analyzers.startup.events import EventIndex
+from shipshape.analyzers.startup.events import EventIndex, TimeParser
 from shipshape.analyzers.startup.model import Finding, NodeInfo, Obj, PodTimeline
 from shipshape.analyzers.startup.pods import PodTimelineBuilder, node_infos
 from shipshape.kube import objects as kube_objects
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small acyclic objects.
-
-    The analysis allocates millions of tuples and dataclasses and creates no reference cycles, so
-    reference counting frees everything; without the pause, repeated full collections over the
-    growing heap take most of the time on large clusters (measured: 2-3x).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class SnapshotError(ValueError):
@@ -119,7 +101,7 @@ def analyze_pod_startup(
     both may be generators (only a compact form of each event is kept). `webhook_configurations`
     (Mutating/ValidatingWebhookConfiguration objects, each with its `kind`) let the diagnosis name
     the webhooks that intercept pod creation; None when they were not read."""
-    with paused_gc():
+    with heap.paused():  # millions of small records, no cycles
         timelines, infos = _pod_timelines(pods, events, nodes_list, namespace, workload)
         table = aggregate.MetricTable.of(timelines)
         groups = {d: aggregate.aggregate(timelines, d, infos, table=table) for d in dimensions}
@@ -162,14 +144,27 @@ def _pod_timelines(
     return timelines, infos
 
 
-def pod_startup_overall(
-    pods: Iterable[Obj], events: Iterable[Obj], nodes_list: Iterable[Obj]
-) -> aggregate.GroupStats:
-    """`analyze_pod_startup(...).overall` alone: the stats over every pod, without the groups, the SLO
-    check and the diagnosis (the backend's time series takes only these, every minute per cluster)."""
-    with paused_gc():
-        timelines, _ = _pod_timelines(pods, events, nodes_list)
-        return aggregate.overall_stats(timelines)
+def pod_end_to_end(pods: Iterable[Obj]) -> aggregate.Stats | None:
+    """`analyze_pod_startup(...).overall.end_to_end` alone, without building a timeline: each pod's
+    creation to its Ready condition (`PodTimeline.end_to_end`), which neither events nor nodes change.
+    The backend's time series takes only this figure, every minute per cluster; the timelines took
+    about 50 microseconds a pod (150 ms for 3,000 pods), this a fifteenth of it. The stats' count and
+    nearest-rank percentiles are those of the full analysis; the mean may differ in the last digits
+    (another order of summing)."""
+    parse = TimeParser()
+    values: list[float] = []
+    for pod in pods:
+        created = parse.optional((pod.get("metadata") or {}).get("creationTimestamp"))
+        if created is None:
+            continue  # no timeline either
+        ready: float | None = None
+        for condition in (pod.get("status") or {}).get("conditions") or ():
+            if (condition.get("type") or "") == "Ready":  # the last one of the type counts, as in a timeline
+                true = condition.get("status") == "True"
+                ready = parse.optional(condition.get("lastTransitionTime")) if true else None
+        if ready is not None:
+            values.append(max(0.0, ready - created))
+    return aggregate.Stats.of(values)
 
 
 @dataclass(slots=True)
@@ -196,7 +191,7 @@ def analyze_node_startup(
     launch_times: Mapping[str, float] | None = None,
     log_timelines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> NodeReport:
-    with paused_gc():
+    with heap.paused():  # millions of small records, no cycles
         timelines = nodes.analyze_nodes(
             nodes_list, pods, events, launch_times=launch_times, log_timelines=log_timelines
         )

@@ -25,6 +25,7 @@ import orjson
 from sqlalchemy import Text, and_, bindparam, case, cast, select
 from sqlalchemy.orm import Session
 
+from shipshape import heap
 from shipshape.backend.store.models import Cluster, ClusterObject
 
 Obj = dict[str, Any]
@@ -85,7 +86,13 @@ class ObjectsCache:
         self.objects_kept = 0
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
-        """The cluster's objects of each of `kinds`, as stored now (the caller's transaction)."""
+        """The cluster's objects of each of `kinds`, as stored now (the caller's transaction). The
+        bodies parsed are kept, and acyclic: the collector is kept off them (`heap.long_lived`; the
+        workers run `heap.age`)."""
+        with heap.long_lived():
+            return self._read(session, cluster_id, kinds)
+
+    def _read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
         with self._lock:
             kept = self._clusters.pop(cluster_id, {})
         current = session.scalar(_REVISION, {"cluster": cluster_id})

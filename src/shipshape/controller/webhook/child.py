@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shipshape import heap
 from shipshape.controller.metrics import ControllerMetrics
 from shipshape.controller.placement import Pool
 from shipshape.controller.policy import ControllerConfig
@@ -63,9 +64,6 @@ REPLY_SECONDS = 2.0
 # Restarts of a child that died: the first after RESTART_START, doubling up to RESTART_MAX; a child
 # that served for RESTART_RESET seconds counts as healthy again.
 RESTART_START, RESTART_MAX, RESTART_RESET = 0.5, 30.0, 60.0
-# The webhook process's garbage collection (`collect_garbage`): what is alive is frozen this often
-# (real seconds), and everything is collected this often.
-GC_FREEZE_SECONDS, GC_FULL_SECONDS = 1.0, 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,31 +244,10 @@ class _Webhook:
             threading.Thread(target=target, name=name, daemon=True).start()
         async with running(self.server, sock):
             self.send(messages.Serving(os.getpid()))
-            collector = asyncio.create_task(collect_garbage())
+            # The whole state lives long and holds no cycles: automatic collections walk only what is younger.
+            collector = asyncio.create_task(heap.age())
             await self.stop.wait()
             collector.cancel()
-
-
-async def collect_garbage(
-    freeze_seconds: float = GC_FREEZE_SECONDS, full_seconds: float = GC_FULL_SECONDS
-) -> None:
-    """Keep the cyclic garbage collector's pauses short while the webhook serves.
-
-    The collector's full pass walks every object the process holds, the whole state included (about
-    100,000 objects for 300 nodes and 1,000 pods: 20-60 ms, longer at load), and informer events make
-    it run every few seconds (each new pod object outlives young collections). So every
-    `freeze_seconds` what is alive moves to the permanent generation (`gc.freeze`, a constant-time
-    splice), and automatic collections walk only what is younger. Cyclic garbage among frozen objects
-    (rare here: pods and decisions are trees, freed by reference counting) waits for the full
-    collection every `full_seconds` (the process froze the synced state before serving)."""
-    last_full = time.monotonic()
-    while True:
-        await asyncio.sleep(freeze_seconds)
-        if time.monotonic() - last_full >= full_seconds:
-            gc.unfreeze()
-            gc.collect()
-            last_full = time.monotonic()
-        gc.freeze()
 
 
 def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Connection) -> None:
@@ -289,7 +266,7 @@ def serve(spec: ChildSpec, sock: socket.socket, state: Connection, control: Conn
         webhook.sync()
     except (EOFError, OSError):
         return  # the controller went away before this process served
-    # The sync's garbage collected, then the whole state frozen before the first review (`collect_garbage`).
+    # The sync's garbage collected, then the whole state frozen before the first review (`heap.age`).
     gc.collect()
     gc.freeze()
     server = threading.Thread(target=_run, args=(webhook, sock), name="webhook-server")

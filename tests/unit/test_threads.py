@@ -1,5 +1,5 @@
-"""The loops' thread gives way to the webhook: a nice value of its own, the rest of the process
-untouched (Linux schedules threads alone)."""
+"""A background thread gives way (the controller's loops to its webhook, a worker's analyses to its
+applies): a nice value of its own, the rest of the process untouched (Linux schedules threads alone)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from shipshape.controller.process import lower_priority
+from shipshape.threads import lower_priority
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread nice values here")
 
@@ -47,7 +47,7 @@ def test_a_priority_it_may_not_raise_is_left_as_it_is(caplog: pytest.LogCaptureF
         before = os.getpriority(os.PRIO_PROCESS, thread.native_id)
         lower_priority(thread, -5)
         assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == before
-        assert "cannot set the loops' nice value" in caplog.text
+        assert f"cannot set the nice value of thread {thread.name} to -5" in caplog.text
     finally:
         done.set()
         thread.join(10)
