@@ -279,8 +279,9 @@ class Workers:
 
     async def deferred(self) -> None:
         """Run the analyses asked for (`analysis_wanted`) once they fall due, the series points of the
-        clusters that had a push applied (the spot analyses that fall due meanwhile go first: they
-        decide how soon a finding is listed), and the efficiency analyses of changed clusters (each
+        clusters that had a push applied (a cluster's right after its analysis when one is waiting:
+        both read the whole state; the spot analyses that fall due meanwhile go first: they decide
+        how soon a finding is listed), and the efficiency analyses of changed clusters (each
         rate-limited itself), one at a time: none of it holds up a consumer."""
         while True:
             with self._inflight_lock:
@@ -302,13 +303,20 @@ class Workers:
                 await self._in_analysis_thread(self.analyze_if_due, cluster_id)
             except Exception:  # the database is away: the next push analyzes again
                 LOG.warning("deferred analysis of cluster %s failed", cluster_id, exc_info=True)
+            # Right after the analysis, which brought this process's copy of the cluster up to date:
+            # the points read it again for the cost of the rows written since.
+            while (wanted := self._next_series_point(cluster_id)) is not None:
+                await self._in_analysis_thread(self._record_series, *wanted)
 
-    def _next_series_point(self) -> tuple[str, datetime] | None:
-        """A cluster and a minute whose series point is wanted (the oldest minute first)."""
+    def _next_series_point(self, cluster_id: str | None = None) -> tuple[str, datetime] | None:
+        """A cluster (`cluster_id`, or any whose analysis is not waiting: that one takes its points
+        along) and a minute whose series point is wanted (the oldest minute first)."""
         with self._inflight_lock:
-            if not self._series_wanted:
+            if cluster_id is None:
+                cluster_id = next((c for c in self._series_wanted if c not in self._deferred), None)
+            minutes = None if cluster_id is None else self._series_wanted.get(cluster_id)
+            if cluster_id is None or not minutes:
                 return None
-            cluster_id, minutes = next(iter(self._series_wanted.items()))
             minute = min(minutes)
             minutes.discard(minute)
             if not minutes:

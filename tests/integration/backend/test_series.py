@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import event, func, select
 
-from shipshape.backend import series, service, summary
+from shipshape.backend import analysis, series, service, summary
 from shipshape.backend.app import create_app
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import repository as repo
@@ -177,6 +177,40 @@ async def test_a_point_a_minute_from_the_summary_and_idempotent_per_minute(datab
             event.remove(h.backend.engine, "before_cursor_execute", seen)
         assert not [s for s in statements if "cluster_objects" in s], statements
         assert len(stored_points(h, t.cluster_id)) == 2
+
+
+async def test_a_clusters_point_waits_for_its_analysis_and_reads_the_state_it_read(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read the cluster's whole state: the point comes right after the analysis that is waiting
+    (then the worker's copy of the objects is current, and the point parses no object again)."""
+    order: list[str] = []
+
+    def watched(what: str, original: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            order.append(what)
+            return original(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(analysis, "analyze_cluster", watched("analysis", analysis.analyze_cluster))
+    monkeypatch.setattr(series.Recorder, "record", watched("point", series.Recorder.record))
+    clock = Clock(T0)
+    async with clocked(BackendSettings(db=sqlite_url, analysis_seconds=1.5), clock) as h:
+        assert h.workers.kept is not None
+        t = h.tenant("acme")
+        assert (await h.push(t.agent_token, state(1, pods=4))).status_code == 202
+        await points_once(h, t.cluster_id, 1)
+        assert order == ["analysis", "point"]
+        # The next minute, inside the analysis window: the point waits for the analysis.
+        clock.moment = T0 + timedelta(minutes=1)
+        read = h.workers.kept.bodies_read
+        changes = [("ADDED", "pods", pod("web-9", "spot-1"))]
+        assert (await h.push(t.agent_token, delta(2, 1, changes))).status_code == 202
+        points = await points_once(h, t.cluster_id, 2)
+        assert order == ["analysis", "point", "analysis", "point"]
+        assert [p.pods for p in points] == [4, 5]
+        assert h.workers.kept.bodies_read == read + 1  # the new pod, once
 
 
 async def usage_applied(h: Harness, cluster_id: str, count: int, within: float = 20.0) -> None:
