@@ -102,7 +102,7 @@ class Workers:
     _analysis_thread: ThreadPoolExecutor | None = None
     # The applies' threads while `running`: a consumer hands a fetched batch over at once, and a job
     # waiting for its cluster's apply lock holds a thread, so other clusters need threads of their own
-    # (the default executor has 6 on two cores). Within the database pool (10 + 10 connections).
+    # (the default executor has 6 on two cores). Within the database pool (16 kept + 4 connections).
     apply_threads: int = 12
     _apply_threads: ThreadPoolExecutor | None = None
 

@@ -47,12 +47,15 @@ def create(
     url: str,
     *,
     pre_ping: bool = True,
-    pool_size: int = 10,
-    max_overflow: int = 10,
+    pool_size: int = 16,
+    max_overflow: int = 4,
     autocommit: bool = False,
 ) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys (API and workers share it).
-    On PostgreSQL a pool of `pool_size` connections (and `max_overflow` more while busy), each checked
+    On PostgreSQL a pool of `pool_size` connections (and `max_overflow` more while busy: those are
+    closed when returned, and a new PostgreSQL backend starts with cold caches and no prepared
+    statements, so the pool keeps what a worker uses at once: its 12 apply threads, the analyses'
+    thread and the sweep), each checked
     with a round trip when it is taken (`pre_ping`) unless its user retries on a dropped connection;
     `autocommit` for a user whose every statement is a transaction of its own (nothing to begin, commit
     or roll back when a connection is returned)."""
