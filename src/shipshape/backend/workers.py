@@ -124,6 +124,8 @@ class Workers:
         with self._inflight_lock:
             lock = self._apply_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
+        # The bodies it writes, for the copy of the cluster's objects if it keeps one.
+        written = repo.Written() if self.kept is not None and self.kept.holds(cluster_id) else None
         try:
             with lock, self.sessions.begin() as session:
                 outcomes = repo.apply_cluster(
@@ -132,10 +134,14 @@ class Workers:
                     [job.push_id for job in jobs],
                     self.now(),
                     self.efficiency.step_seconds,
+                    written,
                 )
         except Exception:
             self.metrics.messages.labels("failed").inc(len(jobs))
             raise
+        if self.kept is not None and written is not None and written.bodies:
+            # Committed: the copy takes these from here instead of reading them again.
+            self.kept.note(cluster_id, written.revision, written.bodies)
         self.metrics.apply_seconds.observe(time.perf_counter() - started)
         verdicts = []
         seen: set[int] = set()

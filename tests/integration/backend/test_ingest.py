@@ -369,7 +369,10 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
     diff against the stored digests, node and pod counts kept by the writes) leave the state that
     applying each push on its own to a model of the cluster gives, after every batch. The workers'
     copies of the objects (`ObjectsCache`), one read after every batch, one now and then, one too
-    small to keep the cluster, read what a full read reads, and the first reads only what changed."""
+    small to keep the cluster, and two told what some of the batches wrote (as the process that
+    applied them tells its own copy: `note`), one read after every batch and one now and then, read
+    what a full read reads; the first reads only what changed, and the third only what changed in
+    the batches it was not told of."""
     import random
     from datetime import UTC, datetime
 
@@ -387,6 +390,7 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
     model: dict[tuple[str, str, str], dict[str, object]] = {}
     version = 0
     every, sometimes, tiny = ObjectsCache(), ObjectsCache(), ObjectsCache(max_objects=5)
+    noting, noting_sometimes = ObjectsCache(), ObjectsCache()
     seen_revision = -1
 
     def key(kind: str, name: str) -> tuple[str, str, str]:
@@ -447,8 +451,13 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
             with sessions.begin() as session:
                 ids = [_record(session, cluster_id, b, now) for b in bodies]
             named = rng.sample(ids, rng.randint(1, len(ids)))
+            written = repo.Written()
             with sessions.begin() as session:
-                outcomes = repo.apply_cluster(session, cluster_id, named, now)
+                outcomes = repo.apply_cluster(session, cluster_id, named, now, written=written)
+            told = rng.random() < 0.6  # applied by the process of the noting copies
+            if told:
+                noting.note(cluster_id, written.revision, written.bodies)
+                noting_sometimes.note(cluster_id, written.revision, written.bodies)
             assert set(outcomes) == set(named)
             assert set(outcomes.values()) <= {"applied", "superseded"}
             with sessions.begin() as session:
@@ -474,6 +483,17 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
                 )
                 assert len(touched & set(model)) <= every.bodies_read - before == rewritten
                 touched.clear()
+                # Told of the batch: nothing read (once the copy holds the cluster: it takes notes
+                # only for a cluster it keeps); not told: what it rewrote.
+                before, noted_before, holds = noting.bodies_read, noting.objects_noted, bool(noting.clusters)
+                assert noting.read(session, cluster_id, KINDS) == full
+                if told and holds:
+                    taken = (noting.bodies_read - before, noting.objects_noted - noted_before)
+                    assert taken == (0, rewritten)
+                else:
+                    assert noting.bodies_read - before == rewritten
+                if rng.random() < 0.3:
+                    assert noting_sometimes.read(session, cluster_id, KINDS) == full
                 seen_revision = session.scalar(
                     select(Cluster.objects_revision).where(Cluster.id == cluster_id)
                 )
@@ -484,6 +504,7 @@ def test_batched_applies_and_snapshot_diffs_match_a_fresh_replacement(database_u
             nodes = sum(1 for k in model if k[0] == "nodes")
             assert counts == (sequence, nodes, len(model) - nodes)
             assert unprocessed == []
+        assert noting.objects_noted > 0 and noting_sometimes.objects_noted > 0
     finally:
         engine.dispose()
 

@@ -1,6 +1,6 @@
 """The workers' copy of clusters' objects (`store.objects.ObjectsCache`): what it keeps when the
-clusters do not all fit. (Its answers against full reads: the differential test in
-tests/integration/backend/test_ingest.py.)"""
+clusters do not all fit, and which notes of the process's applies it takes. (Its answers against full
+reads: the differential test in tests/integration/backend/test_ingest.py.)"""
 
 from __future__ import annotations
 
@@ -74,3 +74,67 @@ def test_a_cluster_that_does_not_fit_is_not_kept_until_an_idle_one_makes_room(tm
         now[0] = 110.0  # neither idle long enough to make room for b
         kept.read(session, b, KINDS)
         assert kept.clusters == [c, a]
+
+
+def _delta(sessions: object, cluster_id: str, sequence: int, names: list[str]) -> repo.Written:
+    """A delta of the cluster that gives pods `names` a new body, applied: what it wrote."""
+    now = datetime.now(UTC)
+    body = {
+        "schema": "shipshape.dev/delta/v1",
+        "sequence": sequence,
+        "base_sequence": sequence - 1,
+        "taken_at": now.isoformat(),
+        "changes": [
+            {
+                "type": "MODIFIED",
+                "kind": "pods",
+                "object": {"kind": "Pod", "metadata": {"name": n, "namespace": "shop"}, "v": sequence},
+            }
+            for n in names
+        ],
+    }
+    written = repo.Written()
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        pushed = repo.record_push(
+            session,
+            cluster_id,
+            f"k{sequence}",
+            str(body["schema"]),
+            sequence,
+            gzip.compress(orjson.dumps(body)),
+            now,
+        )
+        outcome = repo.apply_cluster(session, cluster_id, [pushed.push_id], now, written=written)
+        assert outcome == {pushed.push_id: "applied"}
+    return written
+
+
+def test_notes_are_taken_only_for_a_cluster_it_keeps_and_only_up_to_their_bound(tmp_path: Path) -> None:
+    sessions, (a, b) = _clusters(tmp_path, pods=10, count=2)
+    kept = ObjectsCache(max_noted=3)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        kept.read(session, a, KINDS)
+    assert kept.holds(a) and not kept.holds(b)
+    for cluster, sequence, names in ((a, 2, ["p0", "p1"]), (b, 2, ["p0"]), (a, 3, ["p2", "p3"])):
+        written = _delta(sessions, cluster, sequence, names)
+        assert set(written.bodies) == {("pods", "shop", n) for n in names}
+        kept.note(cluster, written.revision, written.bodies)
+    # Four pods noted for `a`: past the bound, so its notes went; `b` is not kept.
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        read, noted = kept.bodies_read, kept.objects_noted
+        pods = kept.read(session, a, KINDS)["pods"]
+        assert (kept.bodies_read - read, kept.objects_noted - noted) == (4, 0)
+        assert sorted((p["metadata"]["name"], p.get("v")) for p in pods)[:4] == [
+            ("p0", 2),
+            ("p1", 2),
+            ("p2", 3),
+            ("p3", 3),
+        ]
+    # Within the bound, the next read takes them from the note.
+    written = _delta(sessions, a, 4, ["p4", "p5"])
+    kept.note(a, written.revision, written.bodies)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        read, noted = kept.bodies_read, kept.objects_noted
+        pods = kept.read(session, a, KINDS)["pods"]
+        assert (kept.bodies_read - read, kept.objects_noted - noted) == (0, 2)
+        assert {p["metadata"]["name"]: p.get("v") for p in pods}["p5"] == 4

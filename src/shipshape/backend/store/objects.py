@@ -10,6 +10,11 @@ keys of the rows (to see what went) and the bodies of the rows stamped after R.
 Each read is one statement per kind, so it is consistent with itself: it returns the cluster's
 revision with the rows, in one snapshot of the database. The bodies handed out are the kept ones:
 callers read them and must not change them.
+
+The process's own applies also hand the copy what they wrote (`note`): a row stamped with the revision
+of such an apply is then taken from the note, and the read neither fetches nor parses its body. Under a
+stream of deltas that is most of what changed, when one process applies a cluster's pushes, and its
+share when several do.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +46,17 @@ _LISTING = (
         _OBJECTS.c.name,
         _OBJECTS.c.revision,
         # As text, parsed here: psycopg's loader for json took half again as long as orjson on the text.
-        case((_OBJECTS.c.revision > bindparam("since"), cast(_OBJECTS.c.body, Text)), else_=None),
+        # ... and not of an apply whose bodies this process noted (`ObjectsCache.note`).
+        case(
+            (
+                and_(
+                    _OBJECTS.c.revision > bindparam("since"),
+                    _OBJECTS.c.revision.not_in(bindparam("noted", expanding=True)),
+                ),
+                cast(_OBJECTS.c.body, Text),
+            ),
+            else_=None,
+        ),
     )
     .select_from(
         _CLUSTERS.outerjoin(
@@ -52,6 +67,15 @@ _LISTING = (
     .order_by(_OBJECTS.c.namespace, _OBJECTS.c.name)
 )
 _REVISION = select(_CLUSTERS.c.objects_revision).where(_CLUSTERS.c.id == bindparam("cluster"))
+
+
+@dataclass(slots=True)
+class _Noted:
+    """One kind's rows that the process's applies wrote since the kind was last read: the revisions
+    of those applies (each with every row of the kind it wrote), and each object's newest body."""
+
+    revisions: set[int]
+    rows: dict[tuple[str, str], tuple[int, Obj]]
 
 
 @dataclass(slots=True)
@@ -74,16 +98,45 @@ class ObjectsCache:
         max_objects: int = 60_000,
         idle_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        max_noted: int = 5_000,
     ) -> None:
         self.max_objects = max_objects
         self.idle_seconds = idle_seconds
+        # Bodies noted for one cluster between two reads, at most (more: its notes are dropped, and
+        # its next read reads them).
+        self.max_noted = max_noted
         self._clock = clock
         self._clusters: OrderedDict[str, dict[str, _Kind]] = OrderedDict()
         self._read_at: dict[str, float] = {}
+        self._noted: dict[str, dict[str, _Noted]] = {}
         self._lock = threading.Lock()
-        # Bodies read from the database, and objects handed out from the copy (for tests and metrics).
+        # Bodies read from the database, objects handed out from the copy and objects taken from notes
+        # (for tests and metrics).
         self.bodies_read = 0
         self.objects_kept = 0
+        self.objects_noted = 0
+
+    def holds(self, cluster_id: str) -> bool:
+        """Whether the copy keeps the cluster (or is reading it): only then does `note` take anything."""
+        with self._lock:
+            return cluster_id in self._read_at
+
+    def note(self, cluster_id: str, revision: int, bodies: Mapping[tuple[str, str, str], Obj]) -> None:
+        """An apply of this process committed: these objects' rows (every row it wrote) carry
+        `revision` (`repository.Written`). Kept for a cluster the copy holds (or is reading) until its
+        kinds are next read; the bodies must not change afterwards."""
+        with self._lock:
+            if cluster_id not in self._read_at:
+                return
+            noted = self._noted.setdefault(cluster_id, {})
+            for (kind, namespace, name), body in bodies.items():
+                found = noted.get(kind)
+                if found is None:
+                    found = noted[kind] = _Noted(set(), {})
+                found.revisions.add(revision)
+                found.rows[(namespace, name)] = (revision, body)
+            if sum(len(n.rows) for n in noted.values()) > self.max_noted:
+                del self._noted[cluster_id]
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
         """The cluster's objects of each of `kinds`, as stored now (the caller's transaction). The
@@ -103,7 +156,7 @@ class ObjectsCache:
                 out[kind] = [body for _, body in known.rows.values()]
                 self.objects_kept += len(known.rows)
                 continue
-            fresh = self._read_kind(session, cluster_id, kind, known)
+            fresh = self._read_kind(session, cluster_id, kind, known, self._taken_notes(cluster_id, kind))
             if fresh is None:
                 out[kind] = []
                 kept.pop(kind, None)
@@ -112,14 +165,27 @@ class ObjectsCache:
             out[kind] = [body for _, body in fresh.rows.values()]
         with self._lock:
             self._keep(cluster_id, kept)
+            self._prune_notes(cluster_id, kept)
         return out
 
-    def _read_kind(self, session: Session, cluster_id: str, kind: str, known: _Kind | None) -> _Kind | None:
+    def _taken_notes(self, cluster_id: str, kind: str) -> _Noted | None:
+        """A copy of the kind's notes as they are before its rows are listed: an apply noted later
+        committed before the listing or after it, and the listing tells which by the rows' revisions."""
+        with self._lock:
+            noted = self._noted.get(cluster_id, {}).get(kind)
+            return None if noted is None else _Noted(set(noted.revisions), dict(noted.rows))
+
+    def _read_kind(
+        self, session: Session, cluster_id: str, kind: str, known: _Kind | None, noted: _Noted | None
+    ) -> _Kind | None:
         since = -1 if known is None else known.revision
+        revisions = sorted(r for r in noted.revisions if r > since) if noted is not None else []
         rows: dict[tuple[str, str], tuple[int, Obj]] = {}
         revision: int | None = None
         missing = False
-        listing = session.execute(_LISTING, {"cluster": cluster_id, "kind": kind, "since": since}).all()
+        listing = session.execute(
+            _LISTING, {"cluster": cluster_id, "kind": kind, "since": since, "noted": revisions}
+        ).all()
         for cluster_revision, namespace, name, row_revision, body in listing:
             revision = cluster_revision
             if name is None:
@@ -128,6 +194,14 @@ class ObjectsCache:
             if body is not None:
                 rows[key] = (row_revision, orjson.loads(body))
                 self.bodies_read += 1
+                continue
+            if row_revision > since and noted is not None:
+                found = noted.rows.get(key)
+                if found is None or found[0] != row_revision:
+                    missing = True  # not noted as stored (cannot be: every row of a noted apply is)
+                    break
+                rows[key] = found
+                self.objects_noted += 1
                 continue
             previous = None if known is None else known.rows.get(key)
             if previous is None or previous[0] != row_revision:
@@ -138,13 +212,33 @@ class ObjectsCache:
         if revision is None:
             return None  # no such cluster
         if missing:
-            return self._read_kind(session, cluster_id, kind, None)
+            return self._read_kind(session, cluster_id, kind, None, None)
         return _Kind(revision, rows)
+
+    def _prune_notes(self, cluster_id: str, kept: dict[str, _Kind]) -> None:
+        """Drop the notes the copy now holds (or that a kind it does not keep collected)."""
+        noted = self._noted.get(cluster_id)
+        if noted is None:
+            return
+        if cluster_id not in self._read_at:
+            del self._noted[cluster_id]
+            return
+        for kind in list(noted):
+            held = kept.get(kind)
+            if held is None:
+                del noted[kind]
+                continue
+            found = noted[kind]
+            found.revisions = {r for r in found.revisions if r > held.revision}
+            found.rows = {k: v for k, v in found.rows.items() if v[0] > held.revision}
+            if not found.revisions:
+                del noted[kind]
 
     def forget(self, cluster_id: str) -> None:
         with self._lock:
             self._clusters.pop(cluster_id, None)
             self._read_at.pop(cluster_id, None)
+            self._noted.pop(cluster_id, None)
 
     @property
     def clusters(self) -> list[str]:
@@ -162,6 +256,7 @@ class ObjectsCache:
             if now - self._read_at[other] >= self.idle_seconds:
                 total -= _size(self._clusters.pop(other))
                 del self._read_at[other]
+                self._noted.pop(other, None)
         if total + size > self.max_objects:
             self._read_at.pop(cluster_id, None)
             return

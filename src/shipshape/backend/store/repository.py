@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -627,6 +627,17 @@ class _Pending:
 
 
 @dataclass(slots=True)
+class Written:
+    """The objects an apply wrote, as their bodies, and the revision their rows carry: filled by
+    `apply_cluster` for a caller that keeps a copy of the cluster's objects (`ObjectsCache.note`),
+    so that the copy takes them from here rather than reading and parsing them again. Every row
+    written at `revision` is in `bodies` (deleted ones are not: their rows are gone)."""
+
+    revision: int = 0
+    bodies: dict[pushbody.Key, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _Applying:
     """The cluster's row as an apply changes it (written back in one UPDATE)."""
 
@@ -636,10 +647,13 @@ class _Applying:
     pod_count: int
     # The revision the rows written by this apply carry (the cluster's `objects_revision` + 1).
     revision: int
-    # Delta changes not written yet, the last one per object as `_json` wrote it (None: deleted).
-    changes: dict[pushbody.Key, bytes | None]
+    # Delta changes not written yet, the last one per object: its body and the JSON `_json` wrote of
+    # it (None: deleted).
+    changes: dict[pushbody.Key, tuple[dict[str, Any], bytes] | None]
     # Rows deleted, inserted or updated so far: none means the stored objects are as they were.
     written: int = 0
+    # The bodies of the rows written, when the caller asked for them (`apply_cluster`'s `written`).
+    bodies: dict[pushbody.Key, dict[str, Any]] | None = None
 
     @property
     def postgres(self) -> bool:
@@ -656,14 +670,20 @@ class _Applying:
 
 
 def apply_cluster(
-    session: Session, cluster_id: str, push_ids: Collection[int], now: datetime, usage_step: int = 300
+    session: Session,
+    cluster_id: str,
+    push_ids: Collection[int],
+    now: datetime,
+    usage_step: int = 300,
+    written: Written | None = None,
 ) -> dict[int, str]:
     """Apply the stored pushes `push_ids` of the cluster, and every other unprocessed push of it that
     can be applied now, in sequence order, in the caller's transaction; returns the outcome of each of
     `push_ids`: `applied`, `superseded`, `stale`, `invalid`, `rejected` (a usage report), `duplicate`
     (processed before), `gone` (removed by retention) or `not-yet` (a delta whose base has not
     arrived: its job is tried again later). A usage report stands on its own (no chain): it is merged
-    into the cluster's usage series on slots of `usage_step` seconds.
+    into the cluster's usage series on slots of `usage_step` seconds. `written`, when given, gets the
+    bodies of the objects written and their rows' revision (valid once the transaction commits).
 
     Pushes of one cluster form a chain (a delta follows the push it names), so whichever worker holds
     the cluster's row lock applies what is ready in order; pushes older than a snapshot also waiting
@@ -686,6 +706,7 @@ def apply_cluster(
         row.pod_count or 0,
         (row.objects_revision or 0) + 1,
         {},
+        bodies=None if written is None else {},
     )
     pending = [_Pending(*p) for p in connection.execute(_PENDING, {"cluster": cluster_id})]
     outcomes: dict[int, str] = {}
@@ -754,6 +775,8 @@ def apply_cluster(
                 "last_seen_": last_seen,
             },
         )
+    if written is not None and state.written and state.bodies:
+        written.revision, written.bodies = state.revision, state.bodies
     for push_id in wanted:
         if push_id not in outcomes:
             outcome = marks.get(push_id, NOT_YET)
@@ -802,7 +825,7 @@ def _apply_one(cluster_id: str, state: _Applying, push: _Pending, stored: bytes)
         return "stale"  # a snapshot newer than its base replaced the state already
     try:
         written = [
-            (change.key_tuple(), None if change.type == "DELETED" else _json(change.object))
+            (change.key_tuple(), None if change.type == "DELETED" else (change.object, _json(change.object)))
             for change in message.changes
         ]
     except ValueError as error:
@@ -846,6 +869,8 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
     apply's revision. On PostgreSQL one upsert; elsewhere the stored rows go and the new ones come."""
     if not rows:
         return
+    if state.bodies is not None:
+        state.bodies.update({(row["kind"], row["namespace"], row["name"]): row["body"] for row in rows})
     if state.postgres:
         keys = orjson.dumps(
             [
@@ -869,7 +894,8 @@ def _write_objects(cluster_id: str, state: _Applying, rows: list[dict[str, Any]]
         return
     _delete_objects(cluster_id, state, [(row["kind"], row["namespace"], row["name"]) for row in rows])
     state.connection.execute(
-        _INSERT_OBJECTS, [{**row, "json": row["json"].decode(), "revision": state.revision} for row in rows]
+        _INSERT_OBJECTS,
+        [{**row, "body": None, "json": row["json"].decode(), "revision": state.revision} for row in rows],
     )
     for row in rows:
         state.count(row["kind"], 1)
@@ -884,11 +910,19 @@ def _write_changes(cluster_id: str, state: _Applying) -> None:
     digest (a delta's objects are not raw JSON)."""
     if not state.changes:
         return
-    _delete_objects(cluster_id, state, [key for key, body in state.changes.items() if body is None])
+    _delete_objects(cluster_id, state, [key for key, change in state.changes.items() if change is None])
     rows = [
-        {"cluster_id": cluster_id, "kind": k, "namespace": ns, "name": n, "json": body, "digest": None}
-        for (k, ns, n), body in state.changes.items()
-        if body is not None
+        {
+            "cluster_id": cluster_id,
+            "kind": k,
+            "namespace": ns,
+            "name": n,
+            "json": change[1],
+            "digest": None,
+            "body": change[0],
+        }
+        for (k, ns, n), change in state.changes.items()
+        if change is not None
     ]
     _write_objects(cluster_id, state, rows)
     state.changes = {}
@@ -908,17 +942,20 @@ def _replace_objects(cluster_id: str, state: _Applying, snapshot: pushbody.Snaps
     ]
     # Parsed and written out before anything is stored: an object that does not read back, or cannot
     # be written, makes the push invalid.
-    rows = [
-        {
-            "cluster_id": cluster_id,
-            "kind": key[0],
-            "namespace": key[1],
-            "name": key[2],
-            "json": _json(snapshot.objects[key].body()),
-            "digest": snapshot.objects[key].digest,
-        }
-        for key in changed
-    ]
+    rows = []
+    for key in changed:
+        body = snapshot.objects[key].body()
+        rows.append(
+            {
+                "cluster_id": cluster_id,
+                "kind": key[0],
+                "namespace": key[1],
+                "name": key[2],
+                "json": _json(body),
+                "digest": snapshot.objects[key].digest,
+                "body": body,
+            }
+        )
     _delete_objects(cluster_id, state, [key for key in stored if key not in snapshot.objects])
     _write_objects(cluster_id, state, rows)
 
