@@ -8,11 +8,12 @@ full collection walks everything. For parsed Kubernetes objects that was half of
 times. The tools here keep such objects out of its sight:
 
 - `paused()`: no collection while a bounded piece of work allocates;
-- `long_lived()`: the same, and what is alive at its end moves to the permanent generation
-  (`gc.freeze`), so no later collection walks it;
+- `long_lived()`: the same, and, while the process runs `age`, what is alive at its end moves to the
+  permanent generation (`gc.freeze`), so no later collection walks it;
 - `age()`: a task that freezes what is alive every few seconds and, now and then, hands everything
-  back for one full collection. A process that freezes must run it: a frozen object that later
-  becomes cyclic garbage (rare here) is collected only by that full collection.
+  back for one full collection: a frozen object that later becomes cyclic garbage (rare here) is
+  collected only by that. When the last one stops, everything goes back to the collector. Without
+  it nothing is frozen (`long_lived` only pauses), so nothing can be kept from collection for ever.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from contextlib import contextmanager
 
 # `age`'s defaults: what is alive is frozen this often (seconds), and everything is collected this often.
 FREEZE_SECONDS, FULL_SECONDS = 1.0, 600.0
+# `age` tasks running in this process.
+_aging = 0
 
 
 @contextmanager
@@ -42,27 +45,35 @@ def paused() -> Iterator[None]:
 
 @contextmanager
 def long_lived() -> Iterator[None]:
-    """`paused`, then everything alive is frozen: for a block that builds objects meant to be kept
-    (without it, the next young collection walks all of them, and the next older ones again). Only in
-    a process that runs `age`."""
+    """`paused`, then, while `age` runs, everything alive is frozen: for a block that builds objects
+    meant to be kept (without it, the next young collection walks all of them, and the next older
+    ones again)."""
     with paused():
         try:
             yield
         finally:
-            # Before the collector is back on: its next allocation would walk all of it first.
-            gc.freeze()
+            if _aging:
+                # Before the collector is back on: its next allocation would walk all of it first.
+                gc.freeze()
 
 
 async def age(freeze_seconds: float = FREEZE_SECONDS, full_seconds: float = FULL_SECONDS) -> None:
     """Every `freeze_seconds`, move what is alive to the permanent generation (a constant-time splice),
     so that automatic collections walk only what is younger; every `full_seconds`, unfreeze and
     collect everything once (cyclic garbage among frozen objects waits for that). Runs until
-    cancelled."""
-    last_full = time.monotonic()
-    while True:
-        await asyncio.sleep(freeze_seconds)
-        if time.monotonic() - last_full >= full_seconds:
+    cancelled; then, if no other `age` runs, everything frozen goes back to the collector."""
+    global _aging
+    _aging += 1
+    try:
+        last_full = time.monotonic()
+        while True:
+            await asyncio.sleep(freeze_seconds)
+            if time.monotonic() - last_full >= full_seconds:
+                gc.unfreeze()
+                gc.collect()
+                last_full = time.monotonic()
+            gc.freeze()
+    finally:
+        _aging -= 1
+        if not _aging:
             gc.unfreeze()
-            gc.collect()
-            last_full = time.monotonic()
-        gc.freeze()

@@ -4,6 +4,7 @@ still goes, at the next full collection."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import weakref
 from collections.abc import Iterator
@@ -51,33 +52,52 @@ def test_paused_stops_automatic_collections_and_restores_the_collectors_state() 
     assert inside == 0 and len(kept) == 50_000
 
 
-def test_long_lived_freezes_what_the_block_built_and_nothing_walks_it_until_thawed() -> None:
-    before = gc.get_freeze_count()
+def test_long_lived_freezes_what_the_block_built_while_the_process_ages_its_heap() -> None:
     collections: list[int] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collections.append(info["generation"])
 
-    gc.callbacks.append(count)
-    try:
-        with heap.long_lived():
-            kept = [{"pod": {"name": f"p{i}"}} for i in range(100_000)]
-        # Frozen before the collector came back: the next allocations do not set off a collection
-        # (which would walk all of it first).
-        after = [[i] for i in range(100)]
-    finally:
-        gc.callbacks.remove(count)
+    async def scenario() -> tuple[list[dict[str, dict[str, str]]], list[list[int]], int, int]:
+        aging = asyncio.create_task(heap.age(freeze_seconds=3600))
+        await asyncio.sleep(0)  # started
+        before = gc.get_freeze_count()
+        gc.callbacks.append(count)
+        try:
+            with heap.long_lived():
+                kept = [{"pod": {"name": f"p{i}"}} for i in range(100_000)]
+            # Frozen before the collector came back: the next allocations do not set off a
+            # collection (which would walk all of it first).
+            after = [[i] for i in range(100)]
+        finally:
+            gc.callbacks.remove(count)
+        frozen = gc.get_freeze_count()
+        aging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await aging
+        return kept, after, frozen - before, gc.get_freeze_count()
+
+    kept, after, frozen, left = asyncio.run(scenario())
     assert collections == [] and len(after) == 100
-    assert gc.isenabled()
     # Each record (a dict of only strings is not tracked: it cannot be part of a cycle).
-    assert gc.get_freeze_count() >= before + 100_000
-    tracked = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
-    assert id(kept[0]) not in tracked and id(kept[-1]["pod"]) not in tracked
-    # Frozen objects are still freed by reference counting.
+    assert frozen >= 100_000
+    assert left == 0  # the last `age` stopped: everything handed back
+    assert gc.isenabled() and len(kept) == 100_000
+
+
+def test_long_lived_freezes_nothing_in_a_process_that_does_not_age_its_heap() -> None:
+    with heap.long_lived():
+        kept = [{"pod": {"name": f"p{i}"}} for i in range(1_000)]
+    assert gc.get_freeze_count() == 0 and gc.isenabled() and len(kept) == 1_000
+
+
+def test_frozen_objects_are_still_freed_by_reference_counting() -> None:
+    kept = [{"pod": {"name": f"p{i}"}} for i in range(10_000)]
+    gc.freeze()
     frozen = gc.get_freeze_count()
     del kept
-    assert gc.get_freeze_count() <= frozen - 100_000
+    assert gc.get_freeze_count() <= frozen - 10_000
 
 
 def test_age_freezes_what_lives_and_collects_frozen_cyclic_garbage_at_the_full_collection() -> None:
