@@ -153,6 +153,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reaped_children_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the children process `pid` has waited for (those that ended)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def database_backends(db: str) -> list[int]:
     """The server processes of the connections to `db` but this one's (PostgreSQL; none readable in
     /proc when the server runs elsewhere)."""
@@ -564,9 +574,9 @@ class Stack:
     # The workers' `--metrics-port` URLs (scale only).
     worker_metrics: list[str] = field(default_factory=list)
 
-    # The last CPU seconds seen of each PostgreSQL backend serving the case's database and of the
-    # NATS server (`servers_cpu`).
+    # The last CPU seconds seen of the NATS server, and PostgreSQL's postmaster (`servers_cpu`).
     _servers_seen: dict[str, dict[int, float]] = field(default_factory=dict)
+    _postmaster: int | None = None
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds of each backend process so far, of the database's and the queue's servers where
@@ -578,23 +588,32 @@ class Stack:
         return out
 
     def servers_cpu(self) -> dict[str, float]:
-        """CPU seconds of the PostgreSQL backends connected to the case's database and of the NATS
-        server, where they run on this machine: each process's last figure seen is kept, so one that
-        ends between two readings still counts (a new one counts from its start). NATS is the whole
-        server, whoever else uses it."""
-        pids: dict[str, list[int]] = {}
-        if self.db.startswith("postgresql"):
-            pids["postgres"] = database_backends(self.db)
-        if self.name == "scale":
-            pids["nats"] = local_processes("nats-server")
+        """CPU seconds of the PostgreSQL server's processes and of the NATS server, where they run on
+        this machine. PostgreSQL: the backends connected to the case's database now, plus what the
+        backends that ended used in all (the postmaster's reaped children; the differences between
+        two readings are then exact, whether a backend ran through, started, ended or both between
+        them: a worker that closes pooled connections makes PostgreSQL start new ones, and their work
+        counts). Both may include other users of the servers (other databases' backends that ended;
+        NATS is the whole server)."""
         out = {}
-        for label, found in pids.items():
-            seen = self._servers_seen.setdefault(label, {})
-            for pid in found:
+        if self.db.startswith("postgresql"):
+            backends = database_backends(self.db)
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                live = 0.0
+                for pid in backends:
+                    with contextlib.suppress(OSError, IndexError, ValueError):
+                        live += cpu_seconds(pid)
+                if backends:
+                    self._postmaster = self._postmaster or parent_pid(backends[0])
+                if self._postmaster:
+                    out["postgres"] = live + reaped_children_cpu_seconds(self._postmaster)
+        if self.name == "scale":
+            seen = self._servers_seen.setdefault("nats", {})
+            for pid in local_processes("nats-server"):
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     seen[pid] = cpu_seconds(pid)
             if seen:
-                out[label] = sum(seen.values())
+                out["nats"] = sum(seen.values())
         return out
 
     def user_headers(self) -> dict[str, str]:

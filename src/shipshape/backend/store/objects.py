@@ -98,12 +98,12 @@ class ObjectsCache:
         max_objects: int = 60_000,
         idle_seconds: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
-        max_noted: int = 5_000,
+        max_noted: int = 15_000,
     ) -> None:
         self.max_objects = max_objects
         self.idle_seconds = idle_seconds
-        # Bodies noted for one cluster between two reads, at most (more: its notes are dropped, and
-        # its next read reads them).
+        # Bodies noted and not yet read, in all, at most: a note that would pass it drops the notes of
+        # its cluster (whose next read reads them instead).
         self.max_noted = max_noted
         self._clock = clock
         self._clusters: OrderedDict[str, dict[str, _Kind]] = OrderedDict()
@@ -124,7 +124,7 @@ class ObjectsCache:
     def note(self, cluster_id: str, revision: int, bodies: Mapping[tuple[str, str, str], Obj]) -> None:
         """An apply of this process committed: these objects' rows (every row it wrote) carry
         `revision` (`repository.Written`). Kept for a cluster the copy holds (or is reading) until its
-        kinds are next read; the bodies must not change afterwards."""
+        kinds are next read, within `max_noted`; the bodies must not change afterwards."""
         with self._lock:
             if cluster_id not in self._read_at:
                 return
@@ -135,7 +135,7 @@ class ObjectsCache:
                     found = noted[kind] = _Noted(set(), {})
                 found.revisions.add(revision)
                 found.rows[(namespace, name)] = (revision, body)
-            if sum(len(n.rows) for n in noted.values()) > self.max_noted:
+            if sum(len(n.rows) for kinds in self._noted.values() for n in kinds.values()) > self.max_noted:
                 del self._noted[cluster_id]
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
