@@ -138,3 +138,19 @@ def test_notes_are_taken_only_for_a_cluster_it_keeps_and_only_up_to_their_bound(
         pods = kept.read(session, a, KINDS)["pods"]
         assert (kept.bodies_read - read, kept.objects_noted - noted) == (0, 2)
         assert {p["metadata"]["name"]: p.get("v") for p in pods}["p5"] == 4
+
+
+def test_an_older_applys_note_that_comes_late_does_not_replace_a_newer_one(tmp_path: Path) -> None:
+    sessions, (a,) = _clusters(tmp_path, pods=3, count=1)
+    kept = ObjectsCache()
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        kept.read(session, a, KINDS)
+    first = _delta(sessions, a, 2, ["p0", "p1"])
+    second = _delta(sessions, a, 3, ["p0"])
+    kept.note(a, second.revision, second.bodies)
+    kept.note(a, first.revision, first.bodies)  # its thread was slower
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        read, noted = kept.bodies_read, kept.objects_noted
+        pods = {p["metadata"]["name"]: p.get("v") for p in kept.read(session, a, KINDS)["pods"]}
+        assert pods == {"p0": 3, "p1": 2, "p2": None}
+        assert (kept.bodies_read - read, kept.objects_noted - noted) == (0, 2)

@@ -134,7 +134,9 @@ class ObjectsCache:
                 if found is None:
                     found = noted[kind] = _Noted(set(), {})
                 found.revisions.add(revision)
-                found.rows[(namespace, name)] = (revision, body)
+                before = found.rows.get((namespace, name))
+                if before is None or before[0] < revision:  # two applies' notes may come crosswise
+                    found.rows[(namespace, name)] = (revision, body)
             if sum(len(n.rows) for kinds in self._noted.values() for n in kinds.values()) > self.max_noted:
                 del self._noted[cluster_id]
 
