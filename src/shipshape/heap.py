@@ -58,8 +58,9 @@ def long_lived() -> Iterator[None]:
 
 
 async def age(freeze_seconds: float = FREEZE_SECONDS, full_seconds: float = FULL_SECONDS) -> None:
-    """Every `freeze_seconds`, move what is alive to the permanent generation (a constant-time splice),
-    so that automatic collections walk only what is younger; every `full_seconds`, unfreeze and
+    """Every `freeze_seconds`, collect the young generations and move what is alive to the permanent
+    generation (a constant-time splice), so that automatic collections walk only what is younger;
+    every `full_seconds`, unfreeze and
     collect everything once (cyclic garbage among frozen objects waits for that). Runs until
     cancelled; then, if no other `age` runs, everything frozen goes back to the collector."""
     global _aging
@@ -72,6 +73,10 @@ async def age(freeze_seconds: float = FREEZE_SECONDS, full_seconds: float = FULL
                 gc.unfreeze()
                 gc.collect()
                 last_full = time.monotonic()
+            else:
+                # The young generations' cyclic garbage first (a worker's sessions and transactions
+                # are cycles): frozen, it would wait for the full collection, minutes away.
+                gc.collect(1)
             gc.freeze()
     finally:
         _aging -= 1

@@ -116,3 +116,19 @@ def test_age_freezes_what_lives_and_collects_frozen_cyclic_garbage_at_the_full_c
 
     frozen, kept, collected = asyncio.run(scenario())
     assert frozen > 0 and kept and collected
+
+
+def test_age_collects_young_cyclic_garbage_before_it_freezes_what_lives() -> None:
+    async def scenario() -> bool:
+        gc.disable()  # only `age` collects
+        cycle = Cycle()
+        gone = weakref.ref(cycle)
+        del cycle  # garbage, in a cycle: reference counting cannot free it
+        collector = asyncio.create_task(heap.age(freeze_seconds=0.02, full_seconds=3600))
+        await asyncio.sleep(0.1)
+        collector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collector
+        return gone() is None
+
+    assert asyncio.run(scenario())
