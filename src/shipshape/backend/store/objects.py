@@ -69,13 +69,10 @@ _LISTING = (
 _REVISION = select(_CLUSTERS.c.objects_revision).where(_CLUSTERS.c.id == bindparam("cluster"))
 
 
-@dataclass(slots=True)
-class _Noted:
-    """One kind's rows that the process's applies wrote since the kind was last read: the revisions
-    of those applies (each with every row of the kind it wrote), and each object's newest body."""
-
-    revisions: set[int]
-    rows: dict[tuple[str, str], tuple[int, Obj]]
+# One kind's objects that the process's applies wrote since the kind was last read: each one's newest
+# (row revision, body). Every row a noted apply wrote is there unless a newer noted apply wrote it
+# again, so the revisions found in it are the noted applies whose rows a listing may show.
+_Noted = dict[tuple[str, str], tuple[int, Obj]]
 
 
 @dataclass(slots=True)
@@ -130,14 +127,11 @@ class ObjectsCache:
                 return
             noted = self._noted.setdefault(cluster_id, {})
             for (kind, namespace, name), body in bodies.items():
-                found = noted.get(kind)
-                if found is None:
-                    found = noted[kind] = _Noted(set(), {})
-                found.revisions.add(revision)
-                before = found.rows.get((namespace, name))
+                rows = noted.setdefault(kind, {})
+                before = rows.get((namespace, name))
                 if before is None or before[0] < revision:  # two applies' notes may come crosswise
-                    found.rows[(namespace, name)] = (revision, body)
-            if sum(len(n.rows) for kinds in self._noted.values() for n in kinds.values()) > self.max_noted:
+                    rows[(namespace, name)] = (revision, body)
+            if sum(len(rows) for kinds in self._noted.values() for rows in kinds.values()) > self.max_noted:
                 del self._noted[cluster_id]
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
@@ -175,13 +169,13 @@ class ObjectsCache:
         committed before the listing or after it, and the listing tells which by the rows' revisions."""
         with self._lock:
             noted = self._noted.get(cluster_id, {}).get(kind)
-            return None if noted is None else _Noted(set(noted.revisions), dict(noted.rows))
+            return None if noted is None else dict(noted)
 
     def _read_kind(
         self, session: Session, cluster_id: str, kind: str, known: _Kind | None, noted: _Noted | None
     ) -> _Kind | None:
         since = -1 if known is None else known.revision
-        revisions = sorted(r for r in noted.revisions if r > since) if noted is not None else []
+        revisions = sorted({r for r, _ in noted.values() if r > since}) if noted is not None else []
         rows: dict[tuple[str, str], tuple[int, Obj]] = {}
         revision: int | None = None
         missing = False
@@ -198,7 +192,7 @@ class ObjectsCache:
                 self.bodies_read += 1
                 continue
             if row_revision > since and noted is not None:
-                found = noted.rows.get(key)
+                found = noted.get(key)
                 if found is None or found[0] != row_revision:
                     missing = True  # not noted as stored (cannot be: every row of a noted apply is)
                     break
@@ -230,10 +224,10 @@ class ObjectsCache:
             if held is None:
                 del noted[kind]
                 continue
-            found = noted[kind]
-            found.revisions = {r for r in found.revisions if r > held.revision}
-            found.rows = {k: v for k, v in found.rows.items() if v[0] > held.revision}
-            if not found.revisions:
+            newer = {k: v for k, v in noted[kind].items() if v[0] > held.revision}
+            if newer:
+                noted[kind] = newer
+            else:
                 del noted[kind]
 
     def forget(self, cluster_id: str) -> None:
