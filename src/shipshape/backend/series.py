@@ -73,14 +73,10 @@ def floor(moment: datetime, step: int) -> datetime:
 
 
 def figures_of(figures: Mapping[str, Any]) -> dict[str, float | None]:
-    """The series' figures out of `summary.summarize`'s answer, the full one or the time series' own
-    (`startup="end-to-end"`)."""
+    """The series' figures out of `summary.summarize(..., startup="end-to-end")`'s answer."""
     cost = figures.get("cost") or {}
     utilisation = figures.get("utilisation") or {}
-    startup = figures.get("pod_startup") or {}
-    if "endToEnd" not in startup:
-        startup = startup.get("overall") or {}  # the full summary's
-    end_to_end = startup.get("endToEnd") or {}
+    end_to_end = (figures.get("pod_startup") or {}).get("endToEnd") or {}
     return {
         "nodes": float(figures.get("nodes", 0)),
         "pods": float(figures.get("pods", 0)),
