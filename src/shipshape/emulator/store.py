@@ -474,9 +474,7 @@ class Store:
                 f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
                 f"ResourceVersion in object meta: {cur_md['resourceVersion']}"
             )
-        # Only the metadata changes: the new version shares the rest with the current one (stored
-        # objects are plain JSON, never changed in place, so a deep copy would be equal to it).
-        new = {**current, "metadata": {**cur_md}}
+        new = self._metadata_version(current)
         md = new["metadata"]
         finalizers: list[str] = list(md.get("finalizers") or [])
         if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
@@ -524,10 +522,18 @@ class Store:
         current = self._objects[rt.key].pop(key)
         self._sorted_keys.pop(rt.key, None)
         self._index(rt, current, None)
-        # The last version with the deletion's resourceVersion, sharing all but its metadata with it.
-        gone = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}}
+        # The last version with the deletion's resourceVersion.
+        gone = self._metadata_version(obj)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(DELETED, rt, gone)
         return gone
+
+    @staticmethod
+    def _metadata_version(obj: Obj) -> Obj:
+        """A new version of a stored object whose metadata alone may be changed: it shares the rest
+        with `obj` (stored objects are plain JSON, never changed in place, so a deep copy would be
+        equal to it)."""
+        return {**obj, "metadata": {**obj["metadata"]}}
 
     def remove(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
         """Remove an object now, whatever its finalizers (what the kubelet's final delete does)."""

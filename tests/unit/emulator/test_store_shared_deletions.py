@@ -11,98 +11,18 @@ from typing import Any
 
 import pytest
 
-from shipshape.emulator import store as store_module
 from shipshape.emulator.resources import CONFIGMAPS, NAMESPACES, PODS, ResourceType
-from shipshape.emulator.store import DELETED, MODIFIED, Obj, Store, WatchEvent, clone
+from shipshape.emulator.store import Obj, Store, WatchEvent, clone
 from shipshape.kube import errors
-from shipshape.kube.clock import VirtualClock, rfc3339
-
-_pod_may_vanish = store_module._pod_may_vanish
+from shipshape.kube.clock import VirtualClock
 
 
 class CopyingStore(Store):
-    """The store as it was before: `delete` and `_remove` deep-copy the object."""
+    """The store as it was before: deletions deep-copy the object."""
 
-    def delete(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        name: str,
-        *,
-        grace_seconds: int | None = None,
-        propagation: str | None = None,
-        uid: str | None = None,
-        resource_version: str | None = None,
-        dry_run: bool = False,
-    ) -> tuple[Obj, bool]:
-        """Delete an object. Returns (object, removed_now).
-
-        Objects with finalizers (including those added for Foreground/Orphan propagation) and bound
-        pods with a grace period get a deletionTimestamp and stay until finalized / terminated.
-        """
-        current = self.must_get(rt, namespace, name)
-        cur_md = current["metadata"]
-        if uid and cur_md["uid"] != uid:
-            raise errors.Conflict(
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_md['uid']}"
-            )
-        if resource_version and cur_md["resourceVersion"] != resource_version:
-            raise errors.Conflict(
-                f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
-                f"ResourceVersion in object meta: {cur_md['resourceVersion']}"
-            )
-        new = clone(current)
-        md = new["metadata"]
-        finalizers: list[str] = list(md.get("finalizers") or [])
-        if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
-            if self._by_owner.get(cur_md["uid"]):
-                finalizers.append("foregroundDeletion")
-        elif propagation == "Orphan" and "orphan" not in finalizers:
-            finalizers.append("orphan")
-        grace = 0
-        if rt is PODS:
-            default = int(new.get("spec", {}).get("terminationGracePeriodSeconds", 30))
-            grace = default if grace_seconds is None else max(0, grace_seconds)
-            if not new.get("spec", {}).get("nodeName") or new.get("status", {}).get("phase") in (
-                "Succeeded",
-                "Failed",
-            ):
-                grace = 0
-        if not finalizers and grace == 0:
-            if dry_run:
-                return current, True
-            return self._remove(rt, current), True
-        now = self.clock.now()
-        if md.get("deletionTimestamp"):
-            # Already terminating: a shorter grace period may bring the deadline forward.
-            if rt is PODS and grace_seconds is not None:
-                old_grace = int(md.get("deletionGracePeriodSeconds", grace))
-                if grace < old_grace:
-                    md["deletionGracePeriodSeconds"] = grace
-                    md["deletionTimestamp"] = rfc3339(now + grace)
-        else:
-            md["deletionTimestamp"] = rfc3339(now + grace)
-            md["deletionGracePeriodSeconds"] = grace
-        md["finalizers"] = finalizers
-        if not finalizers:
-            md.pop("finalizers")
-        if new == current or dry_run:
-            return (current if new == current else new), False
-        md["resourceVersion"] = self._next_rv()
-        self._objects[rt.key][self._key(rt, new)] = new
-        self._index(rt, current, new)
-        self._emit(MODIFIED, rt, new)
-        return new, False
-
-    def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
-        key = self._key(rt, obj)
-        current = self._objects[rt.key].pop(key)
-        self._sorted_keys.pop(rt.key, None)
-        self._index(rt, current, None)
-        gone = clone(obj)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
-        self._emit(DELETED, rt, gone)
-        return gone
+    @staticmethod
+    def _metadata_version(obj: Obj) -> Obj:
+        return clone(obj)
 
 
 def _store(cls: type[Store], seed: int) -> tuple[Store, VirtualClock, list[WatchEvent]]:
