@@ -574,8 +574,8 @@ class Stack:
     # The workers' `--metrics-port` URLs (scale only).
     worker_metrics: list[str] = field(default_factory=list)
 
-    # The last CPU seconds seen of the NATS server, and PostgreSQL's postmaster (`servers_cpu`).
-    _servers_seen: dict[str, dict[int, float]] = field(default_factory=dict)
+    # The last CPU seconds seen of each NATS server process, and PostgreSQL's postmaster (`servers_cpu`).
+    _nats_seen: dict[int, float] = field(default_factory=dict)
     _postmaster: int | None = None
 
     def cpu(self) -> dict[str, float]:
@@ -608,12 +608,11 @@ class Stack:
                 if self._postmaster:
                     out["postgres"] = live + reaped_children_cpu_seconds(self._postmaster)
         if self.name == "scale":
-            seen = self._servers_seen.setdefault("nats", {})
             for pid in local_processes("nats-server"):
                 with contextlib.suppress(OSError, IndexError, ValueError):
-                    seen[pid] = cpu_seconds(pid)
-            if seen:
-                out["nats"] = sum(seen.values())
+                    self._nats_seen[pid] = cpu_seconds(pid)
+            if self._nats_seen:
+                out["nats"] = sum(self._nats_seen.values())
         return out
 
     def user_headers(self) -> dict[str, str]:
