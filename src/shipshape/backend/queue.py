@@ -1,10 +1,12 @@
 """The work queue between the API and the workers, behind one interface.
 
 `memory://` (the embedded default) is an asyncio queue inside the backend process, whose workers
-then run in the same process. `nats://host:port` is NATS JetStream: a file-backed stream, one
-durable pull consumer shared by every worker (each message goes to one of them), explicit acks, and
-redelivery of whatever a worker took but did not ack (a worker killed mid-message). JetStream also
-drops a second publish of the same message id within its duplicate window.
+then run in the same process. `nats://host:port` is NATS JetStream: a file-backed stream split into
+partitions (a cluster's jobs all go to one: `partition_of`), a durable pull consumer per partition
+(each message goes to one worker; `partitions.py` gives each partition to one worker process),
+explicit acks, and redelivery of whatever a worker took but did not ack (a worker killed
+mid-message). JetStream also drops a second publish of the same message id within its duplicate
+window.
 
 A message names a stored push; the push itself is in the database (the queue carries no data that
 only it holds, so a message lost with a crashed process is found again by the workers' sweep).
@@ -18,6 +20,7 @@ import dataclasses
 import logging
 import re
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -31,12 +34,21 @@ LOG = logging.getLogger("shipshape.backend.queue")
 # several backends (or test runs) share one NATS server without sharing work.
 DEFAULT_STREAM = "SHIPSHAPE_PUSHES"
 DURABLE = "workers"
+# The stream's partitions (`?partitions=N` in the URL): at least as many as worker processes, or some
+# have none to take. Fixed for a stream's life: the workers' consumers are made for this many.
+PARTITIONS = 16
+MAX_PARTITIONS = 256
 _STREAM_NAME = re.compile(r"^[A-Z0-9_]{1,64}$")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
 class QueueError(Exception):
     """The queue URL is unusable or the queue cannot be reached."""
+
+
+def partition_of(cluster_id: str, partitions: int) -> int:
+    """The partition that carries a cluster's jobs (the same in every process: not Python's `hash`)."""
+    return zlib.crc32(cluster_id.encode()) % partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +81,17 @@ BatchHandler = Callable[[list[Job]], Awaitable[list[Verdict]]]
 
 
 class WorkQueue(Protocol):
+    # How many partitions the jobs are split into (`partition_of`).
+    partitions: int
+
     async def publish(self, job: Job) -> None: ...
 
-    async def consume_batches(self, handler: BatchHandler) -> None:
+    async def consume_batches(
+        self, handler: BatchHandler, partition: int | None = None, stop: asyncio.Event | None = None
+    ) -> None:
         """Hand the jobs waiting together (up to the queue's batch size) to `handler` at once, until
-        cancelled: the workers apply the pushes of one cluster that wait together in one transaction."""
+        cancelled or `stop` is set (then after settling the batch in hand): the workers apply the pushes
+        of one cluster that wait together in one transaction. Of `partition` only (None: of all)."""
         ...
 
     async def pending(self) -> int:
@@ -97,6 +115,9 @@ NATS_LINGER_SECONDS = 0.2
 class MemoryQueue:
     """In-process queue: jobs die with the process (the workers' sweep finds their pushes again)."""
 
+    # One process takes every job: nothing to split.
+    partitions = 1
+
     def __init__(self, retry_delay: float = 0.5, batch: int = 32, linger: float = LINGER_SECONDS) -> None:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self.retry_delay = retry_delay
@@ -108,8 +129,10 @@ class MemoryQueue:
     async def publish(self, job: Job) -> None:
         await self._queue.put(dataclasses.replace(job, queued_at=time.time()))
 
-    async def consume_batches(self, handler: BatchHandler) -> None:
-        while True:
+    async def consume_batches(
+        self, handler: BatchHandler, partition: int | None = None, stop: asyncio.Event | None = None
+    ) -> None:
+        while stop is None or not stop.is_set():
             jobs = [await self._queue.get()]
             self._take_waiting(jobs)
             if len(jobs) < self.batch and self.linger > 0:
@@ -152,7 +175,8 @@ class MemoryQueue:
 
 
 class NatsQueue:
-    """NATS JetStream: a durable pull consumer shared by all workers; ack after the work is committed."""
+    """NATS JetStream: a durable pull consumer per partition, shared by the workers that take the
+    partition (one at a time, normally); ack after the work is committed."""
 
     def __init__(
         self,
@@ -164,8 +188,10 @@ class NatsQueue:
         batch: int = 64,
         linger: float = NATS_LINGER_SECONDS,
         replicas: int = 1,
+        partitions: int = PARTITIONS,
     ) -> None:
         self.url = url
+        self.partitions = partitions
         self.stream = stream
         # Copies of the stream in a NATS cluster (R3 survives the loss of a server).
         self.replicas = replicas
@@ -201,15 +227,40 @@ class NatsQueue:
             await self._js.add_stream(stream)
         except BadRequestError:
             await self._js.update_stream(stream)
-        consumer = ConsumerConfig(
-            durable_name=DURABLE,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.ack_wait,
-            max_deliver=-1,
-        )
-        with contextlib.suppress(BadRequestError):
-            await self._js.add_consumer(self.stream, consumer)
+        await self._drop_unpartitioned()
+        for partition in range(self.partitions):
+            consumer = ConsumerConfig(
+                durable_name=self._durable(partition),
+                filter_subject=f"{self._subject(partition)}.>",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self.ack_wait,
+                max_deliver=-1,
+            )
+            with contextlib.suppress(BadRequestError):
+                await self._js.add_consumer(self.stream, consumer)
         return self
+
+    async def _drop_unpartitioned(self) -> None:
+        """The one consumer of every subject that versions before partitions made, and their jobs: a
+        work-queue stream takes no consumers whose subjects overlap. Those jobs' pushes are in the
+        database, and the workers' sweep queues them again."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            await self._js.consumer_info(self.stream, DURABLE)
+        except NotFoundError:
+            return
+        LOG.warning("removing the stream's unpartitioned consumer; the sweep queues its jobs again")
+        with contextlib.suppress(NotFoundError):
+            await self._js.delete_consumer(self.stream, DURABLE)
+        await self._js.purge_stream(self.stream, subject=f"{self.subject}.*")
+
+    def _subject(self, partition: int) -> str:
+        return f"{self.subject}.p{partition}"
+
+    @staticmethod
+    def _durable(partition: int) -> str:
+        return f"{DURABLE}-p{partition}"
 
     async def publish(self, job: Job) -> None:
         """QueueError when JetStream does not confirm it (NATS down, or the stream unavailable); at once
@@ -217,39 +268,54 @@ class NatsQueue:
         if not self._nc.is_connected:
             raise QueueError(f"NATS is not connected; job {job.message_id} not queued")
         try:
-            await self._js.publish(
-                f"{self.subject}.{job.cluster_id}", job.encode(), headers={"Nats-Msg-Id": job.message_id}
-            )
+            subject = f"{self._subject(partition_of(job.cluster_id, self.partitions))}.{job.cluster_id}"
+            await self._js.publish(subject, job.encode(), headers={"Nats-Msg-Id": job.message_id})
         except Exception as error:  # nats-py's timeouts, connection and JetStream errors
             raise QueueError(f"NATS did not take job {job.message_id}: {type(error).__name__}") from error
 
-    async def consume_batches(self, handler: BatchHandler) -> None:
+    async def consume_batches(
+        self, handler: BatchHandler, partition: int | None = None, stop: asyncio.Event | None = None
+    ) -> None:
         """The messages of a fetch at once; each is acknowledged after `handler` (its commit) returned,
-        so a worker killed in between leaves all of them to be delivered again (and found processed)."""
-        subscription = await self._js.pull_subscribe(f"{self.subject}.>", durable=DURABLE, stream=self.stream)
-        while True:
+        so a worker killed in between leaves all of them to be delivered again (and found processed).
+        Every partition side by side when `partition` is None."""
+        if partition is None:
+            await asyncio.gather(*(self.consume_batches(handler, k, stop) for k in range(self.partitions)))
+            return
+        subscription = await self._js.pull_subscribe(
+            f"{self._subject(partition)}.>", durable=self._durable(partition), stream=self.stream
+        )
+        try:
+            while stop is None or not stop.is_set():
+                await self._consume_fetch(subscription, handler)
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+    async def _consume_fetch(self, subscription: Any, handler: BatchHandler) -> None:
+        """One fetch (and what comes within the linger), handed over and settled."""
+        try:
+            messages = await subscription.fetch(self.batch, timeout=1.0)
+        except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
+            return
+        if len(messages) < self.batch and self.linger > 0:
+            await asyncio.sleep(self.linger)
+            with contextlib.suppress(TimeoutError):
+                messages += await subscription.fetch(self.batch - len(messages), timeout=0.01)
+        jobs, taken = [], []
+        for message in messages:
             try:
-                messages = await subscription.fetch(self.batch, timeout=1.0)
-            except TimeoutError:  # nothing to do for now (nats-py raises asyncio's or its own subclass)
-                continue
-            if len(messages) < self.batch and self.linger > 0:
-                await asyncio.sleep(self.linger)
-                with contextlib.suppress(TimeoutError):
-                    messages += await subscription.fetch(self.batch - len(messages), timeout=0.01)
-            jobs, taken = [], []
-            for message in messages:
-                try:
-                    jobs.append(self._job(message))
-                    taken.append(message)
-                except Exception:
-                    LOG.exception("undecodable job; NATS will deliver it again")
-                    await self._settle(message, Verdict.RETRY)
-            try:
-                verdicts = await handler(jobs) if jobs else []
+                jobs.append(self._job(message))
+                taken.append(message)
             except Exception:
-                LOG.exception("%d jobs failed; NATS will deliver them again", len(jobs))
-                verdicts = [Verdict.RETRY] * len(jobs)
-            await asyncio.gather(*(self._settle(m, v) for m, v in zip(taken, verdicts, strict=True)))
+                LOG.exception("undecodable job; NATS will deliver it again")
+                await self._settle(message, Verdict.RETRY)
+        try:
+            verdicts = await handler(jobs) if jobs else []
+        except Exception:
+            LOG.exception("%d jobs failed; NATS will deliver them again", len(jobs))
+            verdicts = [Verdict.RETRY] * len(jobs)
+        await asyncio.gather(*(self._settle(m, v) for m, v in zip(taken, verdicts, strict=True)))
 
     @staticmethod
     def _job(message: Any) -> Job:
@@ -267,12 +333,13 @@ class NatsQueue:
             await message.nak(delay=self.retry_delay)
 
     async def pending(self) -> int:
-        """QueueError when NATS does not answer."""
+        """QueueError when NATS does not answer. A work-queue stream keeps a message until it is
+        acknowledged: its count is what waits plus what is delivered and not acknowledged."""
         try:
-            info = await self._js.consumer_info(self.stream, DURABLE)
+            info = await self._js.stream_info(self.stream)
         except Exception as error:  # nats-py's timeouts, connection and JetStream errors
-            raise QueueError(f"NATS did not report the consumer: {type(error).__name__}") from error
-        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+            raise QueueError(f"NATS did not report the stream: {type(error).__name__}") from error
+        return int(info.state.messages or 0)
 
     @property
     def connected(self) -> bool:
@@ -286,8 +353,8 @@ class NatsQueue:
 
 
 async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQueue:
-    """`memory://` or `nats://host:port[?stream=NAME][&replicas=N]` (`tls://` for TLS; a user and
-    password in the URL authenticate)."""
+    """`memory://` or `nats://host:port[?stream=NAME][&replicas=N][&partitions=N]` (`tls://` for TLS;
+    a user and password in the URL authenticate)."""
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return MemoryQueue()
@@ -299,8 +366,14 @@ async def open_queue(url: str, *, ack_wait: float = 30.0) -> MemoryQueue | NatsQ
         replicas = query.get("replicas", ["1"])[0]
         if replicas not in ("1", "2", "3", "4", "5"):
             raise QueueError(f"invalid replicas {replicas!r}: 1 to 5 copies of the stream")
+        partitions = query.get("partitions", [str(PARTITIONS)])[0]
+        if not partitions.isdigit() or not 1 <= int(partitions) <= MAX_PARTITIONS:
+            raise QueueError(f"invalid partitions {partitions!r}: 1 to {MAX_PARTITIONS}")
         server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-        return await NatsQueue(server, stream=stream, ack_wait=ack_wait, replicas=int(replicas)).connect()
+        queue = NatsQueue(
+            server, stream=stream, ack_wait=ack_wait, replicas=int(replicas), partitions=int(partitions)
+        )
+        return await queue.connect()
     raise QueueError(f"unsupported queue URL {shown(url)!r}: use memory:// or nats://host:port")
 
 

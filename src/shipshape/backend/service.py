@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from shipshape.backend import analysis, series, worker_health
 from shipshape.backend.app import ACCEPT_POOL, Backend, Metrics, RateLimiter, create_app
+from shipshape.backend.partitions import AdvisoryLocks, namespace_of
 from shipshape.backend.queue import MemoryQueue, NatsQueue, open_queue
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
@@ -83,7 +84,17 @@ def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Worke
         usage_analysis_seconds=backend.settings.usage_analysis_seconds,
         metrics=metrics or WorkerMetrics(backend.metrics.registry),
         kept=kept,
+        partition_locks=_partition_locks(backend),
     )
+
+
+def _partition_locks(backend: Backend) -> AdvisoryLocks | None:
+    """The locks by which worker processes share the NATS stream's partitions: on PostgreSQL only
+    (without them each process takes every partition)."""
+    libpq = store_engine.libpq_url(backend.settings.db)
+    if libpq is None or not isinstance(backend.queue, NatsQueue):
+        return None
+    return AdvisoryLocks(libpq, namespace_of(backend.queue.stream))
 
 
 def uvicorn_options(settings: BackendSettings) -> dict[str, Any]:

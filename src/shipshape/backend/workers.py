@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from shipshape import heap
 from shipshape.backend import analysis
 from shipshape.backend import series as series_points
+from shipshape.backend.partitions import AdvisoryLocks, Partitions
 from shipshape.backend.queue import Job, MemoryQueue, NatsQueue, QueueError, Verdict
 from shipshape.backend.series import Recorder
 from shipshape.backend.store import repository as repo
@@ -105,6 +106,11 @@ class Workers:
     # (the default executor has 6 on two cores). Within the database pool (16 kept + 4 connections).
     apply_threads: int = 12
     _apply_threads: ThreadPoolExecutor | None = None
+    # Who owns which of the queue's partitions (PostgreSQL beside NATS; None: this process takes
+    # every partition), and the partitions' consumers while `running` (`partitions.py`).
+    partition_locks: AdvisoryLocks | None = None
+    partitions: Partitions | None = None
+    rebalance_seconds: float = 2.0
 
     def apply_cluster(self, jobs: list[Job]) -> list[Verdict]:
         """Apply the pushes of `jobs`, all of one cluster, in one transaction (with whatever else of the
@@ -433,6 +439,9 @@ class Workers:
                 LOG.debug("queue lag unknown: %s", error)
             await asyncio.sleep(every)
 
+    async def _consume_partition(self, partition: int, stop: asyncio.Event) -> None:
+        await self.queue.consume_batches(self.handle_batch, partition, stop)
+
     @property
     def consuming(self) -> bool:
         """Whether `running` has started the consumers."""
@@ -443,16 +452,26 @@ class Workers:
         for task in self._tasks:
             if task.done():
                 return f"task {task.get_name()} ended"
-        return None
+        return None if self.partitions is None else self.partitions.stalled()
 
     @contextlib.asynccontextmanager
     async def running(self, consumers: int) -> AsyncIterator[Workers]:
-        """`consumers` tasks taking jobs, plus the sweep, the deferred analyses, the queue lag gauge and
-        the garbage collector's aging (`heap.age`), until the context ends."""
-        tasks = [
-            asyncio.create_task(self.queue.consume_batches(self.handle_batch), name=f"consumer-{n}")
-            for n in range(consumers)
-        ]
+        """`consumers` tasks taking jobs (with a partitioned queue, one per partition this process
+        owns: `partitions.py`), plus the sweep, the deferred analyses, the queue lag gauge and the
+        garbage collector's aging (`heap.age`), until the context ends."""
+        if self.queue.partitions > 1:
+            self.partitions = Partitions(
+                self.partition_locks,
+                self.queue.partitions,
+                self._consume_partition,
+                every=self.rebalance_seconds,
+            )
+            tasks = [asyncio.create_task(self.partitions.run(), name="partitions")]
+        else:
+            tasks = [
+                asyncio.create_task(self.queue.consume_batches(self.handle_batch), name=f"consumer-{n}")
+                for n in range(consumers)
+            ]
         tasks.append(asyncio.create_task(self.sweep(), name="sweep"))
         tasks.append(asyncio.create_task(self.deferred(), name="analyses"))
         tasks.append(asyncio.create_task(self.watch_lag(), name="queue-lag"))
@@ -472,6 +491,7 @@ class Workers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self._tasks = []
+            self.partitions = None
             # Let jobs already in a thread finish their transaction before the caller closes the database.
             for _ in range(1000):
                 if not self._inflight:

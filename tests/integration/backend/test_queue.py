@@ -1,4 +1,4 @@
-"""NATS JetStream as the work queue, with PostgreSQL: workers share one durable consumer, and a push
+"""NATS JetStream as the work queue, with PostgreSQL: workers share the durable consumers, and a push
 taken by a worker that dies before acking is delivered again and applied once."""
 
 from __future__ import annotations
@@ -124,12 +124,14 @@ async def test_a_worker_killed_after_committing_a_batch_before_acking_it_applies
                 taken: list[Job] = []
 
                 async def dies_after_commit(batch: list[Job]) -> list[Verdict]:
+                    # A batch per partition: the two clusters' may come apart.
                     taken.extend(batch)
                     for cluster in clusters:
                         mine = [job for job in batch if job.cluster_id == cluster.id]
                         if mine:
                             await asyncio.to_thread(doomed_workers.apply_cluster, mine)
-                    committed.set()
+                    if doomed_workers.processed == len(jobs):
+                        committed.set()
                     await asyncio.Event().wait()  # never acks: killed below
                     return []
 
@@ -138,7 +140,7 @@ async def test_a_worker_killed_after_committing_a_batch_before_acking_it_applies
                 doomed.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await doomed
-                assert len(taken) == len(jobs)  # one fetch took them all
+                assert len(taken) == len(jobs)  # one fetch of each partition took them all
                 assert doomed_workers.processed == len(jobs)
 
                 workers = service.workers_for(backend)

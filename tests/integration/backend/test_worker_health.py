@@ -84,7 +84,7 @@ async def test_the_worker_serves_its_metrics_and_probes(tmp_path: Path) -> None:
                 assert (api.stop(), worker.stop()) in ((a, w) for a in GRACEFUL for w in GRACEFUL), (
                     worker.output()
                 )
-    assert found[("shipshape_worker_apply_seconds_count", ())] >= 2
+    assert found[("shipshape_worker_apply_seconds_count", ())] >= 1
     assert found[("shipshape_worker_redelivered_total", ())] == 0
     assert ("shipshape_worker_queue_wait_seconds_count", ()) in found
     assert ("shipshape_worker_queue_pending", ()) in found

@@ -147,11 +147,17 @@ class AcceptConnections:
 def accept_connections(url: str, *, size: int) -> AcceptConnections | None:
     """`AcceptConnections` for `url`; None unless it is PostgreSQL (SQLite has no asyncio driver here:
     its callers use `create` in a thread)."""
+    libpq = libpq_url(url)
+    return None if libpq is None else AcceptConnections(libpq, size)
+
+
+def libpq_url(url: str) -> str | None:
+    """libpq's form of a PostgreSQL URL (`postgresql://`, its parameters in the query), for psycopg's
+    own connections; None for another database."""
     parsed = make_url(normalise_url(url))
     if parsed.get_backend_name() != "postgresql":
         return None
-    # libpq's form of the URL (`postgresql://`, its parameters in the query), not SQLAlchemy's.
-    return AcceptConnections(parsed.set(drivername="postgresql").render_as_string(hide_password=False), size)
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def _config(engine: Engine) -> Config:
