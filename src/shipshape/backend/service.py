@@ -56,7 +56,8 @@ async def build(settings: BackendSettings) -> Backend:
 def workers_for(backend: Backend, metrics: WorkerMetrics | None = None) -> Workers:
     """The workers over `backend`'s database and queue; their metrics on `metrics` (by default on the
     API's registry, which the in-process workers share with it)."""
-    # The notes of the process's own applies take up to a quarter of the copy's room on top of it.
+    # The notes of the process's own applies take up to a quarter of the copy's room on top of it (more
+    # while the copy leaves room unused).
     kept = ObjectsCache(backend.settings.kept_objects, max_noted=backend.settings.kept_objects // 4)
     return Workers(
         backend.sessions,

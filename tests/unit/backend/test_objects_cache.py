@@ -113,8 +113,9 @@ def test_notes_are_taken_only_for_a_cluster_it_keeps_and_only_up_to_their_bound(
     sessions, (a, b) = _clusters(tmp_path, pods=10, count=2)
     kept = ObjectsCache(max_noted=3)
     with sessions.begin() as session:  # type: ignore[attr-defined]
-        kept.read(session, a, KINDS)
+        size = sum(len(objects) for objects in kept.read(session, a, KINDS).values())
     assert kept.holds(a) and not kept.holds(b)
+    kept.max_objects = size  # no room left in the copy: the notes' own bound holds
     for cluster, sequence, names in ((a, 2, ["p0", "p1"]), (b, 2, ["p0"]), (a, 3, ["p2", "p3"])):
         written = _delta(sessions, cluster, sequence, names)
         assert set(written.bodies) == {("pods", "shop", n) for n in names}
@@ -154,3 +155,23 @@ def test_an_older_applys_note_that_comes_late_does_not_replace_a_newer_one(tmp_p
         pods = {p["metadata"]["name"]: p.get("v") for p in kept.read(session, a, KINDS)["pods"]}
         assert pods == {"p0": 3, "p1": 2, "p2": None}
         assert (kept.bodies_read - read, kept.objects_noted - noted) == (0, 2)
+
+
+def test_notes_may_pass_their_bound_while_the_copy_has_room_for_them(tmp_path: Path) -> None:
+    sessions, (a,) = _clusters(tmp_path, pods=10, count=1)
+    kept = ObjectsCache(max_noted=1)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        size = sum(len(objects) for objects in kept.read(session, a, KINDS).values())
+    kept.max_objects = size + 3
+    written = _delta(sessions, a, 2, ["p0", "p1", "p2"])
+    kept.note(a, written.revision, written.bodies)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        read, noted = kept.bodies_read, kept.objects_noted
+        kept.read(session, a, KINDS)
+        assert (kept.bodies_read - read, kept.objects_noted - noted) == (0, 3)
+    written = _delta(sessions, a, 3, ["p0", "p1", "p2", "p3"])
+    kept.note(a, written.revision, written.bodies)  # four: past the room left
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        read, noted = kept.bodies_read, kept.objects_noted
+        kept.read(session, a, KINDS)
+        assert (kept.bodies_read - read, kept.objects_noted - noted) == (4, 0)

@@ -99,8 +99,9 @@ class ObjectsCache:
     ) -> None:
         self.max_objects = max_objects
         self.idle_seconds = idle_seconds
-        # Bodies noted and not yet read, in all, at most: a note that would pass it drops the notes of
-        # its cluster (whose next read reads them instead).
+        # Bodies noted and not yet read, in all, at most (or as many as the copy has room left for, if
+        # that is more: a noted body replaces a kept one at the next read): a note that would pass it
+        # drops the notes of its cluster (whose next read reads them instead).
         self.max_noted = max_noted
         self._clock = clock
         self._clusters: OrderedDict[str, dict[str, _Kind]] = OrderedDict()
@@ -121,7 +122,8 @@ class ObjectsCache:
     def note(self, cluster_id: str, revision: int, bodies: Mapping[tuple[str, str, str], Obj]) -> None:
         """An apply of this process committed: these objects' rows (every row it wrote) carry
         `revision` (`repository.Written`). Kept for a cluster the copy holds (or is reading) until its
-        kinds are next read, within `max_noted`; the bodies must not change afterwards."""
+        kinds are next read, within `max_noted` or the room the copy leaves; the bodies must not change
+        afterwards."""
         with self._lock:
             if cluster_id not in self._read_at:
                 return
@@ -131,7 +133,8 @@ class ObjectsCache:
                 before = rows.get((namespace, name))
                 if before is None or before[0] < revision:  # two applies' notes may come crosswise
                     rows[(namespace, name)] = (revision, body)
-            if sum(len(rows) for kinds in self._noted.values() for rows in kinds.values()) > self.max_noted:
+            noted_total = sum(len(rows) for kinds in self._noted.values() for rows in kinds.values())
+            if noted_total > self.max_noted and noted_total > self.max_objects - self._kept_total():
                 del self._noted[cluster_id]
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
@@ -242,10 +245,13 @@ class ObjectsCache:
         with self._lock:
             return list(self._clusters)
 
+    def _kept_total(self) -> int:
+        return sum(_size(kinds) for kinds in self._clusters.values())
+
     def _keep(self, cluster_id: str, kept: dict[str, _Kind]) -> None:
         now = self._clock()
         size = _size(kept)
-        total = sum(_size(kinds) for kinds in self._clusters.values())
+        total = self._kept_total()
         for other in list(self._clusters):
             if total + size <= self.max_objects:
                 break
