@@ -35,8 +35,9 @@ LOG = logging.getLogger("shipshape.backend.queue")
 DEFAULT_STREAM = "SHIPSHAPE_PUSHES"
 DURABLE = "workers"
 # The stream's partitions (`?partitions=N` in the URL): at least as many as worker processes, or some
-# have none to take. Fixed for a stream's life: the workers' consumers are made for this many.
-PARTITIONS = 16
+# have none to take (deploy/backend's autoscaler goes up to 20). Fixed for a stream's life: the
+# workers' consumers are made for this many.
+PARTITIONS = 32
 MAX_PARTITIONS = 256
 _STREAM_NAME = re.compile(r"^[A-Z0-9_]{1,64}$")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")

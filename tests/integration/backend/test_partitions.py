@@ -17,7 +17,7 @@ import pytest
 from shipshape.backend import service
 from shipshape.backend.app import Backend
 from shipshape.backend.partitions import AdvisoryLocks, namespace_of
-from shipshape.backend.queue import DURABLE, Job, NatsQueue, open_queue, partition_of
+from shipshape.backend.queue import DURABLE, PARTITIONS, Job, NatsQueue, open_queue, partition_of
 from shipshape.backend.settings import BackendSettings
 from shipshape.backend.store import engine as store_engine
 from shipshape.backend.store import repository as repo
@@ -153,7 +153,7 @@ async def test_a_lost_lock_connection_is_made_again_and_the_partitions_taken_aga
         ):
             locks = workers.partition_locks
             assert locks is not None and workers.partitions is not None
-            await until(lambda: len(owned(workers)) == 16)
+            await until(lambda: len(owned(workers)) == PARTITIONS)
             partitions = workers.partitions
             rounds = partitions.rounds
             with psycopg.connect(store_engine.libpq_url(db) or "", autocommit=True) as admin:
@@ -165,10 +165,10 @@ async def test_a_lost_lock_connection_is_made_again_and_the_partitions_taken_aga
                 await until(lambda: partitions.rounds > rounds + 3)
                 held = admin.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-                    " AND classid::bigint = %s AND objid::bigint < 16",
-                    (locks.namespace,),
+                    " AND classid::bigint = %s AND objid::bigint < %s",
+                    (locks.namespace, PARTITIONS),
                 ).fetchone()
-            assert held is not None and held[0] == 16
+            assert held is not None and held[0] == PARTITIONS
             assert workers.stalled() is None
 
 
@@ -195,7 +195,7 @@ async def test_the_unpartitioned_consumer_of_earlier_versions_is_removed_with_it
                 with pytest.raises(NotFoundError):
                     await js.consumer_info(stream, DURABLE)
                 assert await queue.pending() == 0
-                assert queue.partitions == 16
+                assert queue.partitions == PARTITIONS
                 info = await js.consumer_info(stream, f"{DURABLE}-p3")
                 assert info.config.filter_subject == f"{subject}.p3.>"
                 await queue.publish(Job(2, "cluster-1", "m2"))
