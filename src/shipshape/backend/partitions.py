@@ -145,6 +145,7 @@ class Partitions:
         *,
         every: float = 2.0,
         handover_seconds: float = 30.0,
+        on_change: Callable[[int], None] | None = None,
     ) -> None:
         self.locks = locks
         self.partitions = partitions
@@ -154,6 +155,8 @@ class Partitions:
         self._consumers: dict[int, tuple[asyncio.Task[None], asyncio.Event]] = {}
         self._start = random.randrange(partitions)
         self.rounds = 0
+        # Told how many partitions this process consumes after each change (a metric's gauge).
+        self._on_change = on_change
 
     @property
     def owned(self) -> set[int]:
@@ -181,6 +184,7 @@ class Partitions:
                 with contextlib.suppress(BaseException):
                     await task
             self._consumers.clear()
+            self._changed()
             if self.locks is not None:
                 await self.locks.close()
 
@@ -224,12 +228,18 @@ class Partitions:
         stop = asyncio.Event()
         task = asyncio.create_task(self._consume(partition, stop), name=f"partition-{partition}")
         self._consumers[partition] = (task, stop)
+        self._changed()
         LOG.info("consuming partition %d", partition)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(len(self._consumers))
 
     async def _end(self, partition: int) -> None:
         """Stop the partition's consumer once its batch is settled (cancelled if it takes longer than
         `handover_seconds`: its unacknowledged messages then come again to the next owner)."""
         task, stop = self._consumers.pop(partition)
+        self._changed()
         stop.set()
         try:
             await asyncio.wait_for(asyncio.shield(task), self.handover_seconds)

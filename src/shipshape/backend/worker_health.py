@@ -80,6 +80,12 @@ class WorkerMetrics:
             "Messages waiting in the queue or delivered and not acknowledged yet",
             registry=self.registry,
         )
+        self.partitions_owned = Gauge(
+            "shipshape_worker_partitions_owned",
+            "Partitions of the NATS stream this process consumes (its share: the partitions over the "
+            "worker processes, rounded up; every partition without PostgreSQL)",
+            registry=self.registry,
+        )
         self.analyses_waiting = Gauge(
             "shipshape_worker_analyses_waiting",
             "Clusters whose state changed and whose analysis has not run yet in this process",

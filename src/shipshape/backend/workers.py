@@ -465,6 +465,7 @@ class Workers:
                 self.queue.partitions,
                 self._consume_partition,
                 every=self.rebalance_seconds,
+                on_change=self.metrics.partitions_owned.set,
             )
             tasks = [asyncio.create_task(self.partitions.run(), name="partitions")]
         else:

@@ -120,6 +120,8 @@ async def test_two_processes_split_the_partitions_and_each_cluster_goes_to_one_o
                             return len(mine) == len(theirs) == partitions // 2 and not mine & theirs
 
                         await until(balanced)
+                        for workers in (first, second):
+                            assert workers.metrics.partitions_owned._value.get() == partitions // 2
                         seen.clear()
                         ids = []
                         for sequence in range(2, 6):
