@@ -131,7 +131,7 @@ class Workers:
             lock = self._apply_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
         # The bodies it writes, for the copy of the cluster's objects if it keeps one.
-        written = repo.Written() if self.kept is not None and self.kept.holds(cluster_id) else None
+        written = repo.Written() if self.kept is not None and self.kept.takes_notes(cluster_id) else None
         try:
             with lock, self.sessions.begin() as session:
                 outcomes = repo.apply_cluster(

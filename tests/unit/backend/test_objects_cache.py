@@ -175,3 +175,28 @@ def test_notes_may_pass_their_bound_while_the_copy_has_room_for_them(tmp_path: P
         read, noted = kept.bodies_read, kept.objects_noted
         kept.read(session, a, KINDS)
         assert (kept.bodies_read - read, kept.objects_noted - noted) == (4, 0)
+
+
+def test_the_first_read_of_a_cluster_takes_what_its_applies_wrote_from_the_notes(tmp_path: Path) -> None:
+    """A cluster the copy does not keep yet: its applies' notes are taken while the copy has room for
+    them, and its first read parses only the rows no note holds (here the snapshot's, applied before
+    the notes began), answering what a read without notes answers."""
+    sessions, (a,) = _clusters(tmp_path, pods=10, count=1)
+    kept = ObjectsCache()
+    assert not kept.holds(a) and kept.takes_notes(a)
+    written = _delta(sessions, a, 2, ["p0", "p1", "p2"])
+    kept.note(a, written.revision, written.bodies)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        pods = kept.read(session, a, KINDS)["pods"]
+        fresh = ObjectsCache().read(session, a, KINDS)["pods"]
+    assert (kept.bodies_read, kept.objects_noted) == (7, 3)
+    assert pods == fresh
+    assert {p["metadata"]["name"]: p.get("v") for p in pods}["p2"] == 2
+    # No room left for a cluster it does not keep: nothing noted, the read parses everything.
+    sessions, (b,) = _clusters(tmp_path / "other", pods=10, count=1)
+    small = ObjectsCache(max_objects=2)
+    written = _delta(sessions, b, 2, ["p0", "p1", "p2"])
+    small.note(b, written.revision, written.bodies)
+    with sessions.begin() as session:  # type: ignore[attr-defined]
+        small.read(session, b, KINDS)
+    assert (small.bodies_read, small.objects_noted) == (10, 0)

@@ -115,17 +115,25 @@ class ObjectsCache:
         self.objects_noted = 0
 
     def holds(self, cluster_id: str) -> bool:
-        """Whether the copy keeps the cluster (or is reading it): only then does `note` take anything."""
+        """Whether the copy keeps the cluster."""
         with self._lock:
             return cluster_id in self._read_at
 
+    def takes_notes(self, cluster_id: str) -> bool:
+        """Whether `note` would take what an apply of the cluster wrote: the copy keeps the cluster,
+        or has room left for one it does not keep yet (whose first read then takes from the notes what
+        the applies since the process started wrote: a new cluster's first snapshot, all of it)."""
+        with self._lock:
+            return cluster_id in self._read_at or self._kept_total() + self._noted_total() < self.max_objects
+
     def note(self, cluster_id: str, revision: int, bodies: Mapping[tuple[str, str, str], Obj]) -> None:
         """An apply of this process committed: these objects' rows (every row it wrote) carry
-        `revision` (`repository.Written`). Kept for a cluster the copy holds (or is reading) until its
-        kinds are next read, within `max_noted` or the room the copy leaves; the bodies must not change
-        afterwards."""
+        `revision` (`repository.Written`). Kept until the cluster's kinds are next read, within
+        `max_noted` or the room the copy leaves (for a cluster the copy does not keep yet, within that
+        room alone); the bodies must not change afterwards."""
         with self._lock:
-            if cluster_id not in self._read_at:
+            held = cluster_id in self._read_at
+            if not held and self._kept_total() + self._noted_total() + len(bodies) > self.max_objects:
                 return
             noted = self._noted.setdefault(cluster_id, {})
             for (kind, namespace, name), body in bodies.items():
@@ -133,7 +141,7 @@ class ObjectsCache:
                 before = rows.get((namespace, name))
                 if before is None or before[0] < revision:  # two applies' notes may come crosswise
                     rows[(namespace, name)] = (revision, body)
-            noted_total = sum(len(rows) for kinds in self._noted.values() for rows in kinds.values())
+            noted_total = self._noted_total()
             if noted_total > self.max_noted and noted_total > self.max_objects - self._kept_total():
                 del self._noted[cluster_id]
 
@@ -247,6 +255,9 @@ class ObjectsCache:
 
     def _kept_total(self) -> int:
         return sum(_size(kinds) for kinds in self._clusters.values())
+
+    def _noted_total(self) -> int:
+        return sum(len(rows) for kinds in self._noted.values() for rows in kinds.values())
 
     def _keep(self, cluster_id: str, kept: dict[str, _Kind]) -> None:
         now = self._clock()
