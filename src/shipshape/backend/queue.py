@@ -108,9 +108,13 @@ class WorkQueue(Protocol):
 # fixed cost (its locks, reads and marks) most of a worker's CPU. With NATS the consumers of several
 # worker processes split the stream, and each transaction is round trips to PostgreSQL: 0.2 s cut
 # the CPU per delta of the whole stack by a fifth against 0.05 s (`bench/ingest.py`, side by side).
-# A quiet queue's push waits this much longer, against a push -> recommendation budget of seconds.
+# With the stream in partitions a fetch holds the pushes of one or two clusters, and each round is
+# two fetch requests: 0.4 s cut it by another tenth against 0.2 s (3.11-3.38 against 3.60-3.65 ms of
+# the stack's CPU per delta, alternating runs), and a lone push waits 0.2 s longer (the bench's
+# push -> recommendation p50 0.37 -> 0.58 s), against a budget of seconds. Taking a lone message at
+# once and lingering only after a fetch of several lost that gain (3.42-3.53 ms).
 LINGER_SECONDS = 0.05
-NATS_LINGER_SECONDS = 0.2
+NATS_LINGER_SECONDS = 0.4
 
 
 class MemoryQueue:
