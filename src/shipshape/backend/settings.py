@@ -51,7 +51,8 @@ class BackendSettings(BaseSettings):
     # the rows written since the one before (`store.objects.ObjectsCache`): at most this many in all
     # (a parsed pod takes a few KiB).
     kept_objects: int = Field(default=60_000, ge=0)
-    # In-process workers with the memory queue (the API runs them itself).
+    # In-process workers with the memory queue (the API runs them itself); with NATS a worker process
+    # runs a consumer per partition it holds instead (`partitions.py`).
     workers: int = Field(default=2, ge=1, le=64)
     # `shipshape worker`: serve /metrics, /healthz and /readyz on this port (on `host`); None: none.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
