@@ -130,7 +130,7 @@ class Workers:
         with self._inflight_lock:
             lock = self._apply_locks.setdefault(cluster_id, threading.Lock())
         started = time.perf_counter()
-        # The bodies it writes, for the copy of the cluster's objects if it keeps one.
+        # The bodies it writes, for the copy of the cluster's objects if it keeps one (or has room for one).
         written = repo.Written() if self.kept is not None and self.kept.takes_notes(cluster_id) else None
         try:
             with lock, self.sessions.begin() as session:
