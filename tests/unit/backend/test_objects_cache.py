@@ -114,7 +114,7 @@ def test_notes_are_taken_only_for_a_cluster_it_keeps_and_only_up_to_their_bound(
     kept = ObjectsCache(max_noted=3)
     with sessions.begin() as session:  # type: ignore[attr-defined]
         size = sum(len(objects) for objects in kept.read(session, a, KINDS).values())
-    assert kept.holds(a) and not kept.holds(b)
+    assert a in kept.clusters and b not in kept.clusters
     kept.max_objects = size  # no room left in the copy: the notes' own bound holds
     for cluster, sequence, names in ((a, 2, ["p0", "p1"]), (b, 2, ["p0"]), (a, 3, ["p2", "p3"])):
         written = _delta(sessions, cluster, sequence, names)
@@ -183,7 +183,7 @@ def test_the_first_read_of_a_cluster_takes_what_its_applies_wrote_from_the_notes
     the notes began), answering what a read without notes answers."""
     sessions, (a,) = _clusters(tmp_path, pods=10, count=1)
     kept = ObjectsCache()
-    assert not kept.holds(a) and kept.takes_notes(a)
+    assert a not in kept.clusters and kept.takes_notes(a)
     written = _delta(sessions, a, 2, ["p0", "p1", "p2"])
     kept.note(a, written.revision, written.bodies)
     with sessions.begin() as session:  # type: ignore[attr-defined]

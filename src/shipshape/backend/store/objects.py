@@ -114,17 +114,12 @@ class ObjectsCache:
         self.objects_kept = 0
         self.objects_noted = 0
 
-    def holds(self, cluster_id: str) -> bool:
-        """Whether the copy keeps the cluster."""
-        with self._lock:
-            return cluster_id in self._read_at
-
     def takes_notes(self, cluster_id: str) -> bool:
         """Whether `note` would take what an apply of the cluster wrote: the copy keeps the cluster,
         or has room left for one it does not keep yet (whose first read then takes from the notes what
         the applies since the process started wrote: a new cluster's first snapshot, all of it)."""
         with self._lock:
-            return cluster_id in self._read_at or self._kept_total() + self._noted_total() < self.max_objects
+            return cluster_id in self._read_at or self._room(self._kept_total()) > 0
 
     def note(self, cluster_id: str, revision: int, bodies: Mapping[tuple[str, str, str], Obj]) -> None:
         """An apply of this process committed: these objects' rows (every row it wrote) carry
@@ -132,8 +127,8 @@ class ObjectsCache:
         `max_noted` or the room the copy leaves (for a cluster the copy does not keep yet, within that
         room alone); the bodies must not change afterwards."""
         with self._lock:
-            held = cluster_id in self._read_at
-            if not held and self._kept_total() + self._noted_total() + len(bodies) > self.max_objects:
+            kept_total = self._kept_total()
+            if cluster_id not in self._read_at and self._room(kept_total) < len(bodies):
                 return
             noted = self._noted.setdefault(cluster_id, {})
             for (kind, namespace, name), body in bodies.items():
@@ -142,7 +137,7 @@ class ObjectsCache:
                 if before is None or before[0] < revision:  # two applies' notes may come crosswise
                     rows[(namespace, name)] = (revision, body)
             noted_total = self._noted_total()
-            if noted_total > self.max_noted and noted_total > self.max_objects - self._kept_total():
+            if noted_total > self.max_noted and noted_total > self.max_objects - kept_total:
                 del self._noted[cluster_id]
 
     def read(self, session: Session, cluster_id: str, kinds: Iterable[str]) -> dict[str, list[Obj]]:
@@ -258,6 +253,10 @@ class ObjectsCache:
 
     def _noted_total(self) -> int:
         return sum(len(rows) for kinds in self._noted.values() for rows in kinds.values())
+
+    def _room(self, kept_total: int) -> int:
+        """Objects the copy has room for beyond what it keeps (`kept_total`) and what is noted."""
+        return self.max_objects - kept_total - self._noted_total()
 
     def _keep(self, cluster_id: str, kept: dict[str, _Kind]) -> None:
         now = self._clock()
