@@ -100,7 +100,14 @@ def test_the_leader_publishes_batch_resources_and_withdraws_them_when_metrics_go
     )
     process.start()
     try:
-        wait_for(lambda: len(batch_capacity(emulator)) == 2, "the leader published no batch resources")
+        # The capacity (a status patch), then its stamp (an annotation): both written.
+        wait_for(
+            lambda: (
+                len(batch_capacity(emulator)) == 2
+                and publish.UPDATED_ANNOTATION in (node_of(emulator)["metadata"].get("annotations") or {})
+            ),
+            "the leader published no batch resources",
+        )
         published = batch_capacity(emulator)
         # 4 cores - 40 % - system 0.1 - latency-sensitive 2 x 0.5 x (1 +- 5 %), in millicores.
         assert 1250 <= int(published[publish.BATCH_CPU]) <= 1350
